@@ -1,0 +1,43 @@
+# fbo: make targets. `make setup` once, then any target below.
+PY      ?= .venv/bin/python
+FBO     ?= .venv/bin/fbo
+JOBS    ?= 2
+TORCH   ?= torch==2.14.1 torchvision==0.29.1
+
+.PHONY: setup data run test lint bench reproduce-aggitd reproduce-aggitd-mnist clean
+
+setup:  ## virtual environment with pinned versions, plus Debian's offline Fashion-MNIST where possible
+	python3 -m venv .venv
+	.venv/bin/pip install -q --upgrade pip
+	.venv/bin/pip install -q $(TORCH)
+	.venv/bin/pip install -q -e '.[dev]'
+	@$(MAKE) --no-print-directory data
+
+data:   ## install Debian's dataset-fashion-mnist when we are root with apt, else say how
+	@if [ -d /usr/share/datasets/fashion-mnist ]; then echo "Fashion-MNIST: found in /usr/share/datasets/fashion-mnist"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist) >/dev/null 2>&1 \
+	&& echo "Fashion-MNIST: installed Debian's dataset-fashion-mnist" \
+	|| echo "Fashion-MNIST: apt-get install dataset-fashion-mnist failed; other datasets still work"; \
+	else echo "Fashion-MNIST: run 'sudo apt-get install dataset-fashion-mnist' (Debian/Ubuntu) for offline use"; fi
+
+run:    ## the main job: FBO-AggITD vs FedNest on bundled MNIST digits (no network needed, < 2 min)
+	$(FBO) compare experiments/quick_mnist5k.yaml --jobs $(JOBS)
+
+test:
+	$(PY) -m pytest
+
+lint:
+	.venv/bin/ruff check fbo_cli tests
+
+bench:  ## seconds per communication round / outer iteration of every algorithm (results/bench/)
+	$(PY) -m fbo_cli.bench
+
+reproduce-aggitd:        ## seed 003 Table 2 on the offline Fashion-MNIST twin (3 seeds)
+	$(FBO) compare experiments/aggitd_table2_fmnist.yaml --jobs $(JOBS)
+
+reproduce-aggitd-mnist:  ## seed 003 Table 2 on MNIST (needs MNIST in data/ or network)
+	$(FBO) compare experiments/aggitd_table2.yaml --jobs $(JOBS)
+
+clean:
+	rm -rf results/*/ .pytest_cache

@@ -1,0 +1,105 @@
+"""FBO-AggITD: federated bilevel optimization with aggregated iterative differentiation.
+
+Reference: Peiyao Xiao and Kaiyi Ji, "Communication-Efficient Federated Hypergradient Computation
+via Aggregated Iterative Differentiation", ICML 2023 (PMLR 202:38059-38086), arXiv 2302.04969.
+Spec: ``shared/papers/spec_003_aggitd.md`` §2.2-2.6.
+
+One outer iteration k (Alg. 3) with one client set S (spec §7 item 5):
+
+1. The server draws Q ~ U{0, ..., N}, shared by all clients (Alg. 1 line 1; §7 item 6).
+2. For t = 0, ..., N, at the global iterate y^t (Alg. 1 lines 2-14):
+   a. if t == Q: r_i = ∇_y F_i(x, y^Q) on the validation split; the server sets z^Q = mean_i r_i
+      (lines 5, 12);
+   b. if t > Q: z_i = z^{t-1} - λ ∇²_y G_i(x, y^t) z^{t-1} (Hessian-vector product at the
+      *server-averaged* y^t, applied to the broadcast z^{t-1}); z^t = mean_i z_i (lines 6, 13);
+   c. if t < N: q_i = ∇_y G_i(x, y^t) (full train split), q^t = mean_i q_i (lines 4, 9), then
+      One-Round-Lower (Alg. 2): τ_lower local SVRG steps
+      y_i <- y_i - β (∇G_i(y_i; ζ) - ∇G_i(y^t; ζ) + q^t), and y^{t+1} = mean_i y_i (line 10).
+      ``lower: sgd`` (FBO-AggITD_SGD, Fig. 4) replaces Alg. 2 by FedAvg local SGD.
+3. p = λ (N+1) z^N (line 15).
+4. h_i = ∇_x F_i(x, y^N) - ∇_x∇_y G_i(x, y^N) p (line 17, JVP by reverse-over-reverse autograd);
+   h = mean_i h_i (line 19).
+5. One-Round-Upper (Alg. 4): τ local steps x_i <- x_i - α (h - ∇_x F_i(x, y^N; ξ_i)
+   + ∇_x F_i(x_i, y^N; ξ_{i,ν})) with ξ_i ≠ ξ_{i,ν} (fresh dropout masks); x_{k+1} = mean_i x_i.
+   y_{k+1} = y^N (warm start).
+
+No graph is built across rounds: z, p and y^t are plain tensors (spec §2.2 notes).
+
+Rounds per outer iteration (Table 1): 2N + 3 = N x (anchor round + model-averaging round), one
+round for z^N/p, one for h, one for x. With ``lower: sgd``: N + 3 (the z uploads ride on the
+model-averaging round; spec §2.6, inferred).
+
+Hyperparameters (spec §4.4, §7; App. A.3 of the paper): N = 1, λ = 0.01, inner (lower) step
+β = 0.003, outer (upper) step α = 0.01, 5 local lower epochs of minibatch 64 (FedNest repo),
+τ ∈ {1, 5} local upper steps ("Outer_ep"), participation C = 0.1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from ..errors import UsageError
+from .base import BilevelAlgorithm, mean
+
+
+class AggITD(BilevelAlgorithm):
+    name: ClassVar[str] = "aggitd"
+    paper: ClassVar[str] = "Xiao & Ji, ICML 2023 (seed 003)"
+    rounds: ClassVar[str] = "2N+3 (svrg lower), N+3 (sgd lower)"
+
+    @dataclass
+    class HP:
+        N: int = 1  # lower-level federated rounds per outer iteration
+        lam: float = 0.01  # λ, the HessIV (Neumann) step
+        inner_lr: float = 0.003  # β, lower-level local step size
+        outer_lr: float = 0.01  # α, upper-level local step size
+        lower_epochs: int = 5  # local epochs of One-Round-Lower
+        batch_size: int = 64
+        tau: int = 1  # local upper steps ("Outer_ep")
+        lower: str = "svrg"  # svrg (Alg. 2) | sgd (FedAvg)
+
+    def __init__(self, task, hp, fed):
+        if hp.lower not in ("svrg", "sgd"):
+            raise UsageError(f"lower must be svrg or sgd, got '{hp.lower}'")
+        if hp.N < 0 or hp.tau < 1 or hp.lower_epochs < 1 or hp.batch_size < 1:
+            raise UsageError("need N >= 0, tau >= 1, lower_epochs >= 1, batch_size >= 1")
+        super().__init__(task, hp, fed)
+
+    def rounds_per_iteration(self) -> int:
+        return (2 if self.hp.lower == "svrg" else 1) * self.hp.N + 3
+
+    def step(self) -> None:
+        hp, led, x = self.hp, self.ledger, self.x
+        dx, dy = x.numel(), self.y.numel()
+        S = self.fed.sample()
+        M = len(S)
+        train, val = self.fed.data.split("train", S), self.fed.data.split("val", S)
+        a, gfn, enc = self.task.lower_view(x, train)
+        Q = int(torch.randint(hp.N + 1, (1,), generator=self.fed.gen, device=self.fed.gen.device))
+        y, z = self.y, None
+        for t in range(hp.N + 1):
+            if t == Q:  # lines 5, 12
+                z = mean(self.grad(self.task.f, 1, x, y, self.noise(val.full())))
+            elif t > Q:  # lines 6, 13
+                z = z - hp.lam * mean(self.hvp(gfn, a, y, self.noise(enc.full()), z))
+            if t < hp.N:
+                ride = dy if t >= Q else 0  # r_i^t or z_i^t piggy-backs on the round
+                if hp.lower == "svrg":
+                    q = mean(self.lower_anchor(a, gfn, enc, y))  # lines 4, 9
+                    led.comm(M, dy + ride)
+                    yi = self.local_lower(a, gfn, enc, y, q, hp.inner_lr, hp.lower_epochs, hp.batch_size)
+                    led.comm(M, dy)  # Alg. 2 line 8
+                else:
+                    yi = self.local_lower(a, gfn, enc, y, None, hp.inner_lr, hp.lower_epochs, hp.batch_size)
+                    led.comm(M, dy + ride)
+                y = mean(yi)
+        led.comm(M, dy)  # z^N (or r^N) up, p down
+        p = hp.lam * (hp.N + 1) * z  # line 15
+        h = mean(self.hypergradient(x, y, p, train, val))  # lines 16-19
+        led.comm(M, dx)
+        self.x = mean(self.upper_local(x, y, h, val, hp.tau, hp.outer_lr, same_sample=False))  # Alg. 4
+        led.comm(M, dx)
+        self.y = y

@@ -1,0 +1,151 @@
+"""Algorithm base classes and the building blocks shared by the federated bilevel algorithms.
+
+An algorithm is one class: a hyperparameter dataclass ``HP`` whose defaults are the paper's, an
+``__init__`` that builds the state, and ``step()`` = one outer iteration, which charges the ledger.
+The registry (``algorithms/__init__.py``) maps CLI names to (class, preset overrides).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
+
+import torch
+
+from ..data import FederatedData
+from ..federation import Batch, Ledger, Split, cmean, per_client_cross, per_client_grad, per_client_hvp, \
+    sample_clients
+from ..tasks.base import BilevelTask
+
+
+@dataclass
+class Fed:
+    """What an algorithm sees of the federation: the data, the participation ratio, the run's
+    generator and the ledger."""
+
+    data: FederatedData
+    participation: float
+    gen: torch.Generator
+    ledger: Ledger
+
+    def sample(self) -> torch.Tensor:
+        return sample_clients(self.gen, self.data.num_clients, self.participation, self.data.X.device)
+
+
+class Algorithm:
+    name: ClassVar[str] = ""
+    paper: ClassVar[str] = ""
+    tasks: ClassVar[tuple[str, ...]] = ()
+    rounds: ClassVar[str] = ""  # communication rounds per outer iteration, as the paper writes it
+
+    @dataclass
+    class HP:
+        pass
+
+    def __init__(self, task: Any, hp: Any, fed: Fed):
+        self.task, self.hp, self.fed = task, hp, fed
+        self.ledger = fed.ledger
+
+    def rounds_per_iteration(self) -> int | None:
+        """The round count the paper gives for one outer iteration (None where it varies)."""
+        return None
+
+    def step(self) -> None:
+        raise NotImplementedError
+
+    def evaluate(self) -> dict[str, float]:
+        raise NotImplementedError
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """Tensors that define the iterate (for checkpoints and divergence checks)."""
+        return {}
+
+
+class BilevelAlgorithm(Algorithm):
+    """Shared machinery of the federated bilevel algorithms on a :class:`BilevelTask` with a global
+    lower level: the global iterate ``(x, y)``, charged vectorized oracles, the federated lower
+    round (seed 003 Alg. 2, or FedAvg) and the SVRG-type local upper steps (seed 003 Alg. 4)."""
+
+    tasks: ClassVar[tuple[str, ...]] = ("hyperrep",)
+    task: BilevelTask
+
+    def __init__(self, task: BilevelTask, hp: Any, fed: Fed):
+        super().__init__(task, hp, fed)
+        self.x, self.y = task.init(fed.gen)
+
+    def evaluate(self) -> dict[str, float]:
+        return self.task.evaluate(self.x, self.y)
+
+    def state(self) -> dict[str, torch.Tensor]:
+        return {"x": self.x, "y": self.y}
+
+    # charged oracles -------------------------------------------------------------------------------
+    def noise(self, batch: Batch) -> Batch:
+        return self.task.noise(self.fed.gen, batch)
+
+    def _charge(self, kind: str, batch: Batch, active: torch.Tensor | None = None) -> None:
+        used = batch["w"] > 0
+        if active is not None:
+            used = used & active[:, None]
+        self.ledger.oracle(kind, int(used.any(1).sum()), int(used.sum()))
+
+    def grad(self, fn: Callable, argnum: int, a, b, batch: Batch, active=None) -> torch.Tensor:
+        self._charge("grads", batch, active)
+        return per_client_grad(fn, argnum, a, b, batch)
+
+    def hvp(self, fn: Callable, a, b, batch: Batch, v) -> torch.Tensor:
+        self._charge("hvps", batch)
+        return per_client_hvp(fn, a, b, batch, v)
+
+    def cross(self, fn: Callable, a, b, batch: Batch, v) -> torch.Tensor:
+        self._charge("jvps", batch)
+        return per_client_cross(fn, a, b, batch, v)
+
+    # building blocks -------------------------------------------------------------------------------
+    def local_lower(self, a, fn: Callable, split: Split, y: torch.Tensor, q: torch.Tensor | None,
+                    lr: float, epochs: int, batch_size: int) -> torch.Tensor:
+        """Local lower-level steps of every client from the global ``y``; returns ``[M, dy]``.
+
+        ``q`` given: FedSVRG (seed 003 Alg. 2 lines 3-6),
+        ``y_i <- y_i - lr (∇G_i(y_i; ζ) - ∇G_i(y; ζ) + q)`` with the same minibatch and dropout
+        masks in both terms. ``q`` None: FedAvg local SGD, ``y_i <- y_i - lr ∇G_i(y_i; ζ)``.
+        """
+        yi = y.expand(split.M, -1).clone()
+        for batch, active in split.epochs(self.fed.gen, epochs, batch_size):
+            batch = self.noise(batch)
+            d = self.grad(fn, 1, a, yi, batch, active)
+            if q is not None:
+                d = d - self.grad(fn, 1, a, y, batch, active) + q
+            yi = yi - lr * d * active[:, None].to(d.dtype)
+        return yi
+
+    def lower_anchor(self, a, fn: Callable, split: Split, y: torch.Tensor) -> torch.Tensor:
+        """``[M, dy]``: each client's full-split lower gradient ``∇_y G_i(x, y)`` (SVRG anchor)."""
+        return self.grad(fn, 1, a, y, self.noise(split.full()))
+
+    def upper_local(self, x: torch.Tensor, y: torch.Tensor, h: torch.Tensor, val: Split, tau: int, lr: float,
+                    same_sample: bool) -> torch.Tensor:
+        """SVRG-type local upper steps (seed 003 Alg. 4 lines 1-6) on each client's full
+        validation split: ``x_i <- x_i - lr (h - ∇_x F_i(x, y; ξ_i) + ∇_x F_i(x_i, y; ξ_{i,ν}))``.
+        ``same_sample``: ξ_{i,ν} = ξ_i (FedNest); otherwise fresh dropout masks each step
+        (FBO-AggITD). Returns ``[M, dx]``."""
+        full = val.full()
+        b0 = self.noise(full)
+        g0 = self.grad(self.task.f, 0, x, y, b0)
+        xi = x.expand(val.M, -1).clone()
+        for _ in range(tau):
+            b = b0 if same_sample else self.noise(full)
+            xi = xi - lr * (h - g0 + self.grad(self.task.f, 0, xi, y, b))
+        return xi
+
+    def hypergradient(self, x: torch.Tensor, y: torch.Tensor, p: torch.Tensor, train: Split,
+                      val: Split) -> torch.Tensor:
+        """``[M, dx]``: ``h_i = ∇_x F_i(x, y) - ∇_x∇_y G_i(x, y) p`` on the full local splits
+        (seed 003 Alg. 1 line 17; FedNest's FedOut)."""
+        direct = self.grad(self.task.f, 0, x, y, self.noise(val.full()))
+        return direct - self.cross(self.task.g, x, y, self.noise(train.full()), p)
+
+
+def mean(t: torch.Tensor) -> torch.Tensor:
+    """Server aggregation over the participating clients."""
+    return cmean(t)

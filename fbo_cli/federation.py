@@ -1,0 +1,187 @@
+"""The simulator's shared machinery: ledger, client sampling, client splits, vectorized oracles.
+
+Conventions used by every algorithm:
+
+* Every optimization variable is a *flat* vector. A global variable is a tensor ``[d]``; the copies
+  held by ``M`` participating clients are stacked on a leading client dimension, ``[M, d]``.
+* Per-client work is vectorized with ``torch.func.vmap`` over that dimension; a Python loop over
+  clients in the hot path is a bug. Loops over local steps are fine.
+* Aggregation is a mean over the client dimension; sampling participating clients is a gather.
+* Randomness (client sets, minibatches, dropout masks, random truncation indices) is drawn from the
+  run's single ``torch.Generator`` outside of ``vmap``, so a run is bit-for-bit reproducible on CPU.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Callable, Iterator
+
+import torch
+from torch.func import grad, jvp, vjp, vmap
+
+Batch = dict[str, torch.Tensor]
+
+
+# --------------------------------------------------------------------------------------------------
+# Ledger
+
+
+@dataclass
+class Ledger:
+    """Exact accounting of one run.
+
+    ``rounds`` counts communication rounds as each paper counts them: one round is one
+    "for i in S in parallel do" step (clients upload, the server aggregates and broadcasts).
+    ``floats_up``/``floats_down`` add up the payload over all participating clients.
+    Oracle counters count one call per client (a minibatch gradient is one call); ``samples``
+    counts the data points those calls touched.
+    """
+
+    rounds: int = 0
+    iterations: int = 0
+    floats_up: int = 0
+    floats_down: int = 0
+    grads: int = 0
+    hvps: int = 0
+    jvps: int = 0
+    samples: int = 0
+
+    def comm(self, clients: int, up: int, down: int | None = None, rounds: int = 1) -> None:
+        """Charge ``rounds`` communication round(s) in which each of ``clients`` clients uploads
+        ``up`` floats and receives ``down`` floats (default: as many as it sent)."""
+        self.rounds += rounds
+        self.floats_up += clients * up
+        self.floats_down += clients * (up if down is None else down)
+
+    def oracle(self, kind: str, calls: int, samples: int = 0) -> None:
+        setattr(self, kind, getattr(self, kind) + int(calls))
+        self.samples += int(samples)
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------------------------------
+# Client splits and minibatches
+
+
+@dataclass
+class Split:
+    """The data of M clients, padded to a common length ``n``: ``X [M, n, ...]``, ``y [M, n]`` and
+    ``mask [M, n]`` (False on padding). Any extra per-example tensors ride in ``extra``."""
+
+    X: torch.Tensor
+    y: torch.Tensor
+    mask: torch.Tensor
+    extra: dict[str, torch.Tensor]
+
+    @property
+    def M(self) -> int:
+        return self.mask.shape[0]
+
+    @property
+    def counts(self) -> torch.Tensor:
+        return self.mask.sum(1)
+
+    def full(self) -> Batch:
+        """The whole split as one batch; ``w`` are per-client averaging weights (sum to 1)."""
+        w = self.mask.to(self.X.dtype) / self.counts.clamp(min=1).unsqueeze(1).to(self.X.dtype)
+        return {"X": self.X, "y": self.y, "w": w, **self.extra}
+
+    def gather(self, pos: torch.Tensor) -> Batch:
+        """Batch made of positions ``pos [M, B]`` into each client's split."""
+        take = lambda t: torch.gather(t, 1, pos.view(*pos.shape, *([1] * (t.dim() - 2))).expand(
+            *pos.shape, *t.shape[2:]))
+        m = torch.gather(self.mask, 1, pos)
+        w = m.to(self.X.dtype) / m.sum(1, keepdim=True).clamp(min=1).to(self.X.dtype)
+        out = {"X": take(self.X), "y": torch.gather(self.y, 1, pos), "w": w}
+        out.update({k: take(v) for k, v in self.extra.items()})
+        return out
+
+    def epochs(self, gen: torch.Generator, epochs: int, batch_size: int) -> Iterator[tuple[Batch, torch.Tensor]]:
+        """Local epochs of minibatches without replacement, as a DataLoader with shuffle and
+        ``drop_last=False`` per client. Yields ``(batch, active)``; ``active [M]`` is False for a
+        client whose (smaller) split has no examples left in this step."""
+        n = self.mask.shape[1]
+        steps = math.ceil(int(self.counts.max()) / batch_size)
+        for _ in range(epochs):
+            keys = torch.rand(self.mask.shape, generator=gen, device=self.mask.device)
+            keys = keys.masked_fill(~self.mask, 2.0)
+            perm = keys.argsort(1)
+            for s in range(steps):
+                pos = perm[:, s * batch_size: min(n, (s + 1) * batch_size)]
+                batch = self.gather(pos)
+                yield batch, torch.gather(self.mask, 1, pos).any(1)
+
+    def sample(self, gen: torch.Generator, batch_size: int) -> Batch:
+        """One minibatch per client, without replacement within the batch."""
+        keys = torch.rand(self.mask.shape, generator=gen, device=self.mask.device).masked_fill(~self.mask, 2.0)
+        return self.gather(keys.argsort(1)[:, :batch_size])
+
+
+# --------------------------------------------------------------------------------------------------
+# Client sampling and aggregation
+
+
+def sample_clients(gen: torch.Generator, m: int, participation: float, device=None) -> torch.Tensor:
+    """Uniformly without replacement, ``max(1, int(participation * m))`` clients (FedNest repo rule)."""
+    k = max(1, int(round(participation * m, 9)))
+    if k >= m:
+        return torch.arange(m, device=device)
+    return torch.randperm(m, generator=gen, device=gen.device)[:k].sort().values.to(device)
+
+
+def cmean(t: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Server aggregation: (weighted) mean over the client dimension."""
+    if weights is None:
+        return t.mean(0)
+    w = weights / weights.sum()
+    return torch.tensordot(w.to(t.dtype), t, dims=1)
+
+
+# --------------------------------------------------------------------------------------------------
+# Vectorized per-client oracles
+#
+# ``fn(a, b, batch) -> scalar`` is one client's loss. ``a``/``b`` are either global (``[d]``, shared
+# by every client) or stacked (``[M, d]``); ``batch`` always carries the client dimension. The
+# helpers below return stacked results ``[M, ...]``.
+
+
+def _dims(*ts: torch.Tensor | None, stacked_rank: tuple[int, ...]) -> tuple:
+    return tuple(None if t is None or t.dim() < r else 0 for t, r in zip(ts, stacked_rank))
+
+
+def per_client_grad(fn: Callable, argnum: int, a: torch.Tensor, b: torch.Tensor, batch: Batch) -> torch.Tensor:
+    """``[M, d]``: each client's gradient of ``fn(a, b, batch_i)`` w.r.t. argument ``argnum``."""
+    dims = (0 if a.dim() == 2 else None, 0 if b.dim() == 2 else None, 0)
+    return vmap(grad(fn, argnums=argnum), in_dims=dims)(a, b, batch)
+
+
+def per_client_hvp(fn: Callable, a: torch.Tensor, b: torch.Tensor, batch: Batch, v: torch.Tensor) -> torch.Tensor:
+    """``[M, d_b]``: each client's Hessian-vector product ``∇²_b fn(a, b; batch_i) v_i``
+    (forward-over-reverse). ``v`` is global ``[d_b]`` or stacked ``[M, d_b]``."""
+
+    def one(a_, b_, batch_, v_):
+        return jvp(lambda bb: grad(fn, argnums=1)(a_, bb, batch_), (b_,), (v_,))[1]
+
+    dims = (0 if a.dim() == 2 else None, 0 if b.dim() == 2 else None, 0, 0 if v.dim() == 2 else None)
+    return vmap(one, in_dims=dims)(a, b, batch, v)
+
+
+def per_client_cross(fn: Callable, a: torch.Tensor, b: torch.Tensor, batch: Batch, v: torch.Tensor) -> torch.Tensor:
+    """``[M, d_a]``: each client's Jacobian-vector product ``∇_a∇_b fn(a, b; batch_i) v_i``,
+    i.e. ``∂⟨∇_b fn(a, b; batch_i), v_i⟩ / ∂a`` (reverse-over-reverse)."""
+
+    def one(a_, b_, batch_, v_):
+        _, pull = vjp(lambda aa: grad(fn, argnums=1)(aa, b_, batch_), a_)
+        return pull(v_)[0]
+
+    dims = (0 if a.dim() == 2 else None, 0 if b.dim() == 2 else None, 0, 0 if v.dim() == 2 else None)
+    return vmap(one, in_dims=dims)(a, b, batch, v)
+
+
+def per_client_value(fn: Callable, a: torch.Tensor, b: torch.Tensor, batch: Batch) -> torch.Tensor:
+    """``[M]``: each client's loss value."""
+    dims = (0 if a.dim() == 2 else None, 0 if b.dim() == 2 else None, 0)
+    return vmap(fn, in_dims=dims)(a, b, batch)

@@ -1,0 +1,112 @@
+"""What every task provides, and the flat-parameter helper its models use.
+
+A task holds no algorithm logic: it defines the model as a pure function of flat parameter vectors,
+the per-client losses, which variables are shared, and the evaluation metrics.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+
+from ..data import FederatedData
+from ..federation import Batch, Split
+
+
+class Layout:
+    """Named tensors packed into one flat vector. ``unflatten`` returns views (no copies), so models
+    written against the dict work unchanged under ``vmap`` and autograd."""
+
+    def __init__(self, shapes: list[tuple[str, tuple[int, ...]]]):
+        self.shapes = shapes
+        self.sizes = [math.prod(s) for _, s in shapes]
+        self.size = sum(self.sizes)
+
+    def unflatten(self, v: torch.Tensor) -> dict[str, torch.Tensor]:
+        out, o = {}, 0
+        for (name, shape), n in zip(self.shapes, self.sizes):
+            out[name] = v[o:o + n].view(shape)
+            o += n
+        return out
+
+    def init(self, gen: torch.Generator, device=None) -> torch.Tensor:
+        """PyTorch's default init for Linear/Conv layers: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for
+        weights and biases (a bias takes the fan-in of the weight listed before it)."""
+        parts, fan_in = [], 1
+        for name, shape in self.shapes:
+            if len(shape) > 1:
+                fan_in = math.prod(shape[1:])
+            bound = 1.0 / math.sqrt(fan_in)
+            parts.append((torch.rand(math.prod(shape), generator=gen) * 2 - 1) * bound)
+        return torch.cat(parts).to(device)
+
+
+def weighted_ce(logits: torch.Tensor, labels: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Sum of per-example cross-entropies weighted by ``w`` (weights of one client sum to 1)."""
+    return (F.cross_entropy(logits, labels, reduction="none") * w).sum()
+
+
+class Task:
+    """Base of all tasks. ``metric`` is the headline metric used by tables and plots."""
+
+    name: ClassVar[str] = ""
+    kind: ClassVar[str] = "bilevel"
+    metric: ClassVar[str] = "test_acc"
+    default_dataset: ClassVar[str] = "mnist5k"
+    datasets: ClassVar[tuple[str, ...]] = ()
+
+    @dataclass
+    class Params:
+        pass
+
+    def __init__(self, params: Any, data: FederatedData):
+        self.p = params
+        self.data = data
+
+
+class BilevelTask(Task):
+    """``min_x (1/m) Σ_i f_i(x, y*_x)`` s.t. ``y*_x = argmin_y (1/m) Σ_i g_i(x, y)`` (global lower
+    level). ``f`` and ``g`` are one client's losses on one batch; the federation vmaps them.
+
+    A task may declare that ``g`` depends on ``x`` only through a per-example encoding
+    (``reuse = True``): then ``g(x, y, b) == g_enc(y, b')`` where ``b'`` is ``b`` with ``X`` replaced by
+    ``encode(x, X)``. Algorithms use it to encode each client's lower-level split once per phase.
+    """
+
+    reuse: ClassVar[bool] = False
+    dx: int
+    dy: int
+
+    def init(self, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    def f(self, x: torch.Tensor, y: torch.Tensor, b: Batch) -> torch.Tensor:
+        raise NotImplementedError
+
+    def g(self, x: torch.Tensor, y: torch.Tensor, b: Batch) -> torch.Tensor:
+        raise NotImplementedError
+
+    def encode(self, x: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def g_enc(self, _unused: torch.Tensor, y: torch.Tensor, b: Batch) -> torch.Tensor:
+        raise NotImplementedError
+
+    def noise(self, gen: torch.Generator, batch: Batch) -> Batch:
+        """Add the random masks a training-mode forward pass needs (e.g. dropout) to a batch."""
+        return batch
+
+    def lower_view(self, x: torch.Tensor, split: Split):
+        """``(a, fn, split')`` such that ``fn(a, y, b')`` is the lower loss at this fixed global ``x``
+        for batches ``b'`` of ``split'``. Uses the encoding when the task supports it."""
+        if not self.reuse:
+            return x, self.g, split
+        X = self.encode(x, split.X.reshape(-1, *split.X.shape[2:])).reshape(*split.X.shape[:2], -1)
+        return x.new_zeros(0), self.g_enc, Split(X, split.y, split.mask, split.extra)
+
+    def evaluate(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
+        raise NotImplementedError
