@@ -4,7 +4,7 @@ FBO     ?= .venv/bin/fbo
 JOBS    ?= 2
 TORCH   ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: setup data run test lint bench reproduce-aggitd reproduce-aggitd-mnist clean
+.PHONY: setup data run test lint bench reproduce-aggitd reproduce-aggitd-mnist reproduce-codasca reproduce-codasca-cifar100 reproduce-zohfl reproduce-zohfl-all clean
 
 setup:  ## virtual environment with pinned versions, plus Debian's offline Fashion-MNIST where possible
 	python3 -m venv .venv
@@ -38,6 +38,26 @@ reproduce-aggitd:        ## seed 003 Table 2 on the offline Fashion-MNIST twin (
 
 reproduce-aggitd-mnist:  ## seed 003 Table 2 on MNIST (needs MNIST in data/ or network)
 	$(FBO) compare experiments/aggitd_table2.yaml --jobs $(JOBS)
+
+reproduce-codasca:          ## seed 004 Figure 1 analog (AUC vs window I, I_max table) on synth-c100 and Fashion-MNIST (3 seeds)
+	$(FBO) compare experiments/codasca_fig1_synth.yaml --jobs $(JOBS)
+	$(PY) -m fbo_cli.auc_analysis results/compare/codasca_fig1_synth
+	$(FBO) compare experiments/codasca_fig1_fmnist.yaml --jobs $(JOBS)
+	$(PY) -m fbo_cli.auc_analysis results/compare/codasca_fig1_fmnist
+
+reproduce-codasca-cifar100: ## seed 004 Figure 1 on CIFAR100-IH with ResNet-20 (needs CIFAR-100 in data/ or network; GPU advised)
+	$(FBO) compare experiments/codasca_fig1_cifar100.yaml --jobs $(JOBS)
+	$(PY) -m fbo_cli.auc_analysis results/compare/codasca_fig1_cifar100
+
+reproduce-zohfl:     ## seed 002 Table I (Fashion-MNIST column, 3 seeds), Fig. 2 (tau sweep) and Fig. 1, offline
+	$(FBO) compare experiments/zohfl_table1_fmnist.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/zohfl_fig2.yaml --jobs $(JOBS)
+	$(PY) -m fbo_cli.zohfl_figs fig2 results/compare/zohfl_fig2
+	$(PY) -m fbo_cli.zohfl_figs fig1 fashion-mnist 0.1 results/figures/zohfl_fig1_fmnist.png
+
+reproduce-zohfl-all: ## seed 002 Table I on MNIST, Fashion-MNIST and CIFAR-10 (MNIST, CIFAR-10 need data/ or network)
+	$(FBO) compare experiments/zohfl_table1.yaml --jobs $(JOBS)
+	$(PY) -m fbo_cli.zohfl_figs fig1 mnist 0.1 results/figures/zohfl_fig1_mnist.png
 
 clean:
 	rm -rf results/*/ .pytest_cache

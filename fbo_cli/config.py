@@ -47,7 +47,7 @@ class RunSettings:
 
 
 # Settings that do not change a run's numbers (left out of its identity).
-_NOT_IDENTITY = {"data_dir", "out_dir", "download", "threads"}
+_NOT_IDENTITY = {"data_dir", "out_dir", "download", "threads", "target"}
 
 
 @dataclass
@@ -103,6 +103,11 @@ def coerce(key: str, value: Any, tp: Any) -> Any:
         if isinstance(value, bool):
             return value
         raise bad
+    if tp in (int, float) and isinstance(value, str):  # YAML 1.1 reads 1e30 as a string
+        try:
+            value = float(value)
+        except ValueError:
+            raise bad from None
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             if isinstance(value, float) and value.is_integer():
@@ -188,6 +193,7 @@ def resolve(task: str, algo: str, *layers: dict[str, Any]) -> RunConfig:
     if not run.dataset:
         run.dataset = tcls.default_dataset
     _validate(run, tcls)
+    entry.cls.check(hp)
     for (cls, _), obj in zip(groups[1:], (tparams, hp)):
         for f in fields(obj):
             v = getattr(obj, f.name)

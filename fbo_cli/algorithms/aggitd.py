@@ -15,7 +15,7 @@ One outer iteration k (Alg. 3) with one client set S (spec §7 item 5):
    c. if t < N: q_i = ∇_y G_i(x, y^t) (full train split), q^t = mean_i q_i (lines 4, 9), then
       One-Round-Lower (Alg. 2): τ_lower local SVRG steps
       y_i <- y_i - β (∇G_i(y_i; ζ) - ∇G_i(y^t; ζ) + q^t), and y^{t+1} = mean_i y_i (line 10).
-      ``lower: sgd`` (FBO-AggITD_SGD, Fig. 4) replaces Alg. 2 by FedAvg local SGD.
+      ``lower_solver: sgd`` (FBO-AggITD_SGD, Fig. 4) replaces Alg. 2 by FedAvg local SGD.
 3. p = λ (N+1) z^N (line 15).
 4. h_i = ∇_x F_i(x, y^N) - ∇_x∇_y G_i(x, y^N) p (line 17, JVP by reverse-over-reverse autograd);
    h = mean_i h_i (line 19).
@@ -26,7 +26,7 @@ One outer iteration k (Alg. 3) with one client set S (spec §7 item 5):
 No graph is built across rounds: z, p and y^t are plain tensors (spec §2.2 notes).
 
 Rounds per outer iteration (Table 1): 2N + 3 = N x (anchor round + model-averaging round), one
-round for z^N/p, one for h, one for x. With ``lower: sgd``: N + 3 (the z uploads ride on the
+round for z^N/p, one for h, one for x. With ``lower_solver: sgd``: N + 3 (the z uploads ride on the
 model-averaging round; spec §2.6, inferred).
 
 Hyperparameters (spec §4.4, §7; App. A.3 of the paper): N = 1, λ = 0.01, inner (lower) step
@@ -49,6 +49,7 @@ class AggITD(BilevelAlgorithm):
     name: ClassVar[str] = "aggitd"
     paper: ClassVar[str] = "Xiao & Ji, ICML 2023 (seed 003)"
     rounds: ClassVar[str] = "2N+3 (svrg lower), N+3 (sgd lower)"
+    tasks: ClassVar[tuple[str, ...]] = ("hyperrep", "hyperclean")
 
     @dataclass
     class HP:
@@ -59,17 +60,21 @@ class AggITD(BilevelAlgorithm):
         lower_epochs: int = 5  # local epochs of One-Round-Lower
         batch_size: int = 64
         tau: int = 1  # local upper steps ("Outer_ep")
-        lower: str = "svrg"  # svrg (Alg. 2) | sgd (FedAvg)
+        lower_solver: str = "svrg"  # svrg (Alg. 2) | sgd (FedAvg)
 
-    def __init__(self, task, hp, fed):
-        if hp.lower not in ("svrg", "sgd"):
-            raise UsageError(f"lower must be svrg or sgd, got '{hp.lower}'")
+    @classmethod
+    def check(cls, hp) -> None:
+        if hp.lower_solver not in ("svrg", "sgd"):
+            raise UsageError(f"lower_solver must be svrg or sgd, got '{hp.lower_solver}'")
         if hp.N < 0 or hp.tau < 1 or hp.lower_epochs < 1 or hp.batch_size < 1:
             raise UsageError("need N >= 0, tau >= 1, lower_epochs >= 1, batch_size >= 1")
-        super().__init__(task, hp, fed)
 
     def rounds_per_iteration(self) -> int:
-        return (2 if self.hp.lower == "svrg" else 1) * self.hp.N + 3
+        return (2 if self.hp.lower_solver == "svrg" else 1) * self.hp.N + 3
+
+    def draw_Q(self) -> int:
+        """Q ~ U{0, ..., N}, drawn by the server (Alg. 1 line 1)."""
+        return int(torch.randint(self.hp.N + 1, (1,), generator=self.fed.gen, device=self.fed.gen.device))
 
     def step(self) -> None:
         hp, led, x = self.hp, self.ledger, self.x
@@ -78,7 +83,7 @@ class AggITD(BilevelAlgorithm):
         M = len(S)
         train, val = self.fed.data.split("train", S), self.fed.data.split("val", S)
         a, gfn, enc = self.task.lower_view(x, train)
-        Q = int(torch.randint(hp.N + 1, (1,), generator=self.fed.gen, device=self.fed.gen.device))
+        Q = self.draw_Q()
         y, z = self.y, None
         for t in range(hp.N + 1):
             if t == Q:  # lines 5, 12
@@ -87,7 +92,7 @@ class AggITD(BilevelAlgorithm):
                 z = z - hp.lam * mean(self.hvp(gfn, a, y, self.noise(enc.full()), z))
             if t < hp.N:
                 ride = dy if t >= Q else 0  # r_i^t or z_i^t piggy-backs on the round
-                if hp.lower == "svrg":
+                if hp.lower_solver == "svrg":
                     q = mean(self.lower_anchor(a, gfn, enc, y))  # lines 4, 9
                     led.comm(M, dy + ride)
                     yi = self.local_lower(a, gfn, enc, y, q, hp.inner_lr, hp.lower_epochs, hp.batch_size)
@@ -98,8 +103,9 @@ class AggITD(BilevelAlgorithm):
                 y = mean(yi)
         led.comm(M, dy)  # z^N (or r^N) up, p down
         p = hp.lam * (hp.N + 1) * z  # line 15
-        h = mean(self.hypergradient(x, y, p, train, val))  # lines 16-19
+        hg = self.hypergradient(x, y, p, train, val)  # lines 16-18
+        h = mean(hg.h)  # line 19
         led.comm(M, dx)
-        self.x = mean(self.upper_local(x, y, h, val, hp.tau, hp.outer_lr, same_sample=False))  # Alg. 4
+        self.x = mean(self.upper_local(x, y, h, hg, hp.tau, hp.outer_lr, same_sample=False))  # Alg. 4
         led.comm(M, dx)
         self.y = y

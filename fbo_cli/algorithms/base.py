@@ -13,6 +13,7 @@ from typing import Any, Callable, ClassVar
 import torch
 
 from ..data import FederatedData
+from ..errors import UsageError
 from ..federation import Batch, Ledger, Split, cmean, per_client_cross, per_client_grad, per_client_hvp, \
     sample_clients
 from ..tasks.base import BilevelTask
@@ -46,6 +47,10 @@ class Algorithm:
         self.task, self.hp, self.fed = task, hp, fed
         self.ledger = fed.ledger
 
+    @classmethod
+    def check(cls, hp: Any) -> None:
+        """Validate hyperparameters before any data is loaded; raise UsageError naming the key."""
+
     def rounds_per_iteration(self) -> int | None:
         """The round count the paper gives for one outer iteration (None where it varies)."""
         return None
@@ -70,6 +75,10 @@ class BilevelAlgorithm(Algorithm):
     task: BilevelTask
 
     def __init__(self, task: BilevelTask, hp: Any, fed: Fed):
+        if getattr(task, "local_lower", False):
+            raise UsageError(f"'{self.name}' solves a global lower level (one shared y); this task has "
+                             f"a lower level per client (lower=local): use lower=global, or an algorithm "
+                             f"for local lower levels (fedbio-local, fedbioacc-local, adafbio)")
         super().__init__(task, hp, fed)
         self.x, self.y = task.init(fed.gen)
 
@@ -123,27 +132,40 @@ class BilevelAlgorithm(Algorithm):
         """``[M, dy]``: each client's full-split lower gradient ``∇_y G_i(x, y)`` (SVRG anchor)."""
         return self.grad(fn, 1, a, y, self.noise(split.full()))
 
-    def upper_local(self, x: torch.Tensor, y: torch.Tensor, h: torch.Tensor, val: Split, tau: int, lr: float,
+    def upper_local(self, x: torch.Tensor, y: torch.Tensor, h: torch.Tensor, hg: "Hypergrad", tau: int, lr: float,
                     same_sample: bool) -> torch.Tensor:
         """SVRG-type local upper steps (seed 003 Alg. 4 lines 1-6) on each client's full
         validation split: ``x_i <- x_i - lr (h - ∇_x F_i(x, y; ξ_i) + ∇_x F_i(x_i, y; ξ_{i,ν}))``.
-        ``same_sample``: ξ_{i,ν} = ξ_i (FedNest); otherwise fresh dropout masks each step
-        (FBO-AggITD). Returns ``[M, dx]``."""
-        full = val.full()
-        b0 = self.noise(full)
-        g0 = self.grad(self.task.f, 0, x, y, b0)
-        xi = x.expand(val.M, -1).clone()
-        for _ in range(tau):
-            b = b0 if same_sample else self.noise(full)
-            xi = xi - lr * (h - g0 + self.grad(self.task.f, 0, xi, y, b))
+
+        ``∇_x F_i(x, y; ξ_i)`` is the direct part already computed for ``h`` (Alg. 1 line 17 uses the
+        same ξ_i), so it is reused, not recomputed. ``same_sample`` (FedNest): ξ_{i,ν} = ξ_i, so the
+        first step is exactly ``h``; otherwise (FBO-AggITD) each step draws fresh dropout masks.
+        Returns ``[M, dx]``."""
+        xi = x.expand(hg.direct.shape[0], -1).clone()
+        for nu in range(tau):
+            if same_sample and nu == 0:
+                xi = xi - lr * h
+                continue
+            b = hg.val if same_sample else self.noise(hg.val)
+            xi = xi - lr * (h - hg.direct + self.grad(self.task.f, 0, xi, y, b))
         return xi
 
     def hypergradient(self, x: torch.Tensor, y: torch.Tensor, p: torch.Tensor, train: Split,
-                      val: Split) -> torch.Tensor:
-        """``[M, dx]``: ``h_i = ∇_x F_i(x, y) - ∇_x∇_y G_i(x, y) p`` on the full local splits
-        (seed 003 Alg. 1 line 17; FedNest's FedOut)."""
-        direct = self.grad(self.task.f, 0, x, y, self.noise(val.full()))
-        return direct - self.cross(self.task.g, x, y, self.noise(train.full()), p)
+                      val: Split) -> "Hypergrad":
+        """``h_i = ∇_x F_i(x, y; ξ_i) - ∇_x∇_y G_i(x, y; χ_i) p`` on the full local splits (seed 003
+        Alg. 1 line 17; FedNest's FedOut). Returns the per-client ``h_i [M, dx]``, the direct part and
+        the validation batch ξ_i it used (with its dropout masks)."""
+        vb = self.noise(val.full())
+        direct = self.grad(self.task.f, 0, x, y, vb)
+        h = direct - self.cross(self.task.g, x, y, self.noise(train.full()), p)
+        return Hypergrad(h, direct, vb)
+
+
+@dataclass
+class Hypergrad:
+    h: torch.Tensor  # [M, dx] per-client hypergradients
+    direct: torch.Tensor  # [M, dx] their direct parts ∇_x F_i(x, y; ξ_i)
+    val: Batch  # the validation batch ξ_i (with its dropout masks)
 
 
 def mean(t: torch.Tensor) -> torch.Tensor:

@@ -9,7 +9,7 @@ FedNest, one outer iteration:
 
 1. FedInn (N times, a fresh client set each time, FedNest repo): anchor q = mean_i ∇_y G_i(x, y)
    (1 round), local SVRG steps y_i <- y_i - β(∇G_i(y_i; ζ) - ∇G_i(y; ζ) + q), y = mean_i y_i
-   (1 round). ``lower: sgd`` (FedNest_SGD): FedAvg local SGD, 1 round.
+   (1 round). ``lower_solver: sgd`` (FedNest_SGD): FedAvg local SGD, 1 round.
 2. FedIHGP on a fresh client set S (spec §7 item 7, the paper's globally aggregated form):
    p_0 = mean_i ∇_y F_i(x, y^N) (1 round); for t = 1..T: p_t = mean_i (I - λ ∇²_y G_i(x, y^N)) p_{t-1}
    (T rounds); P = λ Σ_{t=0}^{T} p_t. The repo's per-client counter (never fed back) is *not*
@@ -47,6 +47,7 @@ class FedNest(BilevelAlgorithm):
     name: ClassVar[str] = "fednest"
     paper: ClassVar[str] = "Tarzanagh et al., ICML 2022 (baseline of seed 003)"
     rounds: ClassVar[str] = "2N+T+3 (svrg), N+T+3 (sgd); local: 2N+1, N+1"
+    tasks: ClassVar[tuple[str, ...]] = ("hyperrep", "hyperclean")
 
     @dataclass
     class HP:
@@ -58,22 +59,22 @@ class FedNest(BilevelAlgorithm):
         lower_epochs: int = 5
         batch_size: int = 64
         tau: int = 1  # local upper steps
-        lower: str = "svrg"  # svrg | sgd
+        lower_solver: str = "svrg"  # svrg | sgd
         local_hypergrad: bool = False  # True: LFedNest
         neumann: str = "sum"  # sum (deterministic, spec §7 item 7) | random (Ghadimi-Wang)
 
-    def __init__(self, task, hp, fed):
-        if hp.lower not in ("svrg", "sgd"):
-            raise UsageError(f"lower must be svrg or sgd, got '{hp.lower}'")
+    @classmethod
+    def check(cls, hp) -> None:
+        if hp.lower_solver not in ("svrg", "sgd"):
+            raise UsageError(f"lower_solver must be svrg or sgd, got '{hp.lower_solver}'")
         if hp.neumann not in ("sum", "random"):
             raise UsageError(f"neumann must be sum or random, got '{hp.neumann}'")
         if hp.N < 0 or hp.T < 0 or hp.tau < 1 or hp.lower_epochs < 1 or hp.batch_size < 1:
             raise UsageError("need N >= 0, T >= 0, tau >= 1, lower_epochs >= 1, batch_size >= 1")
-        super().__init__(task, hp, fed)
 
     def rounds_per_iteration(self) -> int | None:
         hp = self.hp
-        lower = (2 if hp.lower == "svrg" else 1) * hp.N
+        lower = (2 if hp.lower_solver == "svrg" else 1) * hp.N
         if hp.local_hypergrad:
             return lower + 1
         return None if hp.neumann == "random" else lower + hp.T + 3
@@ -86,7 +87,7 @@ class FedNest(BilevelAlgorithm):
             S = self.fed.sample()
             a, gfn, enc = self.task.lower_view(x, data.split("train", S))
             q = None
-            if hp.lower == "svrg":
+            if hp.lower_solver == "svrg":
                 q = mean(self.lower_anchor(a, gfn, enc, y))
                 led.comm(len(S), dy)
             y = mean(self.local_lower(a, gfn, enc, y, q, hp.inner_lr, hp.lower_epochs, hp.batch_size))
@@ -98,9 +99,10 @@ class FedNest(BilevelAlgorithm):
             self.x = mean(self._local_outer(x, y, train, val))
         else:
             P = self._fedihgp(x, y, train, val, M, dy)
-            h = mean(self.hypergradient(x, y, P, train, val))
+            hg = self.hypergradient(x, y, P, train, val)
+            h = mean(hg.h)
             led.comm(M, dx)
-            self.x = mean(self.upper_local(x, y, h, val, hp.tau, hp.outer_lr, same_sample=True))
+            self.x = mean(self.upper_local(x, y, h, hg, hp.tau, hp.outer_lr, same_sample=True))
         led.comm(M, dx)
         self.y = y
 
@@ -133,6 +135,5 @@ class FedNest(BilevelAlgorithm):
             for _ in range(hp.T):
                 p = p - hp.lam * self.hvp(g, xi, y, self.noise(train.full()), p)
                 acc = acc + p
-            h = self.hypergradient(xi, y, hp.lam * acc, train, val)
-            xi = xi - hp.outer_lr * h
+            xi = xi - hp.outer_lr * self.hypergradient(xi, y, hp.lam * acc, train, val).h
         return xi

@@ -1,0 +1,196 @@
+"""The ``fbo`` command line: ``fbo run``, ``fbo compare``, ``fbo list``.
+
+Exit codes: 0 done, 1 the run failed or diverged, 2 usage error (bad input; no traceback).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
+    TimeRemainingColumn
+from rich.table import Table
+
+from .errors import UsageError
+
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
+    help="Experiment runner for federated bilevel and federated minimax optimization.\n\n"
+         "[bold]fbo run TASK --algo ALGO[/bold] runs one algorithm; "
+         "[bold]fbo compare SPEC.yaml[/bold] runs a paper's grid and writes its table and plots; "
+         "[bold]fbo list[/bold] shows tasks, algorithms, datasets and experiment specs.")
+err = Console(stderr=True)
+out = Console()
+
+
+@contextlib.contextmanager
+def user_errors():
+    """Turn a :class:`UsageError` into a one-line message and exit code 2."""
+    try:
+        yield
+    except UsageError as e:
+        err.print(f"[bold red]Error:[/bold red] {e}", highlight=False)
+        raise typer.Exit(2) from None
+
+
+def run_progress(console: Console) -> Progress:
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("rounds  {task.fields[metric]}"), TimeElapsedColumn(), TextColumn("left"),
+                    TimeRemainingColumn(), console=console, transient=False)
+
+
+def _fmt_metric(row: dict[str, Any], metric: str) -> str:
+    v = row.get(metric)
+    return f"{metric}={v:.4f}" if isinstance(v, float) else ""
+
+
+@app.command(no_args_is_help=True)
+def run(
+    task: str = typer.Argument(..., help="Task: hyperrep, hyperclean, auc, hfl (see `fbo list`)."),
+    algo: str = typer.Option(..., "--algo", "-a", help="Algorithm name (see `fbo list`)."),
+    dataset: Optional[str] = typer.Option(None, help="Dataset; default: the task's offline default."),
+    partition: Optional[str] = typer.Option(None, help="Client partition: iid | shards | dirichlet | class-disjoint."),
+    clients: Optional[int] = typer.Option(None, help="Number of clients m. [default: 100]"),
+    participation: Optional[float] = typer.Option(None, help="Fraction of clients per round C. [default: 0.1]"),
+    alpha: Optional[float] = typer.Option(None, help="Dirichlet concentration (partition dirichlet). [default: 0.5]"),
+    lower: Optional[str] = typer.Option(None, help="Lower level: global | local (per-client heads), where the task has it."),
+    rounds: Optional[int] = typer.Option(None, help="Budget in communication rounds. [default: 2000]"),
+    max_iters: Optional[int] = typer.Option(None, help="Optional budget in outer iterations."),
+    time_limit: Optional[float] = typer.Option(None, help="Optional budget in seconds of training."),
+    eval_every: Optional[int] = typer.Option(None, help="Evaluate every this many outer iterations. [default: 1]"),
+    target: Optional[float] = typer.Option(None, help="Target of the headline metric for 'rounds to target'."),
+    seed: Optional[int] = typer.Option(None, help="Random seed (partition, init, sampling). [default: 0]"),
+    device: Optional[str] = typer.Option(None, help="auto | cpu | cuda. [default: auto]"),
+    data_dir: Optional[Path] = typer.Option(None, help="Where datasets are read (and downloaded). [default: data]"),
+    out_dir: Optional[Path] = typer.Option(None, help="Where run directories are written. [default: results]"),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML file of key: value overrides."),
+    set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="Override any key: --set tau=5 (repeatable)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+) -> None:
+    """Run one algorithm on one task and write results/<task>/<algo>/<run-id>/."""
+    from .config import load_config_file, parse_sets, resolve
+    from .data import load_dataset
+    from .runner import execute
+
+    with user_errors():
+        file_layer = load_config_file(config) if config else {}
+        cli_layer = {k: v for k, v in dict(
+            dataset=dataset, partition=partition, clients=clients, participation=participation, alpha=alpha,
+            lower=lower, rounds=rounds, max_iters=max_iters, time_limit=time_limit, eval_every=eval_every,
+            target=target, seed=seed, device=device, data_dir=str(data_dir) if data_dir else None,
+            out_dir=str(out_dir) if out_dir else None).items() if v is not None}
+        cfg = resolve(task, algo, file_layer, cli_layer, parse_sets(set_))
+        load_dataset(cfg.run.dataset, cfg.run.data_dir, cfg.run.download)  # fail before the progress bar
+        budget = cfg.run.rounds
+        label = f"{cfg.entry.label or cfg.algo} · {cfg.run.dataset}"
+        with (contextlib.nullcontext() if quiet else run_progress(err)) as prog:
+            bar = None if quiet else prog.add_task(label, total=budget, metric="")
+            metric_key: list[str] = []
+
+            def on_eval(row):
+                if prog is None:
+                    return
+                if not metric_key:
+                    metric_key.append(next((k for k in ("test_acc", "test_auc") if k in row), ""))
+                prog.update(bar, completed=min(row["rounds"], budget), metric=_fmt_metric(row, metric_key[0]))
+
+            summary = execute(cfg, on_eval=on_eval)
+    status = summary["status"]
+    best = summary["best"]
+    out.print(f"[bold]{status}[/bold]: {summary['label']} on {task}/{cfg.run.dataset}, "
+              f"{summary['ledger']['rounds']} rounds, {summary['ledger']['iterations']} iterations, "
+              f"final {summary['metric']} {summary['final']:.4f}" + (f", best {best:.4f}" if best is not None else "")
+              + f", {summary['train_time_s']:.1f} s training")
+    out.print(f"results: {cfg.run_dir}")
+    if status != "done":
+        raise typer.Exit(1)
+
+
+@app.command(no_args_is_help=True)
+def compare(
+    spec: Path = typer.Argument(..., help="Experiment spec (YAML), e.g. experiments/aggitd_table2_fmnist.yaml."),
+    jobs: int = typer.Option(1, "--jobs", "-j", help="Runs in parallel (processes)."),
+    out_dir: Optional[Path] = typer.Option(None, help="Results root. [default: results]"),
+    data_dir: Optional[Path] = typer.Option(None, help="Dataset directory. [default: data]"),
+    seeds: Optional[str] = typer.Option(None, help="Override the spec's seeds, e.g. 0,1."),
+    set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="Override a key in every run (repeatable)."),
+    rerun: bool = typer.Option(False, help="Run again even the runs that are already done."),
+    no_run: bool = typer.Option(False, "--no-run", help="Only aggregate the runs already done."),
+) -> None:
+    """Run an experiment grid (algorithms x settings x seeds), skipping runs already done, then write
+    results/compare/<name>/{table.md, table.csv, runs.csv, curves.png}."""
+    from . import compare as cmp
+    from .config import parse_sets
+
+    with user_errors():
+        if jobs < 1:
+            raise UsageError(f"--jobs must be >= 1, got {jobs}")
+        overrides = parse_sets(set_)
+        if out_dir:
+            overrides["out_dir"] = str(out_dir)
+        if data_dir:
+            overrides["data_dir"] = str(data_dir)
+        seed_list = None
+        if seeds:
+            try:
+                seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+            except ValueError:
+                raise UsageError(f"--seeds expects comma-separated integers, got '{seeds}'") from None
+        exp = cmp.load_spec(spec, overrides, seed_list)
+        outdir = cmp.run_experiment(exp, jobs=jobs, rerun=rerun, no_run=no_run, console=err)
+    out.print((outdir / "table.md").read_text())
+    out.print(f"written: {outdir}/table.md, table.csv, runs.csv, curves.png")
+
+
+@app.command("list")
+def list_() -> None:
+    """Tasks, algorithms, datasets and experiment specs."""
+    from .algorithms import REGISTRY
+    from .data import LOADERS
+    from .tasks import TASKS
+
+    t = Table(title="Tasks", title_justify="left")
+    for c in ("task", "kind", "metric", "datasets"):
+        t.add_column(c)
+    for name, cls in TASKS.items():
+        t.add_row(name, cls.kind, cls.metric, ", ".join(cls.datasets))
+    out.print(t)
+    t = Table(title="Algorithms", title_justify="left")
+    for c in ("algorithm", "label", "tasks", "rounds / iteration", "paper"):
+        t.add_column(c)
+    for name, e in REGISTRY.items():
+        t.add_row(name, e.label, ", ".join(e.tasks), e.cls.rounds, e.cls.paper)
+    out.print(t)
+    t = Table(title="Datasets", title_justify="left")
+    t.add_column("dataset")
+    t.add_column("source")
+    for name, fn in LOADERS.items():
+        t.add_row(name, (fn.__doc__ or "torchvision (data dir or download)").strip().splitlines()[0])
+    out.print(t)
+    specs = sorted(Path("experiments").glob("*.yaml"))
+    if specs:
+        import yaml
+
+        t = Table(title="Experiment specs (fbo compare FILE)", title_justify="left")
+        t.add_column("file")
+        t.add_column("title")
+        for p in specs:
+            try:
+                d = yaml.safe_load(p.read_text()) or {}
+            except yaml.YAMLError:
+                d = {}
+            if isinstance(d, dict) and "algorithms" in d:
+                t.add_row(str(p), str(d.get("title", "")))
+        out.print(t)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

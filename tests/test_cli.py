@@ -1,0 +1,152 @@
+"""What a user sees: files written, reproducibility, errors with exit code 2, divergence."""
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from fbo_cli.cli import app
+
+runner = CliRunner()
+TINY = ["--dataset", "digits", "--clients", "6", "--participation", "0.5", "--rounds", "30", "--eval-every", "2",
+        "--quiet"]
+
+
+def run(*args):
+    return runner.invoke(app, list(args))
+
+
+def _run_dir(out):
+    dirs = list((out / "hyperrep").glob("*/*"))
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+def test_run_writes_its_files(tmp_path):
+    r = run("run", "hyperrep", "--algo", "aggitd", "--out-dir", str(tmp_path), *TINY)
+    assert r.exit_code == 0, r.output
+    d = _run_dir(tmp_path)
+    for f in ("config.yaml", "metrics.csv", "summary.json", "curves.png"):
+        assert (d / f).is_file(), f
+    m = pd.read_csv(d / "metrics.csv")
+    for col in ("rounds", "iterations", "samples", "floats_up", "floats_down", "train_time", "test_acc", "test_loss"):
+        assert col in m
+    assert m.rounds.iloc[-1] >= 30 and (m.rounds.diff().dropna() == 10).all()  # 5 rounds/iteration, every 2
+    s = json.loads((d / "summary.json").read_text())
+    assert s["status"] == "done" and s["rounds_per_iteration"] == 5 and s["seed"] == 0
+    assert s["final"] == pytest.approx(m.test_acc.iloc[-1])
+
+
+def test_same_seed_same_metrics(tmp_path):
+    for sub in ("a", "b"):
+        r = run("run", "hyperrep", "--algo", "fednest", "--out-dir", str(tmp_path / sub), *TINY,
+                "--set", "tau=2", "--partition", "shards")
+        assert r.exit_code == 0, r.output
+    a = pd.read_csv(_run_dir(tmp_path / "a") / "metrics.csv").drop(columns="train_time")
+    b = pd.read_csv(_run_dir(tmp_path / "b") / "metrics.csv").drop(columns="train_time")
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+    r = run("run", "hyperrep", "--algo", "fednest", "--out-dir", str(tmp_path / "c"), *TINY,
+            "--set", "tau=2", "--partition", "shards", "--seed", "1")
+    c = pd.read_csv(_run_dir(tmp_path / "c") / "metrics.csv").drop(columns="train_time")
+    assert not a.test_acc.equals(c.test_acc)
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["run", "hyperrep", "--algo", "nope"], "unknown algorithm 'nope'"),
+    (["run", "nope", "--algo", "aggitd"], "unknown task 'nope'"),
+    (["run", "hyperrep", "--algo", "aggitd", "--set", "bogus=1"], "unknown key 'bogus'"),
+    (["run", "hyperrep", "--algo", "aggitd", "--set", "tau=abc"], "'tau' expects int"),
+    (["run", "hyperrep", "--algo", "aggitd", "--set", "lower_solver=adam"], "lower_solver must be svrg or sgd"),
+    (["run", "hyperrep", "--algo", "aggitd", "--rounds", "0"], "rounds (the budget) must be > 0"),
+    (["run", "hyperrep", "--algo", "aggitd", "--rounds", "-5"], "must be > 0"),
+    (["run", "hyperrep", "--algo", "aggitd", "--partition", "zebra"], "unknown partition"),
+    (["run", "hyperrep", "--algo", "aggitd", "--participation", "1.5"], "participation must be in (0, 1]"),
+    (["run", "hyperrep", "--algo", "aggitd", "--set", "lam=-1"], "'lam' must be >= 0"),
+])
+def test_bad_input_exit_2(args, msg):
+    r = run(*args)
+    assert r.exit_code == 2, r.output
+    assert msg in " ".join(r.output.split()), r.output
+    assert "Traceback" not in r.output
+
+
+def test_missing_dataset_offline(tmp_path):
+    r = run("run", "hyperrep", "--algo", "aggitd", "--dataset", "cifar10", "--data-dir", str(tmp_path),
+            "--set", "download=false")
+    assert r.exit_code == 2
+    text = " ".join(r.output.split())
+    assert "dataset 'cifar10' not found" in text and str(tmp_path) in text
+
+
+def test_bad_yaml(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("algorithms: [unclosed\n  - : :\n")
+    for args in (["compare", str(bad)], ["run", "hyperrep", "--algo", "aggitd", "--config", str(bad)]):
+        r = run(*args)
+        assert r.exit_code == 2 and "not valid YAML" in r.output and "Traceback" not in r.output
+    r = run("compare", str(tmp_path / "missing.yaml"))
+    assert r.exit_code == 2 and "not found" in r.output
+    spec = tmp_path / "s.yaml"
+    spec.write_text("task: hyperrep\nalgorithms: [{algo: aggitd, set: {tua: 3}}]\n")
+    r = run("compare", str(spec))
+    assert r.exit_code == 2 and "unknown key 'tua'" in r.output
+
+
+def test_diverged_run_keeps_rows(tmp_path):
+    r = run("run", "hyperrep", "--algo", "fednest", "--out-dir", str(tmp_path), *TINY, "--set", "outer_lr=1e30",
+            "--set", "eval_every=1")
+    assert r.exit_code == 1, r.output
+    d = _run_dir(tmp_path)
+    s = json.loads((d / "summary.json").read_text())
+    assert s["status"] == "diverged"
+    assert len(pd.read_csv(d / "metrics.csv")) >= 1
+
+
+def test_config_file_and_set_precedence(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("tau: 3\nlam: 0.02\nclients: 6\n")
+    r = run("run", "hyperrep", "--algo", "aggitd", "--out-dir", str(tmp_path), "--config", str(cfg),
+            "--set", "lam=0.05", "--dataset", "digits", "--rounds", "5", "--quiet")
+    assert r.exit_code == 0, r.output
+    import yaml
+
+    c = yaml.safe_load((_run_dir(tmp_path) / "config.yaml").read_text())
+    assert c["hp"]["tau"] == 3 and c["hp"]["lam"] == 0.05 and c["clients"] == 6
+
+
+def test_compare_runs_then_reuses(tmp_path):
+    spec = tmp_path / "exp.yaml"
+    spec.write_text(f"""
+name: tiny
+task: hyperrep
+target: 0.5
+seeds: [0, 1]
+base: {{dataset: digits, clients: 6, participation: 0.5, rounds: 20, out_dir: {tmp_path}}}
+algorithms: [{{name: A, algo: aggitd}}, {{name: F, algo: fednest}}]
+settings: [{{name: iid, set: {{partition: iid}}}}]
+reference: {{A: {{iid: {{final: 0.9}}}}}}
+""")
+    r = run("compare", str(spec))
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "compare" / "tiny"
+    for f in ("table.md", "table.csv", "runs.csv", "curves.png"):
+        assert (out / f).is_file()
+    runs = pd.read_csv(out / "runs.csv")
+    assert len(runs) == 4 and set(runs.algorithm) == {"A", "F"}
+    table = pd.read_csv(out / "table.csv")
+    assert "paper final" in table and table.loc[table.algorithm == "A", "paper final"].iloc[0] == 90.0
+    mtimes = {p: p.stat().st_mtime_ns for p in tmp_path.glob("hyperrep/*/*/summary.json")}
+    r = run("compare", str(spec))
+    assert r.exit_code == 0
+    assert mtimes == {p: p.stat().st_mtime_ns for p in tmp_path.glob("hyperrep/*/*/summary.json")}
+
+
+def test_list_and_entry_point():
+    r = run("list")
+    assert r.exit_code == 0 and "aggitd" in r.output and "hyperrep" in r.output
+    p = subprocess.run([sys.executable, "-m", "fbo_cli.cli", "run", "hyperrep", "--algo", "nope"],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and "unknown algorithm" in p.stderr
