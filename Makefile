@@ -4,14 +4,15 @@ FBO     ?= .venv/bin/fbo
 JOBS    ?= 2
 TORCH   ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: setup data run test lint bench reproduce-aggitd reproduce-aggitd-mnist reproduce-codasca reproduce-codasca-cifar100 reproduce-zohfl reproduce-zohfl-all clean
+.PHONY: setup venv data run test lint bench reproduce-aggitd reproduce-aggitd-short reproduce-aggitd-mnist reproduce-codasca reproduce-codasca-cifar100 reproduce-zohfl reproduce-zohfl-all reproduce-fedbio reproduce-fedbio-quick reproduce-fedbio-mnist reproduce-fedbio-local reproduce-adafbio reproduce-adafbio-quick clean
 
-setup:  ## virtual environment with pinned versions, plus Debian's offline Fashion-MNIST where possible
+setup: venv data  ## virtual environment with pinned versions, plus Debian's offline Fashion-MNIST where possible
+
+venv:   ## .venv with pinned torch/torchvision and the project (editable) with its dev tools
 	python3 -m venv .venv
 	.venv/bin/pip install -q --upgrade pip
 	.venv/bin/pip install -q $(TORCH)
 	.venv/bin/pip install -q -e '.[dev]'
-	@$(MAKE) --no-print-directory data
 
 data:   ## install Debian's dataset-fashion-mnist when we are root with apt, else say how
 	@if [ -d /usr/share/datasets/fashion-mnist ]; then echo "Fashion-MNIST: found in /usr/share/datasets/fashion-mnist"; \
@@ -36,6 +37,9 @@ bench:  ## seconds per communication round / outer iteration of every algorithm 
 reproduce-aggitd:        ## seed 003 Table 2 on the offline Fashion-MNIST twin (3 seeds)
 	$(FBO) compare experiments/aggitd_table2_fmnist.yaml --jobs $(JOBS)
 
+reproduce-aggitd-short:  ## the same grid with a 500-round budget and a 70% target (about 10 min on 2 idle cores)
+	$(FBO) compare experiments/aggitd_table2_fmnist_500.yaml --jobs $(JOBS)
+
 reproduce-aggitd-mnist:  ## seed 003 Table 2 on MNIST (needs MNIST in data/ or network)
 	$(FBO) compare experiments/aggitd_table2.yaml --jobs $(JOBS)
 
@@ -58,6 +62,31 @@ reproduce-zohfl:     ## seed 002 Table I (Fashion-MNIST column, 3 seeds), Fig. 2
 reproduce-zohfl-all: ## seed 002 Table I on MNIST, Fashion-MNIST and CIFAR-10 (MNIST, CIFAR-10 need data/ or network)
 	$(FBO) compare experiments/zohfl_table1.yaml --jobs $(JOBS)
 	$(PY) -m fbo_cli.zohfl_figs fig1 mnist 0.1 results/figures/zohfl_fig1_mnist.png
+
+reproduce-fedbio:       ## seeds 000/001 hyper-cleaning on Fashion-MNIST, noise 0.2/0.4/0.6, every bilevel method + FedAvg bounds (3 seeds; long)
+	$(FBO) compare experiments/fedbio_hyperclean_fmnist.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/fedbio_hyperclean_fmnist_samples.yaml --jobs $(JOBS)
+
+reproduce-fedbio-quick: ## the reduced run reported in docs: Fashion-MNIST, noise 0.4 only, 60 rounds, 3 seeds
+	$(FBO) compare experiments/fedbio_hyperclean_fmnist_quick.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/fedbio_hyperclean_fmnist_quick_samples.yaml --jobs $(JOBS)
+
+reproduce-fedbio-mnist: ## the same hyper-cleaning grid on MNIST (needs MNIST in data/ or network)
+	$(FBO) compare experiments/fedbio_hyperclean_mnist.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/fedbio_hyperclean_mnist_samples.yaml --jobs $(JOBS)
+
+reproduce-fedbio-local:  ## seed 001 per-client heads (local lower level) on Fashion-MNIST: FedBiO-Local, FedBiOAcc-Local, AdaFBiO vs FedNest/AggITD (3 seeds; long)
+	$(FBO) compare experiments/fedbio_local_hyperrep.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/fedbio_local_hyperrep_samples.yaml --jobs $(JOBS)
+
+reproduce-adafbio:       ## seed 000 §4 on Fashion-MNIST: hyper-representation (global head) and hyper-cleaning p=0.2/0.4/0.6 (3 seeds; long)
+	$(FBO) compare experiments/adafbio_hyperrep.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/adafbio_hyperrep_samples.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/adafbio_hyperclean.yaml --jobs $(JOBS)
+
+reproduce-adafbio-quick: ## the reduced runs reported in docs/fidelity.md (80 rounds; results/reduced/)
+	$(FBO) compare experiments/fedbio_local_hyperrep.yaml --jobs $(JOBS) --set rounds=80 --out-dir results/reduced
+	$(FBO) compare experiments/adafbio_hyperrep.yaml --jobs $(JOBS) --set rounds=80 --seeds 0 --out-dir results/reduced
 
 clean:
 	rm -rf results/*/ .pytest_cache

@@ -11,8 +11,7 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
-    TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 from .errors import UsageError
@@ -57,7 +56,7 @@ def run(
     clients: Optional[int] = typer.Option(None, help="Number of clients m. [default: 100]"),
     participation: Optional[float] = typer.Option(None, help="Fraction of clients per round C. [default: 0.1]"),
     alpha: Optional[float] = typer.Option(None, help="Dirichlet concentration (partition dirichlet). [default: 0.5]"),
-    lower: Optional[str] = typer.Option(None, help="Lower level: global | local (per-client heads), where the task has it."),
+    lower: Optional[str] = typer.Option(None, help="Lower level: global | local (a head per client)."),
     rounds: Optional[int] = typer.Option(None, help="Budget in communication rounds. [default: 2000]"),
     max_iters: Optional[int] = typer.Option(None, help="Optional budget in outer iterations."),
     time_limit: Optional[float] = typer.Option(None, help="Optional budget in seconds of training."),

@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from .config import RunConfig, load_config_file, resolve
 from .errors import UsageError
@@ -97,9 +96,9 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
     for s in settings:
         if not isinstance(s, dict) or "name" not in s:
             raise UsageError(f"{where}: each setting needs a 'name' key, got {s!r}")
-    for s in settings:
-        for a in algos:
-            for seed in seed_list:
+    for seed in seed_list:  # seed-major: a first complete picture of the grid arrives early
+        for s in settings:
+            for a in algos:
                 layers = (base, s.get("set") or {}, a.get("set") or {},
                           {"seed": seed, "target": exp.target}, overrides)
                 try:
@@ -135,21 +134,27 @@ def _done(cfg: RunConfig) -> bool:
 
 
 def _run_cells(exp: Experiment, todo: list[Cell], jobs: int, console) -> None:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
-        TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     from .runner import execute
 
-    cols = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-            TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn())
+    cols = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn())
     with Progress(*cols, console=console) as prog:
         overall = prog.add_task(f"{exp.name}: runs", total=len(todo), info="")
         if jobs == 1:
             for c in todo:
                 label = f"{c.algorithm} · {c.setting} · seed {c.seed}"
                 bar = prog.add_task(label, total=c.cfg.run.rounds, info="rounds")
-                execute(c.cfg, on_eval=lambda row, bar=bar: prog.update(
-                    bar, completed=min(row["rounds"], c.cfg.run.rounds)))
+                execute(c.cfg, on_eval=lambda row, bar=bar, total=c.cfg.run.rounds: prog.update(
+                    bar, completed=min(row["rounds"], total)))
                 prog.remove_task(bar)
                 prog.advance(overall)
             return

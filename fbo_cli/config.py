@@ -179,7 +179,7 @@ def resolve(task: str, algo: str, *layers: dict[str, Any]) -> RunConfig:
     groups = [(RunSettings, {}), (tcls.Params, {}), (entry.cls.HP, dict(entry.preset))]
     hints = [_hints(c) for c, _ in groups]
     for key, value in merged.items():
-        for (cls, vals), h in zip(groups, hints):
+        for (_, vals), h in zip(groups, hints):
             if key in h:
                 vals[key] = coerce(key, value, h[key])
                 break
@@ -194,7 +194,7 @@ def resolve(task: str, algo: str, *layers: dict[str, Any]) -> RunConfig:
         run.dataset = tcls.default_dataset
     _validate(run, tcls)
     entry.cls.check(hp)
-    for (cls, _), obj in zip(groups[1:], (tparams, hp)):
+    for obj in (tparams, hp):
         for f in fields(obj):
             v = getattr(obj, f.name)
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0:

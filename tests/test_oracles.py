@@ -6,8 +6,6 @@ from torch.autograd.functional import hessian, jacobian
 from fbo_cli.federation import per_client_cross, per_client_grad, per_client_hvp
 
 
-
-
 def loss(a, b, batch):
     # a non-quadratic coupling of a and b, weighted over the batch rows
     z = batch["X"] @ b + torch.tanh(batch["X"][:, : a.shape[0]] @ a) * (b[:3] ** 2).sum()
@@ -16,8 +14,9 @@ def loss(a, b, batch):
 
 def _setup(M=3, n=6, da=4, db=5, seed=0):
     g = torch.Generator().manual_seed(seed)
-    batch = {"X": torch.randn(M, n, db, generator=g, dtype=torch.float64), "w": torch.rand(M, n, generator=g, dtype=torch.float64)}
-    return batch, torch.randn(M, da, generator=g, dtype=torch.float64), torch.randn(M, db, generator=g, dtype=torch.float64), torch.randn(M, db, generator=g, dtype=torch.float64)
+    r = lambda *shape: torch.randn(*shape, generator=g, dtype=torch.float64)
+    batch = {"X": r(M, n, db), "w": torch.rand(M, n, generator=g, dtype=torch.float64)}
+    return batch, r(M, da), r(M, db), r(M, db)
 
 
 def _mixed(a, b, bi):

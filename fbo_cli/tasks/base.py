@@ -37,7 +37,7 @@ class Layout:
         """PyTorch's default init for Linear/Conv layers: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for
         weights and biases (a bias takes the fan-in of the weight listed before it)."""
         parts, fan_in = [], 1
-        for name, shape in self.shapes:
+        for _, shape in self.shapes:
             if len(shape) > 1:
                 fan_in = math.prod(shape[1:])
             bound = 1.0 / math.sqrt(fan_in)
@@ -78,6 +78,7 @@ class BilevelTask(Task):
     """
 
     reuse: ClassVar[bool] = False
+    local_lower: bool = False  # True: a lower variable per client (seed 001 eq. 5); y is stacked [m, dy]
     dx: int
     dy: int
 

@@ -5,8 +5,12 @@ global and shared by all clients (eq. 1 of seed 003).
 
 * ``f_i(x, y)``: cross-entropy of the network on client i's *validation* split (no regularizer).
 * ``g_i(x, y)``: cross-entropy on client i's *training* split plus a regularizer on y:
-  ``norm`` (default, FedNest repo: ``reg_coef * Σ_k ||y_k||_2`` over the head's tensors, un-squared,
-  reg_coef = 0.05 = 0.5 * 0.1), ``l2`` (``reg_coef/2 ||y||^2``, strongly convex) or ``none``.
+  ``l2`` (default: ``reg_coef/2 ||y||^2``, reg_coef = 0.01; strongly convex, as the theory assumes),
+  ``norm`` (FedNest repo: ``reg_coef * Σ_k ||y_k||_2`` over the head's tensors, un-squared,
+  reg_coef = 0.05 = 0.5 * 0.1) or ``none``. The repo's un-squared norm is not the default: its
+  gradient pulls the head bias to 0 with constant force, its Hessian ``reg_coef (I - b̂b̂ᵀ)/||b||``
+  then grows without bound, and once ``λ ||∇²_y g|| > 2`` the Neumann / AggITD recursions diverge
+  (we saw FedNest on Fashion-MNIST blow up after ~300 rounds, ||b|| = 4e-5; docs/fidelity.md).
 
 Models (FedNest repo):
 
@@ -19,6 +23,18 @@ Models (FedNest repo):
 
 Reuse: g depends on x only through the features ``relu(x-part(X))`` (dropout and ReLU commute), so
 the lower-level phase encodes each client's training split once per outer iteration.
+
+Local lower level (``lower: local``; seed 001 eq. (5), seed 000 eq. (2)/(3)): every client i has its
+own head y_i, ``y*_i(x) = argmin_y g_i(x, y)``, and the upper level is ``(1/m) Σ_i f_i(x, y*_i(x))``.
+The losses f_i, g_i are the same functions; only the state changes: ``init`` returns y stacked
+``[m, dy]`` (every head starts from the same draw, as the papers' ``y_1^(m) = y_1``), and
+``evaluate(x, Y)`` scores client i's head on client i's own test split (``FederatedData.split("test")``,
+the test set dealt out following each client's label distribution). ``test_acc`` is then the mean
+over clients of the per-client accuracies (personalized accuracy, spec_001 §4.3), ``test_loss`` the
+mean of the per-client losses, ``test_acc_pooled`` the accuracy over all clients' test examples
+together. ``test_on: clients`` scores a *global* head the same way (for comparisons with
+personalized runs); ``auto`` (default) is ``pooled`` for a global head (the full test set, the
+seed-003 metric, unchanged) and ``clients`` for per-client heads.
 """
 
 from __future__ import annotations
@@ -46,8 +62,10 @@ class HyperRep(BilevelTask):
         model: str = "mlp"  # mlp | cnn
         hidden: int = 200  # MLP hidden units
         dropout: float = 0.5  # MLP dropout probability (0 disables)
-        reg: str = "norm"  # norm | l2 | none
-        reg_coef: float = 0.05
+        reg: str = "l2"  # l2 | norm | none
+        reg_coef: float | None = None  # None: 0.01 for l2, 0.05 for norm (FedNest repo)
+        lower: str = "global"  # global (one shared head, eq. 1) | local (a head per client, eq. 5)
+        test_on: str = "auto"  # auto | pooled (full test set) | clients (each client's own test split)
 
     def __init__(self, params: "HyperRep.Params", data):
         super().__init__(params, data)
@@ -58,6 +76,13 @@ class HyperRep(BilevelTask):
             raise UsageError(f"reg must be one of norm, l2, none; got '{p.reg}'")
         if not 0.0 <= p.dropout < 1.0:
             raise UsageError(f"dropout must be in [0, 1), got {p.dropout}")
+        if p.lower not in ("global", "local"):
+            raise UsageError(f"lower must be one of global, local; got '{p.lower}'")
+        if p.test_on not in ("auto", "pooled", "clients"):
+            raise UsageError(f"test_on must be one of auto, pooled, clients; got '{p.test_on}'")
+        if p.test_on == "pooled" and p.lower == "local":
+            raise UsageError("test_on=pooled needs lower=global: each head is scored on its own client")
+        self.local_lower = p.lower == "local"
         shape = data.dataset.shape
         C = data.num_classes
         if p.model == "mlp":
@@ -80,7 +105,10 @@ class HyperRep(BilevelTask):
     # model ---------------------------------------------------------------------------------------
     def init(self, gen):
         dev = self.data.X.device
-        return self.lx.init(gen, dev), self.ly.init(gen, dev)
+        x, y = self.lx.init(gen, dev), self.ly.init(gen, dev)
+        if self.local_lower:  # y_1^(m) = y_1 for every client
+            y = y.expand(self.data.num_clients, -1).clone()
+        return x, y
 
     def encode(self, x: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
         """Features of a stack of examples under representation x: ``[n, width]`` after ReLU."""
@@ -100,11 +128,12 @@ class HyperRep(BilevelTask):
         return F.linear(F.relu(F.linear(H, Q["w2"], Q["b2"])), Q["w3"], Q["b3"])
 
     def reg_y(self, y: torch.Tensor) -> torch.Tensor:
-        if self.p.reg == "none" or self.p.reg_coef == 0:
+        coef = self.p.reg_coef if self.p.reg_coef is not None else {"l2": 0.01, "norm": 0.05}.get(self.p.reg, 0.0)
+        if self.p.reg == "none" or coef == 0:
             return y.new_zeros(())
         if self.p.reg == "l2":
-            return 0.5 * self.p.reg_coef * (y * y).sum()
-        return self.p.reg_coef * sum(t.norm() for t in self.ly.unflatten(y).values())
+            return 0.5 * coef * (y * y).sum()
+        return coef * sum(t.norm() for t in self.ly.unflatten(y).values())
 
     # losses (one client, one batch) ---------------------------------------------------------------
     def f(self, x, y, b: Batch):
@@ -127,7 +156,28 @@ class HyperRep(BilevelTask):
     # evaluation ----------------------------------------------------------------------------------
     @torch.no_grad()
     def evaluate(self, x, y):
+        if y.dim() == 2 or self.p.test_on == "clients":
+            return self.evaluate_clients(x, y)
         X, lab = self.data.X_test, self.data.y_test
         logits = torch.cat([self.head(y, self.encode(x, X[i:i + 5000]), None) for i in range(0, len(X), 5000)])
         return {"test_acc": (logits.argmax(1) == lab).float().mean().item(),
                 "test_loss": F.cross_entropy(logits, lab).item()}
+
+    @torch.no_grad()
+    def evaluate_clients(self, x, y):
+        """Each client's head (``y [m, dy]``, or one global head ``[dy]``) on its own test split."""
+        te = self.data.split("test")
+        m, t = te.mask.shape
+        X = te.X.reshape(m * t, *te.X.shape[2:])
+        H = torch.cat([self.encode(x, c) for c in X.split(5000)]).view(m, t, -1)
+        heads = y if y.dim() == 2 else y.expand(m, -1)
+        logits = torch.vmap(lambda yi, Hi: self.head(yi, Hi, None))(heads, H)  # [m, t, C]
+        mask = te.mask.to(logits.dtype)
+        n = mask.sum(1)
+        has = n > 0
+        right = ((logits.argmax(-1) == te.y).to(logits.dtype) * mask).sum(1)
+        ce = F.cross_entropy(logits.reshape(m * t, -1), te.y.reshape(-1), reduction="none").view(m, t)
+        ce = (ce * mask).sum(1)
+        return {"test_acc": (right[has] / n[has]).mean().item(),
+                "test_loss": (ce[has] / n[has]).mean().item(),
+                "test_acc_pooled": (right.sum() / n.sum()).item()}
