@@ -116,7 +116,10 @@ def _worker(task: str, algo: str, layers: tuple, threads: int) -> dict:
     torch.set_num_threads(threads)
     from .runner import execute
 
-    return execute(resolve(task, algo, *layers))
+    try:
+        return execute(resolve(task, algo, *layers))
+    except Exception as e:  # recorded in the run's summary.json; the grid goes on
+        return {"status": "failed", "error": f"{type(e).__name__}: {e}"}
 
 
 def run_experiment(exp: Experiment, jobs: int = 1, rerun: bool = False, no_run: bool = False, console=None) -> Path:
@@ -153,8 +156,11 @@ def _run_cells(exp: Experiment, todo: list[Cell], jobs: int, console) -> None:
             for c in todo:
                 label = f"{c.algorithm} · {c.setting} · seed {c.seed}"
                 bar = prog.add_task(label, total=c.cfg.run.rounds, info="rounds")
-                execute(c.cfg, on_eval=lambda row, bar=bar, total=c.cfg.run.rounds: prog.update(
-                    bar, completed=min(row["rounds"], total)))
+                try:
+                    execute(c.cfg, on_eval=lambda row, bar=bar, total=c.cfg.run.rounds: prog.update(
+                        bar, completed=min(row["rounds"], total)))
+                except Exception as e:  # recorded in the run's summary.json; the grid goes on
+                    console.print(f"[red]{label}: failed: {type(e).__name__}: {e}[/red]")
                 prog.remove_task(bar)
                 prog.advance(overall)
             return
@@ -164,6 +170,8 @@ def _run_cells(exp: Experiment, todo: list[Cell], jobs: int, console) -> None:
             for fut in as_completed(futs):
                 c = futs[fut]
                 s = fut.result()
+                if s["status"] == "failed":
+                    console.print(f"[red]{c.algorithm} · {c.setting} · seed {c.seed}: failed: {s.get('error')}[/red]")
                 prog.update(overall, advance=1, info=f"last: {c.algorithm} · {c.setting} · s{c.seed}: {s['status']}")
 
 
@@ -216,6 +224,8 @@ def summarize(exp: Experiment, runs: pd.DataFrame) -> pd.DataFrame:
                 continue
             row = {"setting": s["name"], "algorithm": a["name"], "seeds": len(g),
                    "diverged": int((g.status == "diverged").sum())}
+            if (g.status == "failed").any():
+                row["failed"] = int((g.status == "failed").sum())
             if exp.target is not None:
                 hit = g.rounds_to_target.dropna()
                 row["rounds to target"] = (_ms(hit, False) if len(hit) else "never") + f" ({len(hit)}/{len(g)})"

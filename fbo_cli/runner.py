@@ -89,31 +89,23 @@ def execute(cfg: RunConfig, on_eval: Callable[[dict[str, Any]], None] | None = N
             on_eval(row)
         return row
 
-    evaluate()
-    while led.rounds < r.rounds:
-        if r.max_iters is not None and led.iterations >= r.max_iters:
-            break
-        if r.time_limit is not None and train_time >= r.time_limit:
-            break
-        t0 = time.perf_counter()
-        algo.step()
-        led.iterations += 1
-        ok = _finite(algo)
-        train_time += time.perf_counter() - t0
-        if not ok:
-            status = "diverged"
-            break
-        if led.iterations % r.eval_every == 0:
-            row = evaluate()
-            if not all(math.isfinite(v) for v in row.values() if isinstance(v, float)):
-                status = "diverged"
-                break
-    if status == "done" and rows[-1]["iterations"] != led.iterations:
+    failure: Exception | None = None
+
+    def add_time(dt: float) -> None:
+        nonlocal train_time
+        train_time += dt
+
+    try:
         evaluate()
+        status = _loop(algo, led, r, evaluate, add_time, lambda: train_time)
+        if status == "done" and rows[-1]["iterations"] != led.iterations:
+            evaluate()
+    except Exception as e:  # a bug, not bad input: record it in summary.json, then let it propagate
+        status, failure = "failed", e
 
     import pandas as pd
 
-    df = pd.DataFrame(rows)
+    df = pd.DataFrame(rows) if rows else pd.DataFrame({"rounds": [], metric: []})
     within = df[df["rounds"] <= r.rounds] if (df["rounds"] <= r.rounds).any() else df
     finite = within[metric].replace([float("inf"), float("-inf")], float("nan")).dropna()
     summary = {
@@ -132,8 +124,35 @@ def execute(cfg: RunConfig, on_eval: Callable[[dict[str, Any]], None] | None = N
         "device": str(b.device),
         "versions": {"fbo": __version__, "torch": torch.__version__, "python": platform.python_version()},
     }
+    if failure is not None:
+        summary["error"] = f"{type(failure).__name__}: {failure}"
     if write:
         write_json(run_dir / "summary.json", summary)
-        title = f"{summary['label']} on {cfg.task}/{r.dataset} ({r.partition}, seed {r.seed})"
-        plot_run(run_dir / "curves.png", df, title, metric)
+        if rows:
+            title = f"{summary['label']} on {cfg.task}/{r.dataset} ({r.partition}, seed {r.seed})"
+            plot_run(run_dir / "curves.png", df, title, metric)
+    if failure is not None:
+        raise failure
     return summary
+
+
+def _loop(algo, led: Ledger, r, evaluate: Callable[[], dict], add_time: Callable[[float], None],
+          train_time: Callable[[], float]) -> str:
+    """Step until a budget is spent; returns the status (``done`` or ``diverged``)."""
+    while led.rounds < r.rounds:
+        if r.max_iters is not None and led.iterations >= r.max_iters:
+            break
+        if r.time_limit is not None and train_time() >= r.time_limit:
+            break
+        t0 = time.perf_counter()
+        algo.step()
+        led.iterations += 1
+        ok = _finite(algo)
+        add_time(time.perf_counter() - t0)
+        if not ok:
+            return "diverged"
+        if led.iterations % r.eval_every == 0:
+            row = evaluate()
+            if not all(math.isfinite(v) for v in row.values() if isinstance(v, float)):
+                return "diverged"
+    return "done"
