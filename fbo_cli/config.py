@@ -163,15 +163,17 @@ def resolve(task: str, algo: str, *layers: dict[str, Any]) -> RunConfig:
     """Build a validated :class:`RunConfig` from override layers (later layers win)."""
     if task not in TASKS:
         raise UsageError(f"unknown task '{task}'; choose one of: {', '.join(TASKS)}")
-    merged: dict[str, Any] = {}
+    user: dict[str, Any] = {}
     for layer in layers:
-        merged.update({k: v for k, v in layer.items() if v is not None or k in ("target", "max_iters")})
-    algo = merged.pop("algo", None) or algo
-    merged.pop("task", None)
+        user.update({k: v for k, v in layer.items() if v is not None or k in ("target", "max_iters")})
+    algo = user.pop("algo", None) or algo
+    user.pop("task", None)
     if algo not in REGISTRY:
         raise UsageError(f"unknown algorithm '{algo}'; choose one of: {', '.join(REGISTRY)}")
     entry = REGISTRY[algo]
     tcls = TASKS[task]
+    # defaults < the task's run defaults < the algorithm's run defaults < the user's layers
+    merged = {**tcls.run_defaults, **entry.cls.run_defaults, **user}
     if task not in entry.tasks:
         runs_on = ", ".join(entry.tasks)
         raise UsageError(f"algorithm '{algo}' does not run on task '{task}' (it runs on: {runs_on})")

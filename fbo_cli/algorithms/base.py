@@ -14,8 +14,7 @@ import torch
 
 from ..data import FederatedData
 from ..errors import UsageError
-from ..federation import Batch, Ledger, Split, cmean, per_client_cross, per_client_grad, per_client_hvp, \
-    sample_clients
+from ..federation import Batch, Ledger, Split, cmean, per_client_cross, per_client_grad, per_client_hvp, sample_clients
 from ..tasks.base import BilevelTask
 
 
@@ -38,6 +37,7 @@ class Algorithm:
     paper: ClassVar[str] = ""
     tasks: ClassVar[tuple[str, ...]] = ()
     rounds: ClassVar[str] = ""  # communication rounds per outer iteration, as the paper writes it
+    run_defaults: ClassVar[dict] = {}  # run settings the algorithm needs (above the task's, below the user's)
 
     @dataclass
     class HP:

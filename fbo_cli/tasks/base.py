@@ -58,6 +58,7 @@ class Task:
     metric: ClassVar[str] = "test_acc"
     default_dataset: ClassVar[str] = "mnist5k"
     datasets: ClassVar[tuple[str, ...]] = ()
+    run_defaults: ClassVar[dict] = {}  # run settings of the task's paper (below the user's keys)
 
     @dataclass
     class Params:
