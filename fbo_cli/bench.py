@@ -8,7 +8,8 @@ warm-up iteration; evaluation is timed separately. For scale, the same run also 
 (a model copy per client, a Python loop over clients, autograd one client at a time), on the same
 data, so that the speed-up of the vectorized simulator is a ratio measured in one run.
 
-Writes ``results/bench/bench.csv`` and ``bench.md``. Usage: ``python -m fbo_cli.bench [--quick]``.
+Writes ``results/bench/bench.csv`` and ``bench.md``. Usage: ``python -m fbo_cli.bench [--quick]
+[--threads N] [--only SUBSTRINGS]``. Timings use one thread by default.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ SPINE = [
 
 
 def time_case(case: dict, iters: int) -> dict:
-    b = build(resolve(case["task"], case["algo"], case.get("set") or {}))
+    b = build(resolve(case["task"], case["algo"], {**(case.get("set") or {}), "threads": None}))
     algo, led = b.algo, b.ledger
     algo.step()  # warm-up
     r0, t0 = led.rounds, time.perf_counter()
@@ -154,7 +155,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cases", default="experiments/bench.yaml")
     ap.add_argument("--only", default="", help="comma-separated substrings of case names to run")
     ap.add_argument("--out", default="results/bench")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch CPU threads (1: one core per run, as `compare --jobs 2` uses on 2 cores; "
+                         "more threads on a loaded machine oversubscribe and time noise)")
     args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
 
     from rich.console import Console
     from rich.table import Table

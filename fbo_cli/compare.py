@@ -262,7 +262,7 @@ def write_report(exp: Experiment, outdir: Path) -> None:
             + (f" 'rounds to target': first communication round with {exp.metric} ≥ {exp.target} "
                "(mean over the seeds that reach it; reached/total)." if exp.target is not None else "")
             + (" Columns 'paper ...' are the paper's numbers." if exp.reference else ""), ""]
-    atomic_write(outdir / "table.md", "\n".join(head) + _to_markdown(table) + "\n")
+    atomic_write(outdir / "table.md", "\n".join(head) + "\n" + _to_markdown(table) + "\n")
     atomic_write(outdir / "table.csv", table.to_csv(index=False))
     atomic_write(outdir / "runs.csv", runs.to_csv(index=False))
     plot_experiment(exp, curves, outdir / "curves.png")
