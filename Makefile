@@ -4,7 +4,7 @@ FBO     ?= .venv/bin/fbo
 JOBS    ?= 2
 TORCH   ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: setup venv data run test lint bench reproduce-aggitd reproduce-aggitd-short reproduce-aggitd-mnist reproduce-codasca reproduce-codasca-cifar100 reproduce-zohfl reproduce-zohfl-all reproduce-fedbio reproduce-fedbio-quick reproduce-fedbio-mnist reproduce-fedbio-local reproduce-adafbio reproduce-adafbio-quick clean
+.PHONY: setup venv data run test lint bench reproduce-aggitd reproduce-aggitd-short reproduce-aggitd-mnist reproduce-codasca reproduce-codasca-controls reproduce-codasca-cifar100 reproduce-zohfl reproduce-zohfl-all reproduce-fedbio reproduce-fedbio-quick reproduce-fedbio-mnist reproduce-fedbio-local reproduce-adafbio reproduce-adafbio-quick clean
 
 setup: venv data  ## virtual environment with pinned versions, plus Debian's offline Fashion-MNIST where possible
 
@@ -49,6 +49,11 @@ reproduce-codasca:          ## seed 004 Figure 1 analog (AUC vs window I, I_max 
 	$(FBO) compare experiments/codasca_fig1_fmnist.yaml --jobs $(JOBS)
 	$(PY) -m fbo_cli.auc_analysis results/compare/codasca_fig1_fmnist
 
+reproduce-codasca-controls: ## seed 004 controls on synth-c100: iid vs class-disjoint, FedAvg-CE, the code preset (3 seeds)
+	$(FBO) compare experiments/codasca_controls_synth.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/codasca_code_preset_synth.yaml --jobs $(JOBS)
+	$(PY) -m fbo_cli.auc_analysis results/compare/codasca_code_preset_synth
+
 reproduce-codasca-cifar100: ## seed 004 Figure 1 on CIFAR100-IH with ResNet-20 (needs CIFAR-100 in data/ or network; GPU advised)
 	$(FBO) compare experiments/codasca_fig1_cifar100.yaml --jobs $(JOBS)
 	$(PY) -m fbo_cli.auc_analysis results/compare/codasca_fig1_cifar100
@@ -86,7 +91,10 @@ reproduce-adafbio:       ## seed 000 §4 on Fashion-MNIST: hyper-representation 
 
 reproduce-adafbio-quick: ## the reduced runs reported in docs/fidelity.md (80 rounds; results/reduced/)
 	$(FBO) compare experiments/fedbio_local_hyperrep.yaml --jobs $(JOBS) --set rounds=80 --out-dir results/reduced
-	$(FBO) compare experiments/adafbio_hyperrep.yaml --jobs $(JOBS) --set rounds=80 --seeds 0 --out-dir results/reduced
+	$(FBO) compare experiments/fedbio_local_hyperrep_samples.yaml --jobs $(JOBS) --set rounds=80 --out-dir results/reduced
+	$(FBO) compare experiments/adafbio_hyperrep.yaml --jobs $(JOBS) --set rounds=80 --seeds 0,1 --out-dir results/reduced
+	$(FBO) compare experiments/adafbio_hyperrep_samples.yaml --jobs $(JOBS) --set rounds=80 --seeds 0,1 --out-dir results/reduced
+	$(FBO) compare experiments/adafbio_hyperclean_quick.yaml --jobs $(JOBS) --seeds 0 --out-dir results/reduced
 
 clean:
 	rm -rf results/*/ .pytest_cache

@@ -43,6 +43,10 @@ class FederatedData:
     val_idx: torch.Tensor
     val_mask: torch.Tensor
     extra: dict[str, torch.Tensor] = field(default_factory=dict)  # per-pool-row tensors [N, ...]
+    spec: dict = field(default_factory=dict)  # how it was built (partition, clients, seed, alpha, ...)
+    server_idx: torch.Tensor | None = None  # rows of the pool held by the server (hierarchical FL)
+    test_idx: torch.Tensor | None = None  # [m, t] rows of the *test* set: each client's own test split
+    test_mask: torch.Tensor | None = None  # (personalized evaluation; see ``split_test_like``)
 
     @property
     def num_clients(self) -> int:
@@ -53,12 +57,52 @@ class FederatedData:
         return self.dataset.num_classes
 
     def split(self, which: str, clients: torch.Tensor | None = None) -> Split:
-        """The ``train`` or ``val`` split of the given clients (all clients by default)."""
+        """The ``train``, ``val`` or ``test`` split of the given clients (all clients by default).
+        ``test`` is the client's own share of the test set (rows of ``X_test``; no ``extra``)."""
+        if which == "test":
+            if self.test_idx is None or self.test_mask is None:
+                raise UsageError("this FederatedData has no per-client test splits")
+            idx, mask = self.test_idx, self.test_mask
+            if clients is not None:
+                idx, mask = idx[clients], mask[clients]
+            return Split(self.X_test[idx], self.y_test[idx], mask, {})
         idx, mask = (self.train_idx, self.train_mask) if which == "train" else (self.val_idx, self.val_mask)
         if clients is not None:
             idx, mask = idx[clients], mask[clients]
         extra = {k: v[idx] for k, v in self.extra.items()}
         return Split(self.X[idx], self.y[idx], mask, extra)
+
+
+def split_test_like(train_labels: np.ndarray, parts: list[np.ndarray], test_labels: np.ndarray,
+                    seed: int) -> list[np.ndarray]:
+    """Each client's own test split, drawn to follow its label distribution.
+
+    The test set is *partitioned* over the clients class by class: the test examples of class c
+    (in a random order seeded by ``seed``) are dealt to the clients in proportion to how many
+    training-pool examples of class c each client holds (largest-remainder rounding). So client i's
+    test split has (up to rounding) the class mix of its own data, the splits are disjoint, every
+    test example is used exactly once (classes no client holds are left out), and the sizes are
+    proportional to the clients' shares. A client can get no test example (tiny shares);
+    evaluations skip such clients.
+    """
+    rs = np.random.RandomState(seed + 104729)
+    classes = int(max(train_labels.max(), test_labels.max())) + 1
+    counts = np.stack([np.bincount(train_labels[p], minlength=classes) for p in parts]).astype(np.float64)
+    out: list[list[np.ndarray]] = [[] for _ in parts]
+    for c in range(classes):
+        idx = rs.permutation(np.where(test_labels == c)[0])
+        tot = counts[:, c].sum()
+        if tot == 0 or len(idx) == 0:
+            continue
+        share = counts[:, c] / tot * len(idx)
+        k = np.floor(share).astype(np.int64)
+        rest = len(idx) - k.sum()
+        if rest > 0:
+            k[np.argsort(-(share - k), kind="stable")[:rest]] += 1
+        for i, chunk in enumerate(np.split(idx, np.cumsum(k)[:-1])):
+            if len(chunk):
+                out[i].append(chunk)
+    return [np.sort(np.concatenate(o)) if o else np.zeros(0, dtype=np.int64) for o in out]
 
 
 def build_federated(dataset: Dataset, partition: str, clients: int, seed: int, device: torch.device,
@@ -83,5 +127,9 @@ def build_federated(dataset: Dataset, partition: str, clients: int, seed: int, d
         raise UsageError(f"some client got no training examples ({clients} clients on {len(labels)} examples)")
     train_idx, train_mask = _table(tr, device)
     val_idx, val_mask = _table(va, device)
-    return FederatedData(dataset, dataset.X_train.to(device), dataset.y_train.to(device), dataset.X_test.to(device),
-                         dataset.y_test.to(device), train_idx, train_mask, val_idx, val_mask)
+    spec = {"partition": partition, "clients": clients, "seed": seed, "alpha": alpha,
+            "shards_per_client": shards_per_client, "val_frac": val_frac}
+    test_idx, test_mask = _table(split_test_like(labels, parts, dataset.y_test.numpy(), seed), device)
+    return FederatedData(dataset, dataset.X_train.to(device), dataset.y_train.to(device),
+                         dataset.X_test.to(device), dataset.y_test.to(device), train_idx, train_mask, val_idx,
+                         val_mask, spec=spec, test_idx=test_idx, test_mask=test_mask)

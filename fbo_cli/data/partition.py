@@ -55,7 +55,17 @@ def dirichlet(labels: np.ndarray, m: int, rs: np.random.RandomState, alpha: floa
 
 
 def class_disjoint(labels: np.ndarray, m: int, rs: np.random.RandomState) -> list[np.ndarray]:
+    """Clients share no class. With an even number of classes C and ``m <= C/2`` this is seed 004's
+    rule (its official code, spec_004 §4 E1): the class ids ``0..C/2-1`` are shuffled and dealt as
+    ``groups = order[i::m]``, and client i owns the classes ``G_i ∪ {c + C/2 : c ∈ G_i}``, i.e. the
+    same number of classes from each half (the ``auc`` task's negatives and positives). Otherwise
+    single classes are dealt out at random."""
     classes = int(labels.max()) + 1
+    half = classes // 2
+    if classes % 2 == 0 and m <= half:
+        order = rs.permutation(half)
+        groups = [order[i::m] for i in range(m)]
+        return [np.sort(np.where(np.isin(labels, np.concatenate([g, g + half])))[0]) for g in groups]
     if m > classes:
         raise UsageError(f"class-disjoint partition needs clients <= classes ({classes}), got {m}")
     owner = rs.permutation(classes) % m

@@ -163,6 +163,22 @@ def load_synthetic(data_dir: Path, download: bool, n: int = 12000, dim: int = 64
     return _split_arrays("synthetic", X.numpy(), y.numpy(), classes, 1 / 6)
 
 
+def load_synth_c100(data_dir: Path, download: bool, per_class: int = 200, test_per_class: int = 50,
+                    dim: int = 32, classes: int = 100, scale: float = 1.0, sigma: float = 1.0,
+                    seed: int = 4004) -> Dataset:
+    """Seed 004's CPU stand-in for CIFAR100-IH (spec_004 §8.1): 100 latent classes with centres
+    ``mu_c ~ N(0, scale^2 I_32)`` and samples ``mu_c + sigma * eps``; ``per_class`` training and
+    ``test_per_class`` test examples per class (balanced; the ``auc`` task makes the training part
+    imbalanced and binary: classes 50-99 positive). Fixed by its own seed, the same for every run."""
+    g = torch.Generator().manual_seed(seed)
+    mu = torch.randn(classes, dim, generator=g) * scale
+    y_tr = torch.arange(classes).repeat_interleave(per_class)
+    y_te = torch.arange(classes).repeat_interleave(test_per_class)
+    X_tr = mu[y_tr] + sigma * torch.randn(len(y_tr), dim, generator=g)
+    X_te = mu[y_te] + sigma * torch.randn(len(y_te), dim, generator=g)
+    return Dataset("synth-c100", X_tr, y_tr, X_te, y_te, classes)
+
+
 LOADERS = {
     "mnist": load_mnist,
     "fashion-mnist": load_fashion_mnist,
@@ -172,6 +188,7 @@ LOADERS = {
     "digits": load_digits,
     "breast-cancer": load_breast_cancer,
     "synthetic": load_synthetic,
+    "synth-c100": load_synth_c100,
 }
 
 _CACHE: dict[tuple, Dataset] = {}

@@ -1,0 +1,239 @@
+"""AdaFBiO: fast adaptive federated bilevel optimization (STORM estimators, local steps, adaptive
+matrices shared by the server).
+
+Reference: Feihu Huang, "Fast Adaptive Federated Bilevel Optimization", arXiv 2211.01122 (2022),
+Algorithm 1, eqs. (6)-(13). Spec: ``shared/papers/spec_000_adafbio.md`` §1-2, §4, §7.
+
+Problem (1): x and y global, ``min_x (1/M) Σ_m f^m(x, y*(x))``, ``y*(x) = argmin_y (1/M) Σ_m g^m(x, y)``.
+Every client keeps copies ``x^m [M, d]``, ``y^m``, and STORM estimators ``v^m`` (lower gradient) and
+``w^m`` (hypergradient); every client takes part in every round. Per-client heads (``lower=local``,
+the special case (2)/(3)): y = (y^1; ...; y^M) is still one global variable of problem (1), each
+client's losses touch only its own block, and the algorithm runs unchanged on it, so averaging moves
+block m by 1/M of its owner's progress (spec §4.1). We store it exactly and in O(M d_y): block m as
+held by its owner (``y``, ``v``) and as held by every other client (``y_oth``, ``v_oth``, the same on
+all of them: they only ever apply the broadcast quantities).
+
+Iteration t = 1..T (one call of :meth:`step` = q iterations = one round, ending with the sync):
+
+1. η_t = eta_k / (eta_n + t)^{1/3}; α_{t+1} = min(1, c1 η_t²), β_{t+1} = min(1, c2 η_t²)
+   (Thm 1 schedule; spec §2.4, §7 items 5-6).
+2. If t mod q = 0 (sync; lines 5-8): the server averages x̄_t, ȳ_t, v̄_t, w̄_t, generates A_t, B_t
+   (line 6, below), and sets x_{t+1} = x̄_t - η_t γ A_t^{-1} w̄_t, y_{t+1} = ȳ_t - η_t λ B_t^{-1} v̄_t
+   (lines 7-8, the closed form eq. (12)) on every client. ``sync_estimators`` (default, spec §7
+   item 1): every client's v, w restart from v̄_t, w̄_t.
+   Else (lines 11-13): x_{t+1}^m = x_t^m - η_t γ A_t^{-1} w_t^m, y_{t+1}^m = y_t^m - η_t λ B_t^{-1} v_t^m.
+3. Every client (lines 17-19) draws ξ̄ = {ξ, ζ_0, ..., ζ_{K-1}} and ζ (K+2 minibatches) and its own
+   Neumann index k ~ U{0..K-1}, and with the *same* draws at the new point (x_{t+1}^m, y_{t+1}^m) and
+   its own old, pre-average point (x_t^m, y_t^m) (one vectorized call over the stacked pair):
+   v_{t+1} = ∇_y g(new; ζ) + (1 - α_{t+1})(v_t - ∇_y g(old; ζ))                       (8)
+   w_{t+1} = ∇̄f(new; ξ̄) + (1 - β_{t+1})(w_t - ∇̄f(old; ξ̄))                           (9)
+   with ∇̄f(x, y; ξ̄) = ∇_x f(ξ) - ∇_xy g(ζ_0) K ϑ Π_{i=1}^{k} (I - ϑ ∇²_yy g(ζ_i)) ∇_y f(ξ)   (13)
+   (the local Hessian only, as the paper does; ``neumann: sum`` is the deterministic truncation
+   ϑ Σ_{j<K} Π (I - ϑ H_j), an ablation).
+
+Adaptive matrices (line 6; the matrices change only at syncs, line 13), a_0 = 0, b_0 = 0:
+
+* ``adam`` (line 6): a_t = ϱ a + (1-ϱ) w̄_t², A_t = diag(√a_t + ρ); b_t = ϱ b + (1-ϱ) ||v̄_t||,
+  B_t = (b_t + ρ) I (b_t is a norm, not squared);
+* ``adabelief`` (eqs. 6-7): the same with w̄_t - w̄_{t0}, ||v̄_t - v̄_{t0}||, t0 = the previous sync
+  (the first sync uses the initial averages w̄_1, v̄_1, spec §7 item 4);
+* ``none`` (Thm 2): A_t = I, B_t = I.
+
+Initialization (line 2): v_1^m, w_1^m average q independent draws each (q(K+2) minibatches).
+A_1, B_1 (unspecified in the paper; spec §7 item 2): ``init_matrices: average`` spends one extra
+round to average w_1, v_1 and applies the rule with reference 0 (a_1 = (1-ϱ) w̄_1², b_1 = (1-ϱ)||v̄_1||;
+adam and adabelief coincide); ``identity``: A_1 = I, B_1 = I, no round. ``adaptive: none`` needs none.
+
+Rounds: 1 per call (per q iterations; the paper's T/q), plus the initial round of
+``init_matrices: average``. Floats per client and round: up x, w, y, v (2(d+p); with per-client
+heads p is one block: the other blocks are known to the server); down x, y (+ A_t diagonal and B_t
+when adaptive) (+ w̄, v̄ with ``sync_estimators``). Samples: (K+2) minibatches per client per
+iteration and q(K+2) at the start, as the paper counts them (Remark 2); every draw serves both STORM
+points. Oracle calls count what is evaluated (2 points, only k_i HVPs for client i).
+
+Hyperparameters (the paper gives none; spec §4.3 recommendations): q = 5, b = 64, K = 10,
+η_t = 1/(27+t)^{1/3} (eta_k = 1, eta_n = 27), c1 = c2 = 4.5 (α_1 = β_1 = 0.5), ϱ = 0.9 constant,
+adaptive = adam; where the spec's values diverged on hyper-representation (docs/fidelity.md):
+ρ = 1e-2 (spec 1e-3), λ = 3e-2 (spec 0.1), γ = 3e-4 (spec grid 1e-3..3e-2) and ϑ = 2e-3 (spec 1e-2;
+the paper needs ϑ <= 1/L_g, and L_g of the head grew from 8 to ~200 within 15 rounds).
+With ``adaptive: none`` γ and λ are plain learning rates (times η_t) and need larger values (our
+experiments: γ = 0.03, λ = 0.3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from ..errors import UsageError
+from .fedbio_local import ClientStateAlgorithm
+from .storm import pair, storm, twice, unpair
+
+ADAPTIVE = ("adam", "adabelief", "none")
+
+
+class AdaFBiO(ClientStateAlgorithm):
+    name: ClassVar[str] = "adafbio"
+    paper: ClassVar[str] = "Huang, arXiv 2211.01122 (2022), Alg. 1 (seed 000)"
+    rounds: ClassVar[str] = "1 per q local iterations (+1 at the start with init_matrices=average)"
+    tasks: ClassVar[tuple[str, ...]] = ("hyperrep", "hyperclean")
+    needs_local_lower: ClassVar[bool] = False
+
+    @dataclass
+    class HP:
+        q: int = 5  # local iterations per round (sync when t mod q = 0)
+        batch_size: int = 64  # b: every minibatch (ξ, ζ_0..ζ_{K-1}, ζ)
+        K: int = 10  # Neumann order: k ~ U{0..K-1}
+        neumann_step: float = 2e-3  # ϑ (replaces 1/L_g; spec 1e-2)
+        neumann: str = "random"  # random (eq. 13) | sum (deterministic truncation, ablation)
+        gamma_x: float = 3e-4  # γ, x step (spec grid 1e-3..3e-2)
+        lambda_y: float = 3e-2  # λ, y step (spec grid 1e-2..3e-1)
+        adaptive: str = "adam"  # adam | adabelief | none
+        rho_decay: float = 0.9  # ϱ, second-moment decay (constant)
+        rho_floor: float = 1e-2  # ρ (spec grid 1e-4..1e-2)
+        eta_k: float = 1.0  # η_t = eta_k / (eta_n + t)^(1/3)
+        eta_n: float = 27.0
+        c1: float = 4.5  # α_{t+1} = min(1, c1 η_t²): momentum weight of v
+        c2: float = 4.5  # β_{t+1} = min(1, c2 η_t²): momentum weight of w
+        sync_estimators: bool = True  # v, w restart from their averages at a sync (spec §7 item 1)
+        init_matrices: str = "average"  # average (one extra round) | identity
+
+    def __init__(self, task, hp, fed):
+        if hp.adaptive not in ADAPTIVE:
+            raise UsageError(f"adaptive must be one of {', '.join(ADAPTIVE)}; got '{hp.adaptive}'")
+        if hp.neumann not in ("random", "sum"):
+            raise UsageError(f"neumann must be random or sum; got '{hp.neumann}'")
+        if hp.init_matrices not in ("average", "identity"):
+            raise UsageError(f"init_matrices must be average or identity; got '{hp.init_matrices}'")
+        if hp.q < 1 or hp.K < 1 or hp.batch_size < 1:
+            raise UsageError("need q >= 1, K >= 1, batch_size >= 1")
+        if not 0.0 <= hp.rho_decay < 1.0:
+            raise UsageError(f"rho_decay must be in [0, 1), got {hp.rho_decay}")
+        if hp.rho_floor <= 0 and hp.adaptive != "none":
+            raise UsageError(f"rho_floor must be > 0, got {hp.rho_floor}")
+        if hp.eta_k <= 0 or hp.eta_n + 1 <= 0:
+            raise UsageError("need eta_k > 0 and eta_n > -1")
+        super().__init__(task, hp, fed)
+        self.v: torch.Tensor | None = None
+        self.w: torch.Tensor | None = None
+        if self.local:  # block m as held by the other clients (see the module docstring)
+            self.y_oth = self.y.clone()
+            self.v_oth = torch.zeros_like(self.y)
+        self.A: torch.Tensor | float = 1.0
+        self.B: float = 1.0
+        self.a = torch.zeros(self.x.shape[1], device=self.x.device, dtype=self.x.dtype)
+        self.b = 0.0
+        self.w_ref: torch.Tensor | float = 0.0  # w̄_{t0}, v̄_{t0} (adabelief)
+        self.v_ref: torch.Tensor | float = 0.0
+
+    # schedules -----------------------------------------------------------------------------------
+    def eta(self, t: int) -> float:
+        return self.hp.eta_k / (self.hp.eta_n + t) ** (1.0 / 3.0)
+
+    # averages over clients (exact block semantics for per-client heads) --------------------------
+    def y_bar(self) -> torch.Tensor:
+        """ȳ: ``[dy]`` (shared y) or ``[M, dy]`` (block m of the average of all clients' y)."""
+        if not self.local:
+            return self.y.mean(0)
+        return (self.y + (self.M - 1) * self.y_oth) / self.M
+
+    def v_bar(self) -> torch.Tensor:
+        if not self.local:
+            return self.v.mean(0)
+        return (self.v + (self.M - 1) * self.v_oth) / self.M
+
+    def bcast(self, t: torch.Tensor) -> torch.Tensor:
+        """What every client holds after a broadcast of a y-shaped server quantity."""
+        return t.clone() if self.local else t.expand(self.M, -1).clone()
+
+    # adaptive matrices (line 6) -------------------------------------------------------------------
+    def matrices(self, wb: torch.Tensor, vb: torch.Tensor, ref: bool = True) -> None:
+        hp = self.hp
+        if hp.adaptive == "none":
+            return
+        r = hp.rho_decay
+        dw = wb - self.w_ref if (hp.adaptive == "adabelief" and ref) else wb
+        dv = vb - self.v_ref if (hp.adaptive == "adabelief" and ref) else vb
+        self.a = r * self.a + (1 - r) * dw * dw
+        self.b = r * self.b + (1 - r) * float(torch.linalg.vector_norm(dv))
+        self.A = self.a.sqrt() + hp.rho_floor
+        self.B = self.b + hp.rho_floor
+        self.w_ref, self.v_ref = wb, vb
+
+    # draws and estimators -------------------------------------------------------------------------
+    def draw_sample(self) -> tuple[dict, dict, torch.Tensor]:
+        """ξ̄ = {ξ, ζ_0..ζ_{K-1}}, ζ and the per-client index k (line 17)."""
+        hp = self.hp
+        bx = {"f": self.draw("val", hp.batch_size), "g": self.draw("train", hp.batch_size),
+              "H": [self.draw("train", hp.batch_size) for _ in range(hp.K - 1)]}
+        bz = self.draw("train", hp.batch_size)
+        gen = self.fed.gen
+        k = torch.randint(hp.K, (self.M,), generator=gen, device=gen.device).to(self.x.device)
+        return bx, bz, k
+
+    def hypergrad(self, x, y, bx: dict, k: torch.Tensor) -> torch.Tensor:
+        return self.neumann(x, y, bx, self.hp.neumann_step, self.hp.neumann, k)
+
+    def _init(self) -> None:
+        hp = self.hp
+        v = w = 0.0
+        for _ in range(hp.q):  # line 2: q(K+2) samples
+            bx, bz, k = self.draw_sample()
+            v = v + self.grad_y(self.x, self.y, bz) / hp.q
+            w = w + self.hypergrad(self.x, self.y, bx, k) / hp.q
+        self.v, self.w = v, w
+        if hp.adaptive != "none" and hp.init_matrices == "average":
+            self.matrices(self.w.mean(0), self.v_bar(), ref=False)
+            self.ledger.comm(self.M, self.x.shape[1] + self.y.shape[1], self.x.shape[1] + 1)
+
+    # one round --------------------------------------------------------------------------------------
+    def step(self) -> None:
+        hp = self.hp
+        if self.v is None:
+            self._init()
+        dx, dy = self.x.shape[1], self.y.shape[1]
+        for _ in range(hp.q):
+            self.t += 1
+            t, eta = self.t, self.eta(self.t)
+            v, w = self.v, self.w
+            if t % hp.q == 0:  # lines 5-8
+                xb, wb, yb, vb = self.x.mean(0), w.mean(0), self.y_bar(), self.v_bar()
+                self.matrices(wb, vb)
+                x_new = (xb - eta * hp.gamma_x * wb / self.A).expand(self.M, -1).clone()
+                y_new = self.bcast(yb - eta * hp.lambda_y * vb / self.B)
+                if self.local:
+                    y_oth_new = y_new.clone()
+                if hp.sync_estimators:
+                    w = wb.expand(self.M, -1)
+                    v = self.bcast(vb)
+                    if self.local:
+                        self.v_oth = vb.clone()
+                down = dx + dy + (dx + 1 if hp.adaptive != "none" else 0)
+                down += dx + dy if hp.sync_estimators else 0
+                self.ledger.comm(self.M, 2 * (dx + dy), down)
+            else:  # lines 11-13
+                x_new = self.x - eta * hp.gamma_x * w / self.A
+                y_new = self.y - eta * hp.lambda_y * v / self.B
+                if self.local:
+                    y_oth_new = self.y_oth - eta * hp.lambda_y * self.v_oth / self.B
+            # lines 16-19: STORM with the same draws at the new and the old point
+            alpha, beta = min(1.0, hp.c1 * eta * eta), min(1.0, hp.c2 * eta * eta)
+            bx, bz, k = self.draw_sample()
+            X, Y = pair(x_new, self.x), pair(y_new, self.y)
+            g_new, g_old = unpair(self.grad_y(X, Y, twice(bz)))
+            h_new, h_old = unpair(self.hypergrad(X, Y, {"f": twice(bx["f"]), "g": twice(bx["g"]),
+                                                        "H": [twice(b) for b in bx["H"]]}, torch.cat([k, k])))
+            self.v = storm(g_new, v, g_old, alpha)
+            self.w = storm(h_new, w, h_old, beta)
+            if self.local:  # other clients' gradients w.r.t. block m vanish at both points
+                self.v_oth = (1.0 - alpha) * self.v_oth
+                self.y_oth = y_oth_new
+            self.x, self.y = x_new, y_new
+
+    def state(self) -> dict[str, torch.Tensor]:
+        out = super().state()
+        if self.v is not None:
+            out.update(v=self.v, w=self.w)
+        return out

@@ -1,0 +1,296 @@
+"""CODA+ and CODASCA: federated deep AUC maximization as a min-max problem.
+
+Reference: Zhuoning Yuan, Zhishuai Guo, Yi Xu, Yiming Ying, Tianbao Yang, "Federated Deep AUC
+Maximization for Heterogeneous Data with a Constant Communication Complexity", ICML 2021
+(PMLR 139:12219-12229), arXiv 2102.04635. Spec: ``shared/papers/spec_004_codasca.md`` §2, §7.
+
+Both are stagewise (Alg. 1 / Alg. 3): stage s solves the proximal subproblem (eq. 5)
+``min_v max_alpha f(v, alpha) + gamma/2 ||v - v_0^s||^2`` (v = (w, a, b); no proximal term on alpha)
+with a constant step, which is divided by 3 at the next stage (§6). One call of ``step()`` is one
+**communication round** of ``I`` local iterations on all K clients (the paper's setting: every
+machine participates; the run's ``participation`` is not used).
+
+CODA+ (Alg. 2, DSG+), per local iteration t on every client k (vectorized over k), one minibatch z:
+
+1. ``g_v = ∇_v F_k(v^k, alpha^k; z) + gamma (v^k - v_0)``, ``g_alpha = ∇_alpha F_k(v^k, alpha^k; z)``
+   (both at the same point and minibatch: simultaneous GDA; Alg. 2 lines 4-5).
+2. ``v^k <- v^k - eta g_v``, ``alpha^k <- alpha^k + eta g_alpha`` (Alg. 2 lines 4-5).
+3. After I local iterations: ``v^k, alpha^k <- mean_k`` (Alg. 2 line 7, "communicate").
+
+CODASCA (Alg. 4, DSGSCA+), round r from the broadcast point (v_{r-1}, alpha_{r-1}):
+
+1. Local iterations t = 0..I-1 (Alg. 4 lines 5-6), with the SCAFFOLD corrections for both players:
+   ``v^k <- v^k - eta_l (∇_v F_k^s(v^k, alpha^k; z) - c_v^k + c_v)``,
+   ``alpha^k <- alpha^k + eta_l (∇_alpha F_k(v^k, alpha^k; z) - c_alpha^k + c_alpha)``.
+2. Control variates (eq. 6 = eq. 7): ``c^k = (1/I) Σ_t`` (the gradients of step 1 before the
+   correction) [``control: eq7``, the default], or
+   ``c_v^k <- c_v^k - c_v + (v_{r-1} - v^k_{r,I}) / (I eta_l)``,
+   ``c_alpha^k <- c_alpha^k - c_alpha + (alpha^k_{r,I} - alpha_{r-1}) / (I eta_l)`` [``control: eq6``].
+3. ``c = mean_k c^k``; ``v̄ = mean_k v^k_{r,I}``, ``ᾱ = mean_k alpha^k_{r,I}`` (Alg. 4 lines 8-9).
+4. Server extrapolation: ``v_r = v_{r-1} + eta_g (v̄ - v_{r-1})``, same for alpha (lines 10-11);
+   broadcast ``(v_r, alpha_r, c_v, c_alpha)``.
+   Control variates start at 0 in every stage (Alg. 4's initialization, once per DSGSCA+ call).
+
+Stages (spec §2.6, §7 items 5-6): the step of a round is ``eta / decay^floor(t_r / T0)``, t_r the
+number of local iterations done before the round, so a stage ends at the first round boundary at or
+after a multiple of T0. At that boundary the proximal reference v_0 becomes the stage output:
+``stage_output: average`` (the mean of all local iterates of the stage over t and k; CODA+'s
+output in Alg. 2), ``random_round`` (the server iterate of a uniformly drawn round of the stage;
+CODASCA's output in Alg. 4), ``last``, or ``paper`` (average for CODA+, random_round for CODASCA).
+``stage_restart: last`` continues from the current iterate (the official code); ``output``
+restarts from the stage output (Alg. 1 / Alg. 3). Defaults: average / last (spec §7 item 6).
+
+Rounds per outer iteration (= per communication round): 1. Payload per client and direction:
+CODA+ ``dv + 1`` floats (v and alpha), CODASCA ``2 (dv + 1)`` (plus the control variates).
+
+Presets (spec §7 item 1; the task's ``preset``): ``paper`` = eq. 2, alpha free, autograd dual
+gradient, no clipping, no weight decay; ``code`` = AUC-margin loss, alpha in [0, 999], closed-form
+dual gradient ``2(m + b - a) - 2 alpha``, elementwise clipping of the model gradient to
+[-grad_clip, grad_clip] (before the correction and the proximal term), decoupled weight decay
+``- eta wd w``. Control variates average the gradients actually applied (clipped), spec §7 item 9.
+
+Hyperparameters (§6 and spec §2.6; the experiments' grids in brackets): eta = 0.1 [0.1, 0.01,
+0.001] (CODASCA's eta_l), eta_g = 1 [1.1, 1, 0.99, 0.999], gamma = 1/500 [1/500, 1/700, 1/1000]
+(or ``inv_gamma``), T0 = 2000 [2000, 3000, 4000], decay 3, I = 32 [1, 32, 64, 128, 512, 1024],
+local batch 32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch.func import vmap
+
+from ..errors import UsageError
+from .base import Algorithm
+
+OUTPUTS = ("average", "random_round", "last", "paper")
+RESTARTS = ("last", "output")
+
+
+def per_client_grads(fn, v: torch.Tensor, alpha: torch.Tensor, batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every client's gradients of its own loss: ``fn`` is the loss vmapped over the client
+    dimension, ``[K]`` values; the clients' losses do not share parameters, so the gradient of their
+    sum with respect to the stacked ``v [K, d]`` is the stack of the per-client gradients (one
+    reverse pass over the vmapped forward; faster than ``vmap(grad)`` here, same numbers)."""
+    v = v.detach().requires_grad_()
+    alpha = alpha.detach().requires_grad_()
+    with torch.enable_grad():
+        gv, ga = torch.autograd.grad(fn(v, alpha, batch).sum(), (v, alpha), allow_unused=True)
+    return gv, (torch.zeros_like(alpha) if ga is None else ga)
+
+
+class EpochSampler:
+    """Per-client minibatches of ``B`` positions: each client walks through a shuffled copy of its
+    own data and reshuffles when fewer than ``B`` examples are left (a DataLoader with shuffle and
+    ``drop_last=True`` per client, repeated; spec §7 item 18). All clients at once: ``[K, B]``."""
+
+    def __init__(self, mask: torch.Tensor, batch_size: int, gen: torch.Generator):
+        self.mask, self.B, self.gen = mask, batch_size, gen
+        self.counts = mask.sum(1)
+        self.n = mask.shape[1]
+        self.perm = torch.zeros_like(mask, dtype=torch.long)
+        self.cursor = torch.full_like(self.counts, 1 << 40)  # forces a shuffle at the first draw
+        self.ar = torch.arange(batch_size, device=mask.device)
+
+    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        need = self.cursor + self.B > self.counts
+        need |= self.cursor >= self.counts  # clients with fewer than B examples: the whole split each step
+        if bool(need.any()):
+            keys = torch.rand(self.mask.shape, generator=self.gen, device=self.mask.device)
+            keys = keys.masked_fill(~self.mask, 2.0)
+            self.perm = torch.where(need[:, None], keys.argsort(1), self.perm)
+            self.cursor = torch.where(need, torch.zeros_like(self.cursor), self.cursor)
+        at = self.cursor[:, None] + self.ar
+        valid = at < self.counts[:, None]
+        pos = torch.gather(self.perm, 1, at.clamp(max=self.n - 1))
+        self.cursor = self.cursor + self.B
+        return pos, valid
+
+
+class CodaPlus(Algorithm):
+    name: ClassVar[str] = "codaplus"
+    paper: ClassVar[str] = "Yuan, Guo, Xu, Ying & Yang, ICML 2021 (seed 004), Alg. 1/2"
+    tasks: ClassVar[tuple[str, ...]] = ("auc",)
+    rounds: ClassVar[str] = "1 round of I local iterations"
+    scaffold: ClassVar[bool] = False
+
+    @dataclass
+    class HP:
+        eta: float = 0.1  # step size (CODASCA: eta_l), primal and dual
+        I: int = 32  # communication window: local iterations per round
+        T0: int = 2000  # stage length in local iterations
+        decay: float = 3.0  # the step is divided by this at every stage
+        gamma: float = 2e-3  # proximal coefficient gamma of eq. 5 (1/500)
+        inv_gamma: float | None = None  # paper-style 1/gamma (500, 700, 1000); overrides gamma
+        batch_size: int = 32  # local minibatch
+        stage_output: str = "average"  # average | random_round | last | paper
+        stage_restart: str = "last"  # last | output
+        dual_grad: str | None = None  # autograd | closed_form (None: the task preset's)
+        grad_clip: float | None = None  # elementwise clip of the model gradient, 0 = off (None: preset)
+        weight_decay: float | None = None  # decoupled weight decay on w (None: preset)
+
+    def __init__(self, task, hp, fed):
+        super().__init__(task, hp, fed)
+        if hp.I < 1 or hp.T0 < 1 or hp.batch_size < 1:
+            raise UsageError("need I >= 1, T0 >= 1, batch_size >= 1")
+        if hp.eta <= 0 or hp.decay <= 0:
+            raise UsageError(f"eta and decay must be > 0; got eta={hp.eta}, decay={hp.decay}")
+        if hp.stage_output not in OUTPUTS:
+            raise UsageError(f"stage_output must be one of {', '.join(OUTPUTS)}; got '{hp.stage_output}'")
+        if hp.stage_restart not in RESTARTS:
+            raise UsageError(f"stage_restart must be one of {', '.join(RESTARTS)}; got '{hp.stage_restart}'")
+        pre = task.preset
+        self.dual_grad = hp.dual_grad or pre["dual_grad"]
+        if self.dual_grad not in ("autograd", "closed_form"):
+            raise UsageError(f"dual_grad must be autograd or closed_form; got '{self.dual_grad}'")
+        self.clip = pre["grad_clip"] if hp.grad_clip is None else hp.grad_clip
+        self.wd = pre["weight_decay"] if hp.weight_decay is None else hp.weight_decay
+        self.gamma = 1.0 / hp.inv_gamma if hp.inv_gamma else hp.gamma
+        self.out_rule = hp.stage_output
+        if self.out_rule == "paper":
+            self.out_rule = "random_round" if self.scaffold else "average"
+        K = task.idx.shape[0]
+        self.K = K
+        v0, a0 = task.init(fed.gen)
+        self.vk = v0.expand(K, -1).clone()  # [K, dv]
+        self.ak = a0.expand(K, -1).clone()  # [K, 1]
+        self.ref = v0.clone()  # proximal reference v_0^s
+        self.sampler = EpochSampler(task.mask, hp.batch_size, fed.gen)
+        self.t = 0  # local iterations done
+        self.stage = 0
+        self.eta = hp.eta
+        self._obj = vmap(task.objective)
+        self._new_stage()
+
+    # stage bookkeeping -----------------------------------------------------------------------------
+    def _new_stage(self) -> None:
+        self.sum_v = torch.zeros_like(self.ref)
+        self.sum_a = torch.zeros_like(self.ak[0])
+        self.n_sum = 0
+        self.rounds_in_stage = 0
+        self.pick_v, self.pick_a = self.vk.mean(0), self.ak.mean(0)
+        if self.scaffold:
+            self.cvk = torch.zeros_like(self.vk)
+            self.cak = torch.zeros_like(self.ak)
+            self.cv = torch.zeros_like(self.ref)
+            self.ca = torch.zeros_like(self.ak[0])
+
+    def _stage_output(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.out_rule == "average" and self.n_sum:
+            return self.sum_v / self.n_sum, self.sum_a / self.n_sum
+        if self.out_rule == "random_round":
+            return self.pick_v, self.pick_a
+        return self.vk.mean(0), self.ak.mean(0)
+
+    def _end_of_round(self) -> None:
+        """Random-round reservoir, then a stage transition if a multiple of T0 was reached."""
+        self.rounds_in_stage += 1
+        if self.out_rule == "random_round":
+            u = float(torch.rand((), generator=self.fed.gen, device=self.fed.gen.device))
+            if u * self.rounds_in_stage < 1.0:  # keep this round with probability 1/r
+                self.pick_v, self.pick_a = self.vk[0].clone(), self.ak[0].clone()
+        stage = self.t // self.hp.T0
+        if stage == self.stage:
+            return
+        v_out, a_out = self._stage_output()
+        self.ref = v_out.clone()
+        if self.hp.stage_restart == "output":
+            self.vk = v_out.expand(self.K, -1).clone()
+            self.ak = a_out.expand(self.K, -1).clone()
+        self.stage = stage
+        self.eta = self.hp.eta / self.hp.decay ** stage
+        self._new_stage()
+
+    # one local iteration -----------------------------------------------------------------------------
+    def local_grads(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[K, dv]`` and ``[K, 1]``: every client's gradients of ``F_k^s`` at its own iterate on its
+        next minibatch, as applied (clipping, closed-form dual, proximal term)."""
+        pos, valid = self.sampler.next()
+        batch = self.task.batch(pos, valid)
+        self.ledger.oracle("grads", int(valid.any(1).sum()), int(valid.sum()))
+        gv, ga = per_client_grads(self._obj, self.vk, self.ak, batch)
+        if self.clip:
+            dw = self.task.dw
+            gv = torch.cat([gv[:, :dw].clamp(-self.clip, self.clip), gv[:, dw:]], 1)
+        if self.dual_grad == "closed_form":
+            ga = self.task.dual_closed_form(self.vk, self.ak)
+        gv = gv + self.gamma * (self.vk - self.ref)
+        return gv, ga
+
+    def _apply(self, dv: torch.Tensor, da: torch.Tensor) -> None:
+        if self.wd:
+            dw = self.task.dw
+            dv = dv + torch.cat([self.wd * self.vk[:, :dw], torch.zeros_like(self.vk[:, dw:])], 1)
+        self.vk = self.vk - self.eta * dv
+        self.ak = self.task.project_dual(self.ak + self.eta * da)
+        self.t += 1
+        self.sum_v += self.vk.mean(0)
+        self.sum_a += self.ak.mean(0)
+        self.n_sum += 1
+
+    def step(self) -> None:
+        for _ in range(self.hp.I):
+            gv, ga = self.local_grads()
+            self._apply(gv, ga)
+        self.vk = self.vk.mean(0).expand(self.K, -1).clone()
+        self.ak = self.ak.mean(0).expand(self.K, -1).clone()
+        self.ledger.comm(self.K, self.task.dv + 1)
+        self._end_of_round()
+
+    # runner interface ---------------------------------------------------------------------------
+    def rounds_per_iteration(self) -> int:
+        return 1
+
+    def evaluate(self) -> dict[str, float]:
+        v = self.vk.mean(0)
+        out = self.task.evaluate(v)
+        out.update({"local_iters": self.t, "stage": self.stage, "alpha": float(self.ak.mean())})
+        return out
+
+    def state(self) -> dict[str, torch.Tensor]:
+        return {"v": self.vk, "alpha": self.ak}
+
+
+class Codasca(CodaPlus):
+    name: ClassVar[str] = "codasca"
+    paper: ClassVar[str] = "Yuan, Guo, Xu, Ying & Yang, ICML 2021 (seed 004), Alg. 3/4"
+    scaffold: ClassVar[bool] = True
+
+    @dataclass
+    class HP(CodaPlus.HP):
+        eta_g: float = 1.0  # global (server) step; > 1 extrapolates
+        control: str = "eq7"  # eq7 (mean of the round's gradients) | eq6 (difference form)
+
+    def __init__(self, task, hp, fed):
+        if hp.control not in ("eq6", "eq7"):
+            raise UsageError(f"control must be eq6 or eq7; got '{hp.control}'")
+        if hp.eta_g <= 0:
+            raise UsageError(f"eta_g must be > 0, got {hp.eta_g}")
+        super().__init__(task, hp, fed)
+
+    def step(self) -> None:
+        I = self.hp.I
+        v_prev, a_prev = self.vk[0].clone(), self.ak[0].clone()  # the broadcast point
+        sum_gv = torch.zeros_like(self.vk)
+        sum_ga = torch.zeros_like(self.ak)
+        eta = self.eta
+        for _ in range(I):
+            gv, ga = self.local_grads()
+            sum_gv += gv
+            sum_ga += ga
+            self._apply(gv - self.cvk + self.cv, ga - self.cak + self.ca)
+        if self.hp.control == "eq7":
+            self.cvk, self.cak = sum_gv / I, sum_ga / I
+        else:
+            self.cvk = self.cvk - self.cv + (v_prev - self.vk) / (I * eta)
+            self.cak = self.cak - self.ca + (self.ak - a_prev) / (I * eta)
+        self.cv, self.ca = self.cvk.mean(0), self.cak.mean(0)
+        v = v_prev + self.hp.eta_g * (self.vk.mean(0) - v_prev)
+        a = self.task.project_dual(a_prev + self.hp.eta_g * (self.ak.mean(0) - a_prev))
+        self.vk = v.expand(self.K, -1).clone()
+        self.ak = a.expand(self.K, -1).clone()
+        self.ledger.comm(self.K, 2 * (self.task.dv + 1))
+        self._end_of_round()

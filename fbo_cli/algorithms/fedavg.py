@@ -1,0 +1,133 @@
+"""Plain federated learning baselines of seed 002 (Table I): FedAvg, FedProx and SCAFFOLD on ``hfl``.
+
+References:
+* FedAvg: H. B. McMahan, E. Moore, D. Ramage, S. Hampson, B. Agüera y Arcas, "Communication-Efficient
+  Learning of Deep Networks from Decentralized Data", AISTATS 2017 (seed 002's [19]).
+* FedProx: T. Li, A. K. Sahu, M. Zaheer, M. Sanjabi, A. Talwalkar, V. Smith, "Federated Optimization in
+  Heterogeneous Networks", MLSys 2020 ([13]).
+* SCAFFOLD: S. P. Karimireddy, S. Kale, M. Mohri, S. J. Reddi, S. U. Stich, A. T. Suresh, "SCAFFOLD:
+  Stochastic Controlled Averaging for Federated Learning", ICML 2020, Alg. 1 with option II ([8]).
+Setup as in Qiu, Kim & Yousefian, arXiv 2504.01839 §IV; spec ``shared/papers/spec_002_zohfl.md`` §5, A10.
+
+One communication round r, with S_r the participating clients and x the global model:
+
+1. Each i ∈ S_r starts from y_i = x and runs K_r = ceil(τ√(r+1))·``steps_multiplier`` local SGD steps
+   with γ̃_t = γ̃/(t+Γ), t from 0 in every round (the same number of local steps as one Alg. 2 call of
+   ZO-HFL, §IV "the total number of local steps the same across the four methods"; spec A10), on
+   minibatches ζ_t of its own data:
+   * FedAvg:   y_i <- y_i - γ̃_t ∇CE_i(y_i; ζ_t)
+   * FedProx:  y_i <- y_i - γ̃_t (∇CE_i(y_i; ζ_t) + μ_prox (y_i - x))           (Li et al., eq. (2))
+   * SCAFFOLD: y_i <- y_i - γ̃_t (∇CE_i(y_i; ζ_t) - c_i + c)                      (Alg. 1 line 10)
+2. Server update:
+   * FedAvg, FedProx: x <- x + η_g Σ_{i∈S_r} (N_i / Σ_{j∈S_r} N_j)(y_i - x), η_g = 1, i.e. the
+     data-weighted average of the local models (McMahan et al., Alg. 1).
+   * SCAFFOLD: c_i⁺ = c_i - c + (x - y_i) / Σ_t γ̃_t (option II, line 12, with the sum of the decaying
+     step sizes in place of K·η_l); x <- x + η_g mean_{S_r}(y_i - x);
+     c <- c + (|S_r|/m) mean_{S_r}(c_i⁺ - c_i) (lines 16-17); c = c_i = 0 initially.
+
+The baselines see the clients' data only (spec §5); ``server_client: true`` adds the server's data as
+one more, always participating client (an ablation, not the paper's setting).
+
+Rounds per iteration: 1. Payload per participating client: FedAvg/FedProx d up and d down;
+SCAFFOLD 2d up (Δy_i, Δc_i) and 2d down (x, c).
+
+Hyperparameters (paper §IV where stated): τ = 20, γ̃ = 0.1, Γ = 1 (lr schedule "throughout the
+experiments"), minibatch B = 64 (spec A9), η_g = 1; FedProx μ_prox = 0.01 (not given; spec §5).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from ..errors import UsageError
+from .hflbase import HFLAlgorithm
+
+
+class FedAvg(HFLAlgorithm):
+    name: ClassVar[str] = "fedavg"
+    paper: ClassVar[str] = "McMahan et al., AISTATS 2017 (baseline of seed 002)"
+
+    @dataclass
+    class HP:
+        tau: float = 20.0  # τ: K_r = ceil(τ √(r+1)) local steps
+        steps_multiplier: int = 1  # 2 matches ZO-HFL's two Alg. 2 calls (spec A10)
+        local_lr: float = 0.1  # γ̃
+        Gamma: float = 1.0  # Γ
+        lr_schedule: str = "decay"  # decay (γ̃/(t+Γ)) | constant (γ̃)
+        batch_size: int = 64  # B (0: full local data)
+        server_lr: float = 1.0  # η_g
+        mu_prox: float = 0.0  # FedProx's μ (0: FedAvg)
+        server_client: bool = False  # ablation: the server's data as one more client
+
+    def __init__(self, task, hp, fed):
+        if hp.lr_schedule not in ("decay", "constant"):
+            raise UsageError(f"lr_schedule must be one of decay, constant; got '{hp.lr_schedule}'")
+        if hp.tau <= 0 or hp.steps_multiplier < 1:
+            raise UsageError("need tau > 0 and steps_multiplier >= 1")
+        super().__init__(task, hp, fed)
+
+    def local_steps(self, r: int) -> int:
+        return super().local_steps(r) * self.hp.steps_multiplier
+
+    def _local_round(self, S: torch.Tensor, correction: torch.Tensor | None = None):
+        task, hp = self.task, self.hp
+        table, counts = task.client_table(S, hp.server_client)
+        K = len(counts)
+        W0 = self.x.view(1, task.C, task.nf).expand(K, -1, -1)
+        W, lr_sum = self.local(W0, W0, table, counts, self.local_steps(self.r), mu=hp.mu_prox,
+                               correction=correction)
+        return W.reshape(K, task.d), counts, lr_sum
+
+    def step(self) -> None:
+        S = self.sample()
+        Y, counts, _ = self._local_round(S)
+        w = counts.to(Y.dtype) / counts.sum()
+        self.x = self.x + self.hp.server_lr * (w[:, None] * (Y - self.x)).sum(0)
+        self.ledger.comm(len(S), self.task.d)
+        if self.personal is not None:
+            self.personal[S] = Y[:len(S)]
+        self.r += 1
+
+
+class FedProx(FedAvg):
+    name: ClassVar[str] = "fedprox"
+    paper: ClassVar[str] = "Li et al., MLSys 2020 (baseline of seed 002)"
+
+    @dataclass
+    class HP(FedAvg.HP):
+        mu_prox: float = 0.01  # μ of the proximal term (not given in seed 002; spec §5)
+
+
+class Scaffold(FedAvg):
+    name: ClassVar[str] = "scaffold"
+    paper: ClassVar[str] = "Karimireddy et al., ICML 2020, option II (baseline of seed 002)"
+
+    def __init__(self, task, hp, fed):
+        super().__init__(task, hp, fed)
+        if hp.mu_prox:
+            raise UsageError("scaffold takes no mu_prox (set it to 0)")
+        n = task.m + (1 if hp.server_client else 0)
+        self.c = torch.zeros_like(self.x)
+        self.ci = torch.zeros(n, task.d, dtype=self.x.dtype, device=self.x.device)
+
+    def step(self) -> None:
+        task, hp = self.task, self.hp
+        S = self.sample()
+        idx = torch.cat([S, S.new_tensor([task.m])]) if hp.server_client else S
+        corr = (self.c[None] - self.ci[idx]).view(len(idx), task.C, task.nf)  # -c_i + c
+        Y, _, lr_sum = self._local_round(S, corr)
+        x = self.x
+        ci_new = self.ci[idx] - self.c + (x - Y) / lr_sum  # option II
+        self.x = x + hp.server_lr * (Y - x).mean(0)
+        self.c = self.c + (len(idx) / self.ci.shape[0]) * (ci_new - self.ci[idx]).mean(0)
+        self.ci[idx] = ci_new
+        self.ledger.comm(len(S), 2 * task.d)
+        if self.personal is not None:
+            self.personal[S] = Y[:len(S)]
+        self.r += 1
+
+    def state(self) -> dict[str, torch.Tensor]:
+        return {"x": self.x, "c": self.c}

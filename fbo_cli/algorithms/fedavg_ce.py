@@ -1,0 +1,82 @@
+"""FedAvg on binary cross-entropy, evaluated by test AUC: the non-AUC baseline of the ``auc`` task.
+
+Not in seed 004 (spec_004 §3: "A FedAvg+BCE row is not in the paper ... label it 'extra'"); it is
+what a user expects to compare AUC maximization against. Reference: McMahan, Moore, Ramage,
+Hampson, Agüera y Arcas, "Communication-Efficient Learning of Deep Networks from Decentralized
+Data", AISTATS 2017 (FedAvg), with all K clients participating, as CODA+/CODASCA do.
+
+One call of ``step()`` is one communication round:
+
+1. every client k runs I local SGD steps ``w^k <- w^k - eta (∇_w BCE(w^k; z) + wd w^k)`` on its
+   own minibatches (the same per-client epoch sampler as CODA+/CODASCA);
+2. ``w <- mean_k w^k`` (uniform, as CODA+), broadcast.
+
+Step schedule: as CODA+/CODASCA, ``eta / decay^floor(t_r / T0)`` (t_r local iterations before the
+round), so the three methods see the same step sizes. Rounds per outer iteration: 1; payload dw
+floats per client and direction.
+
+Hyperparameters (CODA+'s defaults): eta = 0.1, I = 32, T0 = 2000, decay = 3, batch 32, wd = 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch.func import vmap
+
+from ..errors import UsageError
+from .base import Algorithm
+from .codasca import EpochSampler, per_client_grads
+
+
+class FedAvgCE(Algorithm):
+    name: ClassVar[str] = "fedavg-ce"
+    paper: ClassVar[str] = "McMahan et al., AISTATS 2017 (extra baseline for seed 004)"
+    tasks: ClassVar[tuple[str, ...]] = ("auc",)
+    rounds: ClassVar[str] = "1 round of I local iterations"
+
+    @dataclass
+    class HP:
+        eta: float = 0.1
+        I: int = 32
+        T0: int = 2000
+        decay: float = 3.0
+        batch_size: int = 32
+        weight_decay: float | None = None  # None: 0
+
+    def __init__(self, task, hp, fed):
+        super().__init__(task, hp, fed)
+        if hp.I < 1 or hp.T0 < 1 or hp.batch_size < 1 or hp.eta <= 0 or hp.decay <= 0:
+            raise UsageError("need I >= 1, T0 >= 1, batch_size >= 1, eta > 0, decay > 0")
+        self.K = task.idx.shape[0]
+        v0, self.a0 = task.init(fed.gen)
+        self.vk = v0.expand(self.K, -1).clone()
+        self.sampler = EpochSampler(task.mask, hp.batch_size, fed.gen)
+        self.t = 0
+        self.wd = hp.weight_decay or 0.0
+        self._loss = vmap(task.bce)
+
+    def rounds_per_iteration(self) -> int:
+        return 1
+
+    def step(self) -> None:
+        eta = self.hp.eta / self.hp.decay ** (self.t // self.hp.T0)
+        for _ in range(self.hp.I):
+            pos, valid = self.sampler.next()
+            batch = self.task.batch(pos, valid)
+            self.ledger.oracle("grads", int(valid.any(1).sum()), int(valid.sum()))
+            g = per_client_grads(self._loss, self.vk, self.a0.expand(self.K, -1), batch)[0]
+            self.vk = self.vk - eta * (g + self.wd * self.vk)
+            self.t += 1
+        self.vk = self.vk.mean(0).expand(self.K, -1).clone()
+        self.ledger.comm(self.K, self.task.dw)
+
+    def evaluate(self) -> dict[str, float]:
+        out = self.task.evaluate(self.vk.mean(0))
+        out["local_iters"] = self.t
+        return out
+
+    def state(self) -> dict[str, torch.Tensor]:
+        return {"v": self.vk}

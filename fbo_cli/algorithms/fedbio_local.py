@@ -1,0 +1,174 @@
+"""FedBiO-Local: federated bilevel optimization with a *local* lower level problem per client.
+
+Reference: Junyi Li, Feihu Huang, Heng Huang, "Communication-Efficient Federated Bilevel Optimization
+with Local and Global Lower Level Problems", arXiv 2302.06701 (NeurIPS 2023), Algorithm 3.
+Spec: ``shared/papers/spec_001_fedbio.md`` §1.2, §2.3, §2.4, §4.3-4.4, §7.
+
+Problem (eq. 5): ``min_x (1/M) Σ_m f^(m)(x, y_x^(m))``, ``y_x^(m) = argmin_y g^(m)(x, y)``: the upper
+variable x is federated, every client keeps its own lower variable y^(m) (never averaged). Every
+client takes part in every round (no client sampling). State: ``x^(m)`` stacked ``[M, p]``,
+``y^(m)`` stacked ``[M, d]``.
+
+One call of :meth:`step` is one communication round = I local iterations t; at every t, every
+client m in parallel (Alg. 3):
+
+1. draws mutually independent minibatches B_y (lower data, size ``batch_size_y``) and
+   B_x = {ξ_f (upper data), ξ_g, ξ_1..ξ_Q (lower data)} (size ``batch_size``) (line 4);
+2. ω_t = ∇_y g^(m)(x_t, y_t; B_y) and ν_t = Φ^(m)(x_t, y_t; B_x), the Neumann estimate of eq. (6):
+   ``Φ = ∇_x f(ξ_f) - τ ∇_xy g(ξ_g) Σ_{q=0}^{Q} Π_{j=1}^{q} (I - τ ∇²_yy g(ξ_j)) ∇_y f(ξ_f)`` (line 5;
+   Q HVPs, one JVP, the same ξ_f for ∇_x f and ∇_y f; :func:`storm.neumann_hypergrad`);
+3. ŷ_{t+1} = y_t - γ ω_t, x̂_{t+1} = x_t - η ν_t (line 6);
+4. if t mod I = 0 (I = ``local_steps``): x_{t+1} = mean_j x̂_{t+1}^(j) (one round, p floats up and
+   down per client), y_{t+1} = ŷ_{t+1} (local; lines 7-10).
+
+Rounds per call: 1 (the paper's R = T/I). The evaluation after a call sees the synchronized x̄ and
+every client's own head.
+
+Samples (ledger ``samples``): the data points drawn, b_y + (Q+2) b per client per iteration. The
+oracle counters count calls per client: 2 gradients (∇_y g; ∇f w.r.t. (x, y) at once), Q HVPs and
+1 JVP per iteration.
+
+Hyperparameters (the paper gives theory constants only, Thm 3; defaults follow spec §4.4 except
+where marked): I = 5, b = 64 (b_y = b), γ = 0.1 (constant lower step, Thm 3: γ = 1/(2L)), Q = 5;
+η = 0.01 (spec: 0.05, grid 0.005-0.1; 0.03 and above were unstable on Fashion-MNIST) and Neumann
+τ = 0.01 (spec: 0.1; the theory needs τ < 1/L_g and 0.1 diverged in the first round on
+hyper-representation; see docs/fidelity.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from ..errors import UsageError
+from ..federation import Batch, per_client_grad
+from .base import Algorithm
+from .storm import neumann_hypergrad
+
+
+class ClientStateAlgorithm(Algorithm):
+    """Base of the algorithms that keep a copy of every variable on every client (all clients in
+    every round): ``x [M, dx]`` copies of the upper variable and the lower state ``y [M, dy]``
+    (a personal head per client when the task has ``local_lower``, else copies of the shared y).
+    Provides fixed minibatch draws with honest sample accounting and charged vectorized oracles."""
+
+    tasks: ClassVar[tuple[str, ...]] = ("hyperrep",)
+    needs_local_lower: ClassVar[bool] = True
+    # run settings these algorithms assume (full participation); the runner does not read this
+    run_defaults: ClassVar[dict] = {"participation": 1.0}
+
+    def __init__(self, task, hp, fed):
+        if fed.participation < 1.0:
+            raise UsageError(f"'{self.name}' runs every client in every round (the paper samples no "
+                             f"clients): set participation=1 (got {fed.participation})")
+        local = bool(getattr(task, "local_lower", False))
+        if self.needs_local_lower and not local:
+            raise UsageError(f"'{self.name}' solves a lower level per client (seed 001 eq. 5): run it with "
+                             f"lower=local (per-client heads)")
+        super().__init__(task, hp, fed)
+        self.local = local
+        data = fed.data
+        self.M = data.num_clients
+        x, y = task.init(fed.gen)
+        self.x = x.expand(self.M, -1).clone()
+        self.y = y.clone() if y.dim() == 2 else y.expand(self.M, -1).clone()
+        self.train, self.val = data.split("train"), data.split("val")
+        self.t = 0  # local iterations done
+
+    # data ----------------------------------------------------------------------------------------
+    def draw(self, which: str, batch_size: int) -> Batch:
+        """One fresh minibatch per client (with the task's random masks, frozen in the batch so that
+        both STORM points see the same ones); its data points are charged to ``samples``."""
+        split = self.train if which == "train" else self.val
+        b = self.task.noise(self.fed.gen, split.sample(self.fed.gen, batch_size))
+        self.ledger.samples += int((b["w"] > 0).sum())
+        return b
+
+    def charge(self, kind: str, calls: int) -> None:
+        self.ledger.oracle(kind, calls)
+
+    def encode(self, x: torch.Tensor, batches: list[Batch]) -> list[Batch]:
+        """The batches with ``X`` replaced by each client's features under its own ``x [M, dx]``
+        (tasks with ``reuse``: g depends on x only through them), encoded in one call."""
+        n = [b["X"].shape[1] for b in batches]
+        X = torch.cat([b["X"] for b in batches], 1)
+        H = torch.vmap(self.task.encode)(x, X)
+        return [{**b, "X": h} for b, h in zip(batches, H.split(n, 1), strict=True)]
+
+    def grad_y(self, x, y, b: Batch) -> torch.Tensor:
+        self.charge("grads", x.shape[0])
+        if self.task.reuse:
+            return per_client_grad(self.task.g_enc, 1, x.new_zeros(0), y, self.encode(x, [b])[0])
+        return per_client_grad(self.task.g, 1, x, y, b)
+
+    def neumann(self, x, y, bx: dict, step: float, mode: str = "sum", k=None) -> torch.Tensor:
+        H, fn, arg = bx["H"], None, None
+        K = len(H) + 1  # eq. (13)'s K: the scale K ϑ, even when only max(k) factors are computed
+        if self.task.reuse and H:
+            if mode == "random":  # only the factors some client reaches are computed
+                H = H[:int(k.max())]
+            H, fn, arg = self.encode(x, H), self.task.g_enc, x.new_zeros(0)
+        return neumann_hypergrad(self.task.f, self.task.g, x, y, bx["f"], bx["g"], H, step, mode, k,
+                                 charge=self.charge, hess_fn=fn, hess_arg=arg, K=K)
+
+    # evaluation ----------------------------------------------------------------------------------
+    def x_bar(self) -> torch.Tensor:
+        return self.x.mean(0)
+
+    def heads(self) -> torch.Tensor:
+        return self.y if self.local else self.y.mean(0)
+
+    def evaluate(self) -> dict[str, float]:
+        return self.task.evaluate(self.x_bar(), self.heads())
+
+    def state(self) -> dict[str, torch.Tensor]:
+        return {"x": self.x, "y": self.y}
+
+    def rounds_per_iteration(self) -> int:
+        return 1
+
+
+class FedBiOLocal(ClientStateAlgorithm):
+    name: ClassVar[str] = "fedbio-local"
+    paper: ClassVar[str] = "Li, Huang & Huang, arXiv 2302.06701 / NeurIPS 2023, Alg. 3 (seed 001)"
+    rounds: ClassVar[str] = "1 per I local iterations"
+
+    @dataclass
+    class HP:
+        local_steps: int = 5  # I, local iterations per communication round
+        batch_size: int = 64  # b = b_x: every upper-side minibatch (ξ_f, ξ_g, ξ_j)
+        batch_size_y: int | None = None  # b_y of B_y (None: = batch_size)
+        lower_lr: float = 0.1  # γ, lower (y) step
+        upper_lr: float = 0.01  # η, upper (x) step (spec §4.4: 0.05)
+        neumann_step: float = 0.01  # τ of eq. (6) (spec §4.4: 0.1; must be < 1/L_g)
+        Q: int = 5  # Neumann terms (Hessian samples) of eq. (6)
+
+    def __init__(self, task, hp, fed):
+        check_common(hp)
+        super().__init__(task, hp, fed)
+
+    def draw_x(self, b: int) -> dict:
+        """B_x = {ξ_f, ξ_g, ξ_1..ξ_Q} (eq. 6), mutually independent."""
+        return {"f": self.draw("val", b), "g": self.draw("train", b),
+                "H": [self.draw("train", b) for _ in range(self.hp.Q)]}
+
+    def step(self) -> None:
+        hp = self.hp
+        by = hp.batch_size_y or hp.batch_size
+        for _ in range(hp.local_steps):
+            self.t += 1
+            Bx, By = self.draw_x(hp.batch_size), self.draw("train", by)  # line 4
+            omega = self.grad_y(self.x, self.y, By)  # line 5
+            nu = self.neumann(self.x, self.y, Bx, hp.neumann_step)
+            self.y = self.y - hp.lower_lr * omega  # line 6
+            self.x = self.x - hp.upper_lr * nu
+        self.x = self.x.mean(0).expand(self.M, -1).clone()  # line 8: t mod I = 0
+        self.ledger.comm(self.M, self.x.shape[1])
+
+
+def check_common(hp) -> None:
+    by_bad = hp.batch_size_y is not None and hp.batch_size_y < 1
+    if hp.local_steps < 1 or hp.batch_size < 1 or by_bad or hp.Q < 0:
+        raise UsageError("need local_steps >= 1, batch_size >= 1, batch_size_y >= 1 (or none), Q >= 0")

@@ -1,0 +1,110 @@
+"""Shared machinery of the algorithms that run on the ``hfl`` task (seed 002): ZO-HFL and the plain FL
+baselines FedAvg, FedProx and SCAFFOLD.
+
+* The global model ``x [d]`` starts at 0 (spec A6); one ``step()`` is one communication round r.
+* Participating clients S_r come from a generator of their own, seeded by the run's seed, so that
+  all four methods see the same sequence S_0, S_1, ... for a given seed (spec §3.3, §5).
+* Local steps per round and client: ``H_r = ceil(τ √(r+1))`` (Alg. 1/2 with ``H_{i,r} = τ√(r+1)``,
+  §IV; ceil per spec A5); the baselines run the same number (spec A10).
+* Local step sizes ``γ̃_t = γ̃ / (t + Γ)`` with ``γ̃ = 0.1, Γ = 1``, t restarting at 0 in every call
+  (§IV "throughout the experiments"), or constant ``γ̃`` (``lr_schedule: constant``).
+* :meth:`HFLAlgorithm.local` runs the local SGD of all participating clients at once: ``K`` clients,
+  each with ``G`` models stacked as ``W [K, G·C, n]`` that share every minibatch (common random
+  numbers), one ``bmm`` per step. Minibatches are ``B`` i.i.d. uniform draws from the client's rows,
+  fresh at every step (the stochastic oracle of Alg. 2 line 3); ``batch_size: 0`` uses the client's
+  full data at every step (deterministic, for tests and ablations).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import torch
+
+from ..federation import sample_clients
+from .base import Algorithm
+
+
+class HFLAlgorithm(Algorithm):
+    tasks: ClassVar[tuple[str, ...]] = ("hfl",)
+    rounds: ClassVar[str] = "1"
+
+    def __init__(self, task, hp, fed):
+        super().__init__(task, hp, fed)
+        self.x = task.init_x()
+        self.r = 0
+        self.diag: dict[str, float] = {}
+        self.personal = task.init_x().expand(task.m, -1).clone() if task.p.holdout > 0 else None
+        self.client_gen = torch.Generator(device=fed.gen.device).manual_seed(fed.gen.initial_seed() + 7)
+
+    def sample(self) -> torch.Tensor:
+        """S_r: ``round(β m)`` clients uniformly without replacement, from the clients' own generator."""
+        return sample_clients(self.client_gen, self.task.m, self.fed.participation, self.x.device)
+
+    def rounds_per_iteration(self) -> int:
+        return 1
+
+    # schedules ---------------------------------------------------------------------------------------
+    def local_steps(self, r: int) -> int:
+        """``H_r = ceil(τ √(r+1))`` (spec A5; the tiny guard keeps exact products such as 20·√4 = 40)."""
+        return max(1, math.ceil(self.hp.tau * math.sqrt(r + 1) - 1e-9))
+
+    def local_lr(self, t: int) -> float:
+        hp = self.hp
+        return hp.local_lr / (t + hp.Gamma) if hp.lr_schedule == "decay" else hp.local_lr
+
+    # local work --------------------------------------------------------------------------------------
+    def local(self, W: torch.Tensor, anchor: torch.Tensor | None, table: torch.Tensor, counts: torch.Tensor,
+              steps: int, groups: int = 1, mu: float = 0.0, correction: torch.Tensor | None = None,
+              project: bool = False) -> tuple[torch.Tensor, float]:
+        """``steps`` local SGD steps of ``K`` clients from ``W [K, G·C, n]``:
+        ``W <- Π[W - γ̃_t (∇CE(W; ζ_t) + μ (W - anchor) + correction)]``; the ``G`` models of a client
+        share its minibatch ζ_t. Returns the final ``W`` and ``Σ_t γ̃_t``. Charges one gradient oracle
+        per model and step."""
+        task, B = self.task, self.hp.batch_size
+        K = W.shape[0]
+        W = W.clone()
+        if B > 0:
+            rows = task.batch_rows(self.fed.gen, table, counts, steps, B)
+            wb = torch.full((K, B), 1.0 / B, dtype=W.dtype, device=W.device)
+        else:
+            Xf, yf = task.gather(table)
+            mask = torch.arange(table.shape[1], device=table.device)[None] < counts[:, None]
+            wb = mask.to(W.dtype) / counts[:, None].to(W.dtype)
+        lr_sum = 0.0
+        for t in range(steps):
+            lr = self.local_lr(t)
+            Xb, yb = task.gather(rows[t]) if B > 0 else (Xf, yf)
+            G = task.ce_grad(W, Xb, yb, wb, groups)
+            if mu:
+                G.add_(W - anchor, alpha=mu)
+            if correction is not None:
+                G.add_(correction)
+            W.add_(G, alpha=-lr)
+            if project:
+                W = task.project(W, anchor, groups)
+            lr_sum += lr
+        n_used = int(B if B > 0 else counts.sum().item() / max(K, 1))
+        self.ledger.oracle("grads", steps * K * groups, steps * K * groups * n_used)
+        return W, lr_sum
+
+    # helpers -------------------------------------------------------------------------------------------
+    def as_stack(self, v: torch.Tensor) -> torch.Tensor:
+        """``[K, G, d] -> [K, G·C, n]`` (the layout of :meth:`local`; ``d`` is class-major)."""
+        K, G, _ = v.shape
+        return v.reshape(K, G * self.task.C, self.task.nf)
+
+    def from_stack(self, W: torch.Tensor, groups: int) -> torch.Tensor:
+        """``[K, G·C, n] -> [K, G, d]``."""
+        return W.reshape(W.shape[0], groups, -1)
+
+    def evaluate(self) -> dict[str, float]:
+        out = self.task.evaluate(self.x)
+        if self.personal is not None:
+            out["personal_acc"] = self.task.personal_acc(self.personal)
+        out.update(self.diag)
+        return out
+
+    def state(self) -> dict[str, torch.Tensor]:
+        return {"x": self.x}

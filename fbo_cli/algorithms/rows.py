@@ -1,0 +1,53 @@
+"""Minibatches gathered straight from the pool, without materializing a client split.
+
+``FederatedData.split`` copies every row of the selected clients (``[M, n, ...]``); an algorithm
+that only ever draws small minibatches (FedBiO, FedBiOAcc, the FedAvg bounds) needs just the index
+table. :class:`RowSampler` keeps ``idx``/``mask`` and gathers the ``b`` rows of each client's
+minibatch from the pool: the same batches as ``Split.sample`` (the same random keys, the ``b``
+smallest of them, in the same order), at the cost of the batch instead of the split.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..data import FederatedData
+from ..federation import Batch
+
+
+@dataclass
+class RowSampler:
+    data: FederatedData
+    idx: torch.Tensor  # [M, n] pool rows
+    mask: torch.Tensor  # [M, n]
+
+    @classmethod
+    def of(cls, data: FederatedData, which: str, clients: torch.Tensor | None = None) -> "RowSampler":
+        idx, mask = (data.train_idx, data.train_mask) if which == "train" else (data.val_idx, data.val_mask)
+        if clients is not None:
+            idx, mask = idx[clients], mask[clients]
+        return cls(data, idx, mask)
+
+    @property
+    def M(self) -> int:
+        return self.mask.shape[0]
+
+    def restrict(self, keep_rows: torch.Tensor) -> "RowSampler":
+        """Only the rows where the per-pool-row boolean ``keep_rows [N]`` holds."""
+        return RowSampler(self.data, self.idx, self.mask & keep_rows[self.idx])
+
+    def sample(self, gen: torch.Generator, batch_size: int) -> Batch:
+        """One minibatch per client, without replacement within the batch (as ``Split.sample``)."""
+        keys = torch.rand(self.mask.shape, generator=gen, device=self.mask.device)
+        keys = keys.masked_fill(~self.mask, 2.0)
+        b = min(batch_size, keys.shape[1])
+        pos = keys.topk(b, dim=1, largest=False, sorted=True).indices
+        rows = torch.gather(self.idx, 1, pos)
+        m = torch.gather(self.mask, 1, pos)
+        w = m.to(self.data.X.dtype) / m.sum(1, keepdim=True).clamp(min=1).to(self.data.X.dtype)
+        d = self.data
+        out = {"X": d.X[rows], "y": d.y[rows], "w": w}
+        out.update({k: v[rows] for k, v in d.extra.items()})
+        return out

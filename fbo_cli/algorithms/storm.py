@@ -1,0 +1,142 @@
+"""Pieces shared by the STORM-type federated bilevel algorithms (seed 000 AdaFBiO, seed 001 FedBiO
+family): the STORM recursion and the step-size schedule α_t = δ / (u0 + t)^{1/3}.
+
+STORM (Cutkosky & Orabona 2019), as seed 001 Alg. 2 lines 10-12 / Alg. 4 and seed 000 eqs. (8)-(9)
+write it, with the *same* minibatch ξ_{t+1} at the new and the old point:
+
+    d_{t+1} = G(z_{t+1}; ξ_{t+1}) + (1 - a_t) (d_t - G(z_t; ξ_{t+1}))
+
+``a_t`` is the momentum weight (seed 001: a_t = c α_t²; seed 000: α_{t+1}, β_{t+1}). With a_t = 1 the
+recursion is the plain stochastic estimator ``G(z_{t+1}; ξ_{t+1})``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import UsageError
+
+SCHEDULES = ("const", "cbrt")
+
+
+def storm(new: torch.Tensor, est: torch.Tensor, old: torch.Tensor, weight: float) -> torch.Tensor:
+    """``new + (1 - weight) (est - old)``: the STORM estimator from the stochastic estimate at the
+    new point (``new``), the previous estimator (``est``) and the estimate at the old point with the
+    same sample (``old``). ``weight`` = a_t ∈ [0, 1]; 1 gives ``new`` exactly."""
+    if weight == 1.0:
+        return new.clone()
+    return new + (1.0 - weight) * (est - old)
+
+
+def step_factor(kind: str, t: int, delta: float, u0: float) -> float:
+    """α_t: ``const`` -> δ for every t; ``cbrt`` -> δ / (u0 + t)^{1/3} (seed 001 Thms 2/4, t >= 1)."""
+    if kind == "const":
+        return float(delta)
+    if kind == "cbrt":
+        return float(delta) / (float(u0) + t) ** (1.0 / 3.0)
+    raise UsageError(f"schedule must be one of {', '.join(SCHEDULES)}; got '{kind}'")
+
+
+def check_schedule(kind: str, delta: float, u0: float) -> None:
+    if kind not in SCHEDULES:
+        raise UsageError(f"schedule must be one of {', '.join(SCHEDULES)}; got '{kind}'")
+    if delta <= 0:
+        raise UsageError(f"delta (the step-size factor α) must be > 0, got {delta}")
+    if kind == "cbrt" and u0 + 1 <= 0:
+        raise UsageError(f"u0 must be > -1 for the cbrt schedule, got {u0}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Neumann-series hypergradient estimators (local Hessians) and same-sample evaluation at two points
+
+
+def pair(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+    """Stack the new and the old point of every client on the client dimension: ``[2M, ...]``, so
+    that one vectorized call evaluates both STORM points (the batch goes through :func:`twice`)."""
+    return torch.cat([new, old])
+
+
+def twice(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The same batch (and its dropout masks) for the new and the old point: ``[2M, ...]``."""
+    return {k: torch.cat([v, v]) for k, v in batch.items()}
+
+
+def unpair(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inverse of :func:`pair`: ``(at the new point, at the old point)``."""
+    return t.chunk(2)
+
+
+def per_client_hvp(fn, a: torch.Tensor, y: torch.Tensor, b: dict, v: torch.Tensor) -> torch.Tensor:
+    """``[M, dy]``: ``∇²_y fn(a_i, y_i; b_i) v_i`` by reverse-over-reverse autograd (``∇_y ⟨∇_y fn, v⟩``,
+    the Hessian is symmetric); on this CPU it is faster than forward-over-reverse for the small
+    heads the estimators apply it to. ``a`` is stacked ``[M, da]`` or shared (any other rank)."""
+    from torch.func import grad, vmap
+
+    def one(a_, y_, b_, v_):
+        return grad(lambda yy: (grad(fn, argnums=1)(a_, yy, b_) * v_).sum())(y_)
+
+    return vmap(one, in_dims=(0 if a.dim() == 2 else None, 0, 0, 0))(a, y, b, v)
+
+
+def neumann_hypergrad(f, g, x: torch.Tensor, y: torch.Tensor, bf: dict, bj: dict, hess: list[dict],
+                      step: float, mode: str = "sum", k: torch.Tensor | None = None,
+                      charge=None, hess_fn=None, hess_arg: torch.Tensor | None = None,
+                      K: int | None = None) -> torch.Tensor:
+    """Per-client local hypergradient estimate ``[M, dx]`` at stacked points ``x [M, dx]``,
+    ``y [M, dy]`` with a Neumann series of the client's own lower Hessian (no communication):
+
+    * ``mode="sum"`` (seed 001 eq. (6)): ``Φ = ∇_x f(ξ_f) - τ ∇_xy g(ξ_g) Σ_{q=0}^{Q} Π_{j≤q}
+      (I - τ ∇²_yy g(ξ_j)) ∇_y f(ξ_f)``, with Q = ``len(hess)`` independent Hessian batches;
+    * ``mode="random"`` (seed 000 eq. (13)): ``∇_x f(ξ) - ∇_xy g(ζ_0) K ϑ Π_{i=1}^{k}
+      (I - ϑ ∇²_yy g(ζ_i)) ∇_y f(ξ)`` with K = ``len(hess) + 1`` and a per-client index
+      ``k [M]`` ∈ {0..K-1}; client i applies only its first k_i Hessian factors. ``K`` given: the
+      scale K ϑ uses it (then ``hess`` may hold just the first max(k) batches).
+
+    ``bf`` = ξ_f (upper batch, used for both ∇_x f and ∇_y f), ``bj`` = ξ_g / ζ_0 (the Jacobian batch),
+    ``hess`` = the Hessian batches; every batch carries the client dimension. ``charge(kind, calls)``
+    records oracle calls (one per client per call). Hessian- and Jacobian-vector products are
+    forward-over-reverse / reverse-over-reverse autograd; no matrix is formed.
+
+    ``hess_fn(hess_arg, y, b)`` (optional) is the lower loss the HVPs use instead of ``g(x, y, b)``,
+    for batches ``hess`` already encoded at x (a task's ``g_enc``, see ``BilevelTask.lower_view``):
+    the same Hessian in y, without re-running the representation inside every HVP.
+    """
+    from ..federation import per_client_cross, per_client_grad
+
+    M = x.shape[0]
+    charge = charge or (lambda kind, calls: None)
+    gx, gy = per_client_grad(f, (0, 1), x, y, bf)
+    charge("grads", M)
+    v = gy
+    gh, xh = (g, x) if hess_fn is None else (hess_fn, hess_arg)
+    if mode == "sum":
+        acc = v
+        for b in hess:
+            v = v - step * per_client_hvp(gh, xh, y, b, v)
+            acc = acc + v
+            charge("hvps", M)
+        s = step * acc
+    elif mode == "random":
+        if k is None:
+            raise ValueError("mode='random' needs the per-client Neumann index k")
+        K = len(hess) + 1 if K is None else K
+        if len(hess) < int(k.max()):
+            raise ValueError("mode='random' needs at least max(k) Hessian batches")
+        for i, b in enumerate(hess, start=1):
+            live = k >= i
+            n = int(live.sum())
+            if n == 0:
+                break
+            if n == M:
+                v = v - step * per_client_hvp(gh, xh, y, b, v)
+            else:  # only the clients whose k_i reaches this factor do the work
+                sel = live.nonzero().squeeze(1)
+                bs = {key: t[sel] for key, t in b.items()}
+                xs = xh[sel] if xh.dim() == 2 else xh
+                v = v.index_put((sel,), v[sel] - step * per_client_hvp(gh, xs, y[sel], bs, v[sel]))
+            charge("hvps", n)
+        s = K * step * v
+    else:
+        raise UsageError(f"neumann must be sum or random; got '{mode}'")
+    charge("jvps", M)
+    return gx - per_client_cross(g, x, y, bj, s)

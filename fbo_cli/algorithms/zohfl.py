@@ -1,0 +1,154 @@
+"""ZO-HFL: the randomized implicit zeroth-order method for heterogeneous FL as a hierarchical problem.
+
+Reference: Yuyang Qiu, Kibaek Kim, Farzad Yousefian, "A Randomized Zeroth-Order Hierarchical Framework
+for Heterogeneous Federated Learning", arXiv 2504.01839 (2025), Algorithms 1 and 2.
+Spec: ``shared/papers/spec_002_zohfl.md`` §2-3, §7, §10. Runs on the ``hfl`` task.
+
+One communication round r (Alg. 1), with S_r the participating clients (``participation`` β):
+
+1. The server draws, for each i ∈ S_r, a direction v_{i,r} uniform on the unit sphere of R^d
+   (``v = z/||z||``, z ~ N(0, I); Alg. 1 line 3, spec A16: S not ηS), and broadcasts x̂_r and v_{i,r}.
+2. Client i calls Alg. 2 twice, from the inputs x± = x̂_r ± η v_{i,r} (Alg. 1 line 5): starting at
+   y_0 = x± (spec A7), H_r = ceil(τ√(r+1)) steps (§IV, spec A5) of projected SGD on its lower problem
+   y_{t+1} = Π_{Y_i(x±)}[y_t - γ̃_t (∇CE(y_t; ζ_t) + μ (y_t - x±))], γ̃_t = γ̃/(t+Γ) (Alg. 2 line 4).
+   With ``crn`` (default, spec A8) the + and - calls use the same minibatches ζ_t; the two calls
+   are one batched computation. It sends y± back.
+3. The server forms g_i = (d/(2η)) (f2(x+, y+) - f2(x-, y-)) v_{i,r}, with f2(x, y) = (λ/2)||x - y||²
+   evaluated in float64 (Alg. 1 line 7; the dimension factor d = n·C of Lemma 7(i), spec §1.2 [FIX]).
+4. It draws a minibatch ξ_r of its own data and sets ĝ = ∇f̃1(x̂_r; ξ_r) + Σ_{i∈S_r} ρ_i g_i
+   (Alg. 1 line 7 with the §IV weights ρ_i of the task; non-participants contribute 0, spec A4;
+   ``aggregate: unbiased`` multiplies the sum by m/|S_r|).
+5. x̂_{r+1} = x̂_r - γ_r ĝ, γ_r = γ/√(r+1) (Alg. 1 line 8, §IV).
+
+``num_dirs`` q > 1 averages q independent directions per client (2q Alg. 2 calls); the paper uses 1.
+``warm_start`` starts Alg. 2 from the client's previous outputs instead of x± (spec A7 option).
+
+Rounds per iteration: 1. Payload: up 2·q·d floats (y+ and y-) per client; down d + 1 (x̂_r and a seed
+for the directions). Oracles: 2·q·H_r local gradients per participating client, 1 server gradient.
+
+Metrics besides the task's: ``global_loss`` = f1(x̂) on the full server data + f̂2, where f̂2 is the
+previous round's ρ-weighted mean over S_r of (f2(x+, y+) + f2(x-, y-))/2, rescaled to all clients by
+Σ_i ρ_i / Σ_{i∈S_r} ρ_i (spec A12, Fig. 2); ``g1_norm`` and ``gzo_norm`` (||∇f̃1|| and ||Σ ρ_i g_i||,
+spec A8 diagnostics).
+
+Hyperparameters (paper §IV defaults): τ = 20 (Table I; 5/20/50 in Fig. 2), γ = 0.01, γ̃ = 0.1, Γ = 1,
+η = 0.1, q = 1. Not given in the paper: minibatch B = 64 for ζ and ξ (spec A9); λ and μ are the task's
+``lam``/``mu`` (1.0 each, spec A1).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from ..errors import UsageError
+from .hflbase import HFLAlgorithm
+
+
+def zo_gradient(f_plus: torch.Tensor, f_minus: torch.Tensor, v: torch.Tensor, eta: float,
+                dim: int) -> torch.Tensor:
+    """The two-point estimator of Lemma 7(i)/Alg. 1 line 7: ``(d/(2η)) (f(x+ηv) - f(x-ηv)) v``.
+    ``f_plus, f_minus [...]`` (float64 preferred), ``v [..., d]``; returns ``[..., d]`` in ``v``'s dtype."""
+    coef = (dim / (2.0 * eta)) * (f_plus - f_minus)
+    return coef.to(v.dtype).unsqueeze(-1) * v
+
+
+def unit_directions(gen: torch.Generator, shape: tuple[int, ...], device=None) -> torch.Tensor:
+    """Directions uniform on the unit sphere: ``z/||z||`` with ``z ~ N(0, I)`` along the last axis."""
+    z = torch.randn(*shape, generator=gen, device=gen.device).to(device)
+    return z / z.norm(dim=-1, keepdim=True)
+
+
+class ZOHFL(HFLAlgorithm):
+    name: ClassVar[str] = "zohfl"
+    paper: ClassVar[str] = "Qiu, Kim & Yousefian, arXiv 2504.01839 (seed 002)"
+
+    @dataclass
+    class HP:
+        tau: float = 20.0  # τ: H_r = ceil(τ √(r+1)) local steps per Alg. 2 call
+        server_lr: float = 0.01  # γ: server step γ_r = γ/√(r+1)
+        local_lr: float = 0.1  # γ̃: local step γ̃_t = γ̃/(t+Γ)
+        Gamma: float = 1.0  # Γ
+        lr_schedule: str = "decay"  # decay (γ̃/(t+Γ), the paper) | constant (γ̃)
+        eta: float = 0.1  # η, smoothing radius
+        num_dirs: int = 1  # q, directions per client per round (paper: 1)
+        batch_size: int = 64  # B of the clients' minibatches ζ (0: full local data)
+        server_batch: int = 64  # B of the server's minibatch ξ (0: full server data)
+        crn: bool = True  # same minibatches for the + and - calls (spec A8)
+        aggregate: str = "sum"  # sum (non-participants give 0, spec A4) | unbiased (x m/|S_r|)
+        warm_start: bool = False  # start Alg. 2 from the client's previous y± (spec A7 option)
+
+    def __init__(self, task, hp, fed):
+        if hp.lr_schedule not in ("decay", "constant"):
+            raise UsageError(f"lr_schedule must be one of decay, constant; got '{hp.lr_schedule}'")
+        if hp.aggregate not in ("sum", "unbiased"):
+            raise UsageError(f"aggregate must be one of sum, unbiased; got '{hp.aggregate}'")
+        if hp.num_dirs < 1 or hp.eta <= 0 or hp.tau <= 0:
+            raise UsageError("need num_dirs >= 1, eta > 0, tau > 0")
+        super().__init__(task, hp, fed)
+        self.prev = None
+        if hp.warm_start:
+            self.prev = torch.zeros(task.m, 2 * hp.num_dirs, task.d, dtype=self.x.dtype, device=self.x.device)
+            self.seen = torch.zeros(task.m, dtype=torch.bool, device=self.x.device)
+
+    def step(self) -> None:
+        task, hp, gen, led = self.task, self.hp, self.fed.gen, self.ledger
+        x, r, d, q = self.x, self.r, task.d, hp.num_dirs
+        G = 2 * q
+        S = self.sample()
+        M = len(S)
+        H = self.local_steps(r)
+        v = unit_directions(gen, (M, q, d), x.device)  # step 1
+        sign = torch.tensor([1.0, -1.0], dtype=x.dtype, device=x.device)
+        x_in = (x + hp.eta * sign[None, None, :, None] * v[:, :, None, :]).reshape(M, G, d)  # x±
+        y0 = x_in
+        if self.prev is not None:
+            y0 = torch.where(self.seen[S][:, None, None], self.prev[S], x_in)
+        table, counts = task.client_table(S)
+        ball = task.p.local_constraint != "none"
+        if hp.crn:  # step 2: both calls of all clients in one batched run, sharing minibatches
+            Y, _ = self.local(self.as_stack(y0), self.as_stack(x_in), table, counts, H, groups=G,
+                              mu=task.p.mu, project=ball)
+            Y = self.from_stack(Y, G)
+        else:  # independent minibatches for every call
+            one = lambda t: self.as_stack(t.reshape(M * G, 1, d))
+            tab, cnt = table.repeat_interleave(G, 0), counts.repeat_interleave(G)
+            Y, _ = self.local(one(y0), one(x_in), tab, cnt, H, groups=1, mu=task.p.mu, project=ball)
+            Y = self.from_stack(Y, 1).reshape(M, G, d)
+        Fv = task.f2(x_in, Y).view(M, q, 2)  # step 3, float64
+        g = zo_gradient(Fv[..., 0], Fv[..., 1], v, hp.eta, d).mean(1)  # [M, d]
+        w = task.weights[S]
+        gzo = (w[:, None] * g).sum(0)
+        if hp.aggregate == "unbiased":
+            gzo = gzo * (task.m / M)
+        srv = task.server_rows  # step 4
+        if len(srv) == 0:  # server_frac = 0: f1 ≡ 0
+            rows = srv
+        elif hp.server_batch > 0:
+            pick = torch.randint(len(srv), (hp.server_batch,), generator=gen, device=gen.device)
+            rows = srv[pick.to(srv.device)]
+        else:
+            rows = srv
+        g1 = task.f1_grad(x, rows) if len(rows) else torch.zeros_like(x)
+        led.oracle("grads", int(len(rows) > 0), len(rows))
+        self.x = x - hp.server_lr / math.sqrt(r + 1) * (g1 + gzo)  # step 5
+        led.comm(M, 2 * q * d, d + 1)
+        f2_clients = Fv.mean((1, 2))
+        wd = w.double()
+        self.diag = {"f2_hat": float((wd * f2_clients).sum() / wd.sum() * task.weights.double().sum()),
+                     "g1_norm": float(g1.norm()), "gzo_norm": float(gzo.norm())}
+        if self.personal is not None:
+            self.personal[S] = Y.mean(1)
+        if self.prev is not None:
+            self.prev[S] = Y
+            self.seen[S] = True
+        self.r += 1
+
+    def evaluate(self) -> dict[str, float]:
+        out = super().evaluate()
+        if "f2_hat" in out:
+            out["global_loss"] = out.get("server_loss", 0.0) + out["f2_hat"]
+        return out

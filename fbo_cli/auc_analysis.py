@@ -1,0 +1,120 @@
+"""Seed 004's derived table (Figure 1 analog): the largest communication window I whose final test
+AUC stays within ``delta`` of the AUC at I = 1, per algorithm and client count K.
+
+Usage after ``fbo compare experiments/codasca_fig1_*.yaml``::
+
+    python -m fbo_cli.auc_analysis results/compare/<name> [DELTA]
+
+writes ``imax.md``, ``imax.csv`` and ``imax.png`` (final AUC against I, the bottom row of the
+paper's Figure 1) next to the compare output's ``runs.csv``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from pathlib import Path
+
+from .errors import UsageError
+
+# --------------------------------------------------------------------------------------------------
+# Figure 1 analog: the largest tolerable communication window
+
+
+def _run_keys(run_dir: str) -> tuple[int | None, int | None]:
+    import yaml
+
+    p = Path(run_dir) / "config.yaml"
+    if not p.is_file():
+        return None, None
+    c = yaml.safe_load(p.read_text())
+    return (c.get("hp") or {}).get("I"), c.get("clients")
+
+
+def imax_table(compare_dir: str | Path, delta: float = 0.01) -> "pd.DataFrame":  # noqa: F821
+    """Seed 004 Figure 1 analog: from a compare output's ``runs.csv`` (algorithms x settings that
+    vary the window ``I`` and the client count ``K``), the final test AUC (mean ± std over seeds)
+    per (algorithm, K, I) and ``I_max`` = the largest I whose mean AUC is >= the mean AUC at I=1
+    minus ``delta`` (spec §7 item 12). Writes ``imax.md``, ``imax.csv`` and ``imax.png`` beside
+    ``runs.csv``. Settings must differ only in I and K (both read from each run's config)."""
+    import pandas as pd
+
+    from .results import atomic_write
+
+    d = Path(compare_dir)
+    if not (d / "runs.csv").is_file():
+        raise UsageError(f"no runs.csv in {d}; run the compare spec first")
+    runs = pd.read_csv(d / "runs.csv")
+    Is, Ks = [], []
+    for _, r in runs.iterrows():
+        I, K = _run_keys(r["run_dir"]) if "run_dir" in r else (None, None)
+        m_i = re.search(r"\bI\s*=\s*(\d+)", str(r["setting"]))
+        m_k = re.search(r"\bK\s*=\s*(\d+)", str(r["setting"]))
+        Is.append(I if I is not None else (int(m_i.group(1)) if m_i else None))
+        Ks.append(K if K is not None else (int(m_k.group(1)) if m_k else None))
+    runs = runs.assign(I=Is, K=Ks)
+    runs = runs[runs.status == "done"] if "status" in runs else runs
+    agg = runs.groupby(["algorithm", "K", "I"])["final"].agg(["mean", "std", "count"]).reset_index()
+    rows = []
+    for (algo, K), g in agg.groupby(["algorithm", "K"]):
+        g = g.sort_values("I")
+        base = g[g.I == 1]["mean"]
+        ok = g[g["mean"] >= base.iloc[0] - delta] if len(base) else g.iloc[:0]
+        row = {"algorithm": algo, "K": int(K), "AUC(I=1)": base.iloc[0] if len(base) else float("nan"),
+               "I_max": int(ok.I.max()) if len(ok) else None, "seeds": int(g["count"].min())}
+        for _, r in g.iterrows():
+            sd = "" if pd.isna(r["std"]) else f" ± {r['std']:.4f}"
+            row[f"I={int(r.I)}"] = f"{r['mean']:.4f}{sd}"
+        rows.append(row)
+    table = pd.DataFrame(rows).sort_values(["K", "algorithm"], ascending=[False, True])
+    cols = list(table.columns)
+    md = [f"# I_max: largest window I with final test AUC >= AUC(I=1) - {delta} (mean over seeds)", "",
+          "| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for _, r in table.iterrows():
+        md.append("| " + " | ".join("" if (isinstance(x, float) and math.isnan(x)) else
+                                    (f"{x:.4f}" if isinstance(x, float) else str(x)) for x in r) + " |")
+    atomic_write(d / "imax.md", "\n".join(md) + "\n")
+    atomic_write(d / "imax.csv", table.to_csv(index=False))
+    plot_auc_vs_window(agg, d / "imax.png", delta)
+    return table
+
+
+def plot_auc_vs_window(agg, path: Path, delta: float) -> None:
+    """The bottom row of the paper's Figure 1: final test AUC (mean ± std over seeds) against I,
+    one panel per client count, with the I=1 - delta threshold of each algorithm dotted."""
+    import os
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    Ks = sorted(agg.K.dropna().unique(), reverse=True)
+    fig, axes = plt.subplots(1, len(Ks), figsize=(4.6 * len(Ks), 3.6), squeeze=False, sharey=True)
+    for ax, K in zip(axes[0], Ks, strict=True):
+        for j, (algo, g) in enumerate(agg[agg.K == K].groupby("algorithm")):
+            g = g.sort_values("I")
+            ax.errorbar(g.I, g["mean"], yerr=g["std"].fillna(0), color=f"C{j}", marker="o", ms=4, lw=1.5,
+                        capsize=3, label=algo)
+            base = g[g.I == 1]["mean"]
+            if len(base):
+                ax.axhline(base.iloc[0] - delta, color=f"C{j}", ls=":", lw=1)
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"K = {int(K)}", fontsize=10)
+        ax.set_xlabel("communication window I")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, frameon=False)
+    axes[0][0].set_ylabel("final test AUC")
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=130)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+if __name__ == "__main__":  # python -m fbo_cli.auc_analysis results/compare/<name> [delta]
+    if len(sys.argv) < 2:
+        sys.exit("usage: python -m fbo_cli.auc_analysis COMPARE_DIR [DELTA]")
+    t = imax_table(sys.argv[1], float(sys.argv[2]) if len(sys.argv) > 2 else 0.01)
+    print((Path(sys.argv[1]) / "imax.md").read_text())

@@ -1,0 +1,261 @@
+"""Heterogeneous federated learning as a hierarchical problem (seed 002, ZO-HFL; spec_002 §1.2, §6.2).
+
+Problem (1) of Qiu, Kim and Yousefian (arXiv 2504.01839), as instantiated in their §IV:
+
+* model: multinomial logistic regression, no bias: ``p(c | u) = softmax(x u)_c`` with the
+  parameters a matrix ``x ∈ R^{C×n}`` (stored flat, ``d = C·n``, class-major as ``nn.Linear``'s weight);
+* server loss ``f1(x) = CE(x; D_s)``, the mean cross-entropy on the server's own data;
+* penalty ``f2(x) = Σ_i ρ_i (λ/2) ||x - y_i(x)||²`` with ``ρ_i = N_i / Σ_j N_j`` (``client_weighting:
+  data``, §IV) or ``ρ_i = 1/m`` (``uniform``, Alg. 1 literally) (spec A3);
+* client i's lower problem ``y_i(x) = argmin_{y ∈ Y_i(x)} CE(y; D_i) + (μ/2) ||x - y||²``, with
+  ``Y_i(x) = R^d`` (``local_constraint: none``, the experiments) or the ball
+  ``{||y - x|| <= radius}`` (``ball``; spec §1.1, A15).
+
+Data (spec §6.2, :func:`fbo_cli.data.hierarchical.build_hierarchical`): train and test pooled, 10% test,
+30% of the rest to the server uniformly at random, the remaining 70% split over the ``clients`` with the
+run's ``partition`` (``dirichlet`` with ``alpha`` in the paper). The task rebuilds the runner's
+:class:`FederatedData` *in place* with this pipeline, from the run's own partition settings
+(``data.spec``), so every algorithm sees the same object. Features are flattened pixels in [0, 1]
+(``features: unit``, spec §6.2 step 4) or the loader's standardized values (``standard``).
+
+The task holds no algorithm logic: it provides batched closed-form oracles (cross-entropy gradients of
+stacked models ``[K, G·C, n]``: ``G`` models per client share each minibatch), the projection, the
+row tables of clients and server, and the metrics. Also here: :func:`partition_counts` and
+:func:`plot_partition`, the client-by-class plot of Fig. 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+
+from ..data.hierarchical import build_hierarchical
+from ..errors import UsageError
+from .base import Task
+
+# The loaders' normalization (fbo_cli/data/sources.py), undone by ``features: unit``.
+_NORMALIZATION: dict[str, tuple] = {
+    "mnist": ((0.1307,), (0.3081,)),
+    "mnist5k": ((0.1307,), (0.3081,)),
+    "fashion-mnist": ((0.2860,), (0.3530,)),
+    "digits": ((0.5,), (0.5,)),
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    "cifar100": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+}
+
+
+class HFL(Task):
+    name: ClassVar[str] = "hfl"
+    kind: ClassVar[str] = "hfl"
+    metric: ClassVar[str] = "test_acc"
+    default_dataset: ClassVar[str] = "fashion-mnist"
+    datasets: ClassVar[tuple[str, ...]] = ("mnist", "fashion-mnist", "cifar10", "cifar100", "mnist5k",
+                                           "digits", "breast-cancer", "synthetic")
+    # The paper's setting (§IV), for a runner that applies task-level defaults below the user's keys.
+    run_defaults: ClassVar[dict] = {"clients": 10, "partition": "dirichlet", "alpha": 1.0,
+                                    "participation": 0.5, "rounds": 500, "eval_every": 10}
+
+    @dataclass
+    class Params:
+        lam: float = 1.0  # λ, weight of the penalty f2 (not given in the paper; spec A1)
+        mu: float = 1.0  # μ, the clients' proximal weight (not given in the paper; spec A1)
+        client_weighting: str = "data"  # data (ρ_i = N_i/ΣN_j, §IV) | uniform (1/m, Alg. 1)
+        local_constraint: str = "none"  # none (the experiments) | ball (||y - x|| <= radius)
+        radius: float = 1.0  # ρ_i of the ball constraint
+        test_frac: float = 0.1  # share of the pooled data held out as the global test set
+        server_frac: float = 0.3  # share of the training data given to the server
+        pool_test: bool = True  # pool train and test, then split (spec §6.2); False: the official test set
+        holdout: float = 0.0  # per-client held-out share, for the optional personalized accuracy
+        features: str = "unit"  # unit (pixels in [0, 1]) | standard (the loader's normalization)
+
+    def __init__(self, params: "HFL.Params", data):
+        super().__init__(params, data)
+        p = params
+        if p.client_weighting not in ("data", "uniform"):
+            raise UsageError(f"client_weighting must be one of data, uniform; got '{p.client_weighting}'")
+        if p.local_constraint not in ("none", "ball"):
+            raise UsageError(f"local_constraint must be one of none, ball; got '{p.local_constraint}'")
+        if p.features not in ("unit", "standard"):
+            raise UsageError(f"features must be one of unit, standard; got '{p.features}'")
+        if p.mu <= 0:
+            raise UsageError(f"mu must be > 0 (the lower level is μ-strongly convex), got {p.mu}")
+        if p.local_constraint == "ball" and p.radius <= 0:
+            raise UsageError(f"radius must be > 0 with local_constraint=ball, got {p.radius}")
+        s = data.spec or {}
+        if "server_frac" not in s:  # the runner's generic split: rebuild with the hierarchical pipeline
+            dev = data.X.device
+            m = s.get("clients", data.num_clients)
+            new = build_hierarchical(data.dataset, s.get("partition", "iid"), m, s.get("seed", 0), dev,
+                                     alpha=s.get("alpha", 0.5),
+                                     shards_per_client=s.get("shards_per_client", 2), test_frac=p.test_frac,
+                                     server_frac=p.server_frac, holdout_frac=p.holdout, pool_test=p.pool_test)
+            for f in fields(new):
+                setattr(data, f.name, getattr(new, f.name))
+        self.C = data.num_classes
+        X = data.X.reshape(len(data.X), -1)
+        Xt = data.X_test.reshape(len(data.X_test), -1)
+        if p.features == "unit" and data.dataset.name in _NORMALIZATION:
+            X, Xt = self._unit(X, data), self._unit(Xt, data)
+        self.X, self.Xt = X.contiguous(), Xt.contiguous()
+        self.Y, self.Yt = data.y, data.y_test
+        self.nf = self.X.shape[1]
+        self.d = self.nf * self.C
+        self.m = data.num_clients
+        self.table, self.counts = data.train_idx, data.train_mask.sum(1)
+        self.server_rows = data.server_idx if data.server_idx is not None else data.train_idx.new_zeros(0)
+        n = self.counts.to(self.X.dtype)
+        self.weights = n / n.sum() if p.client_weighting == "data" else torch.full_like(n, 1.0 / self.m)
+
+    def _unit(self, X: torch.Tensor, data) -> torch.Tensor:
+        mean, std = _NORMALIZATION[data.dataset.name]
+        ch = len(mean)
+        Z = X.view(len(X), ch, -1)
+        return (Z * torch.tensor(std, dtype=X.dtype, device=X.device)[:, None]
+                + torch.tensor(mean, dtype=X.dtype, device=X.device)[:, None]).reshape(len(X), -1)
+
+    # variables ---------------------------------------------------------------------------------------
+    def init_x(self) -> torch.Tensor:
+        """x̂_0 = 0 (spec A6): the model is convex and this is deterministic."""
+        return self.X.new_zeros(self.d)
+
+    def client_table(self, clients: torch.Tensor,
+                     with_server: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Row tables ``[M, n_max]`` and counts ``[M]`` of the given clients (the server's rows appended
+        as one more client when ``with_server``)."""
+        table, counts = self.table[clients], self.counts[clients]
+        if not with_server:
+            return table, counts
+        srv = self.server_rows
+        width = max(table.shape[1], len(srv))
+        pad = lambda t, k: torch.cat([t, t[:, :1].expand(-1, k - t.shape[1])], 1) if t.shape[1] < k else t
+        table = torch.cat([pad(table, width), pad(srv[None], width)])
+        return table, torch.cat([counts, counts.new_tensor([len(srv)])])
+
+    # batched oracles -------------------------------------------------------------------------------
+    def ce_grad(self, W: torch.Tensor, Xb: torch.Tensor, yb: torch.Tensor, wb: torch.Tensor,
+                groups: int = 1) -> torch.Tensor:
+        """Gradients of the weighted cross-entropy ``Σ_b w_kb CE(W_kg; u_kb, y_kb)`` of ``K`` stacked
+        linear models, ``G = groups`` per row of the batch: ``W [K, G·C, n]``, ``Xb [K, B, n]``,
+        ``yb, wb [K, B]``. Closed form ``(softmax(W X^T) - onehot(y)^T) diag(w) X``, computed
+        class-major (the fast ``bmm`` shapes on the CPU); returns ``[K, G·C, n]``."""
+        K, B, _ = Xb.shape
+        C = self.C
+        P = torch.softmax(torch.bmm(W, Xb.transpose(1, 2)).view(K, groups, C, B), 2)
+        P.scatter_add_(2, yb.view(K, 1, 1, B).expand(K, groups, 1, B),
+                       P.new_full((1, 1, 1, 1), -1.0).expand(K, groups, 1, B))
+        P.mul_(wb.view(K, 1, 1, B))
+        return torch.bmm(P.view(K, groups * C, B), Xb)
+
+    def batch_rows(self, gen: torch.Generator, table: torch.Tensor, counts: torch.Tensor, steps: int,
+                   B: int) -> torch.Tensor:
+        """``[steps, K, B]`` pool rows: for every step, ``B`` i.i.d. uniform draws from each row table."""
+        u = torch.rand(steps, table.shape[0], B, generator=gen, device=gen.device).to(table.device)
+        pos = torch.minimum((u * counts[None, :, None]).long(), (counts - 1)[None, :, None])
+        return torch.gather(table.unsqueeze(0).expand(steps, -1, -1), 2, pos)
+
+    def gather(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Features ``[..., n]`` and labels ``[...]`` of the pool rows ``rows [...]``."""
+        flat = rows.reshape(-1)
+        return (torch.index_select(self.X, 0, flat).view(*rows.shape, self.nf),
+                torch.index_select(self.Y, 0, flat).view(rows.shape))
+
+    def project(self, W: torch.Tensor, anchor: torch.Tensor, groups: int = 1) -> torch.Tensor:
+        """``Π_{Y_i(x)}``: identity, or the ball of ``radius`` around each model's input ``x``
+        (``Π(y) = x + (y - x) min(1, ρ/||y - x||)``) for ``W, anchor [K, G·C, n]``."""
+        if self.p.local_constraint == "none":
+            return W
+        K, GC, n = W.shape
+        D = (W - anchor).reshape(K, groups, -1)
+        norm = D.pow(2).sum(-1, keepdim=True).sqrt()
+        scale = torch.clamp(self.p.radius / norm.clamp(min=1e-30), max=1.0)
+        return anchor + (D * scale).view(K, GC, n)
+
+    def f1_grad(self, x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """``∇ f̃1(x; ξ)``: the mean cross-entropy gradient on the server rows ``rows [B]``; ``[d]``."""
+        Xb, yb = self.gather(rows)
+        w = torch.full((1, len(rows)), 1.0 / len(rows), dtype=x.dtype, device=x.device)
+        return self.ce_grad(x.view(1, self.C, self.nf), Xb[None], yb[None], w).reshape(-1)
+
+    def f2(self, x_in: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """``f2(x, y) = (λ/2) ||x - y||²`` per row, in float64 (spec A8)."""
+        D = (x_in - y).double()
+        return 0.5 * self.p.lam * D.pow(2).sum(-1)
+
+    # metrics ---------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def ce_acc(self, x: torch.Tensor, X: torch.Tensor, y: torch.Tensor,
+               chunk: int = 20000) -> tuple[float, float]:
+        """Mean cross-entropy and accuracy of the model ``x [d]`` on ``(X, y)``."""
+        if len(y) == 0:
+            return float("nan"), float("nan")
+        W = x.view(self.C, self.nf)
+        loss = correct = 0.0
+        for i in range(0, len(y), chunk):
+            Z = X[i:i + chunk] @ W.T
+            loss += F.cross_entropy(Z, y[i:i + chunk], reduction="sum").item()
+            correct += (Z.argmax(1) == y[i:i + chunk]).sum().item()
+        return loss / len(y), correct / len(y)
+
+    @torch.no_grad()
+    def personal_acc(self, Yp: torch.Tensor) -> float:
+        """Accuracy of each client's personalized model ``Yp [m, d]`` on its own held-out rows, pooled."""
+        idx, mask = self.data.val_idx, self.data.val_mask
+        if not bool(mask.any()):
+            return float("nan")
+        Z = torch.bmm(self.X[idx], Yp.view(self.m, self.C, self.nf).transpose(1, 2))
+        hit = (Z.argmax(-1) == self.Y[idx]) & mask
+        return hit.sum().item() / mask.sum().item()
+
+    @torch.no_grad()
+    def evaluate(self, x: torch.Tensor) -> dict[str, float]:
+        """Global model metrics: test accuracy and loss (the global test split) and the server loss f1
+        (full server data; absent when ``server_frac`` is 0)."""
+        tl, ta = self.ce_acc(x, self.Xt, self.Yt)
+        out = {"test_acc": ta, "test_loss": tl}
+        if len(self.server_rows):
+            out["server_loss"] = self.ce_acc(x, self.X[self.server_rows], self.Y[self.server_rows])[0]
+        return out
+
+
+# ------------------------------------------------------------------------------------------------------
+# Fig. 1: the client-by-class partition
+
+
+def partition_counts(data) -> torch.Tensor:
+    """``[m, C]`` number of training examples of each class held by each client."""
+    lab = data.y[data.train_idx]
+    oh = F.one_hot(lab, data.num_classes) * data.train_mask.unsqueeze(-1)
+    return oh.sum(1)
+
+
+def plot_partition(counts: torch.Tensor, path: str | Path, title: str = "") -> Path:
+    """Fig. 1 of seed 002: a bubble chart of the client x class counts (area proportional to count)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    c = counts.cpu().numpy().astype(float)
+    m, C = c.shape
+    fig, ax = plt.subplots(figsize=(0.55 * m + 2.0, 0.45 * C + 1.6))
+    ii, cc = [a.ravel() for a in torch.meshgrid(torch.arange(m), torch.arange(C), indexing="ij")]
+    size = 900.0 * c.ravel() / max(c.max(), 1.0)
+    ax.scatter(ii.numpy(), cc.numpy(), s=size, color="C3", alpha=0.75, edgecolors="none")
+    ax.set_xticks(range(m))
+    ax.set_yticks(range(C))
+    ax.set_xlabel("client")
+    ax.set_ylabel("class")
+    ax.set_xlim(-0.7, m - 0.3)
+    ax.set_ylim(-0.7, C - 0.3)
+    ax.grid(alpha=0.25)
+    ax.set_title(title or "examples per client and class", fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path

@@ -1,0 +1,143 @@
+"""Federated data hyper-cleaning (seed 000 eq. (4) and §4.2; seed 001 §4.2, a reconstruction).
+
+    min_x (1/M) Σ_m f^m(x, y*(x)),   y*(x) = argmin_y (1/M) Σ_m g^m(x, y)          (global lower level)
+
+* ``y``: a linear softmax classifier ``W [C, D]`` and bias ``b [C]`` (d = 7,850 on MNIST), global and
+  shared by all clients.
+* ``x``: one weight logit per *training* example over all clients (d_x = N_train); example i gets
+  the weight ``σ(x_i)``. The coordinates are laid out client by client, so client m owns the
+  contiguous block of its own training examples; ``x = 0`` at the start (σ = 1/2).
+* ``g^m(x, y) = Σ_{i∈D_t^m} w_i σ(x_i) CE(W a_i + b, ỹ_i) + ν ||y||²`` with ``w_i = 1/|D_t^m|`` (or
+  1/|batch| on a minibatch) and ``ν = reg_coef = 1e-3``: the weighted training loss on the client's
+  (noisy) training split plus the L2 term of eq. (4), which makes g 2ν-strongly convex in y.
+* ``f^m(x, y) = Σ_{j∈D_v^m} w_j CE(W a_j + b, y_j)``: plain cross-entropy on the client's clean
+  validation split; f does not depend on x (∇_x f = 0).
+
+Client m's lower loss touches only its own block of x, so ∇_x g^m and ∇_x∇_y g^m vanish outside
+it. An algorithm that keeps a full copy of x per client and averages the copies therefore moves
+each block by 1/M of its owner's local progress: exactly Eq. (1)'s semantics (spec_001 §4.2,
+spec_000 §7 item 11); nothing is special-cased in the algorithms.
+
+Label noise (training splits only, validation and test labels stay clean): each training example
+independently, with probability ``noise``, gets a label drawn uniformly from the *other* C-1
+classes (spec_001 §4.2), so every flipped example is really corrupted. The flip is drawn from a
+generator seeded by the run's seed, so every algorithm of a seed sees the same corrupted labels.
+The mask rides along in ``FederatedData.extra["noisy"]`` (and the x position of each row in
+``extra["xpos"]``).
+
+Metrics: ``test_acc``/``test_loss`` of y on the test set, ``upper_loss`` = (1/M) Σ_m f^m(x, y) on
+the full validation splits, and ``precision``/``recall``/``f1`` of flagging example i as corrupted
+iff σ(x_i) < 0.5 (i.e. x_i < 0), plus the mean weight σ(x_i) of clean and of corrupted examples.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import UsageError
+from ..federation import Batch, per_client_value
+from .base import BilevelTask, Layout, weighted_ce
+
+
+class HyperClean(BilevelTask):
+    name: ClassVar[str] = "hyperclean"
+    reuse: ClassVar[bool] = False
+    metric: ClassVar[str] = "test_acc"
+    default_dataset: ClassVar[str] = "mnist5k"
+    # spec_001 §4.2 / §4.4: 10 clients, all participating, Dirichlet(0.5), 10% validation, R = 300
+    run_defaults: ClassVar[dict] = {"clients": 10, "participation": 1.0, "partition": "dirichlet", "alpha": 0.5,
+                                    "val_frac": 0.1, "rounds": 300}
+    datasets: ClassVar[tuple[str, ...]] = ("mnist", "fashion-mnist", "cifar10", "cifar100", "mnist5k",
+                                           "digits", "breast-cancer", "synthetic")
+
+    @dataclass
+    class Params:
+        noise: float = 0.4  # label-noise rate p on the training splits (spec §4.2 grid 0.2/0.4/0.6)
+        reg_coef: float = 1e-3  # ν in ν||y||² (eq. (4))
+
+    def __init__(self, params: "HyperClean.Params", data):
+        super().__init__(params, data)
+        p = params
+        if not 0.0 <= p.noise < 1.0:
+            raise UsageError(f"noise must be in [0, 1), got {p.noise}")
+        if "noisy" in data.extra or "xpos" in data.extra:
+            raise UsageError("this FederatedData already carries a hyper-cleaning noise mask; "
+                             "build a fresh one")
+        C, D = data.num_classes, math.prod(data.dataset.shape)
+        self.ly = Layout([("w", (C, D)), ("b", (C,))])
+        dev = data.X.device
+        rows = data.train_idx[data.train_mask]  # training rows of the pool, client by client
+        n = rows.numel()
+        self.rows = rows
+        self.block = data.train_mask.sum(1)  # size of each client's block of x
+        # label noise on the training rows only, from a generator seeded by the run's seed
+        seed = data.spec.get("seed", torch.initial_seed()) if hasattr(data, "spec") else torch.initial_seed()
+        gen = torch.Generator().manual_seed((int(seed) * 1_000_003 + 17) % (2 ** 63))
+        flip = torch.rand(n, generator=gen) < p.noise
+        shift = torch.randint(1, C, (n,), generator=gen)
+        flip, shift = flip.to(dev), shift.to(dev)
+        y = data.y.clone()  # the dataset cache shares data.y; never corrupt it in place
+        y[rows] = torch.where(flip, (y[rows] + shift) % C, y[rows])
+        data.y = y
+        noisy = torch.zeros(data.X.shape[0], dtype=torch.bool, device=dev)
+        noisy[rows] = flip
+        xpos = torch.zeros(data.X.shape[0], dtype=torch.long, device=dev)
+        xpos[rows] = torch.arange(n, device=dev)
+        data.extra["noisy"] = noisy
+        data.extra["xpos"] = xpos
+        self.noisy = flip  # [dx], in x order
+        self.dx, self.dy = n, self.ly.size
+
+    # model ---------------------------------------------------------------------------------------
+    def init(self, gen):
+        dev = self.data.X.device
+        return torch.zeros(self.dx, device=dev), torch.zeros(self.dy, device=dev)
+
+    def logits(self, y: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+        Q = self.ly.unflatten(y)
+        return F.linear(X.reshape(*X.shape[:-len(self.data.dataset.shape)], -1), Q["w"], Q["b"])
+
+    # losses (one client, one batch) ---------------------------------------------------------------
+    def f(self, x, y, b: Batch):
+        return weighted_ce(self.logits(y, b["X"]), b["y"], b["w"])
+
+    def g(self, x, y, b: Batch):
+        s = torch.sigmoid(x[b["xpos"]])
+        return weighted_ce(self.logits(y, b["X"]), b["y"], b["w"] * s) + self.p.reg_coef * (y * y).sum()
+
+    def g_fixed(self, _unused, y, b: Batch):
+        """Lower loss with every example at weight 1 (FedAvg baselines): ``Σ w_i CE_i + ν||y||²``."""
+        return weighted_ce(self.logits(y, b["X"]), b["y"], b["w"]) + self.p.reg_coef * (y * y).sum()
+
+    # evaluation ----------------------------------------------------------------------------------
+    @torch.no_grad()
+    def detection(self, x: torch.Tensor) -> dict[str, float]:
+        """Precision/recall/F1 of flagging σ(x_i) < 0.5 as corrupted, and the mean weights."""
+        flagged = x < 0
+        noisy = self.noisy
+        tp = int((flagged & noisy).sum())
+        nf, nn = int(flagged.sum()), int(noisy.sum())
+        prec = tp / nf if nf else 0.0
+        rec = tp / nn if nn else 0.0
+        f1 = 2 * prec * rec / (prec + rec) if prec + rec > 0 else 0.0
+        s = torch.sigmoid(x)
+        clean = ~noisy
+        return {"precision": prec, "recall": rec, "f1": f1,
+                "weight_clean": float(s[clean].mean()) if clean.any() else 0.0,
+                "weight_noisy": float(s[noisy].mean()) if noisy.any() else 0.0}
+
+    @torch.no_grad()
+    def evaluate(self, x, y):
+        X, lab = self.data.X_test, self.data.y_test
+        logits = torch.cat([self.logits(y, X[i:i + 10000]) for i in range(0, len(X), 10000)])
+        out = {"test_acc": (logits.argmax(1) == lab).float().mean().item(),
+               "test_loss": F.cross_entropy(logits, lab).item()}
+        val = self.data.split("val")
+        out["upper_loss"] = per_client_value(self.f, x, y, val.full()).mean().item()
+        out.update(self.detection(x))
+        return out
