@@ -83,12 +83,12 @@ def imax_table(compare_dir: str | Path, delta: float = 0.01) -> "pd.DataFrame": 
 def plot_auc_vs_window(agg, path: Path, delta: float) -> None:
     """The bottom row of the paper's Figure 1: final test AUC (mean ± std over seeds) against I,
     one panel per client count, with the I=1 - delta threshold of each algorithm dotted."""
-    import os
-
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from .results import save_figure
 
     Ks = sorted(agg.K.dropna().unique(), reverse=True)
     fig, axes = plt.subplots(1, len(Ks), figsize=(4.6 * len(Ks), 3.6), squeeze=False, sharey=True)
@@ -106,11 +106,7 @@ def plot_auc_vs_window(agg, path: Path, delta: float) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, frameon=False)
     axes[0][0].set_ylabel("final test AUC")
-    fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=130)
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path)
 
 
 if __name__ == "__main__":  # python -m fbo_cli.auc_analysis results/compare/<name> [delta]

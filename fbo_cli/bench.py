@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import copy
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    con = Console()
+    con = Console(width=None if sys.stdout.isatty() else 132)
     cases = list(SPINE)
     if not args.quick and Path(args.cases).is_file():
         cases += (yaml.safe_load(Path(args.cases).read_text()) or {}).get("cases") or []

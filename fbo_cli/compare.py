@@ -21,7 +21,7 @@ import pandas as pd
 
 from .config import RunConfig, load_config_file, resolve
 from .errors import UsageError
-from .results import METRIC_LABELS, X_AXES, atomic_write, read_summary, rounds_to_target
+from .results import METRIC_LABELS, X_AXES, atomic_write, read_summary, rounds_to_target, save_figure
 from .tasks import TASKS
 
 
@@ -306,11 +306,6 @@ def plot_experiment(exp: Experiment, curves: dict, path: Path) -> None:
     for k in range(n, nrow * ncol):
         axes[k // ncol][k % ncol].set_visible(False)
     fig.suptitle(exp.title or exp.name, fontsize=11)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=130)
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path)
 
 

@@ -73,6 +73,13 @@ def plot_run(path: Path, df: pd.DataFrame, title: str, metric: str) -> None:
         ax.grid(alpha=0.3)
         ax.spines[["top", "right"]].set_visible(False)
     fig.suptitle(title, fontsize=11)
+    save_figure(fig, path)
+
+
+def save_figure(fig, path: Path) -> None:
+    """Write a matplotlib figure atomically as PNG and close it."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.png")

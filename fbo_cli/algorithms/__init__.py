@@ -11,7 +11,7 @@ from typing import Any
 from .adafbio import AdaFBiO
 from .aggitd import AggITD
 from .base import Algorithm
-from .codasca import Codasca, CodaPlus
+from .codasca import CodaPlus, Codasca
 from .fedavg import FedAvg, FedProx, Scaffold
 from .fedavg_bounds import FedAvgBound
 from .fedavg_ce import FedAvgCE

@@ -41,22 +41,25 @@ def _normalize(X: np.ndarray, mean, std) -> torch.Tensor:
         std, dtype=torch.float32)
 
 
-def _tv_mnist_like(cls_name: str, folder: str, data_dir: Path, download: bool, mean: float, std: float, name: str,
-                   extra_hint: str = "") -> Dataset:
+def _torchvision(cls_name: str, folder: str, name: str, data_dir: Path, download: bool, hint: str = ""):
+    """Train and test sets of a torchvision dataset from ``data_dir``; downloaded there when allowed."""
     import torchvision
 
     cls = getattr(torchvision.datasets, cls_name)
     try:
-        tr = cls(str(data_dir), train=True, download=False)
-        te = cls(str(data_dir), train=False, download=False)
+        return cls(str(data_dir), train=True, download=False), cls(str(data_dir), train=False, download=False)
     except RuntimeError:
         if not download:
-            raise DatasetMissing(name, [data_dir / folder], extra_hint) from None
-        try:
-            tr = cls(str(data_dir), train=True, download=True)
-            te = cls(str(data_dir), train=False, download=True)
-        except Exception as e:  # no network, refused checksum, ...
-            raise DatasetMissing(name, [data_dir / folder], extra_hint, cause=str(e)) from None
+            raise DatasetMissing(name, [data_dir / folder], hint) from None
+    try:
+        return cls(str(data_dir), train=True, download=True), cls(str(data_dir), train=False, download=True)
+    except Exception as e:  # no network, refused checksum, ...
+        raise DatasetMissing(name, [data_dir / folder], hint, cause=str(e)) from None
+
+
+def _tv_mnist_like(cls_name: str, folder: str, data_dir: Path, download: bool, mean: float, std: float, name: str,
+                   extra_hint: str = "") -> Dataset:
+    tr, te = _torchvision(cls_name, folder, name, data_dir, download, extra_hint)
     f = lambda d: _normalize(d.data.numpy().astype(np.float32)[:, None] / 255.0, mean, std)
     return Dataset(name, f(tr), tr.targets.long(), f(te), te.targets.long(), 10)
 
@@ -86,20 +89,7 @@ def load_fashion_mnist(data_dir: Path, download: bool) -> Dataset:
 
 
 def _load_cifar(cls_name: str, folder: str, name: str, classes: int, data_dir: Path, download: bool) -> Dataset:
-    import torchvision
-
-    cls = getattr(torchvision.datasets, cls_name)
-    try:
-        tr = cls(str(data_dir), train=True, download=False)
-        te = cls(str(data_dir), train=False, download=False)
-    except RuntimeError:
-        if not download:
-            raise DatasetMissing(name, [data_dir / folder]) from None
-        try:
-            tr = cls(str(data_dir), train=True, download=True)
-            te = cls(str(data_dir), train=False, download=True)
-        except Exception as e:
-            raise DatasetMissing(name, [data_dir / folder], cause=str(e)) from None
+    tr, te = _torchvision(cls_name, folder, name, data_dir, download)
     mean, std = [0.4914, 0.4822, 0.4465], [0.2470, 0.2435, 0.2616]
     f = lambda d: _normalize(d.data.astype(np.float32) / 255.0, mean, std).permute(0, 3, 1, 2).contiguous()
     return Dataset(name, f(tr), torch.as_tensor(tr.targets).long(), f(te), torch.as_tensor(te.targets).long(), classes)
