@@ -148,13 +148,14 @@ def cmean(t: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
 # helpers below return stacked results ``[M, ...]``.
 
 
-def _dims(*ts: torch.Tensor | None, stacked_rank: tuple[int, ...]) -> tuple:
-    return tuple(None if t is None or t.dim() < r else 0 for t, r in zip(ts, stacked_rank))
+def _d(t: torch.Tensor) -> int | None:
+    """vmap in-dim of an argument: 0 when stacked over clients (``[M, d]``), None when global (``[d]``)."""
+    return 0 if t.dim() == 2 else None
 
 
 def per_client_grad(fn: Callable, argnum: int, a: torch.Tensor, b: torch.Tensor, batch: Batch) -> torch.Tensor:
     """``[M, d]``: each client's gradient of ``fn(a, b, batch_i)`` w.r.t. argument ``argnum``."""
-    dims = (0 if a.dim() == 2 else None, 0 if b.dim() == 2 else None, 0)
+    dims = (_d(a), _d(b), 0)
     return vmap(grad(fn, argnums=argnum), in_dims=dims)(a, b, batch)
 
 
@@ -165,7 +166,7 @@ def per_client_hvp(fn: Callable, a: torch.Tensor, b: torch.Tensor, batch: Batch,
     def one(a_, b_, batch_, v_):
         return jvp(lambda bb: grad(fn, argnums=1)(a_, bb, batch_), (b_,), (v_,))[1]
 
-    dims = (0 if a.dim() == 2 else None, 0 if b.dim() == 2 else None, 0, 0 if v.dim() == 2 else None)
+    dims = (_d(a), _d(b), 0, _d(v))
     return vmap(one, in_dims=dims)(a, b, batch, v)
 
 
@@ -177,11 +178,11 @@ def per_client_cross(fn: Callable, a: torch.Tensor, b: torch.Tensor, batch: Batc
         _, pull = vjp(lambda aa: grad(fn, argnums=1)(aa, b_, batch_), a_)
         return pull(v_)[0]
 
-    dims = (0 if a.dim() == 2 else None, 0 if b.dim() == 2 else None, 0, 0 if v.dim() == 2 else None)
+    dims = (_d(a), _d(b), 0, _d(v))
     return vmap(one, in_dims=dims)(a, b, batch, v)
 
 
 def per_client_value(fn: Callable, a: torch.Tensor, b: torch.Tensor, batch: Batch) -> torch.Tensor:
     """``[M]``: each client's loss value."""
-    dims = (0 if a.dim() == 2 else None, 0 if b.dim() == 2 else None, 0)
+    dims = (_d(a), _d(b), 0)
     return vmap(fn, in_dims=dims)(a, b, batch)
