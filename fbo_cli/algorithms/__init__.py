@@ -19,6 +19,7 @@ from .fedbio import FedBiO, FedBiOAcc
 from .fedbio_local import FedBiOLocal
 from .fedbioacc_local import FedBiOAccLocal
 from .fednest import FedNest
+from .server_only import ServerOnly
 from .zohfl import ZOHFL
 
 
@@ -53,6 +54,7 @@ REGISTRY: dict[str, Entry] = {
     "fedavg": Entry(FedAvg, {}, "FedAvg"),
     "fedprox": Entry(FedProx, {}, "FedProx"),
     "scaffold": Entry(Scaffold, {}, "SCAFFOLD"),
+    "server-only": Entry(ServerOnly, {}, "Server only"),
     "codaplus": Entry(CodaPlus, {}, "CODA+"),
     "codasca": Entry(Codasca, {}, "CODASCA"),
     "fedavg-ce": Entry(FedAvgCE, {}, "FedAvg-CE (extra)"),

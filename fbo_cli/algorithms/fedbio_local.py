@@ -106,9 +106,9 @@ class ClientStateAlgorithm(Algorithm):
     def neumann(self, x, y, bx: dict, step: float, mode: str = "sum", k=None) -> torch.Tensor:
         H, fn, arg = bx["H"], None, None
         K = len(H) + 1  # eq. (13)'s K: the scale K ϑ, even when only max(k) factors are computed
+        if mode == "random":  # only the factors some client reaches are computed (none when all k = 0)
+            H = H[:int(k.max())]
         if self.task.reuse and H:
-            if mode == "random":  # only the factors some client reaches are computed
-                H = H[:int(k.max())]
             H, fn, arg = self.encode(x, H), self.task.g_enc, x.new_zeros(0)
         return neumann_hypergrad(self.task.f, self.task.g, x, y, bx["f"], bx["g"], H, step, mode, k,
                                  charge=self.charge, hess_fn=fn, hess_arg=arg, K=K)

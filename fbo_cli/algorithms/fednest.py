@@ -12,8 +12,9 @@ FedNest, one outer iteration:
    (1 round). ``lower_solver: sgd`` (FedNest_SGD): FedAvg local SGD, 1 round.
 2. FedIHGP on a fresh client set S (spec §7 item 7, the paper's globally aggregated form):
    p_0 = mean_i ∇_y F_i(x, y^N) (1 round); for t = 1..T: p_t = mean_i (I - λ ∇²_y G_i(x, y^N)) p_{t-1}
-   (T rounds); P = λ Σ_{t=0}^{T} p_t. The repo's per-client counter (never fed back) is *not*
-   copied (spec §3.1 "deviation").
+   (T rounds); P = λ Σ_{t=0}^{T} p_t. The public code's form (per-client counters never fed back,
+   a running mean over an uncleared list, one dropout mask for all T products) is ``neumann: code``,
+   kept for comparison only (docs/fidelity.md).
 3. FedOut: h = mean_i [∇_x F_i(x, y^N) - ∇_x∇_y G_i(x, y^N) P] (1 round); τ local steps
    x_i <- x_i - α (h - ∇_x F_i(x, y^N; ξ) + ∇_x F_i(x_i, y^N; ξ)) with the *same* sample ξ in both
    terms (spec §3.1); x = mean_i x_i (1 round).
@@ -61,14 +62,14 @@ class FedNest(BilevelAlgorithm):
         tau: int = 1  # local upper steps
         lower_solver: str = "svrg"  # svrg | sgd
         local_hypergrad: bool = False  # True: LFedNest
-        neumann: str = "sum"  # sum (deterministic, spec §7 item 7) | random (Ghadimi-Wang)
+        neumann: str = "sum"  # sum (deterministic, paper's FedIHGP) | random (Ghadimi-Wang) | code (public repo)
 
     @classmethod
     def check(cls, hp) -> None:
         if hp.lower_solver not in ("svrg", "sgd"):
             raise UsageError(f"lower_solver must be svrg or sgd, got '{hp.lower_solver}'")
-        if hp.neumann not in ("sum", "random"):
-            raise UsageError(f"neumann must be sum or random, got '{hp.neumann}'")
+        if hp.neumann not in ("sum", "random", "code"):
+            raise UsageError(f"neumann must be sum, random or code, got '{hp.neumann}'")
         if hp.N < 0 or hp.T < 0 or hp.tau < 1 or hp.lower_epochs < 1 or hp.batch_size < 1:
             raise UsageError("need N >= 0, T >= 0, tau >= 1, lower_epochs >= 1, batch_size >= 1")
 
@@ -118,12 +119,32 @@ class FedNest(BilevelAlgorithm):
                 p = p - hp.lam * mean(self.hvp(gfn, a, y, self.noise(enc.full()), p))
                 led.comm(M, dy)
             return hp.lam * hp.T * p
+        if hp.neumann == "code":
+            return self._fedihgp_code(gfn, a, y, enc, p, M, dy)
         acc = p.clone()
         for _ in range(hp.T):
             p = p - hp.lam * mean(self.hvp(gfn, a, y, self.noise(enc.full()), p))
             led.comm(M, dy)
             acc = acc + p
         return hp.lam * acc
+
+    def _fedihgp_code(self, gfn, a, y, enc, v, M: int, dy: int) -> torch.Tensor:
+        """The public FedNest code's ``fedIHGP`` (``hvp_method='global_batch'``), reproduced for
+        comparison (``neumann: code``). Each client keeps its own counter ``c_i <- (I - λH_i) c_i`` from
+        ``c_i = v`` (never fed the aggregate back), with one dropout mask for all T products; the server
+        list ``p_locals`` is never cleared, so ``p_k`` is the mean of all entries so far:
+        ``p_k = (1/k) Σ_{j=1..k} (p_{j-1} + mean_i c_i^(j))``, ``p_0 = v``; ``P = λ p_T``. For small λ
+        this weighs v by about 3.3 at T = 5, against ``T + 1 = 6`` for the paper's FedIHGP."""
+        hp, led = self.hp, self.ledger
+        batch = self.noise(enc.full())  # the code computes d_in_d_y once per client (item d)
+        c = v.expand(M, -1).clone()
+        p, total = v, torch.zeros_like(v)
+        for k in range(1, hp.T + 1):
+            c = c - hp.lam * self.hvp(gfn, a, y, batch, c)
+            total = total + p + mean(c)
+            p = total / k
+            led.comm(M, dy)
+        return hp.lam * p
 
     def _local_outer(self, x, y, train, val) -> torch.Tensor:
         """LFedNest's fully local hypergradient steps (spec §3.3); returns ``[M, dx]``."""

@@ -71,6 +71,9 @@ class HFL(Task):
         pool_test: bool = True  # pool train and test, then split (spec §6.2); False: the official test set
         holdout: float = 0.0  # per-client held-out share, for the optional personalized accuracy
         features: str = "unit"  # unit (pixels in [0, 1]) | standard (the loader's normalization)
+        pretrain_steps: int = 300  # server pre-training: SGD steps on its own data for x̂_0 (0: x̂_0 = 0)
+        pretrain_lr: float = 0.1  # constant step of the pre-training SGD
+        pretrain_batch: int = 64  # minibatch of the pre-training SGD
 
     def __init__(self, params: "HFL.Params", data):
         super().__init__(params, data)
@@ -81,6 +84,9 @@ class HFL(Task):
             raise UsageError(f"local_constraint must be one of none, ball; got '{p.local_constraint}'")
         if p.features not in ("unit", "standard"):
             raise UsageError(f"features must be one of unit, standard; got '{p.features}'")
+        if p.pretrain_steps > 0 and (p.pretrain_lr <= 0 or p.pretrain_batch < 1):
+            raise UsageError(f"server pre-training needs pretrain_lr > 0 and pretrain_batch >= 1; "
+                             f"got {p.pretrain_lr}, {p.pretrain_batch}")
         if p.mu <= 0:
             raise UsageError(f"mu must be > 0 (the lower level is μ-strongly convex), got {p.mu}")
         if p.local_constraint == "ball" and p.radius <= 0:
@@ -119,8 +125,21 @@ class HFL(Task):
 
     # variables ---------------------------------------------------------------------------------------
     def init_x(self) -> torch.Tensor:
-        """x̂_0 = 0 (spec A6): the model is convex and this is deterministic."""
-        return self.X.new_zeros(self.d)
+        """x̂_0, the same for every method of a seed (Alg. 1 line 1: "server obtains initial global
+        model"): ``pretrain_steps`` steps of minibatch SGD with constant step ``pretrain_lr`` on the
+        server's own data from 0, with a generator of its own seeded by the run's seed (so the run's
+        random stream is untouched); ``pretrain_steps: 0`` gives x̂_0 = 0 (spec A6). Computed once."""
+        if getattr(self, "_x0", None) is None:
+            x = self.X.new_zeros(self.d)
+            srv, p = self.server_rows, self.p
+            if p.pretrain_steps > 0 and len(srv):
+                seed = int((self.data.spec or {}).get("seed", 0))
+                gen = torch.Generator(device=self.X.device).manual_seed(seed * 7919 + 13)
+                for _ in range(p.pretrain_steps):
+                    pick = torch.randint(len(srv), (p.pretrain_batch,), generator=gen, device=gen.device)
+                    x = x - p.pretrain_lr * self.f1_grad(x, srv[pick])
+            self._x0 = x
+        return self._x0.clone()
 
     def client_table(self, clients: torch.Tensor,
                      with_server: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
