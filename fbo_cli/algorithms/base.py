@@ -157,7 +157,7 @@ class BilevelAlgorithm(Algorithm):
         same ξ_i), so it is reused, not recomputed. ``same_sample`` (FedNest): ξ_{i,ν} = ξ_i, so the
         first step is exactly ``h``; otherwise (FBO-AggITD) each step draws fresh dropout masks.
         Returns ``[M, dx]``."""
-        xi = x.expand(hg.direct.shape[0], -1).clone()
+        xi = x.expand(hg.direct.shape[0], -1)  # x_i = x (a view; every step below makes a new tensor)
         for nu in range(tau):
             if same_sample and nu == 0:
                 xi = xi - lr * h

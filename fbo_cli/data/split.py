@@ -47,8 +47,9 @@ class Split:
 
     def gather(self, pos: torch.Tensor) -> Batch:
         """Batch made of positions ``pos [M, B]`` into each client's split."""
-        take = lambda t: torch.gather(t, 1, pos.view(*pos.shape, *([1] * (t.dim() - 2))).expand(
-            *pos.shape, *t.shape[2:]))
+        M, n = self.mask.shape
+        flat = (pos + n * torch.arange(M, device=pos.device).unsqueeze(1)).reshape(-1)
+        take = lambda t: t.reshape(M * n, *t.shape[2:]).index_select(0, flat).view(*pos.shape, *t.shape[2:])
         m = torch.gather(self.mask, 1, pos)
         w = m.to(self.X.dtype) / m.sum(1, keepdim=True).clamp(min=1).to(self.X.dtype)
         out = {"X": take(self.X), "y": torch.gather(self.y, 1, pos), "w": w}

@@ -154,8 +154,9 @@ class HyperRep(BilevelTask):
         if self.p.model != "mlp" or q == 0:
             return batch
         shape = (*batch["y"].shape, self.width)
-        keep = torch.rand(shape, generator=gen, device=batch["y"].device) >= q
-        return {**batch, "drop": keep.to(batch["w"].dtype) / (1 - q)}
+        r = torch.rand(shape, generator=gen, device=batch["y"].device)
+        keep = r.ge_(q) if r.dtype == batch["w"].dtype else (r >= q).to(batch["w"].dtype)  # in place: 0./1.
+        return {**batch, "drop": keep.div_(1 - q)}
 
     # fast path (mlp): closed-form oracles, see softmax.py and docs/fidelity.md ------------------------
     def fast_oracle(self, kind, fn, argnum=None):
@@ -165,7 +166,7 @@ class HyperRep(BilevelTask):
         if not (enc or fn == self.f or fn == self.g):
             return None
         reg = fn != self.f
-        A = lambda a, b: self._A(b["X"] if enc else F.relu(self.features(a, b["X"])), b)
+        A = lambda a, b: self._A(b["X"] if enc else self.features(a, b["X"])[1], b)
         M = lambda b: len(b["w"])
         if kind == "svrg":
             return lambda a, y1, y0, b: self.soft.grad_diff(y1, y0, A(a, b), b["y"], b["w"]) + \
@@ -184,34 +185,38 @@ class HyperRep(BilevelTask):
             return lambda x, y, b, v: self._to_x(x, b, lambda A: self.soft.cross_dA(y, A, b["y"], b["w"], v))
         return None
 
-    def features(self, x: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
-        """Pre-activations ``Z [M, n, width]`` of client-stacked ``X [M, n, ...]`` under a global ``x [dx]``
-        or per-client ``x [M, dx]``. A global x's last three encodings are kept (the same split is
-        used by several oracles of one outer iteration: the lower view, the HVPs, the cross term)."""
+    def features(self, x: torch.Tensor, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pre-activations and features ``(Z, relu(Z))``, ``[M, n, width]``, of client-stacked
+        ``X [M, n, ...]`` under a global ``x [dx]`` or per-client ``x [M, dx]``. A global x's last three
+        encodings are kept (one split serves several oracles of an outer iteration: the lower view,
+        the HVPs, the cross term)."""
         if x.dim() == 2:
             P = self.lx.unflatten_stacked(x)
-            return torch.baddbmm(P["b1"].unsqueeze(1), X.flatten(2), P["w1"].mT)
-        for xx, XX, ver, Z in self._feat:
+            Z = torch.baddbmm(P["b1"].unsqueeze(1), X.flatten(2), P["w1"].mT)
+            return Z, F.relu(Z)
+        for xx, XX, ver, ZH in self._feat:
             if xx is x and XX is X and ver == (x._version, X._version):
-                return Z
+                return ZH
         P = self.lx.unflatten(x)
         Z = F.linear(X.reshape(-1, P["w1"].shape[1]), P["w1"], P["b1"]).view(*X.shape[:2], -1)
-        self._feat = [*self._feat[-2:], (x, X, (x._version, X._version), Z)]
-        return Z
+        self._feat = [*self._feat[-2:], (x, X, (x._version, X._version), (Z, F.relu(Z)))]
+        return self._feat[-1][3]
 
     def encode_split(self, x, X):
         if not self.p.fast or self.soft is None:
             return super().encode_split(x, X)
-        return F.relu(self.features(x, X))
+        return self.features(x, X)[1]
 
     def _A(self, H: torch.Tensor, b: Batch) -> torch.Tensor:
         return H * b["drop"] if "drop" in b else H
 
     def _to_x(self, x, b: Batch, dA) -> torch.Tensor:
         """``[M, dx]``: backpropagate ``dA(A) = ∂(loss)/∂A`` through dropout, ReLU and the first layer."""
-        Z = self.features(x, b["X"])
-        G = dA(self._A(F.relu(Z), b))
-        G = self._A(G, b).masked_fill(Z <= 0, 0.0)
+        Z, H = self.features(x, b["X"])
+        G = dA(self._A(H, b))
+        if "drop" in b:
+            G.mul_(b["drop"])
+        G.masked_fill_(Z <= 0, 0.0)
         return torch.cat([(G.mT @ b["X"].flatten(2)).flatten(1), G.sum(1)], 1)
 
     def _reg_grad(self, y, M):
