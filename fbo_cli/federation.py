@@ -28,6 +28,8 @@ __all__ = ["Batch", "Split", "Ledger", "sample_clients", "cmean", "per_client_gr
 # --------------------------------------------------------------------------------------------------
 # Ledger
 
+_LAZY = frozenset({"grads", "hvps", "jvps", "samples"})
+
 
 @dataclass
 class Ledger:
@@ -56,9 +58,29 @@ class Ledger:
         self.floats_up += clients * up
         self.floats_down += clients * (up if down is None else down)
 
-    def oracle(self, kind: str, calls: int, samples: int = 0) -> None:
+    def __post_init__(self) -> None:
+        self._pending: dict[str, torch.Tensor] = {}
+
+    def oracle(self, kind: str, calls: int | torch.Tensor, samples: int | torch.Tensor = 0) -> None:
+        """Count ``calls`` oracle calls touching ``samples`` data points. Counts given as tensors on an
+        accelerator are summed there and read back only when the ledger is read (no host sync per step)."""
+        if isinstance(calls, torch.Tensor) and calls.device.type != "cpu":
+            p = self._pending
+            p[kind] = p[kind] + calls if kind in p else calls
+            p["samples"] = p["samples"] + samples if "samples" in p else samples
+            return
         setattr(self, kind, getattr(self, kind) + int(calls))
         self.samples += int(samples)
+
+    def settle(self) -> None:
+        pending, self._pending = self._pending, {}
+        for k, v in pending.items():
+            setattr(self, k, getattr(self, k) + int(v))
+
+    def __getattribute__(self, name: str):
+        if name in _LAZY and object.__getattribute__(self, "_pending"):
+            object.__getattribute__(self, "settle")()
+        return object.__getattribute__(self, name)
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

@@ -97,7 +97,7 @@ class BilevelAlgorithm(Algorithm):
         used = batch["w"] > 0
         if active is not None:
             used = used & active[:, None]
-        self.ledger.oracle(kind, int(used.any(1).sum()), int(used.sum()))
+        self.ledger.oracle(kind, used.any(1).sum(), used.sum())
 
     # Each oracle uses the task's closed form where it has one (``fast_oracle``; same values, exact
     # derivatives, no random draws), else the generic vectorized ``torch.func`` path.

@@ -49,7 +49,7 @@ class Layout:
             if len(shape) > 1:
                 fan_in = math.prod(shape[1:])
             bound = 1.0 / math.sqrt(fan_in)
-            parts.append((torch.rand(math.prod(shape), generator=gen) * 2 - 1) * bound)
+            parts.append((torch.rand(math.prod(shape), generator=gen, device=gen.device) * 2 - 1) * bound)
         return torch.cat(parts).to(device)
 
 
