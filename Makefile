@@ -3,6 +3,8 @@ PY      ?= .venv/bin/python
 FBO     ?= .venv/bin/fbo
 JOBS    ?= 2
 TORCH   ?= torch==2.14.1 torchvision==0.29.1
+DEVICE  ?= cpu
+BENCH_ARGS ?=
 
 .PHONY: setup venv data run test lint bench reproduce-aggitd reproduce-aggitd-short reproduce-aggitd-mnist reproduce-codasca reproduce-codasca-controls reproduce-codasca-cifar100 reproduce-zohfl reproduce-zohfl-all reproduce-fedbio reproduce-fedbio-quick reproduce-fedbio-mnist reproduce-fedbio-local reproduce-adafbio reproduce-adafbio-quick clean
 
@@ -31,8 +33,8 @@ test:
 lint:
 	.venv/bin/ruff check fbo_cli tests
 
-bench:  ## seconds per communication round / outer iteration of every algorithm (results/bench/)
-	$(PY) -m fbo_cli.bench
+bench:  ## s / outer iteration, GFLOP/s against sgemm, fast vs generic, growth, memory (results/bench/); DEVICE=cuda, BENCH_ARGS=--quick
+	$(PY) -m fbo_cli.bench --device $(DEVICE) $(BENCH_ARGS)
 
 reproduce-aggitd:        ## seed 003 Table 2 on the offline Fashion-MNIST twin (3 seeds)
 	$(FBO) compare experiments/aggitd_table2_fmnist.yaml --jobs $(JOBS)

@@ -1,55 +1,196 @@
-"""``make bench``: cost per outer iteration and per communication round of every algorithm.
+"""``make bench``: cost per outer iteration of every algorithm, measured against the machine.
 
-Cases: the seed-003 setting (MNIST-size MLP, 100 clients, participation 0.1 and 1.0) for
-``fednest`` and ``aggitd``, on Fashion-MNIST (same shapes as MNIST, works offline), plus every case
-listed in ``experiments/bench.yaml``. Each case is timed over ``iters`` outer iterations after one
-warm-up iteration; evaluation is timed separately. For scale, the same run also times a
-*per-client-loop* FedNest outer iteration written the way the public FedNest code is structured
-(a model copy per client, a Python loop over clients, autograd one client at a time), on the same
-data, so that the speed-up of the vectorized simulator is a ratio measured in one run.
+For each case: seconds per outer iteration (min over ``iters`` timed iterations after a warm-up) and
+per communication round, the FLOPs of one iteration (``torch.utils.flop_counter.FlopCounterMode`` on
+the warm-up iteration), the achieved GFLOP/s, and the **efficiency**: achieved GFLOP/s over the
+machine's own sgemm rate (``torch.matmul`` of two 2048² fp32 matrices, same thread count), measured in
+the same run, so that the ratio is stable on a noisy machine. Cases whose task has a fast path
+(``fast``: hyperrep with the mlp, hyperclean) are also timed with ``fast=false`` (the generic
+``torch.func`` path), alternating fast and generic iterations in one process: ``speedup`` is their
+ratio. Peak memory: on the CPU each case runs in a forked process and reports its peak RSS above the
+RSS it started with (``/proc/self/clear_refs``, ``VmHWM``), for the fast path; on CUDA
+``torch.cuda.max_memory_allocated``.
 
-Writes ``results/bench/bench.csv`` and ``bench.md``. Usage: ``python -m fbo_cli.bench [--quick]
-[--threads N] [--only SUBSTRINGS]``. Timings use one thread by default.
+Cases: the seed-003 setting (MNIST-size MLP on Fashion-MNIST, 100 clients, iid, participation 0.1
+and 1.0) for ``fednest`` and ``aggitd``, every case of ``experiments/bench.yaml``, and two growth
+sweeps of FedNest (fast path): participating clients 10, 20, 50, 100 (of 100), and total clients
+100, 1,000, 10,000 at C = 0.01 (the same 60,000 examples dealt out, so the participating clients
+hold 600 examples in all; ``sample+gather`` times drawing the clients and gathering their splits).
+For scale, a per-client-loop FedNest iteration written like the public FedNest code.
+
+Writes ``results/bench/bench.csv``, ``growth.csv`` and ``bench.md``. Usage: ``python -m fbo_cli.bench
+[--quick] [--device cpu|cuda] [--threads N] [--only SUBSTRINGS]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import multiprocessing as mp
 import platform
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import pandas as pd
 import torch
 import yaml
+from torch.utils.flop_counter import FlopCounterMode
 
 from .config import resolve
 from .results import atomic_write
 from .runner import build
 
+DATA = {"dataset": "fashion-mnist", "partition": "iid"}
 SPINE = [
     {"name": f"{a}-mlp-fmnist-m100-C{c}", "task": "hyperrep", "algo": a,
-     "set": {"dataset": "fashion-mnist", "clients": 100, "participation": c, "partition": "iid"}}
+     "set": {**DATA, "clients": 100, "participation": c}}
     for a in ("fednest", "aggitd") for c in (0.1, 1.0)
 ]
+GROWTH_M = [{"name": f"fednest-m100-M{m}", "task": "hyperrep", "algo": "fednest", "sweep": "participating",
+             "M": m, "set": {**DATA, "clients": 100, "participation": m / 100}} for m in (10, 20, 50, 100)]
+GROWTH_N = [{"name": f"fednest-m{n}-C0.01", "task": "hyperrep", "algo": "fednest", "sweep": "total",
+             "M": n // 100, "set": {**DATA, "clients": n, "participation": 0.01}} for n in (100, 1000, 10_000)]
+FAST_TASKS = ("hyperrep", "hyperclean")
 
 
-def time_case(case: dict, iters: int) -> dict:
-    b = build(resolve(case["task"], case["algo"], {**(case.get("set") or {}), "threads": None}))
-    algo, led = b.algo, b.ledger
-    algo.step()  # warm-up
-    r0, t0 = led.rounds, time.perf_counter()
-    for _ in range(iters):
-        algo.step()
-    dt = (time.perf_counter() - t0) / iters
-    rounds = (led.rounds - r0) / iters
+def sgemm_rate(device: torch.device, n: int = 2048, reps: int = 5) -> float:
+    """GFLOP/s of ``torch.matmul`` on two ``n x n`` fp32 matrices (best of ``reps``)."""
+    g = torch.Generator(device=device).manual_seed(0)
+    a, b = (torch.rand(n, n, generator=g, device=device) for _ in range(2))
+    best = float("inf")
+    for _ in range(reps + 1):
+        t = _timed(lambda: a @ b, device)
+        best = min(best, t)
+    return 2 * n ** 3 / best / 1e9
+
+
+def _sync(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed(fn, device) -> float:
+    _sync(device)
     t0 = time.perf_counter()
-    algo.evaluate()
-    ev = time.perf_counter() - t0
-    return {"case": case["name"], "task": case["task"], "algo": case["algo"], "s_per_iteration": dt,
-            "rounds_per_iteration": rounds, "s_per_round": dt / max(rounds, 1e-9), "eval_s": ev}
+    fn()
+    _sync(device)
+    return time.perf_counter() - t0
+
+
+def _rss_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def _reset_peak(device) -> int:
+    """Start a peak-memory window; returns the baseline (bytes)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return torch.cuda.memory_allocated(device)
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
+    except OSError:
+        pass
+    return _rss_kb("VmRSS") * 1024
+
+
+def _peak(device, base: int) -> float:
+    """MB of peak memory above ``base`` since ``_reset_peak``."""
+    now = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else _rss_kb("VmHWM") * 1024
+    return max(0, now - base) / 2 ** 20
+
+
+def _build(case: dict, device: str, fast: bool | None):
+    keys = {**(case.get("set") or {}), "threads": None, "device": device}
+    if fast is not None:
+        keys["fast"] = fast
+    return build(resolve(case["task"], case["algo"], keys))
+
+
+def _flops(algo) -> float:
+    with FlopCounterMode(display=False) as fc:
+        algo.step()
+    return float(fc.get_total_flops())
+
+
+def time_case(case: dict, iters: int, device: str = "cpu", generic: bool = True) -> dict:
+    """Time one case (fast path, and the generic path when the task has one and ``generic``)."""
+    has_fast = case["task"] in FAST_TASKS
+    b = _build(case, device, True if has_fast else None)
+    dev = b.device
+    base = _reset_peak(dev)
+    b = _build(case, device, True if has_fast else None)  # built again inside the memory window
+    algo, led = b.algo, b.ledger
+    flops = _flops(algo)  # the warm-up iteration
+    algo.step()
+    mem = _peak(dev, base)
+    paths = {"fast": algo}
+    flops_g = float("nan")
+    if has_fast and generic:
+        paths["generic"] = _build(case, device, False).algo
+        flops_g = _flops(paths["generic"])
+    times: dict[str, list[float]] = {k: [] for k in paths}
+    r0 = led.rounds
+    for _ in range(iters):  # alternate, so that both paths see the same load
+        for k, a in paths.items():
+            times[k].append(_timed(a.step, dev))
+    rounds = (led.rounds - r0) / iters
+    ev = _timed(algo.evaluate, dev)
+    t = min(times["fast"])
+    tg = min(times["generic"]) if "generic" in times else float("nan")
+    return {"case": case["name"], "task": case["task"], "algo": case["algo"], "device": dev.type,
+            "s_per_iteration": t, "rounds_per_iteration": rounds, "s_per_round": t / max(rounds, 1e-9),
+            "gflop": flops / 1e9, "gflops": flops / t / 1e9, "generic_s": tg, "generic_gflop": flops_g / 1e9,
+            "speedup": tg / t, "peak_mb": mem, "eval_s": ev}
+
+
+def growth_case(case: dict, iters: int, device: str = "cpu") -> dict:
+    t0 = time.perf_counter()
+    b = _build(case, device, True)
+    build_s = time.perf_counter() - t0
+    algo, dev, data = b.algo, b.device, b.task.data
+    flops = _flops(algo)
+    ts = [_timed(algo.step, dev) for _ in range(iters)]
+
+    def sample_gather():
+        S = algo.fed.sample()
+        data.split("train", S), data.split("val", S)
+
+    sg = min(_timed(sample_gather, dev) for _ in range(5))
+    t = min(ts)
+    return {"sweep": case["sweep"], "case": case["name"], "clients": data.num_clients,
+            "participating": case["M"], "examples_per_client": int(data.train_mask.sum() + data.val_mask.sum())
+            // data.num_clients, "s_per_iteration": t, "s_per_participant": t / case["M"], "gflop": flops / 1e9,
+            "gflops": flops / t / 1e9, "sample_gather_ms": sg * 1e3, "build_s": build_s}
+
+
+def _child(fn, args, conn) -> None:
+    torch.set_num_threads(args[-1])
+    try:
+        conn.send(fn(*args[:-1]))
+    except Exception as e:  # report, do not hang the parent
+        conn.send({"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()})
+    conn.close()
+
+
+def isolated(fn, args: tuple, device: str, threads: int):
+    """Run ``fn(*args)`` in a forked process on the CPU (own peak RSS, own allocator), in-process on CUDA."""
+    if device == "cuda" or not hasattr(mp, "get_context"):
+        return fn(*args)
+    ctx = mp.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=_child, args=(fn, (*args, threads), send))
+    p.start()
+    send.close()
+    out = recv.recv()
+    p.join()
+    if "error" in out:
+        raise RuntimeError(out["error"])
+    return out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -151,71 +292,110 @@ def loop_fednest_iteration(data, participation=0.1, epochs=5, bs=64, T=5, lam=0.
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--iters", type=int, default=3, help="timed outer iterations per case")
-    ap.add_argument("--quick", action="store_true", help="only the seed-003 cases at participation 0.1")
+    ap.add_argument("--iters", type=int, default=3, help="timed outer iterations per case and path (min is kept)")
+    ap.add_argument("--quick", action="store_true",
+                    help="the seed-003 cases and the growth sweeps only, 2 iterations (a few minutes)")
     ap.add_argument("--cases", default="experiments/bench.yaml")
     ap.add_argument("--only", default="", help="comma-separated substrings of case names to run")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--out", default="results/bench")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch CPU threads (1: one core per run, as `compare --jobs 2` uses on 2 cores; "
                          "more threads on a loaded machine oversubscribe and time noise)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    iters = 2 if args.quick and args.iters == 3 else args.iters
 
     from rich.console import Console
     from rich.table import Table
 
-    con = Console(width=None if sys.stdout.isatty() else 132)
-    cases = list(SPINE)
+    con = Console(width=None if sys.stdout.isatty() else 160)
+    dev = torch.device(args.device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        con.print("[red]--device cuda: no CUDA device available[/red]")
+        raise SystemExit(2)
+    cases, growth = list(SPINE), GROWTH_M + GROWTH_N
     if not args.quick and Path(args.cases).is_file():
         cases += (yaml.safe_load(Path(args.cases).read_text()) or {}).get("cases") or []
-    if args.quick:
-        cases = [c for c in cases if c["set"]["participation"] == 0.1]
     if args.only:
         keys = args.only.split(",")
         cases = [c for c in cases if any(k in c["name"] for k in keys)]
-    rows = []
+        growth = [c for c in growth if any(k in c["name"] for k in keys)]
+    _build(SPINE[0], args.device, True)  # load Fashion-MNIST once; forked cases inherit the cache
+    sgemm = sgemm_rate(dev)
+    con.print(f"sgemm (2048² fp32, {args.threads} thread(s), {dev.type}): {sgemm:.1f} GFLOP/s", style="dim")
+    rows, grows = [], []
     for c in cases:
         con.print(f"timing {c['name']} ...", style="dim")
         try:
-            rows.append(time_case(c, args.iters))
+            rows.append(isolated(time_case, (c, iters, args.device), args.device, args.threads))
         except Exception as e:  # a missing dataset or a broken case must not hide the others
             con.print(f"[red]skipped {c['name']}: {e}[/red]")
-    if any(c["name"].startswith("fednest-mlp-fmnist-m100-C0.1") for c in cases):
+    for c in growth:
+        con.print(f"timing {c['name']} ...", style="dim")
+        try:
+            grows.append(isolated(growth_case, (c, iters, args.device), args.device, args.threads))
+        except Exception as e:
+            con.print(f"[red]skipped {c['name']}: {e}[/red]")
+    if not args.quick and dev.type == "cpu" and any(c["name"] == SPINE[0]["name"] for c in cases):
         data = build(resolve("hyperrep", "fednest", SPINE[0]["set"])).task.data
         loop_fednest_iteration(data)  # warm-up
-        t = sum(loop_fednest_iteration(data, gen=torch.Generator().manual_seed(k)) for k in range(2)) / 2
+        t = min(loop_fednest_iteration(data, gen=torch.Generator().manual_seed(k)) for k in range(2))
         rows.append({"case": "fednest-per-client-loop-reference-C0.1", "task": "hyperrep", "algo": "fednest",
-                     "s_per_iteration": t, "rounds_per_iteration": 10, "s_per_round": t / 10, "eval_s": float("nan")})
-    df = pd.DataFrame(rows)
-    t = Table(title=f"fbo bench: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
-                    f"{torch.get_num_threads()} threads")
-    for col in ("case", "s / iteration", "rounds / iteration", "s / round", "eval s"):
-        t.add_column(col, justify="left" if col == "case" else "right", no_wrap=True)
-    for _, r in df.iterrows():
-        t.add_row(r.case, f"{r.s_per_iteration:.3f}", f"{r.rounds_per_iteration:g}", f"{r.s_per_round:.4f}",
-                  f"{r.eval_s:.3f}")
-    con.print(t)
+                     "device": "cpu", "s_per_iteration": t, "rounds_per_iteration": 10, "s_per_round": t / 10})
+    sgemm = max(sgemm, sgemm_rate(dev))  # again at the end: the better of the two
+    df, gf = pd.DataFrame(rows), pd.DataFrame(grows)
+    if len(df):
+        df["efficiency"] = df["gflops"] / sgemm
+        df["sgemm_gflops"] = sgemm
+    if len(gf):
+        gf["efficiency"] = gf["gflops"] / sgemm
+        for _, g in gf.groupby("sweep"):
+            gf.loc[g.index, "vs_first"] = g["s_per_iteration"] / g["s_per_iteration"].iloc[0]
+    title = (f"fbo bench: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
+             f"{dev.type}, {torch.get_num_threads()} thread(s), sgemm {sgemm:.1f} GFLOP/s")
+    md = [f"**{title}**", ""]
+    cols = [("case", "case", "{}"), ("s / iteration", "s_per_iteration", "{:.3f}"),
+            ("rounds", "rounds_per_iteration", "{:g}"), ("s / round", "s_per_round", "{:.4f}"),
+            ("GFLOP", "gflop", "{:.2f}"), ("GFLOP/s", "gflops", "{:.1f}"), ("efficiency", "efficiency", "{:.0%}"),
+            ("generic s", "generic_s", "{:.3f}"), ("generic GFLOP", "generic_gflop", "{:.2f}"),
+            ("fast / generic", "speedup", "{:.2f}x"), ("peak MB", "peak_mb", "{:.0f}"), ("eval s", "eval_s", "{:.3f}")]
+    gcols = [("sweep", "sweep", "{}"), ("clients", "clients", "{}"), ("participating", "participating", "{}"),
+             ("examples / client", "examples_per_client", "{}"), ("s / iteration", "s_per_iteration", "{:.3f}"),
+             ("vs first", "vs_first", "{:.2f}x"), ("s / participant", "s_per_participant", "{:.4f}"),
+             ("GFLOP", "gflop", "{:.2f}"), ("efficiency", "efficiency", "{:.0%}"),
+             ("sample+gather ms", "sample_gather_ms", "{:.2f}"), ("build s", "build_s", "{:.2f}")]
+    for frame, spec, name in ((df, cols, title), (gf, gcols, "growth (FedNest, fast path)")):
+        if not len(frame):
+            continue
+        t = Table(title=name)
+        for head, _, _ in spec:
+            t.add_column(head, justify="left" if head in ("case", "sweep") else "right", no_wrap=True)
+        fmt = lambda r, spec=spec: [("" if pd.isna(r.get(k)) else f.format(r[k])) for _, k, f in spec]
+        for _, r in frame.iterrows():
+            t.add_row(*fmt(r))
+        con.print(t)
+        md += ["| " + " | ".join(h for h, _, _ in spec) + " |", "|" + "---|" * len(spec)]
+        md += ["| " + " | ".join(fmt(r)) + " |" for _, r in frame.iterrows()] + [""]
     notes = []
-    get = lambda name: df.loc[df.case == name, "s_per_iteration"]
-    a, b, ref = get("fednest-mlp-fmnist-m100-C0.1"), get("fednest-mlp-fmnist-m100-C1.0"), \
-        get("fednest-per-client-loop-reference-C0.1")
+    get = lambda name, col="s_per_iteration": df.loc[df.case == name, col] if len(df) else pd.Series(dtype=float)
+    for a, label in (("fednest", "FedNest"), ("aggitd", "FBO-AggITD")):
+        for c in ("0.1", "1.0"):
+            r = get(f"{a}-mlp-fmnist-m100-C{c}", "speedup")
+            e = get(f"{a}-mlp-fmnist-m100-C{c}", "efficiency")
+            if len(r):
+                notes.append(f"{label}, C = {c}: fast path {r.iloc[0]:.2f}x the generic path, "
+                             f"{e.iloc[0]:.0%} of sgemm")
+    a, ref = get("fednest-mlp-fmnist-m100-C0.1"), get("fednest-per-client-loop-reference-C0.1")
     if len(a) and len(ref):
         notes.append(f"FedNest, C = 0.1: per-client-loop reference / vectorized = {ref.iloc[0] / a.iloc[0]:.1f}x")
-    if len(a) and len(b):
-        notes.append(f"FedNest: full participation / C = 0.1 = {b.iloc[0] / a.iloc[0]:.1f}x (10x the clients)")
-    a2, b2 = get("aggitd-mlp-fmnist-m100-C0.1"), get("aggitd-mlp-fmnist-m100-C1.0")
-    if len(a2) and len(b2):
-        notes.append(f"FBO-AggITD: full participation / C = 0.1 = {b2.iloc[0] / a2.iloc[0]:.1f}x")
     for n in notes:
         con.print(n)
     out = Path(args.out)
     atomic_write(out / "bench.csv", df.to_csv(index=False))
-    md = ["| case | s / iteration | rounds / iteration | s / round | eval s |", "|---|---|---|---|---|"]
-    md += [f"| {r.case} | {r.s_per_iteration:.3f} | {r.rounds_per_iteration:g} | {r.s_per_round:.4f} | "
-           f"{r.eval_s:.3f} |" for _, r in df.iterrows()]
-    atomic_write(out / "bench.md", "\n".join(md + [""] + notes) + "\n")
-    con.print(f"written: {out}/bench.csv, bench.md")
+    atomic_write(out / "growth.csv", gf.to_csv(index=False))
+    atomic_write(out / "bench.md", "\n".join(md + notes) + "\n")
+    con.print(f"written: {out}/bench.csv, growth.csv, bench.md")
 
 
 if __name__ == "__main__":

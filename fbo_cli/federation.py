@@ -13,18 +13,22 @@ Conventions used by every algorithm:
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
-from typing import Callable, Iterator
+from typing import Callable
 
 import torch
 from torch.func import grad, jvp, vjp, vmap
 
-Batch = dict[str, torch.Tensor]
+from .data.split import Batch, Split
+
+__all__ = ["Batch", "Split", "Ledger", "sample_clients", "cmean", "per_client_grad", "per_client_hvp",
+           "per_client_cross", "per_client_value"]
 
 
 # --------------------------------------------------------------------------------------------------
 # Ledger
+
+_LAZY = frozenset({"grads", "hvps", "jvps", "samples"})
 
 
 @dataclass
@@ -54,70 +58,32 @@ class Ledger:
         self.floats_up += clients * up
         self.floats_down += clients * (up if down is None else down)
 
-    def oracle(self, kind: str, calls: int, samples: int = 0) -> None:
+    def __post_init__(self) -> None:
+        self._pending: dict[str, torch.Tensor] = {}
+
+    def oracle(self, kind: str, calls: int | torch.Tensor, samples: int | torch.Tensor = 0) -> None:
+        """Count ``calls`` oracle calls touching ``samples`` data points. Counts given as tensors on an
+        accelerator are summed there and read back only when the ledger is read (no host sync per step)."""
+        if isinstance(calls, torch.Tensor) and calls.device.type != "cpu":
+            p = self._pending
+            p[kind] = p[kind] + calls if kind in p else calls
+            p["samples"] = p["samples"] + samples if "samples" in p else samples
+            return
         setattr(self, kind, getattr(self, kind) + int(calls))
         self.samples += int(samples)
 
+    def settle(self) -> None:
+        pending, self._pending = self._pending, {}
+        for k, v in pending.items():
+            setattr(self, k, getattr(self, k) + int(v))
+
+    def __getattribute__(self, name: str):
+        if name in _LAZY and object.__getattribute__(self, "_pending"):
+            object.__getattribute__(self, "settle")()
+        return object.__getattribute__(self, name)
+
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
-
-
-# --------------------------------------------------------------------------------------------------
-# Client splits and minibatches
-
-
-@dataclass
-class Split:
-    """The data of M clients, padded to a common length ``n``: ``X [M, n, ...]``, ``y [M, n]`` and
-    ``mask [M, n]`` (False on padding). Any extra per-example tensors ride in ``extra``."""
-
-    X: torch.Tensor
-    y: torch.Tensor
-    mask: torch.Tensor
-    extra: dict[str, torch.Tensor]
-
-    @property
-    def M(self) -> int:
-        return self.mask.shape[0]
-
-    @property
-    def counts(self) -> torch.Tensor:
-        return self.mask.sum(1)
-
-    def full(self) -> Batch:
-        """The whole split as one batch; ``w`` are per-client averaging weights (sum to 1)."""
-        w = self.mask.to(self.X.dtype) / self.counts.clamp(min=1).unsqueeze(1).to(self.X.dtype)
-        return {"X": self.X, "y": self.y, "w": w, **self.extra}
-
-    def gather(self, pos: torch.Tensor) -> Batch:
-        """Batch made of positions ``pos [M, B]`` into each client's split."""
-        take = lambda t: torch.gather(t, 1, pos.view(*pos.shape, *([1] * (t.dim() - 2))).expand(
-            *pos.shape, *t.shape[2:]))
-        m = torch.gather(self.mask, 1, pos)
-        w = m.to(self.X.dtype) / m.sum(1, keepdim=True).clamp(min=1).to(self.X.dtype)
-        out = {"X": take(self.X), "y": torch.gather(self.y, 1, pos), "w": w}
-        out.update({k: take(v) for k, v in self.extra.items()})
-        return out
-
-    def epochs(self, gen: torch.Generator, epochs: int, batch_size: int) -> Iterator[tuple[Batch, torch.Tensor]]:
-        """Local epochs of minibatches without replacement, as a DataLoader with shuffle and
-        ``drop_last=False`` per client. Yields ``(batch, active)``; ``active [M]`` is False for a
-        client whose (smaller) split has no examples left in this step."""
-        n = self.mask.shape[1]
-        steps = math.ceil(int(self.counts.max()) / batch_size)
-        for _ in range(epochs):
-            keys = torch.rand(self.mask.shape, generator=gen, device=self.mask.device)
-            keys = keys.masked_fill(~self.mask, 2.0)
-            perm = keys.argsort(1)
-            for s in range(steps):
-                pos = perm[:, s * batch_size: min(n, (s + 1) * batch_size)]
-                batch = self.gather(pos)
-                yield batch, torch.gather(self.mask, 1, pos).any(1)
-
-    def sample(self, gen: torch.Generator, batch_size: int) -> Batch:
-        """One minibatch per client, without replacement within the batch."""
-        keys = torch.rand(self.mask.shape, generator=gen, device=self.mask.device).masked_fill(~self.mask, 2.0)
-        return self.gather(keys.argsort(1)[:, :batch_size])
 
 
 # --------------------------------------------------------------------------------------------------

@@ -13,8 +13,9 @@ from typing import Any, Callable, ClassVar
 import torch
 
 from ..data import FederatedData
+from ..data.split import Batch, Split
 from ..errors import UsageError
-from ..federation import Batch, Ledger, Split, cmean, per_client_cross, per_client_grad, per_client_hvp, sample_clients
+from ..federation import Ledger, cmean, per_client_cross, per_client_grad, per_client_hvp, sample_clients
 from ..tasks.base import BilevelTask
 
 
@@ -96,19 +97,33 @@ class BilevelAlgorithm(Algorithm):
         used = batch["w"] > 0
         if active is not None:
             used = used & active[:, None]
-        self.ledger.oracle(kind, int(used.any(1).sum()), int(used.sum()))
+        self.ledger.oracle(kind, used.any(1).sum(), used.sum())
 
+    # Each oracle uses the task's closed form where it has one (``fast_oracle``; same values, exact
+    # derivatives, no random draws), else the generic vectorized ``torch.func`` path.
     def grad(self, fn: Callable, argnum: int, a, b, batch: Batch, active=None) -> torch.Tensor:
         self._charge("grads", batch, active)
-        return per_client_grad(fn, argnum, a, b, batch)
+        fast = self.task.fast_oracle("grad", fn, argnum)
+        return fast(a, b, batch) if fast else per_client_grad(fn, argnum, a, b, batch)
+
+    def grad_diff(self, fn: Callable, a, b1, b0, batch: Batch, active=None) -> torch.Tensor:
+        """``∇_b fn(a, b1; ζ) - ∇_b fn(a, b0; ζ)`` on one batch ζ (the SVRG pair; two gradient calls)."""
+        fast = self.task.fast_oracle("svrg", fn, 1)
+        if fast is None:
+            return self.grad(fn, 1, a, b1, batch, active) - self.grad(fn, 1, a, b0, batch, active)
+        self._charge("grads", batch, active)
+        self._charge("grads", batch, active)
+        return fast(a, b1, b0, batch)
 
     def hvp(self, fn: Callable, a, b, batch: Batch, v) -> torch.Tensor:
         self._charge("hvps", batch)
-        return per_client_hvp(fn, a, b, batch, v)
+        fast = self.task.fast_oracle("hvp", fn)
+        return fast(a, b, batch, v) if fast else per_client_hvp(fn, a, b, batch, v)
 
     def cross(self, fn: Callable, a, b, batch: Batch, v) -> torch.Tensor:
         self._charge("jvps", batch)
-        return per_client_cross(fn, a, b, batch, v)
+        fast = self.task.fast_oracle("cross", fn)
+        return fast(a, b, batch, v) if fast else per_client_cross(fn, a, b, batch, v)
 
     # building blocks -------------------------------------------------------------------------------
     def local_lower(self, a, fn: Callable, split: Split, y: torch.Tensor, q: torch.Tensor | None,
@@ -122,9 +137,10 @@ class BilevelAlgorithm(Algorithm):
         yi = y.expand(split.M, -1).clone()
         for batch, active in split.epochs(self.fed.gen, epochs, batch_size):
             batch = self.noise(batch)
-            d = self.grad(fn, 1, a, yi, batch, active)
             if q is not None:
-                d = d - self.grad(fn, 1, a, y, batch, active) + q
+                d = self.grad_diff(fn, a, yi, y, batch, active) + q
+            else:
+                d = self.grad(fn, 1, a, yi, batch, active)
             yi = yi - lr * d * active[:, None].to(d.dtype)
         return yi
 
@@ -141,13 +157,14 @@ class BilevelAlgorithm(Algorithm):
         same ξ_i), so it is reused, not recomputed. ``same_sample`` (FedNest): ξ_{i,ν} = ξ_i, so the
         first step is exactly ``h``; otherwise (FBO-AggITD) each step draws fresh dropout masks.
         Returns ``[M, dx]``."""
-        xi = x.expand(hg.direct.shape[0], -1).clone()
+        xi = x.expand(hg.direct.shape[0], -1)  # x_i = x (a view; every step below makes a new tensor)
         for nu in range(tau):
             if same_sample and nu == 0:
                 xi = xi - lr * h
                 continue
             b = hg.val if same_sample else self.noise(hg.val)
-            xi = xi - lr * (h - hg.direct + self.grad(self.task.f, 0, xi, y, b))
+            at = x if nu == 0 else xi  # x_i = x before the first step: the global x (reuses its encoding)
+            xi = xi - lr * (h - hg.direct + self.grad(self.task.f, 0, at, y, b))
         return xi
 
     def hypergradient(self, x: torch.Tensor, y: torch.Tensor, p: torch.Tensor, train: Split,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from ..data import FederatedData
-from ..federation import Batch
+from ..data.split import Batch, take_rows
 
 
 @dataclass
@@ -48,6 +48,6 @@ class RowSampler:
         m = torch.gather(self.mask, 1, pos)
         w = m.to(self.data.X.dtype) / m.sum(1, keepdim=True).clamp(min=1).to(self.data.X.dtype)
         d = self.data
-        out = {"X": d.X[rows], "y": d.y[rows], "w": w}
-        out.update({k: v[rows] for k, v in d.extra.items()})
+        out = {"X": take_rows(d.X, rows), "y": take_rows(d.y, rows), "w": w}
+        out.update({k: take_rows(v, rows) for k, v in d.extra.items()})
         return out

@@ -13,11 +13,11 @@ import numpy as np
 import torch
 
 from ..errors import UsageError
-from ..federation import Split
 from .partition import PARTITIONS, make_partition
 from .sources import LOADERS, Dataset, load_dataset
+from .split import Batch, Split, take_rows
 
-__all__ = ["FederatedData", "build_federated", "load_dataset", "LOADERS", "PARTITIONS", "Dataset"]
+__all__ = ["Batch", "Split", "FederatedData", "build_federated", "load_dataset", "LOADERS", "PARTITIONS", "Dataset"]
 
 
 def _table(parts: list[np.ndarray], device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,12 +65,12 @@ class FederatedData:
             idx, mask = self.test_idx, self.test_mask
             if clients is not None:
                 idx, mask = idx[clients], mask[clients]
-            return Split(self.X_test[idx], self.y_test[idx], mask, {})
+            return Split(take_rows(self.X_test, idx), take_rows(self.y_test, idx), mask, {})
         idx, mask = (self.train_idx, self.train_mask) if which == "train" else (self.val_idx, self.val_mask)
         if clients is not None:
             idx, mask = idx[clients], mask[clients]
-        extra = {k: v[idx] for k, v in self.extra.items()}
-        return Split(self.X[idx], self.y[idx], mask, extra)
+        extra = {k: take_rows(v, idx) for k, v in self.extra.items()}
+        return Split(take_rows(self.X, idx), take_rows(self.y, idx), mask, extra)
 
 
 def split_test_like(train_labels: np.ndarray, parts: list[np.ndarray], test_labels: np.ndarray,

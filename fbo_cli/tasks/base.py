@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import torch
 import torch.nn.functional as F
 
 from ..data import FederatedData
-from ..federation import Batch, Split
+from ..data.split import Batch, Split
 
 
 class Layout:
@@ -33,6 +33,14 @@ class Layout:
             o += n
         return out
 
+    def unflatten_stacked(self, v: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``unflatten`` of client-stacked vectors ``[M, size]``: views ``[M, *shape]``."""
+        out, o = {}, 0
+        for (name, shape), n in zip(self.shapes, self.sizes):
+            out[name] = v[:, o:o + n].unflatten(1, shape)
+            o += n
+        return out
+
     def init(self, gen: torch.Generator, device=None) -> torch.Tensor:
         """PyTorch's default init for Linear/Conv layers: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for
         weights and biases (a bias takes the fan-in of the weight listed before it)."""
@@ -41,7 +49,7 @@ class Layout:
             if len(shape) > 1:
                 fan_in = math.prod(shape[1:])
             bound = 1.0 / math.sqrt(fan_in)
-            parts.append((torch.rand(math.prod(shape), generator=gen) * 2 - 1) * bound)
+            parts.append((torch.rand(math.prod(shape), generator=gen, device=gen.device) * 2 - 1) * bound)
         return torch.cat(parts).to(device)
 
 
@@ -98,6 +106,15 @@ class BilevelTask(Task):
     def g_enc(self, _unused: torch.Tensor, y: torch.Tensor, b: Batch) -> torch.Tensor:
         raise NotImplementedError
 
+    def fast_oracle(self, kind: str, fn: Callable, argnum: int | None = None) -> Callable | None:
+        """A closed-form replacement for a vectorized oracle of ``fn`` (one of the task's losses), or
+        None (the generic ``torch.func`` path). ``kind``: ``grad`` (``(a, b, batch) -> [M, d]``, w.r.t.
+        argument ``argnum``), ``hvp`` and ``cross`` (``(a, b, batch, v)``, as ``per_client_hvp`` and
+        ``per_client_cross``), ``svrg`` (``(a, b1, b0, batch)``: the gradient difference
+        ``∇_b fn(a, b1) - ∇_b fn(a, b0)`` on the same batch). Same inputs, same values (exact
+        derivatives), no random draws."""
+        return None
+
     def noise(self, gen: torch.Generator, batch: Batch) -> Batch:
         """Add the random masks a training-mode forward pass needs (e.g. dropout) to a batch."""
         return batch
@@ -107,8 +124,11 @@ class BilevelTask(Task):
         for batches ``b'`` of ``split'``. Uses the encoding when the task supports it."""
         if not self.reuse:
             return x, self.g, split
-        X = self.encode(x, split.X.reshape(-1, *split.X.shape[2:])).reshape(*split.X.shape[:2], -1)
-        return x.new_zeros(0), self.g_enc, Split(X, split.y, split.mask, split.extra)
+        return x.new_zeros(0), self.g_enc, Split(self.encode_split(x, split.X), split.y, split.mask, split.extra)
+
+    def encode_split(self, x: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+        """``encode`` of a client-stacked ``X [M, n, ...]`` under a global ``x``: ``[M, n, width]``."""
+        return self.encode(x, X.reshape(-1, *X.shape[2:])).reshape(*X.shape[:2], -1)
 
     def evaluate(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
         raise NotImplementedError

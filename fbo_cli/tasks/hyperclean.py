@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from ..errors import UsageError
 from ..federation import Batch, per_client_value
 from .base import BilevelTask, Layout, weighted_ce
+from .softmax import SoftmaxHead
 
 
 class HyperClean(BilevelTask):
@@ -59,6 +60,7 @@ class HyperClean(BilevelTask):
     class Params:
         noise: float = 0.4  # label-noise rate p on the training splits (spec §4.2 grid 0.2/0.4/0.6)
         reg_coef: float = 1e-3  # ν in ν||y||² (eq. (4))
+        fast: bool = True  # closed-form oracles of the softmax classifier (False: generic torch.func)
 
     def __init__(self, params: "HyperClean.Params", data):
         super().__init__(params, data)
@@ -92,6 +94,7 @@ class HyperClean(BilevelTask):
         data.extra["xpos"] = xpos
         self.noisy = flip  # [dx], in x order
         self.dx, self.dy = n, self.ly.size
+        self.soft = SoftmaxHead(C, D)
 
     # model ---------------------------------------------------------------------------------------
     def init(self, gen):
@@ -113,6 +116,43 @@ class HyperClean(BilevelTask):
     def g_fixed(self, _unused, y, b: Batch):
         """Lower loss with every example at weight 1 (FedAvg baselines): ``Σ w_i CE_i + ν||y||²``."""
         return weighted_ce(self.logits(y, b["X"]), b["y"], b["w"]) + self.p.reg_coef * (y * y).sum()
+
+    # fast path: closed-form oracles (softmax.py; docs/fidelity.md) ---------------------------------
+    def fast_oracle(self, kind, fn, argnum=None):
+        if not self.p.fast or not (fn == self.f or fn == self.g):
+            return None
+        sm, lower, nu = self.soft, fn == self.g, self.p.reg_coef
+
+        def weights(x, b):  # w_n σ(x_n) for g, w_n for f
+            return b["w"] * self._sig(x, b) if lower else b["w"]
+
+        A = lambda b: b["X"].flatten(2)
+        if kind == "grad" and argnum == 1:
+            return lambda x, y, b: sm.grad(y, A(b), b["y"], weights(x, b)) + (2 * nu * y if lower else 0.0)
+        if kind == "svrg":
+            return lambda x, y1, y0, b: sm.grad_diff(y1, y0, A(b), b["y"], weights(x, b)) + \
+                (2 * nu * (y1 - y0) if lower else 0.0)
+        if kind == "hvp":
+            return lambda x, y, b, v: sm.hvp(y, A(b), b["y"], weights(x, b), v) + (2 * nu * v if lower else 0.0)
+        if kind == "grad" and argnum == 0:
+            if not lower:  # f does not depend on x
+                return lambda x, y, b: x.new_zeros(len(b["w"]), self.dx)
+            return lambda x, y, b: self._scatter(x, b, sm.ce(y, A(b), b["y"]))
+        if kind == "cross":
+            if not lower:
+                return lambda x, y, b, v: x.new_zeros(len(b["w"]), self.dx)
+            return lambda x, y, b, v: self._scatter(x, b, sm.cross_dw(y, A(b), b["y"], v))
+        return None
+
+    def _sig(self, x, b: Batch) -> torch.Tensor:
+        """``[M, n]``: σ(x_i) of the batch's examples (x global ``[dx]`` or per client ``[M, dx]``)."""
+        return torch.sigmoid(x[b["xpos"]] if x.dim() == 1 else torch.gather(x, 1, b["xpos"]))
+
+    def _scatter(self, x, b: Batch, d: torch.Tensor) -> torch.Tensor:
+        """``[M, dx]``: ∂/∂x of ``Σ_n w_n σ(x_n) ψ_n`` given ``d = ψ`` (``[M, n]``): ``w_n σ'(x_n) ψ_n`` at x_n."""
+        s = self._sig(x, b)
+        out = x.new_zeros(len(b["w"]), self.dx)
+        return out.scatter_add_(1, b["xpos"], b["w"] * s * (1 - s) * d)
 
     # evaluation ----------------------------------------------------------------------------------
     @torch.no_grad()

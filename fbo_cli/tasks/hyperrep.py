@@ -49,6 +49,7 @@ import torch.nn.functional as F
 from ..errors import UsageError
 from ..federation import Batch
 from .base import BilevelTask, Layout, weighted_ce
+from .softmax import SoftmaxHead
 
 
 class HyperRep(BilevelTask):
@@ -66,6 +67,7 @@ class HyperRep(BilevelTask):
         reg_coef: float | None = None  # None: 0.01 for l2, 0.05 for norm (FedNest repo)
         lower: str = "global"  # global (one shared head, eq. 1) | local (a head per client, eq. 5)
         test_on: str = "auto"  # auto | pooled (full test set) | clients (each client's own test split)
+        fast: bool = True  # closed-form oracles for the mlp's softmax head (False: generic torch.func)
 
     def __init__(self, params: "HyperRep.Params", data):
         super().__init__(params, data)
@@ -101,6 +103,8 @@ class HyperRep(BilevelTask):
                               ("w1", (120, 16 * s * s)), ("b1", (120,))])
             self.ly = Layout([("w2", (84, 120)), ("b2", (84,)), ("w3", (C, 84)), ("b3", (C,))])
         self.dx, self.dy = self.lx.size, self.ly.size
+        self.soft = SoftmaxHead(C, p.hidden) if p.model == "mlp" else None
+        self._feat: list[tuple] = []  # the fast path's last few (x, X, Z) encodings
 
     # model ---------------------------------------------------------------------------------------
     def init(self, gen):
@@ -150,8 +154,87 @@ class HyperRep(BilevelTask):
         if self.p.model != "mlp" or q == 0:
             return batch
         shape = (*batch["y"].shape, self.width)
-        keep = torch.rand(shape, generator=gen, device=batch["y"].device) >= q
-        return {**batch, "drop": keep.to(batch["w"].dtype) / (1 - q)}
+        r = torch.rand(shape, generator=gen, device=batch["y"].device)
+        keep = r.ge_(q) if r.dtype == batch["w"].dtype else (r >= q).to(batch["w"].dtype)  # in place: 0./1.
+        return {**batch, "drop": keep.div_(1 - q)}
+
+    # fast path (mlp): closed-form oracles, see softmax.py and docs/fidelity.md ------------------------
+    def fast_oracle(self, kind, fn, argnum=None):
+        if not self.p.fast or self.soft is None:
+            return None
+        enc = fn == self.g_enc
+        if not (enc or fn == self.f or fn == self.g):
+            return None
+        reg = fn != self.f
+        A = lambda a, b: self._A(b["X"] if enc else self.features(a, b["X"])[1], b)
+        M = lambda b: len(b["w"])
+        if kind == "svrg":
+            return lambda a, y1, y0, b: self.soft.grad_diff(y1, y0, A(a, b), b["y"], b["w"]) + \
+                (self._reg_grad(y1, M(b)) - self._reg_grad(y0, M(b)) if reg else 0.0)
+        if kind == "grad" and argnum == 1:
+            return lambda a, y, b: self.soft.grad(y, A(a, b), b["y"], b["w"]) + \
+                (self._reg_grad(y, M(b)) if reg else 0.0)
+        if kind == "hvp":
+            return lambda a, y, b, v: self.soft.hvp(y, A(a, b), b["y"], b["w"], v) + \
+                (self._reg_hvp(y, v, M(b)) if reg else 0.0)
+        if enc:  # g_enc does not depend on x
+            return None
+        if kind == "grad" and argnum == 0:
+            return lambda x, y, b: self._to_x(x, b, lambda A: self.soft.dA(y, A, b["y"], b["w"]))
+        if kind == "cross":  # the regularizer's ∇_y does not depend on x
+            return lambda x, y, b, v: self._to_x(x, b, lambda A: self.soft.cross_dA(y, A, b["y"], b["w"], v))
+        return None
+
+    def features(self, x: torch.Tensor, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pre-activations and features ``(Z, relu(Z))``, ``[M, n, width]``, of client-stacked
+        ``X [M, n, ...]`` under a global ``x [dx]`` or per-client ``x [M, dx]``. A global x's last three
+        encodings are kept (one split serves several oracles of an outer iteration: the lower view,
+        the HVPs, the cross term)."""
+        if x.dim() == 2:
+            P = self.lx.unflatten_stacked(x)
+            Z = torch.baddbmm(P["b1"].unsqueeze(1), X.flatten(2), P["w1"].mT)
+            return Z, F.relu(Z)
+        for xx, XX, ver, ZH in self._feat:
+            if xx is x and XX is X and ver == (x._version, X._version):
+                return ZH
+        P = self.lx.unflatten(x)
+        Z = F.linear(X.reshape(-1, P["w1"].shape[1]), P["w1"], P["b1"]).view(*X.shape[:2], -1)
+        self._feat = [*self._feat[-2:], (x, X, (x._version, X._version), (Z, F.relu(Z)))]
+        return self._feat[-1][3]
+
+    def encode_split(self, x, X):
+        if not self.p.fast or self.soft is None:
+            return super().encode_split(x, X)
+        return self.features(x, X)[1]
+
+    def _A(self, H: torch.Tensor, b: Batch) -> torch.Tensor:
+        return H * b["drop"] if "drop" in b else H
+
+    def _to_x(self, x, b: Batch, dA) -> torch.Tensor:
+        """``[M, dx]``: backpropagate ``dA(A) = ∂(loss)/∂A`` through dropout, ReLU and the first layer."""
+        Z, H = self.features(x, b["X"])
+        G = dA(self._A(H, b))
+        if "drop" in b:
+            G.mul_(b["drop"])
+        G.masked_fill_(Z <= 0, 0.0)
+        return torch.cat([(G.mT @ b["X"].flatten(2)).flatten(1), G.sum(1)], 1)
+
+    def _reg_grad(self, y, M):
+        coef = self.p.reg_coef if self.p.reg_coef is not None else {"l2": 0.01, "norm": 0.05}.get(self.p.reg, 0.0)
+        if self.p.reg == "none" or coef == 0:
+            return 0.0
+        if self.p.reg == "l2":
+            return coef * y.expand(M, -1)
+        return torch.func.vmap(torch.func.grad(self.reg_y))(y.expand(M, -1))
+
+    def _reg_hvp(self, y, v, M):
+        coef = self.p.reg_coef if self.p.reg_coef is not None else {"l2": 0.01, "norm": 0.05}.get(self.p.reg, 0.0)
+        if self.p.reg == "none" or coef == 0:
+            return 0.0
+        if self.p.reg == "l2":
+            return coef * v.expand(M, -1)
+        one = lambda yy, vv: torch.func.jvp(torch.func.grad(self.reg_y), (yy,), (vv,))[1]
+        return torch.func.vmap(one)(y.expand(M, -1), v.expand(M, -1))
 
     # evaluation ----------------------------------------------------------------------------------
     @torch.no_grad()

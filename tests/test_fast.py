@@ -1,0 +1,113 @@
+"""The closed-form fast path against the generic torch.func path, on the same inputs (float64)."""
+
+import pytest
+import torch
+
+from fbo_cli.config import resolve
+from fbo_cli.data import build_federated, load_dataset
+from fbo_cli.federation import per_client_cross, per_client_grad, per_client_hvp
+from fbo_cli.runner import build
+from fbo_cli.tasks.hyperclean import HyperClean
+from fbo_cli.tasks.hyperrep import HyperRep
+
+TOL = dict(rtol=1e-10, atol=1e-12)
+
+
+def _double(data):
+    data.X, data.X_test = data.X.double(), data.X_test.double()
+    return data
+
+
+def _oracles(task, x, y, batch, v, fns):
+    """Every oracle the fast path replaces, fast and generic, at global and client-stacked points."""
+    M = batch["w"].shape[0]
+    noise = torch.Generator().manual_seed(1)
+    st = lambda t: t.expand(M, -1) + 0.01 * torch.randn(M, t.numel(), dtype=t.dtype, generator=noise)
+    for a, b, vv in [(x, y, v), (st(x), st(y), st(v)), (x, st(y), v)]:
+        for fn in fns:
+            for argnum in (0, 1):
+                fast = task.fast_oracle("grad", fn, argnum)
+                if fast is not None:
+                    yield f"grad{argnum}", fast(a, b, batch), per_client_grad(fn, argnum, a, b, batch)
+            yield "hvp", task.fast_oracle("hvp", fn)(a, b, batch, vv), per_client_hvp(fn, a, b, batch, vv)
+            cross = task.fast_oracle("cross", fn)
+            if cross is not None:
+                yield "cross", cross(a, b, batch, vv), per_client_cross(fn, a, b, batch, vv)
+            yield ("svrg", task.fast_oracle("svrg", fn, 1)(a, b, y, batch),
+                   per_client_grad(fn, 1, a, b, batch) - per_client_grad(fn, 1, a, y, batch))
+
+
+@pytest.mark.parametrize("reg", ["l2", "norm", "none"])
+def test_hyperrep_oracles_match_generic(reg):
+    data = _double(build_federated(load_dataset("digits"), "iid", 6, 0, torch.device("cpu")))
+    task = HyperRep(HyperRep.Params(reg=reg, hidden=16), data)
+    gen = torch.Generator().manual_seed(0)
+    x, y = (t.double() for t in task.init(gen))
+    y = y + 0.3 * torch.randn(y.shape, generator=gen, dtype=y.dtype)  # away from the uniform softmax
+    v = torch.randn(task.dy, generator=gen, dtype=torch.float64)
+    split = data.split("train", torch.tensor([0, 2, 5]))
+    batch = task.noise(gen, split.sample(gen, 20))
+    n = 0
+    for name, fast, slow in _oracles(task, x, y, batch, v, [task.f, task.g]):
+        torch.testing.assert_close(fast, slow, **TOL, msg=name)
+        n += 1
+    a, gfn, enc = task.lower_view(x, split)
+    eb = task.noise(gen, enc.sample(gen, 20))
+    for name, fast, slow in _oracles(task, a, y, eb, v, [gfn]):
+        if name != "grad0":
+            torch.testing.assert_close(fast, slow, **TOL, msg=name)
+            n += 1
+    assert n >= 30
+    # the fast lower view encodes exactly as the generic one
+    task.p.fast = False
+    torch.testing.assert_close(task.lower_view(x, split)[2].X, enc.X, rtol=0, atol=0)
+
+
+def test_hyperclean_oracles_match_generic():
+    data = _double(build_federated(load_dataset("digits"), "dirichlet", 4, 0, torch.device("cpu")))
+    task = HyperClean(HyperClean.Params(), data)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(task.dx, generator=gen, dtype=torch.float64)
+    y = 0.1 * torch.randn(task.dy, generator=gen, dtype=torch.float64)
+    v = torch.randn(task.dy, generator=gen, dtype=torch.float64)
+    batch = data.split("train", torch.tensor([1, 3])).sample(gen, 16)
+    for name, fast, slow in _oracles(task, x, y, batch, v, [task.f, task.g]):
+        torch.testing.assert_close(fast, slow, **TOL, msg=name)
+    assert task.fast_oracle("grad", task.g_fixed, 1) is None  # not covered: generic
+
+
+CASES = [
+    ("hyperrep", "fednest", {"dataset": "digits", "clients": 8, "participation": 0.5, "hidden": 16}),
+    ("hyperrep", "fednest", {"dataset": "digits", "clients": 8, "participation": 0.5, "hidden": 16, "tau": 3,
+                             "reg": "norm"}),
+    ("hyperrep", "lfednest", {"dataset": "digits", "clients": 8, "participation": 0.5, "hidden": 16, "tau": 2}),
+    ("hyperrep", "aggitd", {"dataset": "digits", "clients": 8, "participation": 0.5, "partition": "iid", "hidden": 16,
+                            "tau": 3}),
+    ("hyperrep", "aggitd-sgd", {"dataset": "digits", "clients": 8, "participation": 0.5, "hidden": 16, "N": 2}),
+    ("hyperrep", "fedbio", {"dataset": "digits", "clients": 4, "hidden": 16, "upper_lr": 0.05}),
+    ("hyperclean", "fedbio", {"dataset": "digits", "clients": 4}),
+    ("hyperclean", "fedbioacc", {"dataset": "digits", "clients": 4}),
+    ("hyperclean", "aggitd", {"dataset": "digits", "clients": 4}),
+]
+
+
+def _run(task, algo, s, fast, steps=2):
+    b = build(resolve(task, algo, {**s, "fast": fast}))
+    _double(b.task.data)
+    a = b.algo
+    for k, t in a.state().items():
+        setattr(a, k, t.double())
+    for _ in range(steps):
+        a.step()
+    return a
+
+
+@pytest.mark.parametrize("task,algo,s", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
+def test_whole_iterations_match_generic(task, algo, s):
+    """Two outer iterations with and without the fast path: the same iterate (float64), the same ledger
+    and the same random stream afterwards."""
+    fast, slow = _run(task, algo, s, True), _run(task, algo, s, False)
+    for k, t in slow.state().items():
+        torch.testing.assert_close(fast.state()[k], t, rtol=1e-10, atol=1e-10, msg=k)
+    assert fast.ledger.as_dict() == slow.ledger.as_dict()
+    assert torch.equal(fast.fed.gen.get_state(), slow.fed.gen.get_state())
