@@ -46,8 +46,10 @@ class RunSettings:
     download: bool = True
 
 
-# Settings that do not change a run's numbers (left out of its identity).
+# Settings that do not change a run's numbers beyond float rounding (left out of its identity): the
+# thread count and the task's closed-form fast path (tested equal to the generic path in float64).
 _NOT_IDENTITY = {"data_dir", "out_dir", "download", "threads", "target"}
+_NOT_IDENTITY_TASK = {"fast"}
 
 
 @dataclass
@@ -71,6 +73,8 @@ class RunConfig:
         d = self.as_dict()
         for k in _NOT_IDENTITY:
             d.pop(k, None)
+        for k in _NOT_IDENTITY_TASK:
+            d["task_params"].pop(k, None)
         return hashlib.sha1(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
     @property

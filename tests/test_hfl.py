@@ -21,8 +21,10 @@ torch.set_num_threads(1)
 
 
 def make(algo: str, **kw):
+    """An hfl algorithm on synthetic data; x̂_0 = 0 unless ``pretrain_steps`` is given (the oracles
+    below start from zero)."""
     base = {"dataset": "synthetic", "clients": 5, "partition": "iid", "participation": 1.0, "rounds": 10,
-            "seed": 0, "device": "cpu", "threads": 1}
+            "seed": 0, "device": "cpu", "threads": 1, "pretrain_steps": 0}
     return build(resolve("hfl", algo, {**base, **kw})).algo
 
 
@@ -322,3 +324,34 @@ def test_baselines_with_the_server_as_a_client():
     b = make("fedavg", participation=0.4, server_client=True)
     b.step()
     assert b.ledger.floats_up == 2 * b.task.d  # the server's own "client" does not communicate
+
+
+# --- server pre-training and the server-only yardstick ----------------------------------------------------
+
+
+def test_server_pretraining_is_sgd_on_the_server_data_and_shared_by_all_methods():
+    """x̂_0 with ``pretrain_steps`` = K is K steps of SGD on the server's rows, the same for every method
+    of a seed (its own generator), and leaves the run's generator untouched; K = 0 is x̂_0 = 0."""
+    a, b = make("zohfl", pretrain_steps=5), make("fedavg", pretrain_steps=5)
+    assert torch.equal(a.x, b.x) and a.x.abs().sum() > 0
+    assert torch.equal(make("zohfl").x, torch.zeros_like(a.x))
+    task = make("zohfl", pretrain_steps=0).task
+    srv = task.server_rows
+    gen = torch.Generator().manual_seed(0 * 7919 + 13)
+    x = torch.zeros(task.d)
+    for _ in range(5):
+        x = x - 0.1 * task.f1_grad(x, srv[torch.randint(len(srv), (64,), generator=gen)])
+    assert torch.allclose(a.x, x, atol=1e-6)
+    assert torch.equal(a.fed.gen.get_state(), make("zohfl").fed.gen.get_state())
+
+
+def test_server_only_is_sgd_with_the_zohfl_schedule_and_sends_nothing():
+    a = make("server-only", server_batch=0)
+    task = a.task
+    x = a.x.clone()
+    for r in range(3):
+        a.step()
+        x = x - 0.01 / math.sqrt(r + 1) * task.f1_grad(x, task.server_rows)
+    assert torch.allclose(a.x, x, atol=1e-6)
+    led = a.ledger
+    assert led.rounds == 3 and led.floats_up == 0 and led.floats_down == 0 and led.grads == 3
