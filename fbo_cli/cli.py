@@ -145,6 +145,44 @@ def compare(
     out.print(f"written: {outdir}/table.md, table.csv, runs.csv, curves.png")
 
 
+@app.command(no_args_is_help=True)
+def tune(
+    spec: Path = typer.Argument(..., help="Experiment spec (YAML) with a 'tune:' block and per-algorithm grids."),
+    jobs: int = typer.Option(1, "--jobs", "-j", help="Runs in parallel (processes)."),
+    out_dir: Optional[Path] = typer.Option(None, help="Results root. [default: results]"),
+    data_dir: Optional[Path] = typer.Option(None, help="Dataset directory. [default: data]"),
+    set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="Override a key in every run (repeatable)."),
+    rerun: bool = typer.Option(False, help="Run again even the tuning runs that are already done."),
+) -> None:
+    """Choose every algorithm's hyperparameters on validation data: run the spec's grids on the tuning
+    seeds with a short budget, reject diverging or oscillating runs, pick the best validation score,
+    and write results/compare/<name>/{tuned.yaml, tuning.csv, tuning.png}. `fbo compare` then uses
+    the chosen values."""
+    from .config import parse_sets
+    from .tune import run_tuning
+
+    with user_errors():
+        if jobs < 1:
+            raise UsageError(f"--jobs must be >= 1, got {jobs}")
+        overrides = parse_sets(set_)
+        if out_dir:
+            overrides["out_dir"] = str(out_dir)
+        if data_dir:
+            overrides["data_dir"] = str(data_dir)
+        outdir = run_tuning(spec, overrides, jobs=jobs, rerun=rerun, console=err)
+    import yaml
+
+    tuned = yaml.safe_load((outdir / "tuned.yaml").read_text())
+    t = Table(title=f"Chosen by fbo tune ({tuned['score']}, {tuned['mode']})", title_justify="left")
+    for c in ("algorithm", "setting", "values"):
+        t.add_column(c, overflow="fold")
+    for algo, per in (tuned.get("chosen") or {}).items():
+        for setting, vals in per.items():
+            t.add_row(algo, setting, ", ".join(f"{k}={v}" for k, v in vals.items()))
+    out.print(t)
+    out.print(f"written: {outdir}/tuned.yaml, tuning.csv, tuning.png")
+
+
 @app.command("list")
 def list_() -> None:
     """Tasks, algorithms, datasets and experiment specs."""

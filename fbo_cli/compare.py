@@ -49,6 +49,8 @@ class Experiment:
     reference: dict[str, dict[str, dict[str, Any]]]
     cells: list[Cell] = field(default_factory=list)
     out_root: Path = Path("results")
+    base: dict[str, Any] = field(default_factory=dict)
+    tuned: dict[str, Any] | None = None  # the tuned.yaml of ``fbo tune``, when present
 
 
 def _need(d: dict, key: str, kind, where: str):
@@ -59,11 +61,17 @@ def _need(d: dict, key: str, kind, where: str):
     return d[key]
 
 
-def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: list[int] | None = None) -> Experiment:
+def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: list[int] | None = None,
+              use_tuned: bool = True) -> Experiment:
+    """The experiment of a spec file, its cells resolved (and validated). With ``use_tuned``, the values
+    chosen by ``fbo tune`` (``<out>/compare/<name>/tuned.yaml``) override the spec's for the keys they
+    name."""
+    from .tune import tuned_layer
+
     spec = load_config_file(path)
     where = str(path)
     known = {"name", "title", "task", "metric", "metrics", "target", "x", "seeds", "base", "algorithms", "settings",
-             "reference", "description"}
+             "reference", "description", "tune"}
     unknown = set(spec) - known
     if unknown:
         raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(known))}")
@@ -87,8 +95,13 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
         name=str(spec.get("name") or Path(path).stem), title=str(spec.get("title", "")), task=task,
         metric=spec.get("metric") or TASKS[task].metric, metrics=list(spec.get("metrics") or []),
         target=spec.get("target"), x=x, seeds=seed_list, algorithms=algos, settings=settings,
-        reference=spec.get("reference") or {})
+        reference=spec.get("reference") or {}, base=base)
     overrides = overrides or {}
+    exp.out_root = Path(str(overrides.get("out_dir") or base.get("out_dir") or "results"))
+    if use_tuned:
+        from .tune import load_tuned
+
+        exp.tuned = load_tuned(exp)
     for a in algos:
         if not isinstance(a, dict) or "algo" not in a:
             raise UsageError(f"{where}: each algorithm needs an 'algo' key, got {a!r}")
@@ -99,14 +112,14 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
     for seed in seed_list:  # seed-major: a first complete picture of the grid arrives early
         for s in settings:
             for a in algos:
-                layers = (base, s.get("set") or {}, a.get("set") or {},
+                tuned = tuned_layer(exp.tuned, a["name"], s["name"]) if exp.tuned else {}
+                layers = (base, s.get("set") or {}, a.get("set") or {}, tuned,
                           {"seed": seed, "target": exp.target}, overrides)
                 try:
                     cfg = resolve(task, a["algo"], *layers)
                 except UsageError as e:
                     raise UsageError(f"{where}: algorithm '{a['name']}', setting '{s['name']}': {e}") from None
                 exp.cells.append(Cell(a["name"], s["name"], seed, cfg, layers))
-    exp.out_root = Path(exp.cells[0].cfg.run.out_dir) if exp.cells else Path("results")
     return exp
 
 
@@ -193,6 +206,7 @@ def collect(exp: Experiment) -> tuple[pd.DataFrame, dict[tuple[str, str, int], p
         row = {"algorithm": c.algorithm, "setting": c.setting, "seed": c.seed, "algo": c.cfg.algo,
                "status": s["status"], "run_dir": str(d),
                "rounds_to_target": rounds_to_target(m, exp.metric, exp.target),
+               "iterations_to_target": rounds_to_target(m, exp.metric, exp.target, x="iterations"),
                "final": float(within[exp.metric].iloc[-1]), "best": float(within[exp.metric].max()),
                "final_mean_last5": float(within[exp.metric].tail(5).mean()),
                "rounds": int(within["rounds"].iloc[-1]), "iterations": int(within["iterations"].iloc[-1]),
@@ -229,6 +243,7 @@ def summarize(exp: Experiment, runs: pd.DataFrame) -> pd.DataFrame:
             if exp.target is not None:
                 hit = g.rounds_to_target.dropna()
                 row["rounds to target"] = (_ms(hit, False) if len(hit) else "never") + f" ({len(hit)}/{len(g)})"
+                row["iterations to target"] = _ms(g.iterations_to_target.dropna(), False) if len(hit) else "never"
             row["final"] = _ms(g.final, pct)
             row["best"] = _ms(g.best, pct)
             for m in exp.metrics:
@@ -262,10 +277,35 @@ def write_report(exp: Experiment, outdir: Path) -> None:
             + (f" 'rounds to target': first communication round with {exp.metric} ≥ {exp.target} "
                "(mean over the seeds that reach it; reached/total)." if exp.target is not None else "")
             + (" Columns 'paper ...' are the paper's numbers." if exp.reference else ""), ""]
-    atomic_write(outdir / "table.md", "\n".join(head) + "\n" + _to_markdown(table) + "\n")
+    atomic_write(outdir / "table.md", "\n".join(head) + "\n" + _to_markdown(table) + "\n" + tuned_note(exp))
     atomic_write(outdir / "table.csv", table.to_csv(index=False))
     atomic_write(outdir / "runs.csv", runs.to_csv(index=False))
     plot_experiment(exp, curves, outdir / "curves.png")
+
+
+def tuned_note(exp: Experiment) -> str:
+    """What the table's hyperparameters are and how they were chosen (Markdown)."""
+    from .tune import tuned_layer
+
+    rows = []
+    for a in exp.algorithms:
+        for s in exp.settings:
+            vals = tuned_layer(exp.tuned, a["name"], s["name"])
+            keys = list((a.get("tune") or {}))
+            if vals:
+                rows.append((a["name"], s["name"], ", ".join(f"{k}={v}" for k, v in vals.items()), "tuned"))
+            elif keys:
+                fixed = {k: v for k, v in (a.get("set") or {}).items()}
+                rows.append((a["name"], s["name"], ", ".join(f"{k}={v}" for k, v in fixed.items()) or "defaults",
+                             "not tuned yet (run `fbo tune`)"))
+    if not rows:
+        return ""
+    out = ["", "## Hyperparameters", ""]
+    if exp.tuned:
+        out += [f"Tuned by `fbo tune`: {exp.tuned.get('procedure', '')}.", ""]
+    out += ["| algorithm | setting | values | how chosen |", "|---|---|---|---|"]
+    out += [f"| {a} | {s} | {v} | {h} |" for a, s, v, h in rows]
+    return "\n".join(out) + "\n"
 
 
 def plot_experiment(exp: Experiment, curves: dict, path: Path) -> None:

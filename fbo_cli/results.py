@@ -16,7 +16,7 @@ import pandas as pd
 import yaml
 
 METRIC_LABELS = {"test_acc": "test accuracy", "test_auc": "test AUC", "test_loss": "test loss"}
-X_AXES = {"rounds": "communication rounds", "iteration": "outer iterations", "samples": "samples",
+X_AXES = {"rounds": "communication rounds", "iterations": "outer iterations", "samples": "samples",
           "floats_up": "floats sent up", "train_time": "training time (s)"}
 
 

@@ -54,8 +54,11 @@ points. Oracle calls count what is evaluated (2 points, only k_i HVPs for client
 Hyperparameters (the paper gives none; spec §4.3 recommendations): q = 5, b = 64, K = 10,
 η_t = 1/(27+t)^{1/3} (eta_k = 1, eta_n = 27), c1 = c2 = 4.5 (α_1 = β_1 = 0.5), ϱ = 0.9 constant,
 adaptive = adam; where the spec's values diverged on hyper-representation (docs/fidelity.md):
-ρ = 1e-2 (spec 1e-3), λ = 3e-2 (spec 0.1), γ = 3e-4 (spec grid 1e-3..3e-2) and ϑ = 2e-3 (spec 1e-2;
-the paper needs ϑ <= 1/L_g, and L_g of the head grew from 8 to ~200 within 15 rounds).
+ρ = 1e-2 (spec 1e-3), λ = 3e-2 (spec 0.1), γ = 3e-4 (spec grid 1e-3..3e-2). ϑ = 0.05 (spec 1e-2):
+in expectation over k the estimator is the series ϑ Σ_{k<K} (I - ϑH)^k, which with ϑ K = 0.5 keeps
+about 60% of the implicit term on per-client heads (the previous ϑ = 2e-3 kept under 10%, no better
+than the direct gradient; docs/fidelity.md); it needs ϑ < 2/L_g, so a task whose lower Hessian grows
+past L_g = 40 needs a smaller ϑ (``fbo tune`` grids include it).
 With ``adaptive: none`` γ and λ are plain learning rates (times η_t) and need larger values (our
 experiments: γ = 0.03, λ = 0.3).
 """
@@ -86,7 +89,7 @@ class AdaFBiO(ClientStateAlgorithm):
         q: int = 5  # local iterations per round (sync when t mod q = 0)
         batch_size: int = 64  # b: every minibatch (ξ, ζ_0..ζ_{K-1}, ζ)
         K: int = 10  # Neumann order: k ~ U{0..K-1}
-        neumann_step: float = 2e-3  # ϑ (replaces 1/L_g; spec 1e-2)
+        neumann_step: float = 0.05  # ϑ (replaces 1/L_g; spec 1e-2; docs/fidelity.md)
         neumann: str = "random"  # random (eq. 13) | sum (deterministic truncation, ablation)
         gamma_x: float = 3e-4  # γ, x step (spec grid 1e-3..3e-2)
         lambda_y: float = 3e-2  # λ, y step (spec grid 1e-2..3e-1)

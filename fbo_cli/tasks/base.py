@@ -67,6 +67,8 @@ class Task:
     default_dataset: ClassVar[str] = "mnist5k"
     datasets: ClassVar[tuple[str, ...]] = ()
     run_defaults: ClassVar[dict] = {}  # run settings of the task's paper (below the user's keys)
+    # what ``fbo tune`` scores by default: a metric on held-out training data (never the test set)
+    tune_metric: ClassVar[tuple[str, str]] = ("", "min")
 
     @dataclass
     class Params:

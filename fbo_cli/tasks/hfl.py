@@ -52,6 +52,7 @@ class HFL(Task):
     name: ClassVar[str] = "hfl"
     kind: ClassVar[str] = "hfl"
     metric: ClassVar[str] = "test_acc"
+    tune_metric: ClassVar[tuple[str, str]] = ("server_loss", "min")  # the server's own data
     default_dataset: ClassVar[str] = "fashion-mnist"
     datasets: ClassVar[tuple[str, ...]] = ("mnist", "fashion-mnist", "cifar10", "cifar100", "mnist5k",
                                            "digits", "breast-cancer", "synthetic")

@@ -49,6 +49,7 @@ class HyperClean(BilevelTask):
     name: ClassVar[str] = "hyperclean"
     reuse: ClassVar[bool] = False
     metric: ClassVar[str] = "test_acc"
+    tune_metric: ClassVar[tuple[str, str]] = ("upper_loss", "min")  # clean validation splits
     default_dataset: ClassVar[str] = "mnist5k"
     # spec_001 §4.2 / §4.4: 10 clients, all participating, Dirichlet(0.5), 10% validation, R = 300
     run_defaults: ClassVar[dict] = {"clients": 10, "participation": 1.0, "partition": "dirichlet", "alpha": 0.5,

@@ -55,6 +55,7 @@ from .softmax import SoftmaxHead
 class HyperRep(BilevelTask):
     name: ClassVar[str] = "hyperrep"
     reuse: ClassVar[bool] = True
+    tune_metric: ClassVar[tuple[str, str]] = ("val_loss", "min")
     default_dataset: ClassVar[str] = "mnist5k"
     datasets: ClassVar[tuple[str, ...]] = ("mnist", "fashion-mnist", "cifar10", "mnist5k", "digits", "synthetic")
 
@@ -239,12 +240,30 @@ class HyperRep(BilevelTask):
     # evaluation ----------------------------------------------------------------------------------
     @torch.no_grad()
     def evaluate(self, x, y):
+        out = self.evaluate_on(x, y, "val")  # the upper objective (1/m) Σ_i f_i: what tuning scores
         if y.dim() == 2 or self.p.test_on == "clients":
-            return self.evaluate_clients(x, y)
+            return {**self.evaluate_clients(x, y), **out}
         X, lab = self.data.X_test, self.data.y_test
         logits = torch.cat([self.head(y, self.encode(x, X[i:i + 5000]), None) for i in range(0, len(X), 5000)])
         return {"test_acc": (logits.argmax(1) == lab).float().mean().item(),
-                "test_loss": F.cross_entropy(logits, lab).item()}
+                "test_loss": F.cross_entropy(logits, lab).item(), **out}
+
+    @torch.no_grad()
+    def evaluate_on(self, x, y, which: str) -> dict[str, float]:
+        """``{which}_loss`` = (1/m) Σ_i f_i(x, y_i) on every client's ``which`` split (dropout off) and
+        ``{which}_acc``, the mean over clients of their accuracy there: held-out training data, never
+        the test set."""
+        sp = self.data.split(which)
+        m, t = sp.mask.shape
+        H = torch.cat([self.encode(x, c) for c in sp.X.reshape(m * t, *sp.X.shape[2:]).split(5000)]).view(m, t, -1)
+        heads = y if y.dim() == 2 else y.expand(m, -1)
+        logits = torch.vmap(lambda yi, Hi: self.head(yi, Hi, None))(heads, H)
+        mask = sp.mask.to(logits.dtype)
+        n = mask.sum(1).clamp(min=1)
+        ce = F.cross_entropy(logits.reshape(m * t, -1), sp.y.reshape(-1), reduction="none").view(m, t)
+        right = (logits.argmax(-1) == sp.y).to(logits.dtype)
+        return {f"{which}_loss": ((ce * mask).sum(1) / n).mean().item(),
+                f"{which}_acc": ((right * mask).sum(1) / n).mean().item()}
 
     @torch.no_grad()
     def evaluate_clients(self, x, y):

@@ -1,0 +1,300 @@
+"""``fbo tune``: choose each method's hyperparameters on validation data, by a recorded procedure.
+
+An experiment spec declares, per algorithm, the grid to search (``tune: {key: [values]}``; a key
+``"a,b"`` sets both keys to each value, e.g. a lower step and the auxiliary step tied together), and
+in a top-level ``tune:`` block how to search it:
+
+```yaml
+tune:
+  seeds: [100]        # tuning seeds, disjoint from the evaluation seeds
+  rounds: 40          # the short budget of every tuning run (communication rounds)
+  score: upper_loss   # default: the task's validation quantity (held-out training data, never the test set)
+  mode: min           # min | max (default: the task's)
+  setting: "p=0.4"    # optional: tune on this setting only and use the values for every setting
+  tail: 0.25          # the last quarter of the evaluations: the score is their mean
+  tolerance: 0.05     # reject a run whose score oscillates by more than this (relative) in that tail
+  set: {eval_every: 1}  # extra keys for the tuning runs
+```
+
+For every (algorithm, setting) the grid runs on the tuning seeds with the short budget (ordinary runs:
+same run ids and cache as ``compare``, so an interrupted tuning continues). A grid point is
+**rejected** when a run failed or diverged, when its score is not finite, or when the score
+oscillates: over the tail window ``w_1..w_n`` of evaluations, the oscillation
+``(Σ|w_{k+1} - w_k| - |w_n - w_1|) / (2 mean|w|)`` (the up-and-down movement beyond the net trend,
+relative to the level) exceeds ``tolerance``. Among the accepted points the best mean tail score over
+the tuning seeds wins (ties: the first in grid order). Written to ``<out>/compare/<name>/``:
+``tuned.yaml`` (the procedure and the chosen values), ``tuning.csv`` (every grid point's score,
+oscillation, status and verdict) and ``tuning.png`` (the score against each tuned key, one line per
+algorithm: the best score over the other keys at that value). ``fbo compare`` then runs the
+evaluation seeds with the chosen values and says so in its table.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .compare import Cell, Experiment, load_spec
+from .config import load_config_file, resolve
+from .errors import UsageError
+from .results import atomic_write, save_figure, write_yaml
+from .tasks import TASKS
+
+TUNE_KEYS = {"seeds", "rounds", "score", "mode", "setting", "tail", "tolerance", "set"}
+
+
+@dataclass
+class TuneSpec:
+    seeds: list[int]
+    rounds: int
+    score: str
+    mode: str
+    setting: str | None
+    tail: float
+    tolerance: float
+    extra: dict[str, Any]
+    grids: dict[str, dict[str, list]]  # algorithm display name -> {key (maybe "a,b"): values}
+
+
+def parse_tune(spec: dict, exp: Experiment, where: str) -> TuneSpec:
+    t = spec.get("tune")
+    if not isinstance(t, dict):
+        raise UsageError(f"{where}: no 'tune:' block (a mapping); see `fbo tune --help`")
+    unknown = set(t) - TUNE_KEYS
+    if unknown:
+        raise UsageError(f"{where}: unknown key(s) in tune: {', '.join(sorted(unknown))}; "
+                         f"allowed: {', '.join(sorted(TUNE_KEYS))}")
+    seeds = t.get("seeds", [100])
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
+        raise UsageError(f"{where}: tune.seeds must be a non-empty list of integers >= 0")
+    clash = set(seeds) & set(exp.seeds)
+    if clash:
+        raise UsageError(f"{where}: tuning seeds {sorted(clash)} are also evaluation seeds; use disjoint seeds")
+    default_score, default_mode = TASKS[exp.task].tune_metric
+    score, mode = t.get("score", default_score), t.get("mode", default_mode)
+    if not score:
+        raise UsageError(f"{where}: task '{exp.task}' has no default validation score; set tune.score")
+    if score.startswith("test"):
+        raise UsageError(f"{where}: tune.score '{score}' is a test-set metric; tune on validation data")
+    if mode not in ("min", "max"):
+        raise UsageError(f"{where}: tune.mode must be min or max, got '{mode}'")
+    rounds = t.get("rounds", 40)
+    tail, tol = t.get("tail", 0.25), t.get("tolerance", 0.05)
+    if not isinstance(rounds, int) or rounds < 1:
+        raise UsageError(f"{where}: tune.rounds must be an integer >= 1, got {rounds!r}")
+    if not (isinstance(tail, (int, float)) and 0 < tail <= 1):
+        raise UsageError(f"{where}: tune.tail must be in (0, 1], got {tail!r}")
+    if not (isinstance(tol, (int, float)) and math.isfinite(tol) and tol >= 0):
+        raise UsageError(f"{where}: tune.tolerance must be a number >= 0, got {tol!r}")
+    setting = t.get("setting")
+    names = [s["name"] for s in exp.settings]
+    if setting is not None and setting not in names:
+        raise UsageError(f"{where}: tune.setting '{setting}' is not a setting; choose one of: {', '.join(names)}")
+    extra = t.get("set") or {}
+    if not isinstance(extra, dict):
+        raise UsageError(f"{where}: tune.set must be a mapping")
+    grids = {}
+    for a in exp.algorithms:
+        g = a.get("tune") or {}
+        if not isinstance(g, dict) or not all(isinstance(v, list) and v for v in g.values()):
+            raise UsageError(f"{where}: algorithm '{a['name']}': tune must map keys to non-empty lists of values")
+        grids[a["name"]] = g
+    if not any(grids.values()):
+        raise UsageError(f"{where}: no algorithm declares a 'tune:' grid")
+    return TuneSpec(seeds, rounds, score, mode, setting, float(tail), float(tol), extra, grids)
+
+
+def grid_points(grid: dict[str, list]) -> list[dict[str, Any]]:
+    """The cross product of a grid; a key ``"a,b"`` sets ``a`` and ``b`` to the same value."""
+    keys = list(grid)
+    out = []
+    for combo in itertools.product(*(grid[k] for k in keys)):
+        point = {}
+        for k, v in zip(keys, combo):
+            for part in k.split(","):
+                point[part.strip()] = v
+        out.append(point)
+    return out
+
+
+def score_run(m: pd.DataFrame, score: str, tail: float, budget: int) -> tuple[float, float]:
+    """(mean of the tail window, oscillation over it) of ``score`` in a run's metrics."""
+    if score not in m:
+        return float("nan"), float("nan")
+    m = m[m["rounds"] <= budget] if (m["rounds"] <= budget).any() else m
+    w = m[score].to_numpy(float)[1:] if len(m) > 1 else m[score].to_numpy(float)  # row 0 is the start
+    n = max(1, math.ceil(tail * len(w)))
+    w = w[-n:]
+    if not np.all(np.isfinite(w)):
+        return float("nan"), float("nan")
+    level = float(np.mean(np.abs(w))) or 1.0
+    osc = (float(np.abs(np.diff(w)).sum()) - abs(float(w[-1] - w[0]))) / (2 * level) if len(w) > 1 else 0.0
+    return float(np.mean(w)), osc
+
+
+def tune_cells(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any]) -> list[tuple[Cell, dict]]:
+    settings = [s for s in exp.settings if ts.setting is None or s["name"] == ts.setting]
+    base = exp.base
+    cells = []
+    for seed in ts.seeds:
+        for s in settings:
+            for a in exp.algorithms:
+                for point in grid_points(ts.grids[a["name"]]):
+                    layers = (base, s.get("set") or {}, a.get("set") or {}, point, ts.extra,
+                              {"seed": seed, "rounds": ts.rounds, "target": None}, overrides)
+                    try:
+                        cfg = resolve(exp.task, a["algo"], *layers)
+                    except UsageError as e:
+                        raise UsageError(f"algorithm '{a['name']}', setting '{s['name']}', grid point "
+                                         f"{point}: {e}") from None
+                    cells.append((Cell(a["name"], s["name"], seed, cfg, layers), point))
+    return cells
+
+
+def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, rerun: bool = False,
+               console=None) -> Path:
+    from .compare import _done, _run_cells
+
+    exp = load_spec(spec_path, overrides, use_tuned=False)
+    ts = parse_tune(load_config_file(spec_path), exp, str(spec_path))
+    cells = tune_cells(exp, ts, overrides)
+    todo = [c for c, _ in cells if rerun or not _done(c.cfg)]
+    if todo:
+        _run_cells(replace(exp, name=f"{exp.name} (tuning)"), todo, jobs, console)
+    outdir = exp.out_root / "compare" / exp.name
+    table = collect_tuning(cells, ts)
+    chosen = choose(table, ts)
+    atomic_write(outdir / "tuning.csv", table.to_csv(index=False))
+    write_yaml(outdir / "tuned.yaml", {
+        "spec": str(spec_path), "procedure": procedure_text(ts), "score": ts.score, "mode": ts.mode,
+        "seeds": ts.seeds, "rounds": ts.rounds, "tail": ts.tail, "tolerance": ts.tolerance,
+        "setting": ts.setting, "grids": ts.grids, "chosen": chosen})
+    plot_tuning(table, ts, outdir / "tuning.png", exp.title or exp.name)
+    return outdir
+
+
+def collect_tuning(cells: list[tuple[Cell, dict]], ts: TuneSpec) -> pd.DataFrame:
+    from .results import read_summary
+
+    rows = []
+    for c, point in cells:
+        s = read_summary(c.cfg.run_dir) or {}
+        status = s.get("status", "missing")
+        mpath = c.cfg.run_dir / "metrics.csv"
+        sc, osc = float("nan"), float("nan")
+        if status in ("done", "diverged") and mpath.is_file():
+            sc, osc = score_run(pd.read_csv(mpath), ts.score, ts.tail, ts.rounds)
+        rows.append({"algorithm": c.algorithm, "setting": c.setting, "seed": c.seed,
+                     "point": ", ".join(f"{k}={v}" for k, v in point.items()), **point,
+                     "status": status, "score": sc, "oscillation": osc, "run_dir": str(c.cfg.run_dir)})
+    df = pd.DataFrame(rows)
+    # a grid point is judged over all its tuning seeds
+    bad = (df.status != "done") | ~np.isfinite(df.score) | (df.oscillation > ts.tolerance)
+    df["reason"] = np.where(df.status != "done", df.status,
+                            np.where(~np.isfinite(df.score), "non-finite score",
+                                     np.where(df.oscillation > ts.tolerance, "oscillates", "")))
+    df["rejected"] = bad
+    return df
+
+
+def choose(df: pd.DataFrame, ts: TuneSpec) -> dict[str, dict[str, dict[str, Any]]]:
+    chosen: dict[str, dict[str, dict[str, Any]]] = {}
+    for (algo, setting), g in df.groupby(["algorithm", "setting"], sort=False):
+        agg = g.groupby("point", sort=False).agg(score=("score", "mean"), rejected=("rejected", "any"))
+        ok = agg[~agg.rejected]
+        if ok.empty:
+            chosen.setdefault(algo, {})[setting] = {"_none": "every grid point was rejected"}
+            continue
+        best = ok.score.idxmin() if ts.mode == "min" else ok.score.idxmax()
+        row = g[g.point == best].iloc[0]
+        keys = [k for k in g.columns if k not in _NOT_PARAMS and not pd.isna(row[k])]
+        vals = {k: _plain(row[k]) for k in keys}
+        chosen.setdefault(algo, {})[setting] = vals
+    return chosen
+
+
+_NOT_PARAMS = {"algorithm", "setting", "seed", "point", "status", "score", "oscillation", "run_dir", "reason",
+               "rejected"}
+
+
+def _plain(v):
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating,)):
+        return int(v) if float(v).is_integer() and abs(v) > 1 else float(v)
+    return v
+
+
+def procedure_text(ts: TuneSpec) -> str:
+    where = f"on setting '{ts.setting}' (values used for every setting)" if ts.setting else "per setting"
+    return (f"grid search {where}, tuning seeds {ts.seeds} (disjoint from the evaluation seeds), "
+            f"{ts.rounds} communication rounds each; score: {ts.mode} of the mean {ts.score} over the last "
+            f"{ts.tail:.0%} of evaluations (validation data, never the test set), averaged over the tuning "
+            f"seeds; rejected: failed or diverged runs, non-finite scores, and scores oscillating by more "
+            f"than {ts.tolerance:g} (relative up-and-down movement beyond the trend) over that window")
+
+
+def load_tuned(exp: Experiment) -> dict | None:
+    """The ``tuned.yaml`` beside the experiment's results, if any."""
+    p = exp.out_root / "compare" / exp.name / "tuned.yaml"
+    if not p.is_file():
+        return None
+    return load_config_file(p)
+
+
+def tuned_layer(tuned: dict | None, algorithm: str, setting: str) -> dict[str, Any]:
+    """The chosen values of one (algorithm, setting): the setting's own, or the one tuned setting's."""
+    if not tuned:
+        return {}
+    per = (tuned.get("chosen") or {}).get(algorithm) or {}
+    vals = per.get(setting) or (per.get(tuned["setting"]) if tuned.get("setting") else None) or {}
+    return {k: v for k, v in vals.items() if not k.startswith("_")}
+
+
+def plot_tuning(df: pd.DataFrame, ts: TuneSpec, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = list(dict.fromkeys(k for g in ts.grids.values() for k in g))
+    settings = list(dict.fromkeys(df.setting))
+    fig, axes = plt.subplots(len(settings), len(keys), figsize=(4.2 * len(keys), 3.4 * len(settings)),
+                             squeeze=False)
+    algos = list(ts.grids)
+    for i, s in enumerate(settings):
+        for j, key in enumerate(keys):
+            ax = axes[i][j]
+            col = key.split(",")[0].strip()
+            for a_i, a in enumerate(algos):
+                if key not in ts.grids[a]:
+                    continue
+                g = df[(df.algorithm == a) & (df.setting == s)]
+                per = g.groupby("point", sort=False).agg(v=(col, "first"), score=("score", "mean"),
+                                                         rejected=("rejected", "any"))
+                ok = per[~per.rejected].groupby("v").score
+                best = (ok.min() if ts.mode == "min" else ok.max()).sort_index()
+                if len(best):
+                    ax.plot(best.index, best.values, "o-", color=f"C{a_i}", lw=1.5, ms=4, label=a)
+                rej = sorted(set(per[per.rejected].v) - set(best.index))
+                if rej:
+                    ax.plot(rej, [ax.get_ylim()[1] if len(best) else 1.0] * len(rej), "x", color=f"C{a_i}",
+                            ms=7, label=f"{a}: all rejected")
+            vals = [v for a in algos for v in ts.grids[a].get(key, [])]
+            if vals and min(vals) > 0 and max(vals) / min(vals) >= 10:
+                ax.set_xscale("log")
+            ax.set_xlabel(key)
+            ax.set_ylabel(f"{ts.score} ({ts.mode}; validation)")
+            ax.set_title(s if len(settings) > 1 or ts.setting else key, fontsize=9)
+            ax.grid(alpha=0.3)
+            ax.spines[["top", "right"]].set_visible(False)
+            ax.legend(fontsize=7, frameon=False)
+    fig.suptitle(f"Tuning: {title}\nbest {ts.score} over the other keys at each value; × = every point rejected",
+                 fontsize=10)
+    save_figure(fig, path)
