@@ -1,0 +1,337 @@
+"""``fbo report``: one report over every paper's reproduction, from run directories only.
+
+The report never runs anything. Its input is a results root (``results/`` after the reproductions,
+or ``docs/results/``, the committed evidence: each reproduction run's resolved ``config.yaml``,
+``metrics.csv`` and ``summary.json``, plus each spec's ``tuned.yaml``/``tuning.csv``; ``fbo report
+--collect`` copies them there from ``results/``). For every paper in :data:`PAPERS` and each of its
+experiment specs it aggregates the runs exactly as ``fbo compare`` does, and writes:
+
+* a Markdown report (``docs/results.md``): per paper, the table (mean ± std over seeds, the paper's
+  numbers beside ours), how the hyperparameters were chosen, the budget, seeds and compute, which
+  runs are missing, and a verdict per claim computed by the rule stated in the report;
+* a self-contained HTML page (figures embedded) with the same content and the figures.
+
+Claims are data in the specs (``claims:``): ``{text, metric, better, than, mode}`` says that
+algorithm ``better`` beats ``than`` on ``metric`` (a column of ``runs.csv``: ``final``,
+``rounds_to_target``, ...; ``mode: min`` or ``max``) in every setting of the spec. The rule: per
+setting, the pairs of runs with the same random seed are compared; the claim **holds in every seed**
+when ``better`` wins every pair, **holds in the mean** when it wins on the mean over seeds but not
+every pair, **does not hold** otherwise; **no data** when a side has no finished run. A run that
+never reaches the target counts as +∞ rounds. Paper numbers are compared by the rule in
+:func:`match_paper`.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..compare import Experiment, collect, load_spec, write_report
+from ..config import load_config_file
+from ..errors import UsageError
+
+
+@dataclass(frozen=True)
+class Paper:
+    key: str
+    title: str  # method, authors, venue
+    specs: tuple[str, ...]  # experiment specs (paths relative to the repository root)
+    fidelity: str  # anchor in docs/fidelity.md
+
+
+PAPERS: tuple[Paper, ...] = (
+    Paper("aggitd", "FBO-AggITD vs FedNest: Xiao & Ji, ICML 2023",
+          ("experiments/aggitd_table2_fmnist_500.yaml", "experiments/aggitd_table2_fmnist.yaml"),
+          "fbo-aggitd-xiao--ji-icml-2023-and-the-fednest-family-hyperrep"),
+    Paper("fedbio", "FedBiO and FedBiOAcc: Li, Huang & Huang, NeurIPS 2023 (arXiv 2302.06701)",
+          ("experiments/fedbio_hyperclean_fmnist_quick.yaml", "experiments/fedbio_hyperclean_fmnist.yaml",
+           "experiments/fedbio_local_hyperrep_quick.yaml", "experiments/fedbio_local_hyperrep.yaml"),
+          "adafbio-and-fedbio-the-hyperclean-task"),
+    Paper("adafbio", "AdaFBiO: Huang, arXiv 2211.01122",
+          ("experiments/adafbio_hyperclean_quick.yaml", "experiments/adafbio_hyperclean.yaml",
+           "experiments/adafbio_hyperrep.yaml"),
+          "adafbio-and-fedbio-local-lower-level-per-client-heads"),
+    Paper("codasca", "CODA+ and CODASCA: Yuan, Guo, Xu, Ying & Yang, ICML 2021",
+          ("experiments/codasca_fig1_synth.yaml", "experiments/codasca_fig1_fmnist.yaml"),
+          "codasca-yuan-et-al-icml-2021-coda-and-codasca-on-the-auc-task"),
+    Paper("zohfl", "ZO-HFL: Qiu, Kim & Yousefian, arXiv 2504.01839",
+          ("experiments/zohfl_table1_fmnist.yaml", "experiments/zohfl_table1_fmnist_x0zero.yaml",
+           "experiments/zohfl_fig2.yaml"),
+          "zo-hfl-qiu-kim--yousefian-arxiv-250401839"),
+)
+
+EVIDENCE_FILES = ("config.yaml", "metrics.csv", "summary.json")
+SPEC_FILES = ("tuned.yaml", "tuning.csv")
+
+
+# --------------------------------------------------------------------------------------------------
+# Evidence
+
+
+def collect_evidence(results: Path, evidence: Path, papers=PAPERS) -> int:
+    """Copy every finished reproduction run's compact files (and each spec's tuning record) from
+    ``results`` into ``evidence`` (same layout); returns the number of runs copied."""
+    n = 0
+    for paper in papers:
+        for spec in paper.specs:
+            if not Path(spec).is_file():
+                continue
+            exp = load_spec(spec, {"out_dir": str(results)})
+            for c in exp.cells:
+                src = c.cfg.run_dir
+                if not all((src / f).is_file() for f in EVIDENCE_FILES):
+                    continue
+                dst = evidence / src.relative_to(results)
+                dst.mkdir(parents=True, exist_ok=True)
+                for f in EVIDENCE_FILES:
+                    shutil.copy2(src / f, dst / f)
+                n += 1
+            for f in SPEC_FILES:
+                src = results / "compare" / exp.name / f
+                if src.is_file():
+                    (evidence / "compare" / exp.name).mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(src, evidence / "compare" / exp.name / f)
+    return n
+
+
+# --------------------------------------------------------------------------------------------------
+# Verdicts
+
+
+def claim_verdict(runs: pd.DataFrame, claim: dict, setting: str) -> tuple[str, str]:
+    """(verdict, the numbers behind it) of one claim in one setting; the rule is in the module doc."""
+    metric, mode = claim["metric"], claim.get("mode", "max")
+    sign = 1.0 if mode == "max" else -1.0
+    fill = -math.inf if mode == "max" else math.inf  # never reaching the target is the worst value
+
+    def side(name):
+        g = runs[(runs.algorithm == name) & (runs.setting == setting) & runs.status.isin(["done"])]
+        return g.set_index("seed")[metric].astype(float).fillna(fill) if metric in g else pd.Series(dtype=float)
+
+    a, b = side(claim["better"]), side(claim["than"])
+    if a.empty or b.empty:
+        return "no data", ""
+    common = a.index.intersection(b.index)
+    wins = int(sum(sign * (a[s] - b[s]) > 0 for s in common))
+    ma, mb = a.mean(), b.mean()
+    detail = f"{_fmt(ma)} vs {_fmt(mb)}; wins {wins}/{len(common)} seeds"
+    if len(common) and wins == len(common):
+        return "holds in every seed", detail
+    if sign * (ma - mb) > 0:
+        return "holds in the mean", detail
+    return "does not hold", detail
+
+
+def _fmt(v: float) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    if math.isinf(v):
+        return "never"
+    return f"{v:.4g}"
+
+
+def match_paper(ours: pd.Series, paper: float, tolerance: float) -> str:
+    """Our mean is **within** the paper's number when ``|mean - paper| <= max(2 std, tolerance)``
+    (std over seeds; the tolerance is the spec's ``tolerance``, default 0.02 for fractions, 10% of the
+    paper's value for counts), else **above** or **below**."""
+    v = ours.dropna().astype(float)
+    v = v[np.isfinite(v)]
+    if v.empty:
+        return "no data"
+    sd = float(v.std(ddof=1)) if len(v) > 1 else 0.0
+    tol = max(2 * sd, tolerance if paper <= 1 else max(tolerance, 0.1 * abs(paper)))
+    d = float(v.mean()) - paper
+    return "within" if abs(d) <= tol else ("above" if d > 0 else "below")
+
+
+# --------------------------------------------------------------------------------------------------
+# The report
+
+
+@dataclass
+class Section:
+    spec: str
+    exp: Experiment | None
+    table_md: str = ""
+    verdicts: list[tuple[str, str, str, str]] | None = None  # (claim, setting, verdict, numbers)
+    paper_rows: list[tuple[str, str, str, str, str, str]] | None = None
+    missing: list[str] | None = None
+    figures: list[Path] | None = None
+    compute: str = ""
+    error: str = ""
+
+
+def build_section(spec: str, root: Path, work: Path) -> Section:
+    sec = Section(spec, None, verdicts=[], paper_rows=[], missing=[], figures=[])
+    try:
+        exp = load_spec(spec, {"out_dir": str(root)})
+    except UsageError as e:
+        sec.error = str(e)
+        return sec
+    sec.exp = exp
+    raw = load_config_file(spec)
+    runs, _ = collect(exp)
+    done = set() if runs.empty else set(zip(runs.algorithm, runs.setting, runs.seed))
+    sec.missing = [f"{c.algorithm} · {c.setting} · seed {c.seed}" for c in exp.cells
+                   if (c.algorithm, c.setting, c.seed) not in done]
+    if runs.empty:
+        return sec
+    out = work / exp.name
+    write_report(exp, out)
+    sec.table_md = (out / "table.md").read_text().split("\n", 2)[2]  # drop the title line
+    sec.figures = [out / "curves.png"]
+    secs = runs.train_time_s.fillna(0).sum()
+    devices = sorted(set(str(d) for d in _summaries(runs, "device")))
+    sec.compute = f"{len(runs)} runs, {secs / 60:.1f} min of training in all, on {', '.join(devices) or 'cpu'}"
+    for claim in raw.get("claims") or []:
+        for s in exp.settings:
+            v, nums = claim_verdict(runs, claim, s["name"])
+            sec.verdicts.append((claim["text"], s["name"], v, nums))
+    tol = raw.get("tolerance", 0.02)
+    col = {"final": "final", "rounds_to_90": "rounds_to_target", "rounds_to_target": "rounds_to_target"}
+    for a, per in (exp.reference or {}).items():
+        for s, vals in (per or {}).items():
+            for k, v in vals.items():
+                g = runs[(runs.algorithm == a) & (runs.setting == s)]
+                c = col.get(k, k)
+                if c not in g or not isinstance(v, (int, float)):
+                    continue
+                ours = g[c].astype(float)
+                sec.paper_rows.append((a, s, k, f"{v:g}", _fmt(float(ours.mean())) if len(ours) else "–",
+                                       match_paper(ours, float(v), tol) if k == "final" else "see note"))
+    return sec
+
+
+def _summaries(runs: pd.DataFrame, key: str):
+    from ..results import read_summary
+
+    for d in runs.run_dir:
+        s = read_summary(Path(d)) or {}
+        if key in s:
+            yield s[key]
+
+
+def render_markdown(sections: dict[str, list[Section]], root: Path, command: str) -> str:
+    out = ["# Results: every paper's reproduction in fbo", "",
+           f"Generated by `{command}` from the run directories under `{root}/` (each run's resolved "
+           "config, metrics and summary; nothing here is typed by hand). Figures: the HTML version "
+           "(`make report` writes `results/report/report.html`).", "",
+           "**Verdict rule.** A claim compares two algorithms on one quantity in each setting. Runs with the "
+           "same random seed are paired: the claim *holds in every seed* when the first algorithm wins every "
+           "pair, *holds in the mean* when it wins on the mean over seeds only, and *does not hold* "
+           "otherwise; *no data* when a side has no finished run. A run that never reaches the target counts "
+           "as never (+∞ rounds). **Paper numbers:** ours are *within* the paper's when "
+           "|our mean − paper| ≤ max(2 × our std over seeds, the spec's tolerance: 0.02 for fractions); "
+           "else *above* or *below*. Failed and diverged runs are left out of means and counted in the "
+           "table's columns.", ""]
+    for paper in PAPERS:
+        out += [f"## {paper.title}", "",
+                f"Deviations and open choices: [docs/fidelity.md](fidelity.md#{paper.fidelity}).", ""]
+        for sec in sections[paper.key]:
+            out += _render_section_md(sec)
+    return "\n".join(out) + "\n"
+
+
+def _render_section_md(sec: Section) -> list[str]:
+    if sec.exp is None:
+        return [f"### `{sec.spec}`", "", f"Spec not readable: {sec.error}", ""]
+    exp = sec.exp
+    title = exp.title or exp.name
+    b = exp.base
+    lines = [f"### {title}", "", f"Spec `{sec.spec}`; regenerate with `fbo compare {sec.spec}`"
+             + (" after `fbo tune` of the same spec" if (load_config_file(sec.spec).get("tune")) else "")
+             + f". Budget {b.get('rounds', 'task default')} communication rounds; seeds {exp.seeds}.", ""]
+    n_cells = len(exp.cells)
+    if sec.missing and len(sec.missing) == n_cells:
+        return lines + [f"**Not run yet**: 0 of {n_cells} runs finished.", ""]
+    if sec.compute:
+        lines += [f"Compute: {sec.compute}.", ""]
+    if sec.missing:
+        shown = ", ".join(sec.missing[:12]) + (f", and {len(sec.missing) - 12} more" if len(sec.missing) > 12 else "")
+        lines += [f"**Partial**: {len(sec.missing)} of {n_cells} runs missing ({shown}).", ""]
+    lines += [sec.table_md.strip(), ""]
+    if sec.verdicts:
+        lines += ["| claim | setting | verdict | ours (mean) and seeds won |", "|---|---|---|---|"]
+        lines += [f"| {c} | {s} | **{v}** | {n} |" for c, s, v, n in sec.verdicts]
+        lines.append("")
+    if sec.paper_rows:
+        lines += ["| algorithm | setting | paper's | value | ours (mean) | ours vs paper's |", "|---|---|---|---|---|---|"]
+        lines += [f"| {a} | {s} | {k} | {v} | {o} | {m} |" for a, s, k, v, o, m in sec.paper_rows]
+        lines.append("")
+    return lines
+
+
+def render_html(markdown: str, sections: dict[str, list[Section]]) -> str:
+    """A self-contained page: the Markdown rendered to simple HTML, each section's figure embedded."""
+    figs = {sec.exp.title or sec.exp.name: sec.figures for secs in sections.values() for sec in secs
+            if sec.exp is not None and sec.figures}
+    body, table = [], []
+
+    def flush():
+        if table:
+            rows = [r.strip().strip("|").split("|") for r in table if not set(r.strip()) <= set("|-: ")]
+            h = "".join(f"<th>{_inline(c.strip())}</th>" for c in rows[0])
+            t = "".join("<tr>" + "".join(f"<td>{_inline(c.strip())}</td>" for c in r) + "</tr>" for r in rows[1:])
+            body.append(f"<table><thead><tr>{h}</tr></thead><tbody>{t}</tbody></table>")
+            table.clear()
+
+    for line in markdown.splitlines():
+        if line.startswith("|"):
+            table.append(line)
+            continue
+        flush()
+        if line.startswith("### "):
+            title = line[4:]
+            body.append(f"<h3>{html.escape(title)}</h3>")
+            for p in figs.get(title, []):
+                if p.is_file():
+                    data = base64.b64encode(p.read_bytes()).decode()
+                    body.append(f'<img alt="{html.escape(title)}" src="data:image/png;base64,{data}">')
+        elif line.startswith("## "):
+            body.append(f"<h2>{html.escape(line[3:])}</h2>")
+        elif line.startswith("# "):
+            body.append(f"<h1>{html.escape(line[2:])}</h1>")
+        elif line.strip():
+            body.append(f"<p>{_inline(line)}</p>")
+    flush()
+    css = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
+           "table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px}"
+           "th{background:#f3f3f3}img{max-width:100%;border:1px solid #eee;margin:.5em 0}h2{border-bottom:2px solid #444}"
+           "code{background:#f5f5f5;padding:0 3px}")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>fbo results</title><style>{css}</style>"
+            f"</head><body>{''.join(body)}</body></html>\n")
+
+
+def _inline(text: str) -> str:
+    import re
+
+    t = html.escape(text)
+    t = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", t)
+    t = re.sub(r"`(.+?)`", r"<code>\1</code>", t)
+    t = re.sub(r"\[(.+?)\]\((.+?)\)", r'<a href="\2">\1</a>', t)
+    return re.sub(r"(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*", r"<i>\1</i>", t)
+
+
+def build_report(root: Path, md_path: Path, html_path: Path, command: str = "fbo report") -> dict[str, int]:
+    """Write the Markdown and HTML reports; returns counts of sections, finished and missing runs."""
+    work = Path(tempfile.mkdtemp(prefix="fbo-report-"))
+    try:
+        sections = {p.key: [build_section(s, root, work) for s in p.specs if Path(s).is_file()] for p in PAPERS}
+        md = render_markdown(sections, root, command)
+        from ..results import atomic_write
+
+        atomic_write(md_path, md)
+        atomic_write(html_path, render_html(md, sections))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    secs = [s for v in sections.values() for s in v]
+    return {"sections": len(secs), "missing": sum(len(s.missing or []) for s in secs),
+            "cells": sum(len(s.exp.cells) for s in secs if s.exp is not None)}
