@@ -73,7 +73,8 @@ def run(
     """Run one algorithm on one task and write results/<task>/<algo>/<run-id>/."""
     from .config import load_config_file, parse_sets, resolve
     from .data import load_dataset
-    from .runner import execute
+    from .results import make_dirs
+    from .runner import Interrupted, execute
 
     with user_errors():
         file_layer = load_config_file(config) if config else {}
@@ -83,6 +84,7 @@ def run(
             target=target, seed=seed, device=device, data_dir=str(data_dir) if data_dir else None,
             out_dir=str(out_dir) if out_dir else None).items() if v is not None}
         cfg = resolve(task, algo, file_layer, cli_layer, parse_sets(set_))
+        make_dirs(cfg.run_dir)  # an unwritable --out-dir fails before the data is loaded
         load_dataset(cfg.run.dataset, cfg.run.data_dir, cfg.run.download)  # fail before the progress bar
         budget = cfg.run.rounds
         label = f"{cfg.entry.label or cfg.algo} · {cfg.run.dataset}"
@@ -97,7 +99,11 @@ def run(
                     metric_key.append(next((k for k in ("test_acc", "test_auc") if k in row), ""))
                 prog.update(bar, completed=min(row["rounds"], budget), metric=_fmt_metric(row, metric_key[0]))
 
-            summary = execute(cfg, on_eval=on_eval)
+            try:
+                summary = execute(cfg, on_eval=on_eval, wait=False, log=lambda m: err.print(m, highlight=False))
+            except Interrupted as e:
+                err.print(f"[yellow]{e}[/yellow]", highlight=False)
+                raise typer.Exit(130) from None
     status = summary["status"]
     best = summary["best"]
     out.print(f"[bold]{status}[/bold]: {summary['label']} on {task}/{cfg.run.dataset}, "
