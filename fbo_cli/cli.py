@@ -118,7 +118,13 @@ def run(
 @app.command(no_args_is_help=True)
 def compare(
     spec: Path = typer.Argument(..., help="Experiment spec (YAML), e.g. experiments/aggitd_table2_fmnist.yaml."),
-    jobs: int = typer.Option(1, "--jobs", "-j", help="Runs in parallel (processes)."),
+    jobs: int = typer.Option(1, "--jobs", "-j", help="Runs in parallel (processes; with --executor ray on a "
+                             "local Ray: the CPUs it starts with)."),
+    executor: Optional[str] = typer.Option(None, help="serial | processes | ray. [default: serial for --jobs 1, "
+                                           "else processes]"),
+    address: Optional[str] = typer.Option(None, help="Ray cluster to join: auto or HOST:PORT. [default: a local Ray]"),
+    cpus_per_run: int = typer.Option(1, help="Ray: CPUs per run (its torch threads)."),
+    gpus_per_run: float = typer.Option(0.0, help="Ray: GPUs per run."),
     out_dir: Optional[Path] = typer.Option(None, help="Results root. [default: results]"),
     data_dir: Optional[Path] = typer.Option(None, help="Dataset directory. [default: data]"),
     seeds: Optional[str] = typer.Option(None, help="Override the spec's seeds, e.g. 0,1."),
@@ -126,14 +132,26 @@ def compare(
     rerun: bool = typer.Option(False, help="Run again even the runs that are already done."),
     no_run: bool = typer.Option(False, "--no-run", help="Only aggregate the runs already done."),
 ) -> None:
-    """Run an experiment grid (algorithms x settings x seeds), skipping runs already done, then write
-    results/compare/<name>/{table.md, table.csv, runs.csv, curves.png}."""
+    """Run an experiment grid (algorithms x settings x seeds), reusing finished runs and resuming partial
+    ones, then write results/compare/<name>/{table.md, table.csv, runs.csv, curves.png}. Exit 1 when a run
+    failed or is missing from the table."""
     from . import compare as cmp
     from .config import parse_sets
+    from .executors import EXECUTORS
 
     with user_errors():
         if jobs < 1:
             raise UsageError(f"--jobs must be >= 1, got {jobs}")
+        if executor is not None and executor not in EXECUTORS:
+            raise UsageError(f"--executor must be one of {', '.join(EXECUTORS)}, got '{executor}'")
+        if (address or cpus_per_run != 1 or gpus_per_run) and executor != "ray":
+            raise UsageError("--address, --cpus-per-run and --gpus-per-run go with --executor ray")
+        if cpus_per_run < 1 or not gpus_per_run >= 0:
+            raise UsageError(f"--cpus-per-run must be >= 1 and --gpus-per-run >= 0, got {cpus_per_run}, {gpus_per_run}")
+        if executor == "ray":
+            from .executors import _import_ray
+
+            _import_ray()
         overrides = parse_sets(set_)
         if out_dir:
             overrides["out_dir"] = str(out_dir)
@@ -146,9 +164,19 @@ def compare(
             except ValueError:
                 raise UsageError(f"--seeds expects comma-separated integers, got '{seeds}'") from None
         exp = cmp.load_spec(spec, overrides, seed_list)
-        outdir = cmp.run_experiment(exp, jobs=jobs, rerun=rerun, no_run=no_run, console=err)
+        try:
+            outdir = cmp.run_experiment(exp, jobs=jobs, rerun=rerun, no_run=no_run, console=err, executor=executor,
+                                        address=address, cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run)
+        except KeyboardInterrupt:
+            err.print("[yellow]interrupted: the runs in progress wrote their checkpoints; run the same command "
+                      "again to continue[/yellow]")
+            raise typer.Exit(130) from None
     out.print((outdir / "table.md").read_text())
     out.print(f"written: {outdir}/table.md, table.csv, runs.csv, curves.png")
+    if exp.incomplete:
+        err.print(f"[red]{exp.incomplete} run(s) failed or did not finish (see the 'failed' and 'not run' "
+                  f"columns)[/red]")
+        raise typer.Exit(1)
 
 
 @app.command("list")

@@ -142,13 +142,15 @@ class _Stop:
 
 
 def execute(cfg: RunConfig, on_eval: Callable[[dict[str, Any]], None] | None = None, write: bool = True,
-            reuse: bool = False, wait: bool = True, log: Callable[[str], None] | None = None) -> dict:
+            reuse: bool = False, wait: bool = True, log: Callable[[str], None] | None = None,
+            fresh: bool = False) -> dict:
     """Run to the end of the budget, resuming from ``checkpoint.pt`` when there is one. Returns the
     summary (also written to ``summary.json``).
 
     Holds the run directory's lock while it runs: ``wait`` False raises :class:`RunBusy` when another
     process holds it. ``reuse``: a finished run (checked under the lock) is not run again; its summary
-    is returned. SIGINT/SIGTERM write the checkpoint, then raise :class:`Interrupted`."""
+    is returned. ``fresh``: start from round 0 even when there is a checkpoint. SIGINT/SIGTERM write the
+    checkpoint, then raise :class:`Interrupted`."""
     if not write:
         return _execute(cfg, on_eval, False, log)
     run_dir = cfg.run_dir
@@ -160,6 +162,8 @@ def execute(cfg: RunConfig, on_eval: Callable[[dict[str, Any]], None] | None = N
             return summary
         if state == "corrupt" and log:
             log(f"{run_dir}: {why}; running it again")
+        if fresh:
+            (run_dir / CHECKPOINT).unlink(missing_ok=True)
         return _execute(cfg, on_eval, True, log)
 
 

@@ -118,3 +118,72 @@ def test_sigkilled_run_resumes(tmp_path):
     kill = pd.read_csv(d / "metrics.csv").drop(columns="train_time")
     pd.testing.assert_frame_equal(full, kill, check_exact=True)
     assert json.loads((d / "summary.json").read_text())["resumed_from_iteration"] > 0
+
+
+def _children(pid):
+    out = []
+    for st in os.listdir("/proc"):
+        if st.isdigit():
+            try:
+                fields = open(f"/proc/{st}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                out.append(int(st))
+    return out
+
+
+def _alive(pid):
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_sigkilled_compare_resumes_and_its_workers_die(tmp_path):
+    def spec(out):
+        p = out / "exp.yaml"
+        out.mkdir()
+        p.write_text(f"""
+name: k
+task: hyperrep
+seeds: [0, 1]
+base: {{dataset: digits, clients: 6, participation: 0.5, rounds: 50, checkpoint_every: 1, threads: 1,
+        out_dir: {out}}}
+algorithms: [{{name: F, algo: fednest}}]
+""")
+        return str(p)
+
+    full = subprocess.run(CLI + ["compare", spec(tmp_path / "full"), "--jobs", "2"], capture_output=True, text=True)
+    assert full.returncode == 0, full.stderr
+    kill = tmp_path / "kill"
+    p = subprocess.Popen(CLI + ["compare", spec(kill), "--jobs", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def mid():
+        f = list(kill.glob("hyperrep/*/*/checkpoint.pt"))
+        return len(f) == 2
+
+    workers = []
+
+    def mid_and_workers():
+        if mid():
+            workers.extend(c for c in _children(p.pid) if _alive(c))
+            return True
+        return False
+
+    _kill_when(p, mid_and_workers)
+    t0 = time.time()
+    while any(_alive(w) for w in workers) and time.time() - t0 < 20:
+        time.sleep(0.1)
+    assert not any(_alive(w) for w in workers), "workers outlived their SIGKILLed parent"
+    r = subprocess.run(CLI + ["compare", str(kill / "exp.yaml"), "--jobs", "2"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    for a, b in zip(sorted((tmp_path / "full").glob("hyperrep/*/*/metrics.csv")),
+                    sorted(kill.glob("hyperrep/*/*/metrics.csv"))):
+        pd.testing.assert_frame_equal(pd.read_csv(a).drop(columns="train_time"),
+                                      pd.read_csv(b).drop(columns="train_time"), check_exact=True)
+    ta = pd.read_csv(tmp_path / "full" / "compare" / "k" / "table.csv")
+    tb = pd.read_csv(kill / "compare" / "k" / "table.csv")
+    pd.testing.assert_frame_equal(ta, tb)
+    assert any(json.loads(s.read_text()).get("resumed_from_iteration") for s in kill.glob("hyperrep/*/*/summary.json"))
