@@ -155,6 +155,8 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         raise UsageError(f"config file not found: {p}")
     try:
         data = yaml.safe_load(p.read_text())
+    except (UnicodeDecodeError, ValueError):
+        raise UsageError(f"{p} is not a text (YAML) file") from None
     except yaml.YAMLError as e:
         raise UsageError(f"{p} is not valid YAML: {str(e).splitlines()[0]}") from None
     if data is None:
