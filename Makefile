@@ -10,11 +10,11 @@ BENCH_ARGS ?=
 
 setup: venv data  ## virtual environment with pinned versions, plus Debian's offline Fashion-MNIST where possible
 
-venv:   ## .venv with pinned torch/torchvision and the project (editable) with its dev tools
+venv:   ## .venv with pinned torch/torchvision and the project (editable) with its dev tools and Ray
 	python3 -m venv .venv
 	.venv/bin/pip install -q --upgrade pip
 	.venv/bin/pip install -q $(TORCH)
-	.venv/bin/pip install -q -e '.[dev]'
+	.venv/bin/pip install -q -e '.[dev,ray]'
 
 data:   ## install Debian's dataset-fashion-mnist when we are root with apt, else say how
 	@if [ -d /usr/share/datasets/fashion-mnist ]; then echo "Fashion-MNIST: found in /usr/share/datasets/fashion-mnist"; \

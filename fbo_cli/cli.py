@@ -73,7 +73,8 @@ def run(
     """Run one algorithm on one task and write results/<task>/<algo>/<run-id>/."""
     from .config import load_config_file, parse_sets, resolve
     from .data import load_dataset
-    from .runner import execute
+    from .results import make_dirs
+    from .runner import Interrupted, execute
 
     with user_errors():
         file_layer = load_config_file(config) if config else {}
@@ -83,6 +84,7 @@ def run(
             target=target, seed=seed, device=device, data_dir=str(data_dir) if data_dir else None,
             out_dir=str(out_dir) if out_dir else None).items() if v is not None}
         cfg = resolve(task, algo, file_layer, cli_layer, parse_sets(set_))
+        make_dirs(cfg.run_dir)  # an unwritable --out-dir fails before the data is loaded
         load_dataset(cfg.run.dataset, cfg.run.data_dir, cfg.run.download)  # fail before the progress bar
         budget = cfg.run.rounds
         label = f"{cfg.entry.label or cfg.algo} · {cfg.run.dataset}"
@@ -97,7 +99,11 @@ def run(
                     metric_key.append(next((k for k in ("test_acc", "test_auc") if k in row), ""))
                 prog.update(bar, completed=min(row["rounds"], budget), metric=_fmt_metric(row, metric_key[0]))
 
-            summary = execute(cfg, on_eval=on_eval)
+            try:
+                summary = execute(cfg, on_eval=on_eval, wait=False, log=lambda m: err.print(m, highlight=False))
+            except Interrupted as e:
+                err.print(f"[yellow]{e}[/yellow]", highlight=False)
+                raise typer.Exit(130) from None
     status = summary["status"]
     best = summary["best"]
     out.print(f"[bold]{status}[/bold]: {summary['label']} on {task}/{cfg.run.dataset}, "
@@ -109,10 +115,38 @@ def run(
         raise typer.Exit(1)
 
 
+def check_executor(jobs: int, executor: str | None, address: str | None, cpus_per_run: int,
+                   gpus_per_run: float) -> None:
+    """Validate the execution options shared by compare and tune (UsageError naming the option)."""
+    from .executors import EXECUTORS
+
+    if jobs < 1:
+        raise UsageError(f"--jobs must be >= 1, got {jobs}")
+    if executor is not None and executor not in EXECUTORS:
+        raise UsageError(f"--executor must be one of {', '.join(EXECUTORS)}, got '{executor}'")
+    if (address or cpus_per_run != 1 or gpus_per_run) and executor != "ray":
+        raise UsageError("--address, --cpus-per-run and --gpus-per-run go with --executor ray")
+    if cpus_per_run < 1 or not gpus_per_run >= 0:
+        raise UsageError(f"--cpus-per-run must be >= 1 and --gpus-per-run >= 0, got {cpus_per_run}, {gpus_per_run}")
+    if executor == "ray":
+        from .executors import _import_ray
+
+        _import_ray()
+
+
+JOBS_HELP = "Runs in parallel (processes; with --executor ray on a local Ray: the CPUs it starts with)."
+EXECUTOR_HELP = "serial | processes | ray. [default: serial for --jobs 1, else processes]"
+ADDRESS_HELP = "Ray cluster to join: auto or HOST:PORT. [default: a local Ray]"
+
+
 @app.command(no_args_is_help=True)
 def compare(
     spec: Path = typer.Argument(..., help="Experiment spec (YAML), e.g. experiments/aggitd_table2_fmnist.yaml."),
-    jobs: int = typer.Option(1, "--jobs", "-j", help="Runs in parallel (processes)."),
+    jobs: int = typer.Option(1, "--jobs", "-j", help=JOBS_HELP),
+    executor: Optional[str] = typer.Option(None, help=EXECUTOR_HELP),
+    address: Optional[str] = typer.Option(None, help=ADDRESS_HELP),
+    cpus_per_run: int = typer.Option(1, help="Ray: CPUs per run (its torch threads)."),
+    gpus_per_run: float = typer.Option(0.0, help="Ray: GPUs per run."),
     out_dir: Optional[Path] = typer.Option(None, help="Results root. [default: results]"),
     data_dir: Optional[Path] = typer.Option(None, help="Dataset directory. [default: data]"),
     seeds: Optional[str] = typer.Option(None, help="Override the spec's seeds, e.g. 0,1."),
@@ -120,14 +154,14 @@ def compare(
     rerun: bool = typer.Option(False, help="Run again even the runs that are already done."),
     no_run: bool = typer.Option(False, "--no-run", help="Only aggregate the runs already done."),
 ) -> None:
-    """Run an experiment grid (algorithms x settings x seeds), skipping runs already done, then write
-    results/compare/<name>/{table.md, table.csv, runs.csv, curves.png}."""
+    """Run an experiment grid (algorithms x settings x seeds), reusing finished runs and resuming partial
+    ones, then write results/compare/<name>/{table.md, table.csv, runs.csv, curves.png}. Exit 1 when a run
+    failed or is missing from the table."""
     from . import compare as cmp
     from .config import parse_sets
 
     with user_errors():
-        if jobs < 1:
-            raise UsageError(f"--jobs must be >= 1, got {jobs}")
+        check_executor(jobs, executor, address, cpus_per_run, gpus_per_run)
         overrides = parse_sets(set_)
         if out_dir:
             overrides["out_dir"] = str(out_dir)
@@ -140,15 +174,29 @@ def compare(
             except ValueError:
                 raise UsageError(f"--seeds expects comma-separated integers, got '{seeds}'") from None
         exp = cmp.load_spec(spec, overrides, seed_list)
-        outdir = cmp.run_experiment(exp, jobs=jobs, rerun=rerun, no_run=no_run, console=err)
+        try:
+            outdir = cmp.run_experiment(exp, jobs=jobs, rerun=rerun, no_run=no_run, console=err, executor=executor,
+                                        address=address, cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run)
+        except KeyboardInterrupt:
+            err.print("[yellow]interrupted: the runs in progress wrote their checkpoints; run the same command "
+                      "again to continue[/yellow]")
+            raise typer.Exit(130) from None
     out.print((outdir / "table.md").read_text())
     out.print(f"written: {outdir}/table.md, table.csv, runs.csv, curves.png")
+    if exp.incomplete:
+        err.print(f"[red]{exp.incomplete} run(s) failed or did not finish (see the 'failed' and 'not run' "
+                  f"columns)[/red]")
+        raise typer.Exit(1)
 
 
 @app.command(no_args_is_help=True)
 def tune(
     spec: Path = typer.Argument(..., help="Experiment spec (YAML) with a 'tune:' block and per-algorithm grids."),
-    jobs: int = typer.Option(1, "--jobs", "-j", help="Runs in parallel (processes)."),
+    jobs: int = typer.Option(1, "--jobs", "-j", help=JOBS_HELP),
+    executor: Optional[str] = typer.Option(None, help=EXECUTOR_HELP),
+    address: Optional[str] = typer.Option(None, help=ADDRESS_HELP),
+    cpus_per_run: int = typer.Option(1, help="Ray: CPUs per run (its torch threads)."),
+    gpus_per_run: float = typer.Option(0.0, help="Ray: GPUs per run."),
     out_dir: Optional[Path] = typer.Option(None, help="Results root. [default: results]"),
     data_dir: Optional[Path] = typer.Option(None, help="Dataset directory. [default: data]"),
     set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="Override a key in every run (repeatable)."),
@@ -162,14 +210,18 @@ def tune(
     from .tune import run_tuning
 
     with user_errors():
-        if jobs < 1:
-            raise UsageError(f"--jobs must be >= 1, got {jobs}")
+        check_executor(jobs, executor, address, cpus_per_run, gpus_per_run)
         overrides = parse_sets(set_)
         if out_dir:
             overrides["out_dir"] = str(out_dir)
         if data_dir:
             overrides["data_dir"] = str(data_dir)
-        outdir = run_tuning(spec, overrides, jobs=jobs, rerun=rerun, console=err)
+        try:
+            outdir = run_tuning(spec, overrides, jobs=jobs, rerun=rerun, console=err, executor=executor,
+                                address=address, cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run)
+        except KeyboardInterrupt:
+            err.print("[yellow]interrupted: run the same command again to continue[/yellow]")
+            raise typer.Exit(130) from None
     import yaml
 
     tuned = yaml.safe_load((outdir / "tuned.yaml").read_text())

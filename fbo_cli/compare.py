@@ -1,6 +1,11 @@
 """``fbo compare``: run an experiment grid (algorithms x settings x seeds) and aggregate it.
 
-Runs already done (a ``summary.json`` in their run directory) are reused. Output in
+The spec is validated in full before the first run (keys, names, metric names against the task's
+metrics, the reference's shape). Runs already finished (``summary.json`` is the completion record of
+the ``metrics.csv`` beside it, see :func:`fbo_cli.results.run_status`) are reused, partial runs
+resume from their checkpoint, corrupt ones are reported and redone; runs execute through
+:func:`fbo_cli.executors.run_cells` (serial, processes or Ray). Rows are keyed by algorithm
+(``algo`` + its ``set``; display names must be unique) and setting. Output in
 ``results/compare/<name>/``: ``table.md`` and ``table.csv`` (mean and spread over seeds, the paper's
 numbers beside ours), ``runs.csv`` (one row per run), ``curves.png`` (headline metric against the
 spec's x axis: one line per algorithm, mean over seeds with a min-max band, a panel per setting).
@@ -9,10 +14,7 @@ spec's x axis: one line per algorithm, mean over seeds with a min-max band, a pa
 from __future__ import annotations
 
 import math
-import os
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ import pandas as pd
 
 from .config import RunConfig, load_config_file, resolve
 from .errors import UsageError
-from .results import METRIC_LABELS, X_AXES, atomic_write, read_summary, rounds_to_target, save_figure
+from .results import METRIC_LABELS, X_AXES, atomic_write, read_metrics, rounds_to_target, run_status, save_figure
 from .tasks import TASKS
 
 
@@ -51,6 +53,8 @@ class Experiment:
     out_root: Path = Path("results")
     base: dict[str, Any] = field(default_factory=dict)
     tuned: dict[str, Any] | None = None  # the tuned.yaml of ``fbo tune``, when present
+    incomplete: int = 0  # cells failed or not run at the last report
+    outcomes: dict[Path, dict] = field(default_factory=dict)  # run_dir -> what run_cells returned this time
 
 
 def _need(d: dict, key: str, kind, where: str):
@@ -79,9 +83,21 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
     if task not in TASKS:
         raise UsageError(f"{where}: unknown task '{task}'; choose one of: {', '.join(TASKS)}")
     algos = _need(spec, "algorithms", list, where)
-    settings = spec.get("settings") or [{"name": "default", "set": {}}]
+    if not algos:
+        raise UsageError(f"{where}: 'algorithms' is empty: list at least one algorithm")
+    settings = spec.get("settings", [{"name": "default", "set": {}}])
     if not isinstance(settings, list):
         raise UsageError(f"{where}: 'settings' must be a list")
+    if not settings:
+        raise UsageError(f"{where}: 'settings' is empty: leave the key out for one default setting, or list some")
+    metric = spec.get("metric") or TASKS[task].metric
+    metrics = spec.get("metrics") or []
+    if not isinstance(metric, str) or not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
+        raise UsageError(f"{where}: 'metric' must be a name and 'metrics' a list of names")
+    target = spec.get("target")
+    if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float))
+                               or not math.isfinite(target)):
+        raise UsageError(f"{where}: 'target' must be a finite number, got {target!r}")
     base = spec.get("base") or {}
     if not isinstance(base, dict):
         raise UsageError(f"{where}: 'base' must be a mapping")
@@ -91,24 +107,24 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
     seed_list = seeds if seeds is not None else spec.get("seeds", [0])
     if not isinstance(seed_list, list) or not all(isinstance(s, int) for s in seed_list) or not seed_list:
         raise UsageError(f"{where}: 'seeds' must be a non-empty list of integers")
+    if any(s < 0 for s in seed_list) or len(set(seed_list)) != len(seed_list):
+        raise UsageError(f"{where}: seeds must be distinct integers >= 0, got {seed_list}")
     exp = Experiment(
         name=str(spec.get("name") or Path(path).stem), title=str(spec.get("title", "")), task=task,
-        metric=spec.get("metric") or TASKS[task].metric, metrics=list(spec.get("metrics") or []),
-        target=spec.get("target"), x=x, seeds=seed_list, algorithms=algos, settings=settings,
-        reference=spec.get("reference") or {}, base=base)
+        metric=metric, metrics=list(metrics), target=target, x=x, seeds=seed_list, algorithms=algos,
+        settings=settings, reference=spec.get("reference") or {}, base=base)
     overrides = overrides or {}
+    if "algo" in overrides or "task" in overrides:
+        raise UsageError("'algo' and 'task' cannot be set with --set in compare: they come from the spec's "
+                         "'algorithms' list and 'task'")
+    _check_entries(where, algos, {"algo", "name", "set", "tune"}, "algorithm", "algo")
+    _check_entries(where, settings, {"name", "set"}, "setting", "name")
+    _check_reference(where, exp.reference, algos, settings)
     exp.out_root = Path(str(overrides.get("out_dir") or base.get("out_dir") or "results"))
     if use_tuned:
         from .tune import load_tuned
 
         exp.tuned = load_tuned(exp)
-    for a in algos:
-        if not isinstance(a, dict) or "algo" not in a:
-            raise UsageError(f"{where}: each algorithm needs an 'algo' key, got {a!r}")
-        a.setdefault("name", a["algo"])
-    for s in settings:
-        if not isinstance(s, dict) or "name" not in s:
-            raise UsageError(f"{where}: each setting needs a 'name' key, got {s!r}")
     for seed in seed_list:  # seed-major: a first complete picture of the grid arrives early
         for s in settings:
             for a in algos:
@@ -120,91 +136,133 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
                 except UsageError as e:
                     raise UsageError(f"{where}: algorithm '{a['name']}', setting '{s['name']}': {e}") from None
                 exp.cells.append(Cell(a["name"], s["name"], seed, cfg, layers))
+    seen: dict[Path, Cell] = {}
+    for c in exp.cells:
+        if c.cfg.run_dir in seen and seen[c.cfg.run_dir].algorithm != c.algorithm:
+            raise UsageError(f"{where}: algorithms '{seen[c.cfg.run_dir].algorithm}' and '{c.algorithm}' are the same "
+                             f"runs (same algo and settings); remove one")
+        seen[c.cfg.run_dir] = c
     return exp
 
 
-def _worker(task: str, algo: str, layers: tuple, threads: int) -> dict:
-    import torch
+def _check_entries(where: str, items: list, allowed: set[str], what: str, key: str) -> None:
+    names: set[str] = set()
+    for a in items:
+        if not isinstance(a, dict) or key not in a:
+            raise UsageError(f"{where}: each {what} needs a '{key}' key, got {a!r}")
+        bad = set(a) - allowed
+        if bad:
+            raise UsageError(f"{where}: {what} {a.get('name', a[key])!r}: unknown key(s) {', '.join(sorted(bad))}; "
+                             f"allowed: {', '.join(sorted(allowed))}")
+        if not isinstance(a.get("set") or {}, dict):
+            raise UsageError(f"{where}: {what} {a.get('name', a[key])!r}: 'set' must be a mapping of key: value")
+        a.setdefault("name", a[key])
+        a["name"] = str(a["name"])
+        if a["name"] in names:
+            raise UsageError(f"{where}: two {what}s are named '{a['name']}'; give each a distinct 'name'")
+        names.add(a["name"])
 
-    torch.set_num_threads(threads)
-    from .runner import execute
 
-    try:
-        return execute(resolve(task, algo, *layers))
-    except Exception as e:  # recorded in the run's summary.json; the grid goes on
-        return {"status": "failed", "error": f"{type(e).__name__}: {e}"}
+def _check_reference(where: str, ref: Any, algos: list, settings: list) -> None:
+    """``reference: {algorithm name: {setting name: {column: number or text}}}``."""
+    shape = "reference must map algorithm name -> setting name -> {column: value}"
+    if not isinstance(ref, dict):
+        raise UsageError(f"{where}: {shape}, got a {type(ref).__name__}")
+    anames, snames = {a["name"] for a in algos}, {s["name"] for s in settings}
+    for a, per in ref.items():
+        if a not in anames:
+            raise UsageError(f"{where}: reference names algorithm '{a}', not in the spec ({', '.join(sorted(anames))})")
+        if not isinstance(per, dict):
+            raise UsageError(f"{where}: reference['{a}']: {shape}")
+        for sname, cols in per.items():
+            if sname not in snames:
+                raise UsageError(f"{where}: reference['{a}'] names setting '{sname}', not in the spec "
+                                 f"({', '.join(sorted(snames))})")
+            if not isinstance(cols, dict) or not all(isinstance(v, (int, float, str)) for v in cols.values()):
+                raise UsageError(f"{where}: reference['{a}']['{sname}']: {shape}")
 
 
-def run_experiment(exp: Experiment, jobs: int = 1, rerun: bool = False, no_run: bool = False, console=None) -> Path:
-    todo = [] if no_run else [c for c in exp.cells if rerun or not _done(c.cfg)]
-    if todo:
-        _run_cells(exp, todo, jobs, console)
+def check_metrics(exp: Experiment, columns: set[str] | None = None) -> None:
+    """The spec's ``metric``, ``metrics`` and ``x`` must be columns of the task's ``metrics.csv``. The
+    columns come from ``columns`` or, by default, from one evaluation of the first run of each
+    algorithm at its initial point (cheap: data loading and one evaluation)."""
+    if columns is None:
+        from .federation import Ledger
+        from .runner import build
+
+        columns = set()
+        firsts = {c.algorithm: c for c in reversed(exp.cells)}
+        for c in firsts.values():
+            b = build(c.cfg)
+            columns |= set(Ledger().as_dict()) | {"train_time"} | set(b.algo.evaluate())
+    for m in [exp.metric, *exp.metrics]:
+        if m not in columns:
+            raise UsageError(f"metric '{m}' is not a metric of task '{exp.task}' with these algorithms; "
+                             f"choose from: {', '.join(sorted(columns))}")
+    if exp.x not in columns:
+        raise UsageError(f"x '{exp.x}' is not a column of task '{exp.task}'s metrics")
+
+
+def run_experiment(exp: Experiment, jobs: int = 1, rerun: bool = False, no_run: bool = False, console=None,
+                   executor: str | None = None, address: str | None = None, cpus_per_run: int = 1,
+                   gpus_per_run: float = 0) -> Path:
+    """Run the grid's unfinished runs (all of them with ``rerun``), then write the report. Returns the
+    report's folder; ``exp.incomplete`` counts the cells that failed or have no finished run."""
+    from .executors import run_cells
+
     outdir = exp.out_root / "compare" / exp.name
-    write_report(exp, outdir)
+    if not no_run:
+        from .results import make_dirs
+
+        make_dirs(outdir)
+        check_metrics(exp)
+        todo = [c for c in exp.cells if rerun or not _done(c.cfg)]
+        if todo:
+            res = run_cells(todo, executor=executor or ("serial" if jobs == 1 else "processes"), jobs=jobs,
+                      address=address, cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run, console=console,
+                      rerun=rerun, title=f"{exp.name}: runs")
+            exp.outcomes.update({c.cfg.run_dir: r for c, r in zip(todo, res)})
+    write_report(exp, outdir, no_run=no_run)
     return outdir
 
 
 def _done(cfg: RunConfig) -> bool:
-    s = read_summary(cfg.run_dir)
-    return bool(s) and s.get("status") in ("done", "diverged")
-
-
-def _run_cells(exp: Experiment, todo: list[Cell], jobs: int, console) -> None:
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    from .runner import execute
-
-    cols = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn())
-    with Progress(*cols, console=console) as prog:
-        overall = prog.add_task(f"{exp.name}: runs", total=len(todo), info="")
-        if jobs == 1:
-            for c in todo:
-                label = f"{c.algorithm} · {c.setting} · seed {c.seed}"
-                bar = prog.add_task(label, total=c.cfg.run.rounds, info="rounds")
-                try:
-                    execute(c.cfg, on_eval=lambda row, bar=bar, total=c.cfg.run.rounds: prog.update(
-                        bar, completed=min(row["rounds"], total)))
-                except Exception as e:  # recorded in the run's summary.json; the grid goes on
-                    console.print(f"[red]{label}: failed: {type(e).__name__}: {e}[/red]")
-                prog.remove_task(bar)
-                prog.advance(overall)
-            return
-        threads = max(1, (os.cpu_count() or 1) // jobs)
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
-            futs = {pool.submit(_worker, exp.task, c.cfg.algo, c.layers, threads): c for c in todo}
-            for fut in as_completed(futs):
-                c = futs[fut]
-                s = fut.result()
-                if s["status"] == "failed":
-                    console.print(f"[red]{c.algorithm} · {c.setting} · seed {c.seed}: failed: {s.get('error')}[/red]")
-                prog.update(overall, advance=1, info=f"last: {c.algorithm} · {c.setting} · s{c.seed}: {s['status']}")
+    state, s, _ = run_status(cfg.run_dir)
+    return state == "finished" and s.get("status") in ("done", "diverged")
 
 
 # --------------------------------------------------------------------------------------------------
 # Aggregation
 
 
-def collect(exp: Experiment) -> tuple[pd.DataFrame, dict[tuple[str, str, int], pd.DataFrame]]:
+def collect(exp: Experiment, warn=None) -> tuple[pd.DataFrame, dict[tuple[str, str, int], pd.DataFrame]]:
+    """One row per cell (``status``: done, diverged, failed, or ``not run`` for a run without a
+    finished, consistent run directory), and the metrics of the finished runs. Only a run whose
+    ``summary.json`` is the completion record of its ``metrics.csv`` is aggregated; a corrupt run
+    directory is reported through ``warn`` and counted as not run."""
     rows, curves = [], {}
     for c in exp.cells:
         d = c.cfg.run_dir
-        s = read_summary(d)
-        if not s or not (d / "metrics.csv").is_file():
+        state, s, why = run_status(d)
+        m = read_metrics(d / "metrics.csv") if state == "finished" else None
+        base = {"algorithm": c.algorithm, "setting": c.setting, "seed": c.seed, "algo": c.cfg.algo, "run_dir": str(d)}
+        if state == "corrupt" and warn:
+            warn(f"{d}: {why}; not aggregated (run compare again to redo it)")
+        now = exp.outcomes.get(d) or {}
+        if state != "finished" and now.get("status") == "failed":  # failed before writing its summary
+            rows.append({**base, "status": "failed", "error": now.get("error")})
             continue
-        m = pd.read_csv(d / "metrics.csv")
+        if state != "finished" or (m is None and s.get("status") != "failed") or (
+                m is not None and exp.metric not in m):
+            rows.append({**base, "status": "not run"})
+            continue
+        if s.get("status") == "failed" or m is None or m.empty:
+            rows.append({**base, "status": "failed", "error": s.get("error")})
+            continue
         curves[(c.algorithm, c.setting, c.seed)] = m
         budget = c.cfg.run.rounds
         within = m[m["rounds"] <= budget] if (m["rounds"] <= budget).any() else m
-        row = {"algorithm": c.algorithm, "setting": c.setting, "seed": c.seed, "algo": c.cfg.algo,
-               "status": s["status"], "run_dir": str(d),
+        row = {**base, "status": s["status"],
                "rounds_to_target": rounds_to_target(m, exp.metric, exp.target),
                "iterations_to_target": rounds_to_target(m, exp.metric, exp.target, x="iterations"),
                "final": float(within[exp.metric].iloc[-1]), "best": float(within[exp.metric].max()),
@@ -233,22 +291,24 @@ def summarize(exp: Experiment, runs: pd.DataFrame) -> pd.DataFrame:
     pct = exp.metric.endswith("acc") or exp.metric.endswith("auc")
     for s in exp.settings:
         for a in exp.algorithms:
-            g = runs[(runs.algorithm == a["name"]) & (runs.setting == s["name"])] if len(runs) else runs
-            if g.empty:
-                continue
+            cell = runs[(runs.algorithm == a["name"]) & (runs.setting == s["name"])]
+            g = cell[cell.status == "done"]  # the rule: means over the runs that finished 'done'
             row = {"setting": s["name"], "algorithm": a["name"], "seeds": len(g),
-                   "diverged": int((g.status == "diverged").sum())}
-            if (g.status == "failed").any():
-                row["failed"] = int((g.status == "failed").sum())
+                   "diverged": int((cell.status == "diverged").sum()), "failed": int((cell.status == "failed").sum()),
+                   "not run": int((cell.status == "not run").sum())}
+            col = lambda k, g=g: g[k] if k in g else pd.Series(dtype=float)
             if exp.target is not None:
-                hit = g.rounds_to_target.dropna()
-                row["rounds to target"] = (_ms(hit, False) if len(hit) else "never") + f" ({len(hit)}/{len(g)})"
-                row["iterations to target"] = _ms(g.iterations_to_target.dropna(), False) if len(hit) else "never"
-            row["final"] = _ms(g.final, pct)
-            row["best"] = _ms(g.best, pct)
+                hit = col("rounds_to_target").dropna()
+                row["rounds to target"] = ("-" if g.empty else _ms(hit, False) if len(hit) else "never") + \
+                    f" ({len(hit)}/{len(g)})"
+                row["iterations to target"] = _ms(col("iterations_to_target").dropna(), False) if len(hit) else "never"
+            row["final"] = _ms(col("final"), pct)
+            row["best"] = _ms(col("best"), pct)
             for m in exp.metrics:
                 if m in g and m != exp.metric:
                     row[m] = _ms(g[m], m.endswith("acc") or m.endswith("auc"))
+                elif m != exp.metric:
+                    row[m] = "-"
             ref = (exp.reference.get(a["name"]) or {}).get(s["name"]) or {}
             for k, v in ref.items():
                 row[f"paper {k}"] = (f"{100 * v:.2f}" if pct and isinstance(v, float) and v <= 1 else str(v))
@@ -264,9 +324,10 @@ def _to_markdown(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def write_report(exp: Experiment, outdir: Path) -> None:
-    runs, curves = collect(exp)
-    if runs.empty:
+def write_report(exp: Experiment, outdir: Path, no_run: bool = False, warn=None) -> None:
+    runs, curves = collect(exp, warn)
+    exp.incomplete = int(runs.status.isin(["failed", "not run"]).sum())
+    if no_run and not (runs.status != "not run").any():
         raise UsageError(f"no finished runs for experiment '{exp.name}' (run it without --no-run)")
     table = summarize(exp, runs)
     pct = exp.metric.endswith("acc") or exp.metric.endswith("auc")
@@ -276,11 +337,14 @@ def write_report(exp: Experiment, outdir: Path) -> None:
               "round budget; 'best' the best evaluation."
             + (f" 'rounds to target': first communication round with {exp.metric} ≥ {exp.target} "
                "(mean over the seeds that reach it; reached/total)." if exp.target is not None else "")
-            + (" Columns 'paper ...' are the paper's numbers." if exp.reference else ""), ""]
+            + (" Columns 'paper ...' are the paper's numbers." if exp.reference else "")
+            + " Rule: means, spreads and 'seeds' count only the runs that finished with status done; diverged runs "
+              "(a NaN/inf, or a loss above 1000 x max(its first value, 1)), failed runs and runs not run are left "
+              "out of them and counted in their columns; a cell without a done run shows '-'.", ""]
     atomic_write(outdir / "table.md", "\n".join(head) + "\n" + _to_markdown(table) + "\n" + tuned_note(exp))
     atomic_write(outdir / "table.csv", table.to_csv(index=False))
     atomic_write(outdir / "runs.csv", runs.to_csv(index=False))
-    plot_experiment(exp, curves, outdir / "curves.png")
+    plot_experiment(exp, curves, outdir / "curves.png", runs)
 
 
 def tuned_note(exp: Experiment) -> str:
@@ -308,7 +372,9 @@ def tuned_note(exp: Experiment) -> str:
     return "\n".join(out) + "\n"
 
 
-def plot_experiment(exp: Experiment, curves: dict, path: Path) -> None:
+def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFrame | None = None) -> None:
+    """Mean over the done runs with a min-max band; a diverged run is drawn thin, ending in an x at
+    its divergence point; a panel without any finished run says so."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -321,19 +387,38 @@ def plot_experiment(exp: Experiment, curves: dict, path: Path) -> None:
     fig, axes = plt.subplots(nrow, ncol, figsize=(5.0 * ncol, 3.7 * nrow), squeeze=False, sharey=True)
     for k, s in enumerate(settings):
         ax = axes[k // ncol][k % ncol]
+        drawn = False
         for j, a in enumerate(exp.algorithms):
-            runs = [curves[key] for key in curves if key[0] == a["name"] and key[1] == s]
-            runs = [r for r in runs if exp.x in r and exp.metric in r and len(r)]
-            if not runs:
+            st = {} if runs is None or runs.empty else {
+                int(r.seed): r.status for r in runs[(runs.algorithm == a["name"]) & (runs.setting == s)].itertuples()}
+            mine = {key[2]: curves[key] for key in curves if key[0] == a["name"] and key[1] == s}
+            mine = {k: r for k, r in mine.items() if exp.x in r and exp.metric in r and len(r)}
+            for seed, r in mine.items():
+                if st.get(seed) == "diverged":
+                    ok = r[np.isfinite(r[exp.metric].to_numpy(float))]
+                    ax.plot(ok[exp.x], ok[exp.metric], color=f"C{j}", lw=0.7, ls="--")
+                    if len(ok):
+                        ax.plot(ok[exp.x].iloc[-1], ok[exp.metric].iloc[-1], "x", color=f"C{j}", ms=8, mew=2)
+                    drawn = True
+            done = [r for k, r in mine.items() if st.get(k, "done") == "done"]
+            bad = {k: sum(v == k for v in st.values()) for k in ("diverged", "failed", "not run")}
+            note = ", ".join(f"{n} {k}" for k, n in bad.items() if n)
+            if not done:
+                if note:
+                    ax.plot([], [], color=f"C{j}", lw=1.6, label=f"{a['name']} (n=0, {note})")
                 continue
-            grid = np.asarray(max(runs, key=len)[exp.x], dtype=float)
+            drawn = True
+            grid = np.asarray(max(done, key=len)[exp.x], dtype=float)
             ys = np.stack([np.interp(grid, r[exp.x].to_numpy(float), r[exp.metric].to_numpy(float),
-                                     right=np.nan) for r in runs])
+                                     right=np.nan) for r in done])
             with np.errstate(all="ignore"):
                 mean = np.nanmean(ys, 0)
-            ax.plot(grid, mean, color=f"C{j}", lw=1.6, label=f"{a['name']} (n={len(runs)})")
-            if len(runs) > 1:
+            ax.plot(grid, mean, color=f"C{j}", lw=1.6,
+                    label=f"{a['name']} (n={len(done)}" + (f", {note})" if note else ")"))
+            if len(done) > 1:
                 ax.fill_between(grid, np.nanmin(ys, 0), np.nanmax(ys, 0), color=f"C{j}", alpha=0.18, lw=0)
+        if not drawn:
+            ax.text(0.5, 0.5, "no finished runs", transform=ax.transAxes, ha="center", va="center", color="0.4")
         if exp.target is not None:
             ax.axhline(exp.target, color="0.5", ls=":", lw=1)
         ax.set_title(s, fontsize=10)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import typing
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -44,11 +45,14 @@ class RunSettings:
     data_dir: str = "data"
     out_dir: str = "results"
     download: bool = True
+    checkpoint_every: int = 50  # write checkpoint.pt every this many outer iterations (and at SIGINT/SIGTERM)
+    keep_checkpoint: bool = False  # keep checkpoint.pt once the run is finished
 
 
 # Settings that do not change a run's numbers beyond float rounding (left out of its identity): the
-# thread count and the task's closed-form fast path (tested equal to the generic path in float64).
-_NOT_IDENTITY = {"data_dir", "out_dir", "download", "threads", "target"}
+# thread count, checkpointing, and the task's closed-form fast path (tested equal to the generic path
+# in float64).
+_NOT_IDENTITY = {"data_dir", "out_dir", "download", "threads", "target", "checkpoint_every", "keep_checkpoint"}
 _NOT_IDENTITY_TASK = {"fast"}
 
 
@@ -121,6 +125,8 @@ def coerce(key: str, value: Any, tp: Any) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise bad
+        if not math.isfinite(value):
+            raise UsageError(f"'{key}' must be a finite number, got {value!r}")
         return float(value)
     if tp is str:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -154,6 +160,8 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         raise UsageError(f"config file not found: {p}")
     try:
         data = yaml.safe_load(p.read_text())
+    except (UnicodeDecodeError, ValueError):
+        raise UsageError(f"{p} is not a text (YAML) file") from None
     except yaml.YAMLError as e:
         raise UsageError(f"{p} is not valid YAML: {str(e).splitlines()[0]}") from None
     if data is None:
@@ -170,8 +178,10 @@ def resolve(task: str, algo: str, *layers: dict[str, Any]) -> RunConfig:
     user: dict[str, Any] = {}
     for layer in layers:
         user.update({k: v for k, v in layer.items() if v is not None or k in ("target", "max_iters")})
-    algo = user.pop("algo", None) or algo
-    user.pop("task", None)
+    for key, what in (("algo", "--algo (fbo run) or the spec's 'algorithms' list (fbo compare)"),
+                      ("task", "the TASK argument (fbo run) or the spec's 'task' (fbo compare)")):
+        if key in user and user.pop(key) != (algo if key == "algo" else task):
+            raise UsageError(f"'{key}' cannot be set with --set or in a config file; use {what}")
     if algo not in REGISTRY:
         raise UsageError(f"unknown algorithm '{algo}'; choose one of: {', '.join(REGISTRY)}")
     entry = REGISTRY[algo]
@@ -199,13 +209,29 @@ def resolve(task: str, algo: str, *layers: dict[str, Any]) -> RunConfig:
     if not run.dataset:
         run.dataset = tcls.default_dataset
     _validate(run, tcls)
-    entry.cls.check(hp)
     for obj in (tparams, hp):
         for f in fields(obj):
             v = getattr(obj, f.name)
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0:
                 raise UsageError(f"'{f.name}' must be >= 0, got {v}")
+    try:
+        entry.cls.check(hp)
+    except UsageError as e:
+        raise UsageError(_name_the_key(str(e), hp)) from None
     return RunConfig(task, algo, run, tparams, hp)
+
+
+def _name_the_key(msg: str, hp: Any) -> str:
+    """Turn a check's list of constraints ("need tau >= 1, batch_size >= 1") into the one that fails,
+    with its key and value."""
+    import re
+
+    for name, op, bound in re.findall(r"\b(\w+) (>=|>) (-?\d+(?:\.\d+)?)", msg):
+        v = getattr(hp, name, None)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and (v < float(bound) if op == ">=" else
+                                                                          v <= float(bound)):
+            return f"'{name}' must be {op} {bound}, got {v}"
+    return msg
 
 
 def _validate(run: RunSettings, tcls) -> None:
@@ -232,3 +258,15 @@ def _validate(run: RunSettings, tcls) -> None:
         raise UsageError(f"eval_every must be >= 1, got {run.eval_every}")
     if run.alpha <= 0:
         raise UsageError(f"alpha must be > 0, got {run.alpha}")
+    if run.seed < 0:
+        raise UsageError(f"seed must be >= 0, got {run.seed}")
+    if run.threads is not None and run.threads < 1:
+        raise UsageError(f"threads must be >= 1 (or none), got {run.threads}")
+    if run.shards_per_client < 1:
+        raise UsageError(f"shards_per_client must be >= 1, got {run.shards_per_client}")
+    if run.val_frac is not None and not 0 < run.val_frac < 1:
+        raise UsageError(f"val_frac must be in (0, 1), got {run.val_frac}")
+    if run.checkpoint_every < 1:
+        raise UsageError(f"checkpoint_every must be >= 1, got {run.checkpoint_every}")
+    if run.target is not None and not math.isfinite(run.target):
+        raise UsageError(f"target must be a finite number, got {run.target}")

@@ -1,16 +1,25 @@
-"""Run directories: ``config.yaml``, ``metrics.csv``, ``summary.json``, ``curves.png``.
+"""Run directories: ``config.yaml``, ``metrics.csv``, ``checkpoint.pt``, ``summary.json``, ``curves.png``.
 
 Every file is written atomically (a temporary file in the same folder, then a rename), so a killed
-run never leaves a half-written file.
+run never leaves a half-written file; files get the user's umask (``0o666 & ~umask``).
+
+A run is *finished* only when ``summary.json`` is its completion record: written last, it holds
+the SHA-256 of the ``metrics.csv`` it summarizes (``metrics_sha256``), and :func:`run_status`
+checks that hash against the file. A run that starts deletes its old summary first, so a summary
+can never vouch for the metrics of another (interrupted) attempt. ``.lock`` (``fcntl.flock``,
+released by the OS when its process dies) keeps two processes from running the same run at once.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pandas as pd
 import yaml
@@ -20,12 +29,109 @@ X_AXES = {"rounds": "communication rounds", "iterations": "outer iterations", "s
           "floats_up": "floats sent up", "train_time": "training time (s)"}
 
 
+CHECKPOINT = "checkpoint.pt"
+
+
+def _umask() -> int:
+    m = os.umask(0)
+    os.umask(m)
+    return m
+
+
+def make_dirs(path: Path) -> None:
+    """``mkdir -p`` that reports a path blocked by a regular file, or unwritable, as bad input."""
+    from .errors import UsageError
+
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise UsageError(f"cannot create directory {path}: a part of that path is a regular file") from None
+    except PermissionError:
+        raise UsageError(f"cannot create directory {path}: permission denied") from None
+
+
 def atomic_write(path: Path, text: str | bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = Path(path)
+    make_dirs(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "wb") as f:
-        f.write(text.encode() if isinstance(text, str) else text)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(text.encode() if isinstance(text, str) else text)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: Path, wait: bool = True) -> Iterator[bool]:
+    """Hold ``run_dir/.lock`` (an exclusive ``flock``). Yields False, without waiting, when another
+    process holds it and ``wait`` is False. The OS drops the lock when its holder dies."""
+    make_dirs(run_dir)
+    fd = os.open(Path(run_dir) / ".lock", os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
+
+
+def run_status(run_dir: Path) -> tuple[str, dict[str, Any] | None, str]:
+    """``(state, summary, reason)``; state is ``finished`` (summary.json is the completion record of
+    the metrics.csv beside it), ``partial`` (a checkpoint to resume), ``missing`` (nothing, or only
+    an interrupted attempt without checkpoint) or ``corrupt`` (a summary that does not match its
+    metrics, or unreadable files: reported, then redone)."""
+    d = Path(run_dir)
+    if (d / "summary.json").exists():
+        s = read_summary(d)
+        m = d / "metrics.csv"
+        if s is None:
+            return "corrupt", None, "summary.json is not valid JSON"
+        if not m.is_file():
+            return "corrupt", s, "metrics.csv is missing beside summary.json"
+        if "metrics_sha256" in s:
+            if file_sha256(m) != s["metrics_sha256"]:
+                return "corrupt", s, "metrics.csv does not match the hash in summary.json"
+            return "finished", s, ""
+        # summaries written before completion records: the last row must be the summary's ledger
+        df = read_metrics(m)
+        led = s.get("ledger") or {}
+        if df is None or df.empty or any(k not in df or int(df[k].iloc[-1]) != led.get(k)
+                                          for k in ("rounds", "iterations")):
+            return "corrupt", s, "metrics.csv does not end where summary.json says the run ended"
+        return "finished", s, ""
+    if (d / CHECKPOINT).is_file():
+        return "partial", None, ""
+    return "missing", None, ""
+
+
+def read_metrics(path: Path) -> pd.DataFrame | None:
+    """``metrics.csv`` as a frame, or None when it is empty, binary or cut mid-row."""
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not text.endswith("\n"):
+        return None  # cut mid-row
+    import io
+
+    try:
+        df = pd.read_csv(io.StringIO(text))
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError):
+        return None
+    if "rounds" not in df or df.isna().all(axis=1).any():
+        return None
+    return df
 
 
 def write_yaml(path: Path, data: Any) -> None:
@@ -45,9 +151,10 @@ def read_summary(run_dir: Path) -> dict[str, Any] | None:
     if not p.is_file():
         return None
     try:
-        return json.loads(p.read_text())
-    except json.JSONDecodeError:
+        s = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
         return None
+    return s if isinstance(s, dict) else None
 
 
 def rounds_to_target(df: pd.DataFrame, metric: str, target: float | None, x: str = "rounds") -> float | None:
@@ -81,8 +188,16 @@ def save_figure(fig, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=130)
-    plt.close(fig)
-    os.replace(tmp, path)
+    make_dirs(path.parent)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")  # unique per writer
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=130)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    finally:
+        plt.close(fig)

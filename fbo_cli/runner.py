@@ -1,15 +1,27 @@
 """The runner: builds a run from its config, steps the algorithm until the budget is spent,
 evaluates every ``eval_every`` outer iterations, and writes the run directory.
 
-A run whose iterate or metrics become NaN/inf stops with status ``diverged`` and keeps the rows it
-had. ``metrics.csv`` is rewritten atomically at every evaluation, so a killed run leaves a valid
-prefix.
+Divergence rule: a run stops with status ``diverged`` (keeping its rows) when its iterate or a
+metric becomes NaN/inf, or when a loss it reports (every metric named ``*loss``) exceeds
+``DIVERGED_FACTOR`` (1000) times ``max(its first evaluation, 1)``.
+
+Checkpoints: every ``checkpoint_every`` outer iterations, and when SIGINT/SIGTERM arrive, the run
+writes ``checkpoint.pt`` (the algorithm's evolving state, see :mod:`fbo_cli.checkpoint`, the
+generator states, the ledger, the metric rows and the timers) atomically. ``execute`` on a run with
+a checkpoint continues from it, and the resumed run's ``metrics.csv`` is bit for bit the
+uninterrupted run's on the CPU (timing columns aside). ``summary.json`` is written last, as the
+completion record (see :mod:`fbo_cli.results`); the checkpoint is then removed unless
+``keep_checkpoint`` (a finished run is reused from its metrics, so the checkpoint would only take
+disk space).
 """
 
 from __future__ import annotations
 
+import io
 import math
 import platform
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -17,12 +29,25 @@ from typing import Any, Callable
 import torch
 
 from . import __version__
+from . import checkpoint as ckpt
 from .algorithms.base import Fed
-from .config import RunConfig
+from .config import RunConfig, _name_the_key
 from .data import build_federated, load_dataset
 from .errors import UsageError
 from .federation import Ledger
-from .results import plot_run, rounds_to_target, write_csv, write_json, write_yaml
+from .results import (
+    CHECKPOINT,
+    atomic_write,
+    file_sha256,
+    make_dirs,
+    plot_run,
+    rounds_to_target,
+    run_lock,
+    run_status,
+    write_csv,
+    write_json,
+    write_yaml,
+)
 from .tasks import TASKS
 
 
@@ -55,26 +80,147 @@ def build(cfg: RunConfig) -> Built:
     task = TASKS[cfg.task](cfg.task_params, data)
     gen = torch.Generator(device=device).manual_seed(r.seed)
     ledger = Ledger()
-    algo = cfg.entry.cls(task, cfg.hp, Fed(data, r.participation, gen, ledger))
+    try:
+        algo = cfg.entry.cls(task, cfg.hp, Fed(data, r.participation, gen, ledger))
+    except UsageError as e:  # name the failing key and value
+        raise UsageError(_name_the_key(str(e), cfg.hp)) from None
     return Built(cfg, task, algo, ledger, device)
+
+
+DIVERGED_FACTOR = 1e3
+
+
+class Interrupted(Exception):
+    """SIGINT/SIGTERM arrived during a run; its checkpoint is written."""
+
+    def __init__(self, run_dir, iteration: int):
+        super().__init__(f"interrupted at outer iteration {iteration}; checkpoint written in {run_dir}; "
+                         "run the same command again to continue")
+        self.iteration = iteration
+
+
+class RunBusy(UsageError):
+    """Another process holds the run directory's lock."""
 
 
 def _finite(algo) -> bool:
     return all(bool(torch.isfinite(t).all()) for t in algo.state().values())
 
 
-def execute(cfg: RunConfig, on_eval: Callable[[dict[str, Any]], None] | None = None, write: bool = True) -> dict:
-    """Run to the end of the budget. Returns the summary (also written to ``summary.json``)."""
+def diverged(row: dict[str, Any], first: dict[str, Any]) -> str | None:
+    """Why this evaluation row shows a diverged run (None if it does not)."""
+    for k, v in row.items():
+        if isinstance(v, float) and not math.isfinite(v):
+            return f"{k} is {v}"
+    for k, v in row.items():
+        f0 = first.get(k)
+        if k.endswith("loss") and isinstance(v, float) and isinstance(f0, float) and math.isfinite(f0):
+            if v > DIVERGED_FACTOR * max(f0, 1.0):
+                return f"{k} = {v:.4g} > {DIVERGED_FACTOR:g} x max(initial {f0:.4g}, 1)"
+    return None
+
+
+class _Stop:
+    """SIGINT/SIGTERM set a flag the loop checks after each outer iteration (main thread only)."""
+
+    def __init__(self):
+        self.flag = False
+        self.old: dict[int, Any] = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.old[sig] = signal.signal(sig, self._set)
+        return self
+
+    def _set(self, signum, frame):
+        self.flag = True
+
+    def __exit__(self, *exc):
+        for sig, h in self.old.items():
+            signal.signal(sig, h)
+
+
+def execute(cfg: RunConfig, on_eval: Callable[[dict[str, Any]], None] | None = None, write: bool = True,
+            reuse: bool = False, wait: bool = True, log: Callable[[str], None] | None = None,
+            fresh: bool = False) -> dict:
+    """Run to the end of the budget, resuming from ``checkpoint.pt`` when there is one. Returns the
+    summary (also written to ``summary.json``).
+
+    Holds the run directory's lock while it runs: ``wait`` False raises :class:`RunBusy` when another
+    process holds it. ``reuse``: a finished run (checked under the lock) is not run again; its summary
+    is returned. ``fresh``: start from round 0 even when there is a checkpoint. SIGINT/SIGTERM write the
+    checkpoint, then raise :class:`Interrupted`."""
+    if not write:
+        return _execute(cfg, on_eval, False, log)
+    run_dir = cfg.run_dir
+    with run_lock(run_dir, wait=wait) as got:
+        if not got:
+            raise RunBusy(f"run directory {run_dir} is in use by another fbo process")
+        state, summary, why = run_status(run_dir)
+        if reuse and state == "finished" and summary.get("status") in ("done", "diverged"):
+            return summary
+        if state == "corrupt" and log:
+            log(f"{run_dir}: {why}; running it again")
+        if fresh:
+            (run_dir / CHECKPOINT).unlink(missing_ok=True)
+        return _execute(cfg, on_eval, True, log)
+
+
+def _save_checkpoint(path, cfg, b: Built, base, rows, train_time, eval_time) -> None:
+    buf = io.BytesIO()
+    torch.save({"run_id": cfg.run_id, "fbo": __version__, "algo": ckpt.snapshot(b.algo, base),
+                "gen": b.algo.fed.gen.get_state(), "torch_rng": torch.get_rng_state(),
+                "ledger": b.ledger.as_dict(), "rows": rows, "train_time": train_time, "eval_time": eval_time}, buf)
+    atomic_write(path, buf.getvalue())
+
+
+def _load_checkpoint(path, cfg, b: Built) -> dict | None:
+    try:
+        c = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception:  # unreadable: start again
+        return None
+    if not isinstance(c, dict) or c.get("run_id") != cfg.run_id or c.get("fbo") != __version__:
+        return None
+    ckpt.restore(b.algo, c["algo"], b.device)
+    b.algo.fed.gen.set_state(c["gen"])
+    torch.set_rng_state(c["torch_rng"])
+    for k, v in c["ledger"].items():
+        setattr(b.ledger, k, v)
+    return c
+
+
+def _execute(cfg: RunConfig, on_eval, write: bool, log) -> dict:
     r = cfg.run
     run_dir = cfg.run_dir
+    ck_path = run_dir / CHECKPOINT
+    if write:
+        make_dirs(run_dir)
+        (run_dir / "summary.json").unlink(missing_ok=True)  # no summary may vouch for this attempt's metrics
     b = build(cfg)
     algo, led = b.algo, b.ledger
     metric = b.task.metric
-    if write:
-        write_yaml(run_dir / "config.yaml", cfg.as_dict())
+    base = ckpt.baseline(algo)
     rows: list[dict[str, Any]] = []
     train_time = eval_time = 0.0
-    status = "done"
+    resumed = None
+    if write and ck_path.is_file():
+        c = _load_checkpoint(ck_path, cfg, b)
+        if c is None:
+            if log:
+                log(f"{ck_path}: unreadable or from another run; starting from round 0")
+        else:
+            rows, train_time, eval_time = list(c["rows"]), c["train_time"], c["eval_time"]
+            resumed = led.iterations
+            if log:
+                log(f"resuming {run_dir} from its checkpoint at outer iteration {led.iterations} "
+                    f"(round {led.rounds})")
+    if write:
+        write_yaml(run_dir / "config.yaml", cfg.as_dict())
+        if rows:
+            write_csv(run_dir / "metrics.csv", rows)
+    if on_eval and rows:
+        on_eval(rows[-1])
 
     def evaluate() -> dict[str, Any]:
         nonlocal eval_time
@@ -89,19 +235,31 @@ def execute(cfg: RunConfig, on_eval: Callable[[dict[str, Any]], None] | None = N
             on_eval(row)
         return row
 
+    def save() -> None:
+        if write:
+            _save_checkpoint(ck_path, cfg, b, base, rows, train_time, eval_time)
+
     failure: Exception | None = None
+    why: str | None = None
 
     def add_time(dt: float) -> None:
         nonlocal train_time
         train_time += dt
 
-    try:
-        evaluate()
-        status = _loop(algo, led, r, evaluate, add_time, lambda: train_time)
-        if status == "done" and rows[-1]["iterations"] != led.iterations:
-            evaluate()
-    except Exception as e:  # a bug, not bad input: record it in summary.json, then let it propagate
-        status, failure = "failed", e
+    with _Stop() as stop:
+        try:
+            if not rows:
+                evaluate()
+            status, why = _loop(algo, led, r, evaluate, add_time, lambda: train_time, rows[0], save, stop)
+            if status == "done" and rows[-1]["iterations"] != led.iterations:
+                evaluate()
+        except Interrupted:
+            raise
+        except Exception as e:  # a bug, not bad input: record it in summary.json, then let it propagate
+            status, failure = "failed", e
+    if status == "interrupted":
+        save()
+        raise Interrupted(run_dir, led.iterations)
 
     import pandas as pd
 
@@ -124,21 +282,31 @@ def execute(cfg: RunConfig, on_eval: Callable[[dict[str, Any]], None] | None = N
         "device": str(b.device),
         "versions": {"fbo": __version__, "torch": torch.__version__, "python": platform.python_version()},
     }
+    if resumed is not None:
+        summary["resumed_from_iteration"] = resumed
+    if why:
+        summary["diverged_because"] = why
     if failure is not None:
         summary["error"] = f"{type(failure).__name__}: {failure}"
     if write:
-        write_json(run_dir / "summary.json", summary)
+        write_csv(run_dir / "metrics.csv", rows)
         if rows:
             title = f"{summary['label']} on {cfg.task}/{r.dataset} ({r.partition}, seed {r.seed})"
             plot_run(run_dir / "curves.png", df, title, metric)
+        summary["metrics_sha256"] = file_sha256(run_dir / "metrics.csv")
+        write_json(run_dir / "summary.json", summary)  # the completion record: last
+        if not r.keep_checkpoint:
+            ck_path.unlink(missing_ok=True)
     if failure is not None:
         raise failure
     return summary
 
 
 def _loop(algo, led: Ledger, r, evaluate: Callable[[], dict], add_time: Callable[[float], None],
-          train_time: Callable[[], float]) -> str:
-    """Step until a budget is spent; returns the status (``done`` or ``diverged``)."""
+          train_time: Callable[[], float], first: dict, save: Callable[[], None],
+          stop: _Stop) -> tuple[str, str | None]:
+    """Step until a budget is spent; returns the status (``done``, ``diverged`` or ``interrupted``) and,
+    for ``diverged``, why."""
     while led.rounds < r.rounds:
         if r.max_iters is not None and led.iterations >= r.max_iters:
             break
@@ -150,9 +318,13 @@ def _loop(algo, led: Ledger, r, evaluate: Callable[[], dict], add_time: Callable
         ok = _finite(algo)
         add_time(time.perf_counter() - t0)
         if not ok:
-            return "diverged"
+            return "diverged", "the iterate has NaN/inf entries"
         if led.iterations % r.eval_every == 0:
-            row = evaluate()
-            if not all(math.isfinite(v) for v in row.values() if isinstance(v, float)):
-                return "diverged"
-    return "done"
+            why = diverged(evaluate(), first)
+            if why:
+                return "diverged", why
+        if stop.flag:
+            return "interrupted", None
+        if led.iterations % r.checkpoint_every == 0:
+            save()
+    return "done", None

@@ -158,15 +158,20 @@ def tune_cells(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any]) -> list
 
 
 def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, rerun: bool = False,
-               console=None) -> Path:
-    from .compare import _done, _run_cells
+               console=None, executor: str | None = None, address: str | None = None, cpus_per_run: int = 1,
+               gpus_per_run: float = 0) -> Path:
+    from .compare import _done, check_metrics
+    from .executors import run_cells
 
     exp = load_spec(spec_path, overrides, use_tuned=False)
     ts = parse_tune(load_config_file(spec_path), exp, str(spec_path))
     cells = tune_cells(exp, ts, overrides)
     todo = [c for c, _ in cells if rerun or not _done(c.cfg)]
     if todo:
-        _run_cells(replace(exp, name=f"{exp.name} (tuning)"), todo, jobs, console)
+        check_metrics(replace(exp, metrics=[ts.score]))
+        run_cells(todo, executor=executor or ("serial" if jobs == 1 else "processes"), jobs=jobs, address=address,
+                  cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run, console=console, rerun=rerun,
+                  title=f"{exp.name}: tuning runs")
     outdir = exp.out_root / "compare" / exp.name
     table = collect_tuning(cells, ts)
     chosen = choose(table, ts)
@@ -180,12 +185,12 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
 
 
 def collect_tuning(cells: list[tuple[Cell, dict]], ts: TuneSpec) -> pd.DataFrame:
-    from .results import read_summary
+    from .results import run_status
 
     rows = []
     for c, point in cells:
-        s = read_summary(c.cfg.run_dir) or {}
-        status = s.get("status", "missing")
+        state, s, _ = run_status(c.cfg.run_dir)
+        status = (s or {}).get("status", "missing") if state == "finished" else "not run"
         mpath = c.cfg.run_dir / "metrics.csv"
         sc, osc = float("nan"), float("nan")
         if status in ("done", "diverged") and mpath.is_file():

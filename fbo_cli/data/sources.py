@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import DatasetMissing
+from ..errors import DatasetMissing, UsageError
 
 DEBIAN_FASHION = Path("/usr/share/datasets/fashion-mnist")
 
@@ -48,7 +48,10 @@ def _torchvision(cls_name: str, folder: str, name: str, data_dir: Path, download
     cls = getattr(torchvision.datasets, cls_name)
     try:
         return cls(str(data_dir), train=True, download=False), cls(str(data_dir), train=False, download=False)
-    except RuntimeError:
+    except RuntimeError as e:
+        if "not found" not in str(e).lower():  # the files are there but unreadable: say so, do not download
+            raise UsageError(f"dataset '{name}' in {data_dir / folder} is unreadable (a truncated or corrupt "
+                             f"file? delete the folder to get it again): {str(e).splitlines()[0][:200]}") from None
         if not download:
             raise DatasetMissing(name, [data_dir / folder], hint) from None
     try:
@@ -186,11 +189,16 @@ _CACHE: dict[tuple, Dataset] = {}
 
 def load_dataset(name: str, data_dir: str | Path = "data", download: bool = True) -> Dataset:
     """Load a dataset by name (cached per process)."""
-    from ..errors import UsageError
 
     if name not in LOADERS:
         raise UsageError(f"unknown dataset '{name}'; choose one of: {', '.join(LOADERS)}")
     key = (name, str(Path(data_dir).resolve()))
     if key not in _CACHE:
-        _CACHE[key] = LOADERS[name](Path(data_dir), download)
+        try:
+            _CACHE[key] = LOADERS[name](Path(data_dir), download)
+        except UsageError:
+            raise
+        except (OSError, ValueError, EOFError, RuntimeError, IndexError) as e:  # a bad --data-dir or file
+            raise UsageError(f"dataset '{name}' in {data_dir} could not be read ({type(e).__name__}: "
+                             f"{str(e).splitlines()[0][:200] if str(e) else 'empty or truncated file'})") from None
     return _CACHE[key]

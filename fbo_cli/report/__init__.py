@@ -263,7 +263,8 @@ def _render_section_md(sec: Section) -> list[str]:
         lines += [f"| {c} | {s} | **{v}** | {n} |" for c, s, v, n in sec.verdicts]
         lines.append("")
     if sec.paper_rows:
-        lines += ["| algorithm | setting | paper's | value | ours (mean) | ours vs paper's |", "|---|---|---|---|---|---|"]
+        lines += ["| algorithm | setting | paper's | value | ours (mean) | ours vs paper's |",
+                  "|---|---|---|---|---|---|"]
         lines += [f"| {a} | {s} | {k} | {v} | {o} | {m} |" for a, s, k, v, o, m in sec.paper_rows]
         lines.append("")
     return lines
@@ -304,7 +305,8 @@ def render_html(markdown: str, sections: dict[str, list[Section]]) -> str:
     flush()
     css = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
            "table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px}"
-           "th{background:#f3f3f3}img{max-width:100%;border:1px solid #eee;margin:.5em 0}h2{border-bottom:2px solid #444}"
+           "th{background:#f3f3f3}img{max-width:100%;border:1px solid #eee;margin:.5em 0}"
+           "h2{border-bottom:2px solid #444}"
            "code{background:#f5f5f5;padding:0 3px}")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>fbo results</title><style>{css}</style>"
             f"</head><body>{''.join(body)}</body></html>\n")

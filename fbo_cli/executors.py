@@ -1,0 +1,295 @@
+"""Where the runs of a grid execute: ``serial`` (this process), ``processes`` (a local process pool,
+``--jobs``) or ``ray`` (Ray tasks on a local Ray started on demand, or on a cluster).
+
+One call, :func:`run_cells`, used by ``fbo compare`` and ``fbo tune``. Every executor runs the same
+:func:`fbo_cli.runner.execute` on the same config, so choosing one never changes a number (a run's
+torch threads are the CPUs it holds unless the config sets ``threads``; set it to pin them).
+
+Each run holds its run directory's lock (``.lock``) while it runs, so two processes never run the
+same run at once: a run locked by another process is left for the end of the grid, then waited
+for and reused when the other process finished it (or run, when it did not).
+
+Ray: the worker runs in a temporary ``out_dir`` on its node and returns the run directory's files
+(bytes) to the driver, which writes them atomically into the real run directory, ``summary.json``
+last; a partial run's checkpoint travels to the worker the same way. No shared file system is
+needed; the driver holds the run's lock while its task is in flight. A task whose worker dies is
+retried once by Ray, then recorded as failed with its error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import os
+import signal
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any, Protocol, Sequence
+
+from .errors import UsageError
+
+EXECUTORS = ("serial", "processes", "ray")
+RAY_HINT = "pip install 'fbo-cli[ray]' (or: make setup)"
+
+
+class CellLike(Protocol):  # compare.Cell
+    algorithm: str
+    setting: str
+    seed: int
+    cfg: Any
+    layers: tuple
+
+
+def _label(c: CellLike) -> str:
+    return f"{c.algorithm} · {c.setting} · seed {c.seed}"
+
+
+def _progress(console):
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TextColumn("left"),
+                    TimeRemainingColumn(), console=console)
+
+
+def run_cells(cells: Sequence[CellLike], executor: str = "processes", jobs: int = 1, address: str | None = None,
+              cpus_per_run: int = 1, gpus_per_run: float = 0, console=None, rerun: bool = False,
+              title: str = "runs") -> list[dict[str, Any]]:
+    """Run ``cells`` (anything with ``cfg``, ``layers``, ``algorithm``, ``setting``, ``seed``); returns
+    one summary per cell, in order (``status``: done, diverged, failed or interrupted; ``error`` for
+    failed). Finished runs are reused unless ``rerun``; partial runs resume from their checkpoint
+    (``rerun`` starts them again)."""
+    if executor not in EXECUTORS:
+        raise UsageError(f"--executor must be one of {', '.join(EXECUTORS)}, got '{executor}'")
+    if executor == "ray":
+        return _run_ray(cells, address, cpus_per_run, gpus_per_run, console, rerun, title, jobs)
+    if executor == "serial" or jobs == 1:
+        return _run_serial(cells, console, rerun, title)
+    return _run_processes(cells, jobs, console, rerun, title)
+
+
+def _one(cfg, rerun: bool, wait: bool, on_eval=None, log=None) -> dict[str, Any]:
+    from .runner import Interrupted, RunBusy, execute
+
+    try:
+        return execute(cfg, on_eval=on_eval, reuse=not rerun, fresh=rerun, wait=wait, log=log)
+    except RunBusy:
+        return {"status": "busy"}
+    except Interrupted as e:
+        return {"status": "interrupted", "error": str(e)}
+    except UsageError as e:
+        return {"status": "failed", "error": str(e)}
+    except Exception as e:  # a bug: recorded in the run's summary.json; the grid goes on
+        return {"status": "failed", "error": f"{type(e).__name__}: {e}"}
+
+
+def _run_serial(cells, console, rerun, title) -> list[dict]:
+    out: list[dict | None] = [None] * len(cells)
+    with _progress(console) as prog:
+        overall = prog.add_task(f"{title}", total=len(cells), info="")
+        for wait in (False, True):  # second pass: the runs another process held
+            for i, c in enumerate(cells):
+                if out[i] is not None and out[i]["status"] != "busy":
+                    continue
+                bar = prog.add_task(_label(c), total=c.cfg.run.rounds, info="rounds")
+                on_eval = lambda row, bar=bar, total=c.cfg.run.rounds: prog.update(
+                    bar, completed=min(row["rounds"], total))
+                out[i] = s = _one(c.cfg, rerun and not wait, wait, on_eval, log=lambda m: prog.console.print(m))
+                prog.remove_task(bar)
+                if s["status"] == "interrupted":
+                    raise KeyboardInterrupt
+                if s["status"] != "busy":
+                    _report(prog, overall, c, s)
+    return out  # type: ignore[return-value]
+
+
+def _report(prog, overall, c, s) -> None:
+    if s["status"] == "failed":
+        prog.console.print(f"[red]{_label(c)}: failed: {s.get('error')}[/red]", highlight=False)
+    prog.update(overall, advance=1, info=f"last: {c.algorithm} · {c.setting} · s{c.seed}: {s['status']}")
+
+
+# --------------------------------------------------------------------------------------------------
+# processes
+
+
+def _die_with_parent(parent: int) -> None:
+    """Pool initializer: SIGTERM this worker when its parent dies (Linux ``PR_SET_PDEATHSIG``; the
+    runner then writes its checkpoint and stops), and exit at once if the parent is already gone."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+    if os.getppid() != parent:
+        os._exit(0)
+
+
+def _worker(task: str, algo: str, layers: tuple, threads: int, rerun: bool, wait: bool, parent: int) -> dict:
+    import torch
+
+    from .config import resolve
+
+    torch.set_num_threads(threads)
+    try:
+        cfg = resolve(task, algo, *layers)
+    except UsageError as e:
+        return {"status": "failed", "error": str(e)}
+    s = _one(cfg, rerun, wait)
+    if os.getppid() != parent:  # the driver died: do not linger
+        os._exit(0)
+    return s
+
+
+def _run_processes(cells, jobs, console, rerun, title) -> list[dict]:
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    out: list[dict | None] = [None] * len(cells)
+    with _progress(console) as prog:
+        overall = prog.add_task(title, total=len(cells), info="")
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"), initializer=_die_with_parent,
+                                 initargs=(os.getpid(),)) as pool:
+            for wait in (False, True):
+                idx = [i for i in range(len(cells)) if out[i] is None or out[i]["status"] == "busy"]
+                futs = {pool.submit(_worker, cells[i].cfg.task, cells[i].cfg.algo, cells[i].layers, threads,
+                                    rerun and not wait, wait, os.getpid()): i for i in idx}
+                for fut in as_completed(futs):
+                    i = futs[fut]
+                    out[i] = s = fut.result()
+                    if s["status"] == "interrupted":
+                        raise KeyboardInterrupt
+                    if s["status"] != "busy":
+                        _report(prog, overall, cells[i], s)
+    return out  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------------------------------
+# ray
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise UsageError(f"--executor ray needs Ray, which is not installed: {RAY_HINT}") from None
+    return ray
+
+
+def _ray_task(task: str, algo: str, layers: tuple, threads: int, files_in: dict[str, bytes],
+              rerun: bool) -> tuple[dict, dict[str, bytes]]:
+    """On a Ray worker: run in a temporary out_dir seeded with ``files_in`` (a checkpoint to resume),
+    return the summary and the run directory's files."""
+    import tempfile
+
+    import torch
+
+    from .config import resolve
+
+    torch.set_num_threads(threads)
+    with tempfile.TemporaryDirectory(prefix="fbo-ray-") as tmp:
+        cfg = resolve(task, algo, *layers, {"out_dir": tmp, "threads": threads})
+        cfg.run_dir.mkdir(parents=True, exist_ok=True)
+        for name, data in files_in.items():
+            (cfg.run_dir / name).write_bytes(data)
+        s = _one(cfg, rerun, True)
+        files = {p.name: p.read_bytes() for p in cfg.run_dir.iterdir() if p.is_file() and p.name != ".lock"}
+    return s, files
+
+
+def _try_lock(run_dir: Path):
+    """Open and lock ``run_dir/.lock`` without waiting; the fd (to close later) or None if busy."""
+    from .results import make_dirs
+
+    make_dirs(run_dir)
+    fd = os.open(run_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _land(run_dir: Path, files: dict[str, bytes], keep_checkpoint: bool) -> None:
+    """Write a worker's files into the real run directory, the completion record last."""
+    from .results import CHECKPOINT, atomic_write
+
+    (run_dir / "summary.json").unlink(missing_ok=True)
+    for name in sorted(files, key=lambda n: n == "summary.json"):
+        atomic_write(run_dir / name, files[name])
+    if "summary.json" in files and not keep_checkpoint:
+        (run_dir / CHECKPOINT).unlink(missing_ok=True)
+
+
+def _run_ray(cells, address, cpus_per_run, gpus_per_run, console, rerun, title, jobs) -> list[dict]:
+    import time
+
+    from .results import CHECKPOINT, run_status
+
+    ray = _import_ray()
+    if cpus_per_run < 1 or gpus_per_run < 0:
+        raise UsageError(f"--cpus-per-run must be >= 1 and --gpus-per-run >= 0, got {cpus_per_run}, {gpus_per_run}")
+    if not ray.is_initialized():  # a local Ray (--jobs runs at a time when > 1), or the cluster at --address
+        kw = {"address": address} if address else ({"num_cpus": jobs * cpus_per_run} if jobs > 1 else {})
+        ray.init(log_to_driver=False, include_dashboard=False, configure_logging=False, **kw)
+    remote = ray.remote(num_cpus=cpus_per_run, num_gpus=gpus_per_run, max_retries=1)(_ray_task)
+    out: list[dict | None] = [None] * len(cells)
+    pending = list(range(len(cells)))
+    locks: dict[int, int] = {}
+    inflight: dict[Any, int] = {}
+    with _progress(console) as prog:
+        overall = prog.add_task(f"{title} (ray)", total=len(cells), info="")
+        try:
+            while pending or inflight:
+                for i in list(pending):  # submit every run whose lock we get
+                    c = cells[i]
+                    fd = _try_lock(c.cfg.run_dir)
+                    if fd is None:
+                        continue
+                    pending.remove(i)
+                    state, summary, why = run_status(c.cfg.run_dir)
+                    if not rerun and state == "finished" and summary.get("status") in ("done", "diverged"):
+                        os.close(fd)
+                        out[i] = summary
+                        _report(prog, overall, c, summary)
+                        continue
+                    if state == "corrupt":
+                        prog.console.print(f"{c.cfg.run_dir}: {why}; running it again", highlight=False)
+                    ck = c.cfg.run_dir / CHECKPOINT
+                    files_in = {CHECKPOINT: ck.read_bytes()} if ck.is_file() and not rerun else {}
+                    ref = remote.remote(c.cfg.task, c.cfg.algo, c.layers, cpus_per_run, files_in, rerun)
+                    inflight[ref] = i
+                    locks[i] = fd
+                if not inflight:
+                    time.sleep(0.5)  # every remaining run is held by another process
+                    continue
+                done, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0)
+                for ref in done:
+                    i = inflight.pop(ref)
+                    c = cells[i]
+                    try:
+                        s, files = ray.get(ref)
+                        if "config.yaml" in files:  # the driver's paths, not the worker's temporary out_dir
+                            import yaml
+
+                            files["config.yaml"] = yaml.safe_dump(c.cfg.as_dict(), sort_keys=False).encode()
+                        _land(c.cfg.run_dir, files, c.cfg.run.keep_checkpoint)
+                    except Exception as e:  # the worker died twice, or the task raised
+                        s = {"status": "failed", "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
+                    finally:
+                        os.close(locks.pop(i))
+                    out[i] = s
+                    _report(prog, overall, c, s)
+        except KeyboardInterrupt:
+            for ref in inflight:
+                ray.cancel(ref, force=True)
+            raise
+        finally:
+            for fd in locks.values():
+                os.close(fd)
+    return out  # type: ignore[return-value]

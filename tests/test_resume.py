@@ -1,0 +1,189 @@
+"""Checkpoint and resume: every registered algorithm continues bit for bit from a checkpoint; a real
+``fbo run`` / ``fbo compare`` killed with SIGKILL and run again ends with the uninterrupted metrics."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from fbo_cli.algorithms import REGISTRY
+from fbo_cli.config import resolve
+from fbo_cli.results import CHECKPOINT, run_status
+from fbo_cli.runner import Interrupted, execute
+
+# the smallest config of each algorithm's first task
+SMALL = {
+    "hyperrep": {"dataset": "digits", "clients": 4, "participation": 0.5},
+    "hyperclean": {"dataset": "digits", "clients": 4, "participation": 1.0},
+    "auc": {"dataset": "synth-c100", "clients": 4, "partition": "class-disjoint", "I": 2},
+    "hfl": {"dataset": "synthetic", "clients": 5, "participation": 0.6},
+}
+LOCAL = {"fedbio-local", "fedbioacc-local"}
+
+
+def _cfg(algo, out, **kw):
+    task = REGISTRY[algo].tasks[0]
+    base = {**SMALL[task], "threads": 1, "max_iters": 6, "rounds": 10**6, "out_dir": str(out), "checkpoint_every": 3}
+    if algo in LOCAL:
+        base.update(lower="local", participation=1.0)
+    if algo.startswith("adafbio"):
+        base["participation"] = 1.0
+    return resolve(task, algo, {**base, **kw})
+
+
+def _metrics(cfg):
+    return pd.read_csv(cfg.run_dir / "metrics.csv").drop(columns="train_time")
+
+
+@pytest.mark.parametrize("algo", list(REGISTRY))
+def test_every_algorithm_resumes_bit_for_bit(algo, tmp_path, monkeypatch):
+    full = _cfg(algo, tmp_path / "full")
+    execute(full)
+    part = _cfg(algo, tmp_path / "part")
+    # stop right after the checkpoint at iteration 3, as SIGKILL would (no summary written)
+    import fbo_cli.runner as runner
+
+    real = runner._save_checkpoint
+
+    def save_then_die(path, cfg, b, *a):
+        real(path, cfg, b, *a)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "_save_checkpoint", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        execute(part)
+    monkeypatch.setattr(runner, "_save_checkpoint", real)
+    assert run_status(part.run_dir)[0] == "partial"
+    s = execute(part)
+    assert s["resumed_from_iteration"] == 3
+    pd.testing.assert_frame_equal(_metrics(full), _metrics(part), check_exact=True)
+    assert not (part.run_dir / CHECKPOINT).exists()  # removed once finished (keep_checkpoint: false)
+
+
+def test_sigint_writes_checkpoint(tmp_path):
+    cfg = _cfg("aggitd", tmp_path, max_iters=40, checkpoint_every=1000)
+    import fbo_cli.runner as runner
+
+    calls = []
+
+    def on_eval(row):
+        calls.append(row)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.raises(Interrupted):
+        runner.execute(cfg, on_eval=on_eval)
+    assert run_status(cfg.run_dir)[0] == "partial"
+    s = runner.execute(cfg)
+    assert s["status"] == "done" and s["resumed_from_iteration"] >= 2
+
+
+CLI = [sys.executable, "-m", "fbo_cli.cli"]
+TINY = ["--dataset", "digits", "--clients", "6", "--participation", "0.5", "--eval-every", "1", "--quiet",
+        "--set", "threads=1", "--set", "checkpoint_every=1"]
+
+
+def _kill_when(proc, cond, timeout=60):
+    t0 = time.time()
+    while not cond():
+        assert proc.poll() is None, proc.communicate()
+        assert time.time() - t0 < timeout
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+def test_sigkilled_run_resumes(tmp_path):
+    args = ["run", "hyperrep", "--algo", "fednest", "--rounds", "150", *TINY]
+    subprocess.run(CLI + args + ["--out-dir", str(tmp_path / "full")], check=True, capture_output=True)
+    p = subprocess.Popen(CLI + args + ["--out-dir", str(tmp_path / "kill")], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+
+    def mid():
+        f = list((tmp_path / "kill").glob("hyperrep/*/*/metrics.csv"))
+        return f and len(f[0].read_text().splitlines()) > 10
+
+    _kill_when(p, mid)
+    d = next((tmp_path / "kill").glob("hyperrep/*/*"))
+    assert run_status(d)[0] == "partial"
+    r = subprocess.run(CLI + args + ["--out-dir", str(tmp_path / "kill")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "resuming" in r.stderr
+    full = pd.read_csv(next((tmp_path / "full").glob("hyperrep/*/*/metrics.csv"))).drop(columns="train_time")
+    kill = pd.read_csv(d / "metrics.csv").drop(columns="train_time")
+    pd.testing.assert_frame_equal(full, kill, check_exact=True)
+    assert json.loads((d / "summary.json").read_text())["resumed_from_iteration"] > 0
+
+
+def _children(pid):
+    out = []
+    for st in os.listdir("/proc"):
+        if st.isdigit():
+            try:
+                fields = open(f"/proc/{st}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                out.append(int(st))
+    return out
+
+
+def _alive(pid):
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_sigkilled_compare_resumes_and_its_workers_die(tmp_path):
+    def spec(out):
+        p = out / "exp.yaml"
+        out.mkdir()
+        p.write_text(f"""
+name: k
+task: hyperrep
+seeds: [0, 1]
+base: {{dataset: digits, clients: 6, participation: 0.5, rounds: 50, checkpoint_every: 1, threads: 1,
+        out_dir: {out}}}
+algorithms: [{{name: F, algo: fednest}}]
+""")
+        return str(p)
+
+    full = subprocess.run(CLI + ["compare", spec(tmp_path / "full"), "--jobs", "2"], capture_output=True, text=True)
+    assert full.returncode == 0, full.stderr
+    kill = tmp_path / "kill"
+    p = subprocess.Popen(CLI + ["compare", spec(kill), "--jobs", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def mid():
+        f = list(kill.glob("hyperrep/*/*/checkpoint.pt"))
+        return len(f) == 2
+
+    workers = []
+
+    def mid_and_workers():
+        if mid():
+            workers.extend(c for c in _children(p.pid) if _alive(c))
+            return True
+        return False
+
+    _kill_when(p, mid_and_workers)
+    t0 = time.time()
+    while any(_alive(w) for w in workers) and time.time() - t0 < 20:
+        time.sleep(0.1)
+    assert not any(_alive(w) for w in workers), "workers outlived their SIGKILLed parent"
+    r = subprocess.run(CLI + ["compare", str(kill / "exp.yaml"), "--jobs", "2"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    for a, b in zip(sorted((tmp_path / "full").glob("hyperrep/*/*/metrics.csv")),
+                    sorted(kill.glob("hyperrep/*/*/metrics.csv"))):
+        pd.testing.assert_frame_equal(pd.read_csv(a).drop(columns="train_time"),
+                                      pd.read_csv(b).drop(columns="train_time"), check_exact=True)
+    ta = pd.read_csv(tmp_path / "full" / "compare" / "k" / "table.csv")
+    tb = pd.read_csv(kill / "compare" / "k" / "table.csv")
+    pd.testing.assert_frame_equal(ta, tb)
+    assert any(json.loads(s.read_text()).get("resumed_from_iteration") for s in kill.glob("hyperrep/*/*/summary.json"))
