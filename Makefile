@@ -6,7 +6,7 @@ TORCH   ?= torch==2.14.1 torchvision==0.29.1
 DEVICE  ?= cpu
 BENCH_ARGS ?=
 
-.PHONY: setup venv data run test lint bench reproduce-aggitd reproduce-aggitd-short reproduce-aggitd-mnist reproduce-codasca reproduce-codasca-controls reproduce-codasca-cifar100 reproduce-zohfl reproduce-zohfl-all reproduce-fedbio reproduce-fedbio-quick reproduce-fedbio-mnist reproduce-fedbio-local reproduce-adafbio reproduce-adafbio-quick clean
+.PHONY: setup venv data run test lint bench report report-collect report-check reproduce-all reproduce-quick reproduce-aggitd reproduce-aggitd-short reproduce-aggitd-mnist reproduce-codasca reproduce-codasca-controls reproduce-codasca-cifar100 reproduce-zohfl reproduce-zohfl-all reproduce-fedbio reproduce-fedbio-quick reproduce-fedbio-mnist reproduce-fedbio-local reproduce-adafbio reproduce-adafbio-quick clean
 
 setup: venv data  ## virtual environment with pinned versions, plus Debian's offline Fashion-MNIST where possible
 
@@ -26,6 +26,46 @@ data:   ## install Debian's dataset-fashion-mnist when we are root with apt, els
 
 run:    ## the main job: FBO-AggITD vs FedNest on bundled MNIST digits (no network needed, < 2 min)
 	$(FBO) compare experiments/quick_mnist5k.yaml --jobs $(JOBS)
+
+report:  ## docs/results.md and results/report/report.html from the committed evidence (docs/results/); runs nothing
+	$(FBO) report
+
+report-collect:  ## copy the finished reproduction runs from results/ into docs/results/, then write the report
+	$(FBO) report --collect results
+
+report-check:  ## open the HTML report in headless Chromium and save a screenshot (results/report/report.png)
+	$(FBO) report
+	chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1280,4000 \
+	  --screenshot=$(CURDIR)/results/report/report.png file://$(CURDIR)/results/report/report.html
+	@echo "screenshot: results/report/report.png"
+
+reproduce-all:  ## every paper's reproduction at its budget (tuning first where the spec has a grid), then the report (many hours on 2 cores)
+	$(FBO) compare experiments/aggitd_table2_fmnist.yaml --jobs $(JOBS)
+	$(FBO) tune experiments/fedbio_hyperclean_fmnist.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/fedbio_hyperclean_fmnist.yaml --jobs $(JOBS)
+	$(FBO) tune experiments/fedbio_local_hyperrep.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/fedbio_local_hyperrep.yaml --jobs $(JOBS)
+	$(FBO) tune experiments/adafbio_hyperclean.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/adafbio_hyperclean.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/adafbio_hyperrep.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/codasca_fig1_synth.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/codasca_fig1_fmnist.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/zohfl_table1_fmnist.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/zohfl_table1_fmnist_x0zero.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/zohfl_fig2.yaml --jobs $(JOBS)
+	$(FBO) report --collect results
+
+reproduce-quick:  ## the reduced reproductions reported in docs/results.md (tuned; a few hours on 2 cores)
+	$(FBO) tune experiments/fedbio_hyperclean_fmnist_quick.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/fedbio_hyperclean_fmnist_quick.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/aggitd_table2_fmnist_500.yaml --jobs $(JOBS)
+	$(FBO) tune experiments/fedbio_local_hyperrep_quick.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/fedbio_local_hyperrep_quick.yaml --jobs $(JOBS)
+	$(FBO) tune experiments/adafbio_hyperclean_quick.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/adafbio_hyperclean_quick.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/zohfl_table1_fmnist.yaml --seeds 0 --jobs $(JOBS)
+	$(FBO) compare experiments/zohfl_table1_fmnist_x0zero.yaml --seeds 0 --jobs $(JOBS)
+	$(FBO) report --collect results
 
 test:
 	$(PY) -m pytest

@@ -235,6 +235,36 @@ def tune(
     out.print(f"written: {outdir}/tuned.yaml, tuning.csv, tuning.png")
 
 
+@app.command()
+def report(
+    root: Path = typer.Option(Path("docs/results"), "--from", help="Results root to read (run directories). "
+                              "[default: docs/results, the committed evidence]"),
+    md: Path = typer.Option(Path("docs/results.md"), "--md", help="Markdown report. [default: docs/results.md]"),
+    html_out: Path = typer.Option(Path("results/report/report.html"), "--html",
+                                  help="Self-contained HTML report. [default: results/report/report.html]"),
+    collect: Optional[Path] = typer.Option(None, "--collect", help="First copy the finished reproduction runs "
+                                           "from this results root (e.g. results) into --from."),
+    spec: Optional[list[Path]] = typer.Option(None, "--spec", help="Report these experiment specs only "
+                                              "(repeatable). [default: every paper's reproduction specs]"),
+) -> None:
+    """Write the report of every paper's reproduction (tables beside the papers' numbers, verdicts by a
+    stated rule, missing runs, figures in the HTML) from run directories only; runs nothing."""
+    from .report import build_report, collect_evidence
+
+    with user_errors():
+        if collect is not None:
+            if not collect.is_dir():
+                raise UsageError(f"--collect: no results folder at {collect}")
+            n = collect_evidence(collect, root)
+            err.print(f"collected {n} finished runs from {collect}/ into {root}/")
+        if not root.is_dir():
+            raise UsageError(f"--from: no results folder at {root} (run the reproductions, or --collect results)")
+        cmd = "fbo report" + (f" --from {root}" if root != Path("docs/results") else "")
+        stats = build_report(root, md, html_out, command=cmd, specs=[str(p) for p in spec] if spec else None)
+    out.print(f"written: {md}, {html_out} ({stats['sections']} experiment sections; "
+              f"{stats['cells'] - stats['missing']} of {stats['cells']} runs present)")
+
+
 @app.command("list")
 def list_() -> None:
     """Tasks, algorithms, datasets and experiment specs."""

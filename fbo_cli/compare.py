@@ -75,7 +75,7 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
     spec = load_config_file(path)
     where = str(path)
     known = {"name", "title", "task", "metric", "metrics", "target", "x", "seeds", "base", "algorithms", "settings",
-             "reference", "description", "tune"}
+             "reference", "description", "tune", "claims", "tolerance"}
     unknown = set(spec) - known
     if unknown:
         raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(known))}")
