@@ -120,6 +120,7 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
     _check_entries(where, algos, {"algo", "name", "set", "tune"}, "algorithm", "algo")
     _check_entries(where, settings, {"name", "set"}, "setting", "name")
     _check_reference(where, exp.reference, algos, settings)
+    _check_claims(where, spec.get("claims"), algos)
     exp.out_root = Path(str(overrides.get("out_dir") or base.get("out_dir") or "results"))
     if use_tuned:
         from .tune import load_tuned
@@ -161,6 +162,25 @@ def _check_entries(where: str, items: list, allowed: set[str], what: str, key: s
         if a["name"] in names:
             raise UsageError(f"{where}: two {what}s are named '{a['name']}'; give each a distinct 'name'")
         names.add(a["name"])
+
+
+def _check_claims(where: str, claims: Any, algos: list) -> None:
+    """``claims:`` (read by ``fbo report``): a list of {text, metric, better, than, mode}."""
+    if claims is None:
+        return
+    names = {a["name"] for a in algos}
+    if not isinstance(claims, list):
+        raise UsageError(f"{where}: 'claims' must be a list of mappings")
+    for c in claims:
+        if not isinstance(c, dict) or set(c) - {"text", "metric", "better", "than", "mode"} or \
+                not {"text", "metric", "better", "than"} <= set(c):
+            raise UsageError(f"{where}: each claim needs text, metric, better, than (and optional mode); got {c!r}")
+        for side in ("better", "than"):
+            if c[side] not in names:
+                raise UsageError(f"{where}: claim '{c['text']}': '{c[side]}' is not an algorithm of the spec; "
+                                 f"choose from: {', '.join(sorted(names))}")
+        if c.get("mode", "max") not in ("min", "max"):
+            raise UsageError(f"{where}: claim '{c['text']}': mode must be min or max")
 
 
 def _check_reference(where: str, ref: Any, algos: list, settings: list) -> None:
