@@ -11,7 +11,7 @@ tune:
   score: upper_loss   # default: the task's validation quantity (held-out training data, never the test set)
   mode: min           # min | max (default: the task's)
   setting: "p=0.4"    # optional: tune on this setting only and use the values for every setting
-  tail: 0.25          # the last quarter of the evaluations: the score is their mean
+  tail: 0.25          # the last quarter of the evaluations (at least 3): the score is their mean
   tolerance: 0.05     # reject a run whose score oscillates by more than this (relative) in that tail
   set: {eval_every: 1}  # extra keys for the tuning runs
 ```
@@ -19,7 +19,7 @@ tune:
 For every (algorithm, setting) the grid runs on the tuning seeds with the short budget (ordinary runs:
 same run ids and cache as ``compare``, so an interrupted tuning continues). A grid point is
 **rejected** when a run failed or diverged, when its score is not finite, or when the score
-oscillates: over the tail window ``w_1..w_n`` of evaluations, the oscillation
+oscillates: over the tail window ``w_1..w_n`` of evaluations (the last ``tail`` share, at least 3), the oscillation
 ``(Σ|w_{k+1} - w_k| - |w_n - w_1|) / (2 mean|w|)`` (the up-and-down movement beyond the net trend,
 relative to the level) exceeds ``tolerance``. Among the accepted points the best mean tail score over
 the tuning seeds wins (ties: the first in grid order). Written to ``<out>/compare/<name>/``:
@@ -129,7 +129,7 @@ def score_run(m: pd.DataFrame, score: str, tail: float, budget: int) -> tuple[fl
         return float("nan"), float("nan")
     m = m[m["rounds"] <= budget] if (m["rounds"] <= budget).any() else m
     w = m[score].to_numpy(float)[1:] if len(m) > 1 else m[score].to_numpy(float)  # row 0 is the start
-    n = max(1, math.ceil(tail * len(w)))
+    n = max(min(3, len(w)), math.ceil(tail * len(w)))  # at least 3 evaluations, to see an oscillation
     w = w[-n:]
     if not np.all(np.isfinite(w)):
         return float("nan"), float("nan")
@@ -145,6 +145,8 @@ def tune_cells(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any]) -> list
     for seed in ts.seeds:
         for s in settings:
             for a in exp.algorithms:
+                if not ts.grids[a["name"]]:  # nothing to choose: the spec's values stand
+                    continue
                 for point in grid_points(ts.grids[a["name"]]):
                     layers = (base, s.get("set") or {}, a.get("set") or {}, point, ts.extra,
                               {"seed": seed, "rounds": ts.rounds, "target": None}, overrides)
@@ -240,7 +242,7 @@ def procedure_text(ts: TuneSpec) -> str:
     where = f"on setting '{ts.setting}' (values used for every setting)" if ts.setting else "per setting"
     return (f"grid search {where}, tuning seeds {ts.seeds} (disjoint from the evaluation seeds), "
             f"{ts.rounds} communication rounds each; score: {ts.mode} of the mean {ts.score} over the last "
-            f"{ts.tail:.0%} of evaluations (validation data, never the test set), averaged over the tuning "
+            f"{ts.tail:.0%} of evaluations (at least 3) (validation data, never the test set), averaged over the tuning "
             f"seeds; rejected: failed or diverged runs, non-finite scores, and scores oscillating by more "
             f"than {ts.tolerance:g} (relative up-and-down movement beyond the trend) over that window")
 

@@ -15,9 +15,9 @@ Claims are data in the specs (``claims:``): ``{text, metric, better, than, mode}
 algorithm ``better`` beats ``than`` on ``metric`` (a column of ``runs.csv``: ``final``,
 ``rounds_to_target``, ...; ``mode: min`` or ``max``) in every setting of the spec. The rule: per
 setting, the pairs of runs with the same random seed are compared; the claim **holds in every seed**
-when ``better`` wins every pair, **holds in the mean** when it wins on the mean over seeds but not
-every pair, **does not hold** otherwise; **no data** when a side has no finished run. A run that
-never reaches the target counts as +∞ rounds. Paper numbers are compared by the rule in
+when ``better`` wins every pair, **holds in the mean** when it wins on the mean over seeds (the median
+for rounds or iterations to the target) but not every pair, **does not hold** otherwise; **no data**
+when a side has no finished run. A run that never reaches the target counts as +∞ rounds. Paper numbers are compared by the rule in
 :func:`match_paper`.
 """
 
@@ -121,7 +121,8 @@ def claim_verdict(runs: pd.DataFrame, claim: dict, setting: str) -> tuple[str, s
         return "no data", ""
     common = a.index.intersection(b.index)
     wins = int(sum(sign * (a[s] - b[s]) > 0 for s in common))
-    ma, mb = a.mean(), b.mean()
+    center = (lambda v: v.median()) if metric.endswith("to_target") else (lambda v: v.mean())
+    ma, mb = center(a), center(b)
     detail = f"{_fmt(ma)} vs {_fmt(mb)}; wins {wins}/{len(common)} seeds"
     if len(common) and wins == len(common):
         return "holds in every seed", detail
@@ -227,7 +228,8 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
            "(`make report` writes `results/report/report.html`).", "",
            "**Verdict rule.** A claim compares two algorithms on one quantity in each setting. Runs with the "
            "same random seed are paired: the claim *holds in every seed* when the first algorithm wins every "
-           "pair, *holds in the mean* when it wins on the mean over seeds only, and *does not hold* "
+           "pair, *holds in the mean* when it wins on the mean over seeds only (the median for rounds or "
+           "iterations to the target), and *does not hold* "
            "otherwise; *no data* when a side has no finished run. A run that never reaches the target counts "
            "as never (+∞ rounds). **Paper numbers:** ours are *within* the paper's when "
            "|our mean − paper| ≤ max(2 × our std over seeds, the spec's tolerance: 0.02 for fractions); "

@@ -1,0 +1,130 @@
+"""``fbo tune`` (grid, rejection rule, choice, use by compare) and ``fbo report`` (verdict rule, paper
+numbers, missing runs, evidence)."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from fbo_cli.cli import app
+from fbo_cli.compare import load_spec
+from fbo_cli.report import build_report, claim_verdict, collect_evidence, match_paper
+from fbo_cli.tune import grid_points, score_run
+
+runner = CliRunner()
+
+
+def spec(tmp_path, tune="{seeds: [100], rounds: 20, set: {eval_every: 1}}", seeds="[0, 1]", extra=""):
+    p = tmp_path / "exp.yaml"
+    p.write_text(f"""
+name: t
+task: hyperrep
+seeds: {seeds}
+base: {{dataset: digits, clients: 6, participation: 0.5, rounds: 20, threads: 1, out_dir: {tmp_path}}}
+tune: {tune}
+algorithms:
+  - {{name: AggITD, algo: aggitd, tune: {{outer_lr: [0.003, 0.03, 1000.0]}}}}
+  - {{name: FedNest, algo: fednest}}
+settings: [{{name: iid, set: {{partition: iid}}}}]
+claims:
+  - {{text: "AggITD beats FedNest", metric: final, better: AggITD, than: FedNest, mode: max}}
+reference:
+  AggITD: {{iid: {{final: 0.5}}}}
+{extra}
+""")
+    return p
+
+
+def test_grid_points_cross_product_and_tied_keys():
+    pts = grid_points({"a,b": [1, 2], "c": [3, 4]})
+    assert pts == [{"a": 1, "b": 1, "c": 3}, {"a": 1, "b": 1, "c": 4}, {"a": 2, "b": 2, "c": 3},
+                   {"a": 2, "b": 2, "c": 4}]
+
+
+def test_score_is_the_tail_mean_and_oscillation_ignores_the_trend():
+    mono = pd.DataFrame({"rounds": range(9), "s": [9, 8, 7, 6, 5, 4, 3, 2, 1]})
+    sc, osc = score_run(mono, "s", 0.5, 100)
+    assert sc == pytest.approx(np.mean([4, 3, 2, 1])) and osc == pytest.approx(0.0)
+    zig = pd.DataFrame({"rounds": range(9), "s": [9, 1, 2, 1, 2, 1, 2, 1, 2]})
+    sc, osc = score_run(zig, "s", 0.5, 100)  # tail 1,2,1,2: 3 units of movement, net 1, level 1.5
+    assert osc == pytest.approx((3 - 1) / (2 * 1.5))
+    nan = pd.DataFrame({"rounds": range(3), "s": [1.0, math.nan, 2.0]})
+    assert math.isnan(score_run(nan, "s", 1.0, 100)[0])
+
+
+def test_bad_tune_blocks_are_usage_errors(tmp_path):
+    for tune, what in [("{seeds: [0]}", "also evaluation seeds"), ("{score: test_acc}", "test-set metric"),
+                       ("{mode: up}", "min or max"), ("{setting: nope}", "not a setting"), ("{bogus: 1}", "unknown key"),
+                       ("{tolerance: -1}", "tolerance")]:
+        r = runner.invoke(app, ["tune", str(spec(tmp_path, tune=tune))])
+        assert r.exit_code == 2 and what in r.output, (tune, r.output)
+        assert "Traceback" not in r.output
+
+
+def test_tune_rejects_divergence_chooses_on_validation_and_compare_uses_it(tmp_path):
+    p = spec(tmp_path)
+    r = runner.invoke(app, ["tune", str(p)])
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "compare" / "t"
+    grid = pd.read_csv(out / "tuning.csv")
+    assert len(grid) == 3 and set(grid.seed) == {100}
+    huge = grid[grid.outer_lr == 1000.0].iloc[0]
+    assert huge.rejected and huge.reason in ("diverged", "oscillates", "non-finite score")
+    ok = grid[~grid.rejected]
+    tuned = yaml.safe_load((out / "tuned.yaml").read_text())
+    best = ok.loc[ok.score.idxmin()]  # val_loss, minimized
+    assert tuned["chosen"]["AggITD"]["iid"] == {"outer_lr": float(best.outer_lr)}
+    assert tuned["score"] == "val_loss" and "never the test set" in tuned["procedure"]
+    assert (out / "tuning.png").stat().st_size > 1000
+    # tuning again reuses every run; compare applies the chosen value and says so
+    exp = load_spec(p)
+    assert all(c.cfg.hp.outer_lr == best.outer_lr for c in exp.cells if c.algorithm == "AggITD")
+    assert {c.seed for c in exp.cells} == {0, 1}
+    r = runner.invoke(app, ["compare", str(p)])
+    assert r.exit_code == 0, r.output
+    md = (out / "table.md").read_text()
+    assert "Tuned by `fbo tune`" in md and f"outer_lr={best.outer_lr:g}" in md.replace(".0 ", " ")
+
+
+def test_claim_verdict_rule():
+    runs = pd.DataFrame({"algorithm": ["A"] * 3 + ["B"] * 3, "setting": "s", "seed": [0, 1, 2] * 2,
+                         "status": "done", "final": [0.9, 0.8, 0.7, 0.85, 0.85, 0.6],
+                         "rounds_to_target": [100, np.nan, 50, 200, 300, np.nan]})
+    claim = {"text": "", "metric": "final", "better": "A", "than": "B", "mode": "max"}
+    assert claim_verdict(runs, claim, "s")[0] == "holds in the mean"  # wins 2 of 3, mean 0.8 > 0.767
+    v, nums = claim_verdict(runs, {**claim, "metric": "rounds_to_target", "mode": "min"}, "s")
+    assert v == "holds in the mean" and "2/3" in nums  # never = +inf: A wins seeds 0, 2; medians 100 < 300
+    runs.loc[runs.algorithm == "A", "final"] = [0.9, 0.9, 0.9]
+    assert claim_verdict(runs, claim, "s")[0] == "holds in every seed"
+    assert claim_verdict(runs, {**claim, "than": "C"}, "s")[0] == "no data"
+
+
+def test_match_paper_rule():
+    assert match_paper(pd.Series([0.80, 0.82]), 0.83, 0.02) == "within"  # |0.81 - 0.83| <= 0.02
+    assert match_paper(pd.Series([0.70, 0.71]), 0.83, 0.02) == "below"
+    assert match_paper(pd.Series([0.5, 0.9]), 0.83, 0.02) == "within"  # 2 std = 0.57
+    assert match_paper(pd.Series([900.0]), 1000.0, 0.02) == "within"  # counts: 10% of the paper's
+    assert match_paper(pd.Series([np.nan]), 0.5, 0.02) == "no data"
+
+
+def test_report_from_evidence_shows_verdicts_paper_numbers_and_missing_runs(tmp_path):
+    p = spec(tmp_path, seeds="[0]")
+    assert runner.invoke(app, ["compare", str(p)]).exit_code == 0
+    ev = tmp_path / "evidence"
+    # collect_evidence works on the paper registry; copy this spec's runs the same way
+    from fbo_cli.report import Paper
+
+    assert collect_evidence(tmp_path, ev, papers=(Paper("t", "T", (str(p),), ""),)) == 2
+    files = {f.name for f in ev.rglob("*") if f.is_file()}
+    assert files == {"config.yaml", "metrics.csv", "summary.json"}  # compact: no plots, checkpoints
+    p2 = spec(tmp_path, seeds="[0, 1]")  # seed 1 was never run: reported as missing
+    stats = build_report(ev, tmp_path / "r.md", tmp_path / "r.html", specs=[str(p2)])
+    md = (tmp_path / "r.md").read_text()
+    assert stats["missing"] == 2 and "**Partial**: 2 of 4 runs missing" in md
+    assert "AggITD beats FedNest" in md and any(v in md for v in ("holds in every seed", "does not hold"))
+    assert "| AggITD | iid | final | 0.5 |" in md
+    html = (tmp_path / "r.html").read_text()
+    assert "<table>" in html and "data:image/png;base64," in html
