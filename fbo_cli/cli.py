@@ -24,6 +24,7 @@ app = typer.Typer(
          "[bold]fbo list[/bold] shows tasks, algorithms, datasets and experiment specs.")
 err = Console(stderr=True)
 out = Console()
+_out = out
 
 
 @contextlib.contextmanager
@@ -53,19 +54,19 @@ def run(
     algo: str = typer.Option(..., "--algo", "-a", help="Algorithm name (see `fbo list`)."),
     dataset: Optional[str] = typer.Option(None, help="Dataset; default: the task's offline default."),
     partition: Optional[str] = typer.Option(None, help="Client partition: iid | shards | dirichlet | class-disjoint."),
-    clients: Optional[int] = typer.Option(None, help="Number of clients m. [default: 100]"),
-    participation: Optional[float] = typer.Option(None, help="Fraction of clients per round C. [default: 0.1]"),
-    alpha: Optional[float] = typer.Option(None, help="Dirichlet concentration (partition dirichlet). [default: 0.5]"),
+    clients: Optional[int] = typer.Option(None, help="Number of clients m. \\[default: 100]"),
+    participation: Optional[float] = typer.Option(None, help="Fraction of clients per round C. \\[default: 0.1]"),
+    alpha: Optional[float] = typer.Option(None, help="Dirichlet concentration (partition dirichlet). \\[default: 0.5]"),
     lower: Optional[str] = typer.Option(None, help="Lower level: global | local (a head per client)."),
-    rounds: Optional[int] = typer.Option(None, help="Budget in communication rounds. [default: 2000]"),
+    rounds: Optional[int] = typer.Option(None, help="Budget in communication rounds. \\[default: 2000]"),
     max_iters: Optional[int] = typer.Option(None, help="Optional budget in outer iterations."),
     time_limit: Optional[float] = typer.Option(None, help="Optional budget in seconds of training."),
-    eval_every: Optional[int] = typer.Option(None, help="Evaluate every this many outer iterations. [default: 1]"),
+    eval_every: Optional[int] = typer.Option(None, help="Evaluate every this many outer iterations. \\[default: 1]"),
     target: Optional[float] = typer.Option(None, help="Target of the headline metric for 'rounds to target'."),
-    seed: Optional[int] = typer.Option(None, help="Random seed (partition, init, sampling). [default: 0]"),
-    device: Optional[str] = typer.Option(None, help="auto | cpu | cuda. [default: auto]"),
-    data_dir: Optional[Path] = typer.Option(None, help="Where datasets are read (and downloaded). [default: data]"),
-    out_dir: Optional[Path] = typer.Option(None, help="Where run directories are written. [default: results]"),
+    seed: Optional[int] = typer.Option(None, help="Random seed (partition, init, sampling). \\[default: 0]"),
+    device: Optional[str] = typer.Option(None, help="auto | cpu | cuda. \\[default: auto]"),
+    data_dir: Optional[Path] = typer.Option(None, help="Where datasets are read (and downloaded). \\[default: data]"),
+    out_dir: Optional[Path] = typer.Option(None, help="Where run directories are written. \\[default: results]"),
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML file of key: value overrides."),
     set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="Override any key: --set tau=5 (repeatable)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
@@ -113,8 +114,8 @@ def run(
 def compare(
     spec: Path = typer.Argument(..., help="Experiment spec (YAML), e.g. experiments/aggitd_table2_fmnist.yaml."),
     jobs: int = typer.Option(1, "--jobs", "-j", help="Runs in parallel (processes)."),
-    out_dir: Optional[Path] = typer.Option(None, help="Results root. [default: results]"),
-    data_dir: Optional[Path] = typer.Option(None, help="Dataset directory. [default: data]"),
+    out_dir: Optional[Path] = typer.Option(None, help="Results root. \\[default: results]"),
+    data_dir: Optional[Path] = typer.Option(None, help="Dataset directory. \\[default: data]"),
     seeds: Optional[str] = typer.Option(None, help="Override the spec's seeds, e.g. 0,1."),
     set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="Override a key in every run (repeatable)."),
     rerun: bool = typer.Option(False, help="Run again even the runs that are already done."),
@@ -141,7 +142,7 @@ def compare(
                 raise UsageError(f"--seeds expects comma-separated integers, got '{seeds}'") from None
         exp = cmp.load_spec(spec, overrides, seed_list)
         outdir = cmp.run_experiment(exp, jobs=jobs, rerun=rerun, no_run=no_run, console=err)
-    out.print((outdir / "table.md").read_text())
+    typer.echo((outdir / "table.md").read_text().rstrip("\n"))  # plain: no markup, no wrap at 80 columns
     out.print(f"written: {outdir}/table.md, table.csv, runs.csv, curves.png")
 
 
@@ -149,8 +150,8 @@ def compare(
 def tune(
     spec: Path = typer.Argument(..., help="Experiment spec (YAML) with a 'tune:' block and per-algorithm grids."),
     jobs: int = typer.Option(1, "--jobs", "-j", help="Runs in parallel (processes)."),
-    out_dir: Optional[Path] = typer.Option(None, help="Results root. [default: results]"),
-    data_dir: Optional[Path] = typer.Option(None, help="Dataset directory. [default: data]"),
+    out_dir: Optional[Path] = typer.Option(None, help="Results root. \\[default: results]"),
+    data_dir: Optional[Path] = typer.Option(None, help="Dataset directory. \\[default: data]"),
     set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="Override a key in every run (repeatable)."),
     rerun: bool = typer.Option(False, help="Run again even the tuning runs that are already done."),
 ) -> None:
@@ -190,6 +191,8 @@ def list_() -> None:
     from .data import LOADERS
     from .tasks import TASKS
 
+    # Piped (not a terminal): no width limit, so names and file names are never cut (fbo list | grep).
+    out = _out if _out.is_terminal else Console(width=100_000)
     t = Table(title="Tasks", title_justify="left")
     for c in ("task", "kind", "metric", "datasets"):
         t.add_column(c)
