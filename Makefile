@@ -76,41 +76,41 @@ lint:
 bench:  ## s / outer iteration, GFLOP/s against sgemm, fast vs generic, growth, memory (results/bench/); DEVICE=cuda, BENCH_ARGS=--quick
 	$(PY) -m fbo_cli.bench --device $(DEVICE) $(BENCH_ARGS)
 
-reproduce-aggitd:        ## seed 003 Table 2 on the offline Fashion-MNIST twin (3 seeds)
+reproduce-aggitd:        ## Table 2 of Xiao & Ji (ICML 2023) on the offline Fashion-MNIST twin (3 seeds)
 	$(FBO) compare experiments/aggitd_table2_fmnist.yaml --jobs $(JOBS)
 
 reproduce-aggitd-short:  ## the same grid with a 500-round budget and a 70% target (about 10 min on 2 idle cores)
 	$(FBO) compare experiments/aggitd_table2_fmnist_500.yaml --jobs $(JOBS)
 
-reproduce-aggitd-mnist:  ## seed 003 Table 2 on MNIST (needs MNIST in data/ or network)
+reproduce-aggitd-mnist:  ## Table 2 of Xiao & Ji (ICML 2023) on MNIST (needs MNIST in data/ or network)
 	$(FBO) compare experiments/aggitd_table2.yaml --jobs $(JOBS)
 
-reproduce-codasca:          ## seed 004 Figure 1 analog (AUC vs window I, I_max table) on synth-c100 and Fashion-MNIST (3 seeds)
+reproduce-codasca:          ## Analog of Figure 1 of Yuan, Guo, Xu, Ying & Yang (ICML 2021) (AUC vs window I, I_max table) on synth-c100 and Fashion-MNIST (3 seeds)
 	$(FBO) compare experiments/codasca_fig1_synth.yaml --jobs $(JOBS)
 	$(PY) -m fbo_cli.auc_analysis results/compare/codasca_fig1_synth
 	$(FBO) compare experiments/codasca_fig1_fmnist.yaml --jobs $(JOBS)
 	$(PY) -m fbo_cli.auc_analysis results/compare/codasca_fig1_fmnist
 
-reproduce-codasca-controls: ## seed 004 controls on synth-c100: iid vs class-disjoint, FedAvg-CE, the code preset (3 seeds)
+reproduce-codasca-controls: ## CODASCA controls on synth-c100: iid vs class-disjoint, FedAvg-CE, the code preset (3 seeds)
 	$(FBO) compare experiments/codasca_controls_synth.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/codasca_code_preset_synth.yaml --jobs $(JOBS)
 	$(PY) -m fbo_cli.auc_analysis results/compare/codasca_code_preset_synth
 
-reproduce-codasca-cifar100: ## seed 004 Figure 1 on CIFAR100-IH with ResNet-20 (needs CIFAR-100 in data/ or network; GPU advised)
+reproduce-codasca-cifar100: ## Figure 1 of Yuan, Guo, Xu, Ying & Yang (ICML 2021) on CIFAR100-IH with ResNet-20 (needs CIFAR-100 in data/ or network; GPU advised)
 	$(FBO) compare experiments/codasca_fig1_cifar100.yaml --jobs $(JOBS)
 	$(PY) -m fbo_cli.auc_analysis results/compare/codasca_fig1_cifar100
 
-reproduce-zohfl:     ## seed 002 Table I (Fashion-MNIST column, 3 seeds), Fig. 2 (tau sweep) and Fig. 1, offline
+reproduce-zohfl:     ## Table I of Qiu, Kim & Yousefian (arXiv 2504.01839) (Fashion-MNIST column, 3 seeds), Fig. 2 (tau sweep) and Fig. 1, offline
 	$(FBO) compare experiments/zohfl_table1_fmnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_fig2.yaml --jobs $(JOBS)
 	$(PY) -m fbo_cli.zohfl_figs fig2 results/compare/zohfl_fig2
 	$(PY) -m fbo_cli.zohfl_figs fig1 fashion-mnist 0.1 results/figures/zohfl_fig1_fmnist.png
 
-reproduce-zohfl-all: ## seed 002 Table I on MNIST, Fashion-MNIST and CIFAR-10 (MNIST, CIFAR-10 need data/ or network)
+reproduce-zohfl-all: ## Table I of Qiu, Kim & Yousefian (arXiv 2504.01839) on MNIST, Fashion-MNIST and CIFAR-10 (MNIST, CIFAR-10 need data/ or network)
 	$(FBO) compare experiments/zohfl_table1.yaml --jobs $(JOBS)
 	$(PY) -m fbo_cli.zohfl_figs fig1 mnist 0.1 results/figures/zohfl_fig1_mnist.png
 
-reproduce-fedbio:       ## seeds 000/001 hyper-cleaning on Fashion-MNIST, noise 0.2/0.4/0.6, every bilevel method + FedAvg bounds (3 seeds; long)
+reproduce-fedbio:       ## AdaFBiO and FedBiO hyper-cleaning on Fashion-MNIST, noise 0.2/0.4/0.6, every bilevel method + FedAvg bounds (3 seeds; long)
 	$(FBO) compare experiments/fedbio_hyperclean_fmnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/fedbio_hyperclean_fmnist_samples.yaml --jobs $(JOBS)
 
@@ -122,11 +122,11 @@ reproduce-fedbio-mnist: ## the same hyper-cleaning grid on MNIST (needs MNIST in
 	$(FBO) compare experiments/fedbio_hyperclean_mnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/fedbio_hyperclean_mnist_samples.yaml --jobs $(JOBS)
 
-reproduce-fedbio-local:  ## seed 001 per-client heads (local lower level) on Fashion-MNIST: FedBiO-Local, FedBiOAcc-Local, AdaFBiO vs FedNest/AggITD (3 seeds; long)
+reproduce-fedbio-local:  ## FedBiO (Li, Huang & Huang, NeurIPS 2023; arXiv 2302.06701) per-client heads (local lower level) on Fashion-MNIST: FedBiO-Local, FedBiOAcc-Local, AdaFBiO vs FedNest/AggITD (3 seeds; long)
 	$(FBO) compare experiments/fedbio_local_hyperrep.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/fedbio_local_hyperrep_samples.yaml --jobs $(JOBS)
 
-reproduce-adafbio:       ## seed 000 §4 on Fashion-MNIST: hyper-representation (global head) and hyper-cleaning p=0.2/0.4/0.6 (3 seeds; long)
+reproduce-adafbio:       ## AdaFBiO (Huang, arXiv 2211.01122) §4 on Fashion-MNIST: hyper-representation (global head) and hyper-cleaning p=0.2/0.4/0.6 (3 seeds; long)
 	$(FBO) compare experiments/adafbio_hyperrep.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/adafbio_hyperrep_samples.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/adafbio_hyperclean.yaml --jobs $(JOBS)

@@ -1,4 +1,5 @@
-"""Seed 004's derived table (Figure 1 analog): the largest communication window I whose final test
+"""The derived table of the CODASCA Figure 1 analog (Yuan, Guo, Xu, Ying & Yang,
+ICML 2021): the largest communication window I whose final test
 AUC stays within ``delta`` of the AUC at I = 1, per algorithm and client count K.
 
 Usage after ``fbo compare experiments/codasca_fig1_*.yaml``::
@@ -33,10 +34,10 @@ def _run_keys(run_dir: str) -> tuple[int | None, int | None]:
 
 
 def imax_table(compare_dir: str | Path, delta: float = 0.01) -> "pd.DataFrame":  # noqa: F821
-    """Seed 004 Figure 1 analog: from a compare output's ``runs.csv`` (algorithms x settings that
+    """CODASCA Figure 1 analog: from a compare output's ``runs.csv`` (algorithms x settings that
     vary the window ``I`` and the client count ``K``), the final test AUC (mean ± std over seeds)
     per (algorithm, K, I) and ``I_max`` = the largest I whose mean AUC is >= the mean AUC at I=1
-    minus ``delta`` (spec §7 item 12). Writes ``imax.md``, ``imax.csv`` and ``imax.png`` beside
+    minus ``delta`` (docs/fidelity.md). Writes ``imax.md``, ``imax.csv`` and ``imax.png`` beside
     ``runs.csv``. Settings must differ only in I and K (both read from each run's config)."""
     import pandas as pd
 

@@ -24,6 +24,7 @@ app = typer.Typer(
          "[bold]fbo list[/bold] shows tasks, algorithms, datasets and experiment specs.")
 err = Console(stderr=True)
 out = Console()
+_out = out
 
 
 @contextlib.contextmanager
@@ -53,19 +54,19 @@ def run(
     algo: str = typer.Option(..., "--algo", "-a", help="Algorithm name (see `fbo list`)."),
     dataset: Optional[str] = typer.Option(None, help="Dataset; default: the task's offline default."),
     partition: Optional[str] = typer.Option(None, help="Client partition: iid | shards | dirichlet | class-disjoint."),
-    clients: Optional[int] = typer.Option(None, help="Number of clients m. [default: 100]"),
-    participation: Optional[float] = typer.Option(None, help="Fraction of clients per round C. [default: 0.1]"),
-    alpha: Optional[float] = typer.Option(None, help="Dirichlet concentration (partition dirichlet). [default: 0.5]"),
+    clients: Optional[int] = typer.Option(None, help="Number of clients m. \\[default: 100]"),
+    participation: Optional[float] = typer.Option(None, help="Fraction of clients per round C. \\[default: 0.1]"),
+    alpha: Optional[float] = typer.Option(None, help="Dirichlet concentration (partition dirichlet). \\[default: 0.5]"),
     lower: Optional[str] = typer.Option(None, help="Lower level: global | local (a head per client)."),
-    rounds: Optional[int] = typer.Option(None, help="Budget in communication rounds. [default: 2000]"),
+    rounds: Optional[int] = typer.Option(None, help="Budget in communication rounds. \\[default: 2000]"),
     max_iters: Optional[int] = typer.Option(None, help="Optional budget in outer iterations."),
     time_limit: Optional[float] = typer.Option(None, help="Optional budget in seconds of training."),
-    eval_every: Optional[int] = typer.Option(None, help="Evaluate every this many outer iterations. [default: 1]"),
+    eval_every: Optional[int] = typer.Option(None, help="Evaluate every this many outer iterations. \\[default: 1]"),
     target: Optional[float] = typer.Option(None, help="Target of the headline metric for 'rounds to target'."),
-    seed: Optional[int] = typer.Option(None, help="Random seed (partition, init, sampling). [default: 0]"),
-    device: Optional[str] = typer.Option(None, help="auto | cpu | cuda. [default: auto]"),
-    data_dir: Optional[Path] = typer.Option(None, help="Where datasets are read (and downloaded). [default: data]"),
-    out_dir: Optional[Path] = typer.Option(None, help="Where run directories are written. [default: results]"),
+    seed: Optional[int] = typer.Option(None, help="Random seed (partition, init, sampling). \\[default: 0]"),
+    device: Optional[str] = typer.Option(None, help="auto | cpu | cuda. \\[default: auto]"),
+    data_dir: Optional[Path] = typer.Option(None, help="Where datasets are read (and downloaded). \\[default: data]"),
+    out_dir: Optional[Path] = typer.Option(None, help="Where run directories are written. \\[default: results]"),
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML file of key: value overrides."),
     set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="Override any key: --set tau=5 (repeatable)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
@@ -135,8 +136,8 @@ def check_executor(jobs: int, executor: str | None, address: str | None, cpus_pe
 
 
 JOBS_HELP = "Runs in parallel (processes; with --executor ray on a local Ray: the CPUs it starts with)."
-EXECUTOR_HELP = "serial | processes | ray. [default: serial for --jobs 1, else processes]"
-ADDRESS_HELP = "Ray cluster to join: auto or HOST:PORT. [default: a local Ray]"
+EXECUTOR_HELP = "serial | processes | ray. \\[default: serial for --jobs 1, else processes]"
+ADDRESS_HELP = "Ray cluster to join: auto or HOST:PORT. \\[default: a local Ray]"
 
 
 @app.command(no_args_is_help=True)
@@ -147,8 +148,8 @@ def compare(
     address: Optional[str] = typer.Option(None, help=ADDRESS_HELP),
     cpus_per_run: int = typer.Option(1, help="Ray: CPUs per run (its torch threads)."),
     gpus_per_run: float = typer.Option(0.0, help="Ray: GPUs per run."),
-    out_dir: Optional[Path] = typer.Option(None, help="Results root. [default: results]"),
-    data_dir: Optional[Path] = typer.Option(None, help="Dataset directory. [default: data]"),
+    out_dir: Optional[Path] = typer.Option(None, help="Results root. \\[default: results]"),
+    data_dir: Optional[Path] = typer.Option(None, help="Dataset directory. \\[default: data]"),
     seeds: Optional[str] = typer.Option(None, help="Override the spec's seeds, e.g. 0,1."),
     set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="Override a key in every run (repeatable)."),
     rerun: bool = typer.Option(False, help="Run again even the runs that are already done."),
@@ -181,7 +182,7 @@ def compare(
             err.print("[yellow]interrupted: the runs in progress wrote their checkpoints; run the same command "
                       "again to continue[/yellow]")
             raise typer.Exit(130) from None
-    out.print((outdir / "table.md").read_text())
+    typer.echo((outdir / "table.md").read_text().rstrip("\n"))  # plain: no markup, no wrap at 80 columns
     out.print(f"written: {outdir}/table.md, table.csv, runs.csv, curves.png")
     if exp.incomplete:
         err.print(f"[red]{exp.incomplete} run(s) failed or did not finish (see the 'failed' and 'not run' "
@@ -197,8 +198,8 @@ def tune(
     address: Optional[str] = typer.Option(None, help=ADDRESS_HELP),
     cpus_per_run: int = typer.Option(1, help="Ray: CPUs per run (its torch threads)."),
     gpus_per_run: float = typer.Option(0.0, help="Ray: GPUs per run."),
-    out_dir: Optional[Path] = typer.Option(None, help="Results root. [default: results]"),
-    data_dir: Optional[Path] = typer.Option(None, help="Dataset directory. [default: data]"),
+    out_dir: Optional[Path] = typer.Option(None, help="Results root. \\[default: results]"),
+    data_dir: Optional[Path] = typer.Option(None, help="Dataset directory. \\[default: data]"),
     set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="Override a key in every run (repeatable)."),
     rerun: bool = typer.Option(False, help="Run again even the tuning runs that are already done."),
 ) -> None:
@@ -237,15 +238,15 @@ def tune(
 
 @app.command()
 def report(
-    root: Path = typer.Option(Path("docs/results"), "--from", help="Results root to read (run directories). "
-                              "[default: docs/results, the committed evidence]"),
-    md: Path = typer.Option(Path("docs/results.md"), "--md", help="Markdown report. [default: docs/results.md]"),
+    root: Path = typer.Option(Path("docs/results"), "--from", help="Results root to read (run directories); "
+                              "docs/results is the committed evidence."),
+    md: Path = typer.Option(Path("docs/results.md"), "--md", help="Markdown report."),
     html_out: Path = typer.Option(Path("results/report/report.html"), "--html",
-                                  help="Self-contained HTML report. [default: results/report/report.html]"),
+                                  help="Self-contained HTML report."),
     collect: Optional[Path] = typer.Option(None, "--collect", help="First copy the finished reproduction runs "
                                            "from this results root (e.g. results) into --from."),
     spec: Optional[list[Path]] = typer.Option(None, "--spec", help="Report these experiment specs only "
-                                              "(repeatable). [default: every paper's reproduction specs]"),
+                                              "(repeatable). \\[default: every paper's reproduction specs]"),
 ) -> None:
     """Write the report of every paper's reproduction (tables beside the papers' numbers, verdicts by a
     stated rule, missing runs, figures in the HTML) from run directories only; runs nothing."""
@@ -272,6 +273,8 @@ def list_() -> None:
     from .data import LOADERS
     from .tasks import TASKS
 
+    # Piped (not a terminal): no width limit, so names and file names are never cut (fbo list | grep).
+    out = _out if _out.is_terminal else Console(width=100_000)
     t = Table(title="Tasks", title_justify="left")
     for c in ("task", "kind", "metric", "datasets"):
         t.add_column(c)

@@ -5,7 +5,7 @@ Client i (float64):
     g_i(x, y) = 1/2 yᵀ A_i y - yᵀ B_i x - c_iᵀ y          (A_i symmetric positive definite)
     f_i(x, y) = 1/2 ||y - d_i||² + e/2 ||x||²
 Global lower level g = mean_i g_i: y*(x) = A⁻¹ (B x + c) with A, B, c the client means, and
-    ∇f(x) = e x + Bᵀ A⁻¹ (y*(x) - d̄)                      (implicit function theorem, eq. 2 of seed 003)
+    ∇f(x) = e x + Bᵀ A⁻¹ (y*(x) - d̄)                      (implicit function theorem, eq. 2 of Xiao & Ji, ICML 2023)
 The fully local (LFedNest-type) estimator mean_i [e x + B_iᵀ A_i⁻¹ (y - d_i)] differs from it when the
 clients differ.
 

@@ -1,4 +1,4 @@
-"""Figures of seed 002 (ZO-HFL) that a compare table does not draw.
+"""Figures of ZO-HFL (Qiu, Kim & Yousefian, arXiv 2504.01839) that a compare table does not draw.
 
 * Fig. 1: the client-by-class counts of the Dirichlet partition (bubble chart), for any dataset.
 * Fig. 2: ZO-HFL's global loss against the round for tau in {5, 20, 50}, log y axis, one panel per

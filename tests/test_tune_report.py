@@ -57,8 +57,8 @@ def test_score_is_the_tail_mean_and_oscillation_ignores_the_trend():
 
 def test_bad_tune_blocks_are_usage_errors(tmp_path):
     for tune, what in [("{seeds: [0]}", "also evaluation seeds"), ("{score: test_acc}", "test-set metric"),
-                       ("{mode: up}", "min or max"), ("{setting: nope}", "not a setting"), ("{bogus: 1}", "unknown key"),
-                       ("{tolerance: -1}", "tolerance")]:
+                       ("{mode: up}", "min or max"), ("{setting: nope}", "not a setting"),
+                       ("{bogus: 1}", "unknown key"), ("{tolerance: -1}", "tolerance")]:
         r = runner.invoke(app, ["tune", str(spec(tmp_path, tune=tune))])
         assert r.exit_code == 2 and what in r.output, (tune, r.output)
         assert "Traceback" not in r.output

@@ -2,25 +2,25 @@
 matrices shared by the server).
 
 Reference: Feihu Huang, "Fast Adaptive Federated Bilevel Optimization", arXiv 2211.01122 (2022),
-Algorithm 1, eqs. (6)-(13). Spec: ``shared/papers/spec_000_adafbio.md`` §1-2, §4, §7.
+Algorithm 1, eqs. (6)-(13).
 
 Problem (1): x and y global, ``min_x (1/M) Σ_m f^m(x, y*(x))``, ``y*(x) = argmin_y (1/M) Σ_m g^m(x, y)``.
 Every client keeps copies ``x^m [M, d]``, ``y^m``, and STORM estimators ``v^m`` (lower gradient) and
 ``w^m`` (hypergradient); every client takes part in every round. Per-client heads (``lower=local``,
 the special case (2)/(3)): y = (y^1; ...; y^M) is still one global variable of problem (1), each
 client's losses touch only its own block, and the algorithm runs unchanged on it, so averaging moves
-block m by 1/M of its owner's progress (spec §4.1). We store it exactly and in O(M d_y): block m as
+block m by 1/M of its owner's progress (docs/fidelity.md). We store it exactly and in O(M d_y): block m as
 held by its owner (``y``, ``v``) and as held by every other client (``y_oth``, ``v_oth``, the same on
 all of them: they only ever apply the broadcast quantities).
 
 Iteration t = 1..T (one call of :meth:`step` = q iterations = one round, ending with the sync):
 
 1. η_t = eta_k / (eta_n + t)^{1/3}; α_{t+1} = min(1, c1 η_t²), β_{t+1} = min(1, c2 η_t²)
-   (Thm 1 schedule; spec §2.4, §7 items 5-6).
+   (Thm 1 schedule).
 2. If t mod q = 0 (sync; lines 5-8): the server averages x̄_t, ȳ_t, v̄_t, w̄_t, generates A_t, B_t
    (line 6, below), and sets x_{t+1} = x̄_t - η_t γ A_t^{-1} w̄_t, y_{t+1} = ȳ_t - η_t λ B_t^{-1} v̄_t
-   (lines 7-8, the closed form eq. (12)) on every client. ``sync_estimators`` (default, spec §7
-   item 1): every client's v, w restart from v̄_t, w̄_t.
+   (lines 7-8, the closed form eq. (12)) on every client. ``sync_estimators`` (default):
+   every client's v, w restart from v̄_t, w̄_t.
    Else (lines 11-13): x_{t+1}^m = x_t^m - η_t γ A_t^{-1} w_t^m, y_{t+1}^m = y_t^m - η_t λ B_t^{-1} v_t^m.
 3. Every client (lines 17-19) draws ξ̄ = {ξ, ζ_0, ..., ζ_{K-1}} and ζ (K+2 minibatches) and its own
    Neumann index k ~ U{0..K-1}, and with the *same* draws at the new point (x_{t+1}^m, y_{t+1}^m) and
@@ -36,11 +36,11 @@ Adaptive matrices (line 6; the matrices change only at syncs, line 13), a_0 = 0,
 * ``adam`` (line 6): a_t = ϱ a + (1-ϱ) w̄_t², A_t = diag(√a_t + ρ); b_t = ϱ b + (1-ϱ) ||v̄_t||,
   B_t = (b_t + ρ) I (b_t is a norm, not squared);
 * ``adabelief`` (eqs. 6-7): the same with w̄_t - w̄_{t0}, ||v̄_t - v̄_{t0}||, t0 = the previous sync
-  (the first sync uses the initial averages w̄_1, v̄_1, spec §7 item 4);
+  (the first sync uses the initial averages w̄_1, v̄_1);
 * ``none`` (Thm 2): A_t = I, B_t = I.
 
 Initialization (line 2): v_1^m, w_1^m average q independent draws each (q(K+2) minibatches).
-A_1, B_1 (unspecified in the paper; spec §7 item 2): ``init_matrices: average`` spends one extra
+A_1, B_1 (unspecified in the paper): ``init_matrices: average`` spends one extra
 round to average w_1, v_1 and applies the rule with reference 0 (a_1 = (1-ϱ) w̄_1², b_1 = (1-ϱ)||v̄_1||;
 adam and adabelief coincide); ``identity``: A_1 = I, B_1 = I, no round. ``adaptive: none`` needs none.
 
@@ -51,10 +51,10 @@ when adaptive) (+ w̄, v̄ with ``sync_estimators``). Samples: (K+2) minibatches
 iteration and q(K+2) at the start, as the paper counts them (Remark 2); every draw serves both STORM
 points. Oracle calls count what is evaluated (2 points, only k_i HVPs for client i).
 
-Hyperparameters (the paper gives none; spec §4.3 recommendations): q = 5, b = 64, K = 10,
+Hyperparameters (the paper gives none): q = 5, b = 64, K = 10,
 η_t = 1/(27+t)^{1/3} (eta_k = 1, eta_n = 27), c1 = c2 = 4.5 (α_1 = β_1 = 0.5), ϱ = 0.9 constant,
-adaptive = adam; where the spec's values diverged on hyper-representation (docs/fidelity.md):
-ρ = 1e-2 (spec 1e-3), λ = 3e-2 (spec 0.1), γ = 3e-4 (spec grid 1e-3..3e-2). ϑ = 0.05 (spec 1e-2):
+adaptive = adam; where the first-choice values diverged on hyper-representation (docs/fidelity.md):
+ρ = 1e-2 (not 1e-3), λ = 3e-2 (not 0.1), γ = 3e-4 (grid 1e-3..3e-2). ϑ = 0.05 (not 1e-2):
 in expectation over k the estimator is the series ϑ Σ_{k<K} (I - ϑH)^k, which with ϑ K = 0.5 keeps
 about 60% of the implicit term on per-client heads (the previous ϑ = 2e-3 kept under 10%, no better
 than the direct gradient; docs/fidelity.md); it needs ϑ < 2/L_g, so a task whose lower Hessian grows
@@ -79,7 +79,7 @@ ADAPTIVE = ("adam", "adabelief", "none")
 
 class AdaFBiO(ClientStateAlgorithm):
     name: ClassVar[str] = "adafbio"
-    paper: ClassVar[str] = "Huang, arXiv 2211.01122 (2022), Alg. 1 (seed 000)"
+    paper: ClassVar[str] = "Huang, arXiv 2211.01122 (2022), Alg. 1 (AdaFBiO)"
     rounds: ClassVar[str] = "1 per q local iterations (+1 at the start with init_matrices=average)"
     tasks: ClassVar[tuple[str, ...]] = ("hyperrep", "hyperclean")
     needs_local_lower: ClassVar[bool] = False
@@ -89,18 +89,18 @@ class AdaFBiO(ClientStateAlgorithm):
         q: int = 5  # local iterations per round (sync when t mod q = 0)
         batch_size: int = 64  # b: every minibatch (ξ, ζ_0..ζ_{K-1}, ζ)
         K: int = 10  # Neumann order: k ~ U{0..K-1}
-        neumann_step: float = 0.05  # ϑ (replaces 1/L_g; spec 1e-2; docs/fidelity.md)
+        neumann_step: float = 0.05  # ϑ (replaces 1/L_g; first choice 1e-2; docs/fidelity.md)
         neumann: str = "random"  # random (eq. 13) | sum (deterministic truncation, ablation)
-        gamma_x: float = 3e-4  # γ, x step (spec grid 1e-3..3e-2)
-        lambda_y: float = 3e-2  # λ, y step (spec grid 1e-2..3e-1)
+        gamma_x: float = 3e-4  # γ, x step (tuning grid 1e-3..3e-2)
+        lambda_y: float = 3e-2  # λ, y step (tuning grid 1e-2..3e-1)
         adaptive: str = "adam"  # adam | adabelief | none
         rho_decay: float = 0.9  # ϱ, second-moment decay (constant)
-        rho_floor: float = 1e-2  # ρ (spec grid 1e-4..1e-2)
+        rho_floor: float = 1e-2  # ρ (tuning grid 1e-4..1e-2)
         eta_k: float = 1.0  # η_t = eta_k / (eta_n + t)^(1/3)
         eta_n: float = 27.0
         c1: float = 4.5  # α_{t+1} = min(1, c1 η_t²): momentum weight of v
         c2: float = 4.5  # β_{t+1} = min(1, c2 η_t²): momentum weight of w
-        sync_estimators: bool = True  # v, w restart from their averages at a sync (spec §7 item 1)
+        sync_estimators: bool = True  # v, w restart from their averages at a sync (docs/fidelity.md)
         init_matrices: str = "average"  # average (one extra round) | identity
 
     def __init__(self, task, hp, fed):

@@ -70,7 +70,8 @@ class Algorithm:
 class BilevelAlgorithm(Algorithm):
     """Shared machinery of the federated bilevel algorithms on a :class:`BilevelTask` with a global
     lower level: the global iterate ``(x, y)``, charged vectorized oracles, the federated lower
-    round (seed 003 Alg. 2, or FedAvg) and the SVRG-type local upper steps (seed 003 Alg. 4)."""
+    round (Alg. 2 of FBO-AggITD, Xiao & Ji, ICML 2023, or FedAvg) and the SVRG-type local upper steps
+    (FBO-AggITD Alg. 4)."""
 
     tasks: ClassVar[tuple[str, ...]] = ("hyperrep",)
     task: BilevelTask
@@ -130,7 +131,7 @@ class BilevelAlgorithm(Algorithm):
                     lr: float, epochs: int, batch_size: int) -> torch.Tensor:
         """Local lower-level steps of every client from the global ``y``; returns ``[M, dy]``.
 
-        ``q`` given: FedSVRG (seed 003 Alg. 2 lines 3-6),
+        ``q`` given: FedSVRG (FBO-AggITD Alg. 2 lines 3-6),
         ``y_i <- y_i - lr (∇G_i(y_i; ζ) - ∇G_i(y; ζ) + q)`` with the same minibatch and dropout
         masks in both terms. ``q`` None: FedAvg local SGD, ``y_i <- y_i - lr ∇G_i(y_i; ζ)``.
         """
@@ -150,7 +151,7 @@ class BilevelAlgorithm(Algorithm):
 
     def upper_local(self, x: torch.Tensor, y: torch.Tensor, h: torch.Tensor, hg: "Hypergrad", tau: int, lr: float,
                     same_sample: bool) -> torch.Tensor:
-        """SVRG-type local upper steps (seed 003 Alg. 4 lines 1-6) on each client's full
+        """SVRG-type local upper steps (FBO-AggITD Alg. 4 lines 1-6) on each client's full
         validation split: ``x_i <- x_i - lr (h - ∇_x F_i(x, y; ξ_i) + ∇_x F_i(x_i, y; ξ_{i,ν}))``.
 
         ``∇_x F_i(x, y; ξ_i)`` is the direct part already computed for ``h`` (Alg. 1 line 17 uses the
@@ -169,7 +170,7 @@ class BilevelAlgorithm(Algorithm):
 
     def hypergradient(self, x: torch.Tensor, y: torch.Tensor, p: torch.Tensor, train: Split,
                       val: Split) -> "Hypergrad":
-        """``h_i = ∇_x F_i(x, y; ξ_i) - ∇_x∇_y G_i(x, y; χ_i) p`` on the full local splits (seed 003
+        """``h_i = ∇_x F_i(x, y; ξ_i) - ∇_x∇_y G_i(x, y; χ_i) p`` on the full local splits (FBO-AggITD
         Alg. 1 line 17; FedNest's FedOut). Returns the per-client ``h_i [M, dx]``, the direct part and
         the validation batch ξ_i it used (with its dropout masks)."""
         vb = self.noise(val.full())

@@ -2,7 +2,7 @@
 
 Reference: Zhuoning Yuan, Zhishuai Guo, Yi Xu, Yiming Ying, Tianbao Yang, "Federated Deep AUC
 Maximization for Heterogeneous Data with a Constant Communication Complexity", ICML 2021
-(PMLR 139:12219-12229), arXiv 2102.04635. Spec: ``shared/papers/spec_004_codasca.md`` §2, §7.
+(PMLR 139:12219-12229), arXiv 2102.04635.
 
 Both are stagewise (Alg. 1 / Alg. 3): stage s solves the proximal subproblem (eq. 5)
 ``min_v max_alpha f(v, alpha) + gamma/2 ||v - v_0^s||^2`` (v = (w, a, b); no proximal term on alpha)
@@ -31,25 +31,25 @@ CODASCA (Alg. 4, DSGSCA+), round r from the broadcast point (v_{r-1}, alpha_{r-1
    broadcast ``(v_r, alpha_r, c_v, c_alpha)``.
    Control variates start at 0 in every stage (Alg. 4's initialization, once per DSGSCA+ call).
 
-Stages (spec §2.6, §7 items 5-6): the step of a round is ``eta / decay^floor(t_r / T0)``, t_r the
+Stages (docs/fidelity.md): the step of a round is ``eta / decay^floor(t_r / T0)``, t_r the
 number of local iterations done before the round, so a stage ends at the first round boundary at or
 after a multiple of T0. At that boundary the proximal reference v_0 becomes the stage output:
 ``stage_output: average`` (the mean of all local iterates of the stage over t and k; CODA+'s
 output in Alg. 2), ``random_round`` (the server iterate of a uniformly drawn round of the stage;
 CODASCA's output in Alg. 4), ``last``, or ``paper`` (average for CODA+, random_round for CODASCA).
 ``stage_restart: last`` continues from the current iterate (the official code); ``output``
-restarts from the stage output (Alg. 1 / Alg. 3). Defaults: average / last (spec §7 item 6).
+restarts from the stage output (Alg. 1 / Alg. 3). Defaults: average / last (docs/fidelity.md).
 
 Rounds per outer iteration (= per communication round): 1. Payload per client and direction:
 CODA+ ``dv + 1`` floats (v and alpha), CODASCA ``2 (dv + 1)`` (plus the control variates).
 
-Presets (spec §7 item 1; the task's ``preset``): ``paper`` = eq. 2, alpha free, autograd dual
+Presets (docs/fidelity.md): ``paper`` = eq. 2, alpha free, autograd dual
 gradient, no clipping, no weight decay; ``code`` = AUC-margin loss, alpha in [0, 999], closed-form
 dual gradient ``2(m + b - a) - 2 alpha``, elementwise clipping of the model gradient to
 [-grad_clip, grad_clip] (before the correction and the proximal term), decoupled weight decay
-``- eta wd w``. Control variates average the gradients actually applied (clipped), spec §7 item 9.
+``- eta wd w``. Control variates average the gradients actually applied (clipped).
 
-Hyperparameters (§6 and spec §2.6; the experiments' grids in brackets): eta = 0.1 [0.1, 0.01,
+Hyperparameters (§6; the experiments' grids in brackets): eta = 0.1 [0.1, 0.01,
 0.001] (CODASCA's eta_l), eta_g = 1 [1.1, 1, 0.99, 0.999], gamma = 1/500 [1/500, 1/700, 1/1000]
 (or ``inv_gamma``), T0 = 2000 [2000, 3000, 4000], decay 3, I = 32 [1, 32, 64, 128, 512, 1024],
 local batch 32.
@@ -85,7 +85,7 @@ def per_client_grads(fn, v: torch.Tensor, alpha: torch.Tensor, batch) -> tuple[t
 class EpochSampler:
     """Per-client minibatches of ``B`` positions: each client walks through a shuffled copy of its
     own data and reshuffles when fewer than ``B`` examples are left (a DataLoader with shuffle and
-    ``drop_last=True`` per client, repeated; spec §7 item 18). All clients at once: ``[K, B]``."""
+    ``drop_last=True`` per client, repeated). All clients at once: ``[K, B]``."""
 
     def __init__(self, mask: torch.Tensor, batch_size: int, gen: torch.Generator):
         self.mask, self.B, self.gen = mask, batch_size, gen
@@ -112,7 +112,7 @@ class EpochSampler:
 
 class CodaPlus(Algorithm):
     name: ClassVar[str] = "codaplus"
-    paper: ClassVar[str] = "Yuan, Guo, Xu, Ying & Yang, ICML 2021 (seed 004), Alg. 1/2"
+    paper: ClassVar[str] = "Yuan, Guo, Xu, Ying & Yang, ICML 2021 (CODASCA), Alg. 1/2"
     tasks: ClassVar[tuple[str, ...]] = ("auc",)
     rounds: ClassVar[str] = "1 round of I local iterations"
     scaffold: ClassVar[bool] = False
@@ -256,7 +256,7 @@ class CodaPlus(Algorithm):
 
 class Codasca(CodaPlus):
     name: ClassVar[str] = "codasca"
-    paper: ClassVar[str] = "Yuan, Guo, Xu, Ying & Yang, ICML 2021 (seed 004), Alg. 3/4"
+    paper: ClassVar[str] = "Yuan, Guo, Xu, Ying & Yang, ICML 2021 (CODASCA), Alg. 3/4"
     scaffold: ClassVar[bool] = True
 
     @dataclass

@@ -1,19 +1,19 @@
-"""Plain federated learning baselines of seed 002 (Table I): FedAvg, FedProx and SCAFFOLD on ``hfl``.
+"""Plain federated learning baselines of ZO-HFL's Table I (Qiu, Kim & Yousefian): FedAvg, FedProx, SCAFFOLD on ``hfl``.
 
 References:
 * FedAvg: H. B. McMahan, E. Moore, D. Ramage, S. Hampson, B. Agüera y Arcas, "Communication-Efficient
-  Learning of Deep Networks from Decentralized Data", AISTATS 2017 (seed 002's [19]).
+  Learning of Deep Networks from Decentralized Data", AISTATS 2017 (ZO-HFL's [19]).
 * FedProx: T. Li, A. K. Sahu, M. Zaheer, M. Sanjabi, A. Talwalkar, V. Smith, "Federated Optimization in
   Heterogeneous Networks", MLSys 2020 ([13]).
 * SCAFFOLD: S. P. Karimireddy, S. Kale, M. Mohri, S. J. Reddi, S. U. Stich, A. T. Suresh, "SCAFFOLD:
   Stochastic Controlled Averaging for Federated Learning", ICML 2020, Alg. 1 with option II ([8]).
-Setup as in Qiu, Kim & Yousefian, arXiv 2504.01839 §IV; spec ``shared/papers/spec_002_zohfl.md`` §5, A10.
+Setup as in Qiu, Kim & Yousefian, arXiv 2504.01839 §IV.
 
 One communication round r, with S_r the participating clients and x the global model:
 
 1. Each i ∈ S_r starts from y_i = x and runs K_r = ceil(τ√(r+1))·``steps_multiplier`` local SGD steps
    with γ̃_t = γ̃/(t+Γ), t from 0 in every round (the same number of local steps as one Alg. 2 call of
-   ZO-HFL, §IV "the total number of local steps the same across the four methods"; spec A10), on
+   ZO-HFL, §IV "the total number of local steps the same across the four methods"), on
    minibatches ζ_t of its own data:
    * FedAvg:   y_i <- y_i - γ̃_t ∇CE_i(y_i; ζ_t)
    * FedProx:  y_i <- y_i - γ̃_t (∇CE_i(y_i; ζ_t) + μ_prox (y_i - x))           (Li et al., eq. (2))
@@ -25,14 +25,14 @@ One communication round r, with S_r the participating clients and x the global m
      step sizes in place of K·η_l); x <- x + η_g mean_{S_r}(y_i - x);
      c <- c + (|S_r|/m) mean_{S_r}(c_i⁺ - c_i) (lines 16-17); c = c_i = 0 initially.
 
-The baselines see the clients' data only (spec §5); ``server_client: true`` adds the server's data as
+The baselines see the clients' data only (docs/fidelity.md); ``server_client: true`` adds the server's data as
 one more, always participating client (an ablation, not the paper's setting).
 
 Rounds per iteration: 1. Payload per participating client: FedAvg/FedProx d up and d down;
 SCAFFOLD 2d up (Δy_i, Δc_i) and 2d down (x, c).
 
 Hyperparameters (paper §IV where stated): τ = 20, γ̃ = 0.1, Γ = 1 (lr schedule "throughout the
-experiments"), minibatch B = 64 (spec A9), η_g = 1; FedProx μ_prox = 0.01 (not given; spec §5).
+experiments"), minibatch B = 64 (docs/fidelity.md), η_g = 1; FedProx μ_prox = 0.01 (not given).
 """
 
 from __future__ import annotations
@@ -48,12 +48,12 @@ from .hflbase import HFLAlgorithm
 
 class FedAvg(HFLAlgorithm):
     name: ClassVar[str] = "fedavg"
-    paper: ClassVar[str] = "McMahan et al., AISTATS 2017 (baseline of seed 002)"
+    paper: ClassVar[str] = "McMahan et al., AISTATS 2017 (baseline of ZO-HFL)"
 
     @dataclass
     class HP:
         tau: float = 20.0  # τ: K_r = ceil(τ √(r+1)) local steps
-        steps_multiplier: int = 1  # 2 matches ZO-HFL's two Alg. 2 calls (spec A10)
+        steps_multiplier: int = 1  # 2 matches ZO-HFL's two Alg. 2 calls (docs/fidelity.md)
         local_lr: float = 0.1  # γ̃
         Gamma: float = 1.0  # Γ
         lr_schedule: str = "decay"  # decay (γ̃/(t+Γ)) | constant (γ̃)
@@ -94,16 +94,16 @@ class FedAvg(HFLAlgorithm):
 
 class FedProx(FedAvg):
     name: ClassVar[str] = "fedprox"
-    paper: ClassVar[str] = "Li et al., MLSys 2020 (baseline of seed 002)"
+    paper: ClassVar[str] = "Li et al., MLSys 2020 (baseline of ZO-HFL)"
 
     @dataclass
     class HP(FedAvg.HP):
-        mu_prox: float = 0.01  # μ of the proximal term (not given in seed 002; spec §5)
+        mu_prox: float = 0.01  # μ of the proximal term (not given in ZO-HFL)
 
 
 class Scaffold(FedAvg):
     name: ClassVar[str] = "scaffold"
-    paper: ClassVar[str] = "Karimireddy et al., ICML 2020, option II (baseline of seed 002)"
+    paper: ClassVar[str] = "Karimireddy et al., ICML 2020, option II (baseline of ZO-HFL)"
 
     def __init__(self, task, hp, fed):
         super().__init__(task, hp, fed)

@@ -1,5 +1,5 @@
 """FedAvg bounds for federated data hyper-cleaning: the baselines a user expects beside the bilevel
-methods (spec_001 §3 "implied baseline" and §4.2; spec_000 §4.2).
+methods (docs/fidelity.md).
 
 Reference: H. Brendan McMahan, Eider Moore, Daniel Ramage, Seth Hampson, Blaise Agüera y Arcas,
 "Communication-Efficient Learning of Deep Networks from Decentralized Data", AISTATS 2017.
@@ -22,7 +22,7 @@ One round (outer iteration) on the sampled clients S:
 For evaluation the weights are reported as x = 0 (noisy: nothing flagged, F1 = 0) and, for the
 oracle, x = -10 on the corrupted and +10 on the clean examples (F1 = 1 by construction).
 
-Hyperparameters (matched to ``fedbio``'s defaults, spec §4.4): I = 5, b = 64, γ = 0.1.
+Hyperparameters (matched to ``fedbio``'s defaults): I = 5, b = 64, γ = 0.1.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from .rows import RowSampler
 
 class FedAvgBound(BilevelAlgorithm):
     name: ClassVar[str] = "fedavg-noisy"
-    paper: ClassVar[str] = "McMahan et al., AISTATS 2017 (baseline of seeds 000, 001 hyper-cleaning)"
+    paper: ClassVar[str] = "McMahan et al., AISTATS 2017 (baseline of AdaFBiO and FedBiO hyper-cleaning)"
     rounds: ClassVar[str] = "1"
     tasks: ClassVar[tuple[str, ...]] = ("hyperclean",)
 

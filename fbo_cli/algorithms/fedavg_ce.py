@@ -1,6 +1,7 @@
 """FedAvg on binary cross-entropy, evaluated by test AUC: the non-AUC baseline of the ``auc`` task.
 
-Not in seed 004 (spec_004 §3: "A FedAvg+BCE row is not in the paper ... label it 'extra'"); it is
+Not in CODASCA (Yuan, Guo, Xu, Ying & Yang, ICML 2021): a FedAvg+BCE row is not in the paper, so it is
+labelled 'extra'; it is
 what a user expects to compare AUC maximization against. Reference: McMahan, Moore, Ramage,
 Hampson, Agüera y Arcas, "Communication-Efficient Learning of Deep Networks from Decentralized
 Data", AISTATS 2017 (FedAvg), with all K clients participating, as CODA+/CODASCA do.
@@ -33,7 +34,7 @@ from .codasca import EpochSampler, per_client_grads
 
 class FedAvgCE(Algorithm):
     name: ClassVar[str] = "fedavg-ce"
-    paper: ClassVar[str] = "McMahan et al., AISTATS 2017 (extra baseline for seed 004)"
+    paper: ClassVar[str] = "McMahan et al., AISTATS 2017 (extra baseline for CODASCA)"
     tasks: ClassVar[tuple[str, ...]] = ("auc",)
     rounds: ClassVar[str] = "1 round of I local iterations"
 

@@ -2,7 +2,6 @@
 
 Reference: Junyi Li, Feihu Huang, Heng Huang, "Communication-Efficient Federated Bilevel
 Optimization with Local and Global Lower Level Problems", arXiv 2302.06701 (2023); NeurIPS 2023.
-Spec: ``shared/papers/spec_001_fedbio.md`` §1.1, §2.1-2.2, §4.4, §7.
 
 Both algorithms solve three federated problems at once with local steps and periodic averaging:
 the upper problem in x, the lower problem in y, and the quadratic (4)
@@ -12,7 +11,7 @@ series and no extra communication for the hypergradient: u is one more averaged 
 
 Per client m (superscripts dropped), with mutually independent minibatches B_y, B_g1, B_g2 of the
 client's training split and B_f1, B_f2 of its validation split (B_y of size b_y = ``batch_size``,
-B_x = {B_g1, B_g2, B_f1, B_f2} of size b_x = ``upper_batch_size``, equal by default; spec §7 item 8):
+B_x = {B_g1, B_g2, B_f1, B_f2} of size b_x = ``upper_batch_size``, equal by default):
 
 * ``ω(x, y; B_y)      = ∇_y g(x, y; B_y)``                                   (lower gradient)
 * ``µ(x, y, u; B)     = ∇_x f(x, y; B_f1) - ∇_xy g(x, y; B_g1) u``            (hypergradient estimate)
@@ -31,8 +30,8 @@ FedBiOAcc (Alg. 2): first ω_1, ν_1, q_1 = ω, µ, p at (x_1, y_1, u_1) on a fi
 
 1. ŷ = y_t - γ α_t ω_t, x̂ = x_t - η α_t ν_t, û = u_t - τ α_t q_t (line 4);
 2. if t mod I == 0: x_{t+1}, y_{t+1}, u_{t+1} <- client means (line 6), else the local values (line 8);
-3. sample fresh B_y, B_x (spec §7 item 5; Alg. 4 line 10) and update, with the *same* batches at the
-   new and the old point (lines 10-12; µ_s and p_s entirely at (x_s, y_s, u_s), spec §7 items 3-4):
+3. sample fresh B_y, B_x (docs/fidelity.md) and update, with the *same* batches at the
+   new and the old point (lines 10-12; µ_s and p_s entirely at (x_s, y_s, u_s)):
    ω̂ = ω(z_{t+1}) + (1 - c_ω α_t²)(ω_t - ω(z_t)),  ν̂ = µ(z_{t+1}) + (1 - c_ν α_t²)(ν_t - µ(z_t)),
    q̂ = p(z_{t+1}) + (1 - c_u α_t²)(q_t - p(z_t));
 4. if t mod I == 0: ω, ν, q <- client means of ω̂, ν̂, q̂ (line 14), else keep.
@@ -49,7 +48,7 @@ is, literally, two exchanges (the momenta at the new point need the averaged ite
 paper counts it as one round and so do we. Oracles per iteration and client: FedBiO 3 gradients
 (B_y, B_f1, B_f2), 1 JVP (B_g1), 1 HVP (B_g2); FedBiOAcc twice that (new and old point).
 
-Hyperparameters (the paper has no experiments; spec §4.4 recommendations for hyper-cleaning):
+Hyperparameters (the paper has no experiments):
 b = 64, I = 5, γ (lower) = 0.1, η (upper) = 100 (per-example weight logits; use ~0.05 for a
 representation; the Fashion-MNIST experiments use 1000), τ (u) = 0.1, u_1 = 0; schedule
 α_t = δ = 1 constant (Thms 1, 2 use constants / δ/(u0+t)^{1/3}: ``schedule: cbrt``), FedBiOAcc
@@ -113,7 +112,7 @@ class _GlobalLowerBase(BilevelAlgorithm):
 
     def draw(self, train: RowSampler, val: RowSampler, b: int, bx: int) -> Draw:
         """Mutually independent minibatches: B_y of size b_y = ``b``, and B_x = {B_g1, B_g2, B_f1, B_f2}
-        of size b_x = ``bx`` (Alg. 1 line 4; spec §7 item 8). ``shared_batches`` (spec §4.4): one
+        of size b_x = ``bx`` (Alg. 1 line 4). ``shared_batches`` (docs/fidelity.md): one
         training batch (size b) for B_y, B_g1, B_g2 and one validation batch (size b_x) for B_f1, B_f2."""
         gen, nz = self.fed.gen, self.noise
         if self.hp.shared_batches:
@@ -145,7 +144,7 @@ class _GlobalLowerBase(BilevelAlgorithm):
 
 class FedBiO(_GlobalLowerBase):
     name: ClassVar[str] = "fedbio"
-    paper: ClassVar[str] = "Li, Huang & Huang, arXiv 2302.06701 / NeurIPS 2023 (seed 001), Alg. 1"
+    paper: ClassVar[str] = "Li, Huang & Huang, arXiv 2302.06701 / NeurIPS 2023 (FedBiO), Alg. 1"
     rounds: ClassVar[str] = "1 per I local iterations (T/I in all)"
 
     @dataclass
@@ -159,7 +158,7 @@ class FedBiO(_GlobalLowerBase):
         schedule: str = "const"  # const: γ_t = γ δ, ... | cbrt: times δ/(u0+t)^{1/3}
         delta: float = 1.0
         u0: float = 0.0
-        shared_batches: bool = False  # one train + one val batch per iteration (spec §4.4 option)
+        shared_batches: bool = False  # one train + one val batch per iteration (docs/fidelity.md)
 
     def step(self) -> None:
         hp = self.hp
@@ -179,7 +178,7 @@ class FedBiO(_GlobalLowerBase):
 
 class FedBiOAcc(_GlobalLowerBase):
     name: ClassVar[str] = "fedbioacc"
-    paper: ClassVar[str] = "Li, Huang & Huang, arXiv 2302.06701 / NeurIPS 2023 (seed 001), Alg. 2"
+    paper: ClassVar[str] = "Li, Huang & Huang, arXiv 2302.06701 / NeurIPS 2023 (FedBiO), Alg. 2"
     rounds: ClassVar[str] = "1 per I local iterations (T/I in all)"
 
     @dataclass
@@ -187,7 +186,7 @@ class FedBiOAcc(_GlobalLowerBase):
         local_steps: int = 5  # I
         batch_size: int = 64  # b
         upper_batch_size: int | None = None  # b_x of B_x (None: = batch_size)
-        first_batch: int | None = None  # b_1 of the initial estimators (None: 4 b, spec §4.4)
+        first_batch: int | None = None  # b_1 of the initial estimators (None: 4 b)
         lower_lr: float = 0.1  # γ
         upper_lr: float = 100.0  # η
         aux_lr: float = 0.1  # τ

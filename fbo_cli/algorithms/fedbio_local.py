@@ -2,7 +2,6 @@
 
 Reference: Junyi Li, Feihu Huang, Heng Huang, "Communication-Efficient Federated Bilevel Optimization
 with Local and Global Lower Level Problems", arXiv 2302.06701 (NeurIPS 2023), Algorithm 3.
-Spec: ``shared/papers/spec_001_fedbio.md`` §1.2, §2.3, §2.4, §4.3-4.4, §7.
 
 Problem (eq. 5): ``min_x (1/M) Σ_m f^(m)(x, y_x^(m))``, ``y_x^(m) = argmin_y g^(m)(x, y)``: the upper
 variable x is federated, every client keeps its own lower variable y^(m) (never averaged). Every
@@ -28,10 +27,10 @@ Samples (ledger ``samples``): the data points drawn, b_y + (Q+2) b per client pe
 oracle counters count calls per client: 2 gradients (∇_y g; ∇f w.r.t. (x, y) at once), Q HVPs and
 1 JVP per iteration.
 
-Hyperparameters (the paper gives theory constants only, Thm 3; defaults follow spec §4.4 except
-where marked): I = 5, b = 64 (b_y = b), γ = 0.1 (constant lower step, Thm 3: γ = 1/(2L));
-η = 0.01 (spec: 0.05, grid 0.005-0.1; 0.03 and above were unstable on Fashion-MNIST); Neumann
-τ = 0.05 and Q = 10 (spec: 0.1 and 5). The series converges for τ < 2/L_g; the lower Hessian's
+Hyperparameters (the paper gives theory constants only, Thm 3; defaults as in docs/fidelity.md):
+I = 5, b = 64 (b_y = b), γ = 0.1 (constant lower step, Thm 3: γ = 1/(2L));
+η = 0.01 (not 0.05; grid 0.005-0.1; 0.03 and above were unstable on Fashion-MNIST); Neumann
+τ = 0.05 and Q = 10 (not 0.1 and 5). The series converges for τ < 2/L_g; the lower Hessian's
 largest eigenvalue is L_g ≈ 5 at the start and ≈ 17 after 30 rounds on Fashion-MNIST, and
 τ(Q + 1) = 0.55 keeps about 60% of the implicit term (cosine with the exact hypergradient 0.69-0.73
 against 0.52 for the direct gradient alone), where the previous τ = 0.01, Q = 5 kept about 27%
@@ -68,7 +67,7 @@ class ClientStateAlgorithm(Algorithm):
                              f"clients): set participation=1 (got {fed.participation})")
         local = bool(getattr(task, "local_lower", False))
         if self.needs_local_lower and not local:
-            raise UsageError(f"'{self.name}' solves a lower level per client (seed 001 eq. 5): run it with "
+            raise UsageError(f"'{self.name}' solves a lower level per client (FedBiO eq. 5): run it with "
                              f"lower=local (per-client heads)")
         super().__init__(task, hp, fed)
         self.local = local
@@ -135,7 +134,7 @@ class ClientStateAlgorithm(Algorithm):
 
 class FedBiOLocal(ClientStateAlgorithm):
     name: ClassVar[str] = "fedbio-local"
-    paper: ClassVar[str] = "Li, Huang & Huang, arXiv 2302.06701 / NeurIPS 2023, Alg. 3 (seed 001)"
+    paper: ClassVar[str] = "Li, Huang & Huang, arXiv 2302.06701 / NeurIPS 2023, Alg. 3 (FedBiO)"
     rounds: ClassVar[str] = "1 per I local iterations"
 
     @dataclass
@@ -144,9 +143,9 @@ class FedBiOLocal(ClientStateAlgorithm):
         batch_size: int = 64  # b = b_x: every upper-side minibatch (ξ_f, ξ_g, ξ_j)
         batch_size_y: int | None = None  # b_y of B_y (None: = batch_size)
         lower_lr: float = 0.1  # γ, lower (y) step
-        upper_lr: float = 0.01  # η, upper (x) step (spec §4.4: 0.05)
-        neumann_step: float = 0.05  # τ of eq. (6) (spec §4.4: 0.1; must be < 2/L_g; docs/fidelity.md)
-        Q: int = 10  # Neumann terms (Hessian samples) of eq. (6) (spec §4.4: 5)
+        upper_lr: float = 0.01  # η, upper (x) step (first tried: 0.05; docs/fidelity.md)
+        neumann_step: float = 0.05  # τ of eq. (6) (first tried: 0.1; must be < 2/L_g; docs/fidelity.md)
+        Q: int = 10  # Neumann terms (Hessian samples) of eq. (6) (first tried: 5; docs/fidelity.md)
 
     def __init__(self, task, hp, fed):
         check_common(hp)

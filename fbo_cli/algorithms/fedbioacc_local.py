@@ -3,7 +3,6 @@
 Reference: Junyi Li, Feihu Huang, Heng Huang, "Communication-Efficient Federated Bilevel Optimization
 with Local and Global Lower Level Problems", arXiv 2302.06701 (NeurIPS 2023), Algorithm 4 (titled
 "FedBiO - Local Lower Level Problem" in the arXiv text, FedBiOAcc-Local in the NeurIPS abstract).
-Spec: ``shared/papers/spec_001_fedbio.md`` §2.3, §2.5, §4.3-4.4, §7 items 6-9.
 
 Problem (eq. 5) and state as in :mod:`fedbio_local`, plus each client's momentum estimators
 ω^(m) ``[M, d]`` (lower gradient, never averaged) and ν^(m) ``[M, p]`` (hypergradient, averaged with x).
@@ -14,7 +13,7 @@ Initialization (line 2), every client m, at (x_1, y_1) with a first minibatch of
 One call of :meth:`step` = one communication round = I iterations t; at every t, every client:
 
 1. ŷ_{t+1} = y_t - γ α_t ω_t, x̂_{t+1} = x_t - η α_t ν_t (line 4; the OCR's û/q term is a
-   copy-paste artifact of Alg. 2 and is dropped, spec §7 item 6);
+   copy-paste artifact of Alg. 2 and is dropped);
 2. if t mod I = 0: x_{t+1} = mean_j x̂_{t+1}^(j); else x_{t+1} = x̂_{t+1}; y_{t+1} = ŷ_{t+1} always
    (lines 5-9);
 3. fresh B_y, B_x = {ξ_f, ξ_g, ξ_1..ξ_Q} (line 10), used at *both* points (x_{t+1}, y_{t+1}) and the
@@ -30,9 +29,9 @@ the paper counts it as one round and so do we.) The initialization needs no comm
 Samples: data points drawn, b_y + (Q+2) b per client per iteration (each draw is used at both
 points and counted once), plus the first batch. Oracle calls: every gradient/HVP/JVP twice.
 
-Hyperparameters (spec §4.4 recommendations; the theory's δ, u0, c_ν, c_ω are not computable): I = 5,
+Hyperparameters (docs/fidelity.md): I = 5,
 b = 64, b_y = b (``by_scale_M: true`` gives Thm 4's b_y = bM), b_1 = 4b, γ = 0.1, and as
-for FedBiO-Local η = 0.01 (spec 0.05, which diverged), Neumann τ = 0.05 and Q = 10 (spec 0.1 and 5;
+for FedBiO-Local η = 0.01 (0.05 diverged), Neumann τ = 0.05 and Q = 10 (not 0.1 and 5;
 chosen so that the truncated series keeps the implicit term, docs/fidelity.md),
 α_t = δ = 1 constant (``schedule: cbrt`` gives Thm 4's α_t = δ/(u0 + t)^{1/3}),
 c_ω = c_ν = 0.1 (momentum 1 - c α_t² = 0.9). A weight c α_t² above 1 is clipped to 1 (the plain
@@ -53,7 +52,7 @@ from .storm import check_schedule, pair, step_factor, storm, twice, unpair
 
 class FedBiOAccLocal(ClientStateAlgorithm):
     name: ClassVar[str] = "fedbioacc-local"
-    paper: ClassVar[str] = "Li, Huang & Huang, arXiv 2302.06701 / NeurIPS 2023, Alg. 4 (seed 001)"
+    paper: ClassVar[str] = "Li, Huang & Huang, arXiv 2302.06701 / NeurIPS 2023, Alg. 4 (FedBiO)"
     rounds: ClassVar[str] = "1 per I local iterations"
 
     @dataclass
@@ -64,9 +63,9 @@ class FedBiOAccLocal(ClientStateAlgorithm):
         by_scale_M: bool = False  # Thm 4: b_y = b M
         first_batch: int | None = None  # b_1 of the initialization (None: 4 b)
         lower_lr: float = 0.1  # γ, lower (y) step
-        upper_lr: float = 0.01  # η, upper (x) step (spec §4.4: 0.05)
-        neumann_step: float = 0.05  # τ of eq. (6) (spec §4.4: 0.1; must be < 2/L_g; docs/fidelity.md)
-        Q: int = 10  # Neumann terms of eq. (6) (spec §4.4: 5)
+        upper_lr: float = 0.01  # η, upper (x) step (first tried: 0.05; docs/fidelity.md)
+        neumann_step: float = 0.05  # τ of eq. (6) (first tried: 0.1; must be < 2/L_g; docs/fidelity.md)
+        Q: int = 10  # Neumann terms of eq. (6) (first tried: 5; docs/fidelity.md)
         schedule: str = "const"  # α_t: const (= delta) | cbrt (delta / (u0 + t)^(1/3))
         delta: float = 1.0
         u0: float = 0.0

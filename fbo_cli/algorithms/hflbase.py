@@ -1,11 +1,12 @@
-"""Shared machinery of the algorithms that run on the ``hfl`` task (seed 002): ZO-HFL and the plain FL
+"""Shared machinery of the algorithms that run on the ``hfl`` task: ZO-HFL (Qiu, Kim & Yousefian,
+arXiv 2504.01839) and the plain FL
 baselines FedAvg, FedProx and SCAFFOLD.
 
-* The global model ``x [d]`` starts at 0 (spec A6); one ``step()`` is one communication round r.
+* The global model ``x [d]`` starts at 0 (docs/fidelity.md); one ``step()`` is one communication round r.
 * Participating clients S_r come from a generator of their own, seeded by the run's seed, so that
-  all four methods see the same sequence S_0, S_1, ... for a given seed (spec §3.3, §5).
+  all four methods see the same sequence S_0, S_1, ... for a given seed (docs/fidelity.md).
 * Local steps per round and client: ``H_r = ceil(τ √(r+1))`` (Alg. 1/2 with ``H_{i,r} = τ√(r+1)``,
-  §IV; ceil per spec A5); the baselines run the same number (spec A10).
+  §IV; rounded up); the baselines run the same number (docs/fidelity.md).
 * Local step sizes ``γ̃_t = γ̃ / (t + Γ)`` with ``γ̃ = 0.1, Γ = 1``, t restarting at 0 in every call
   (§IV "throughout the experiments"), or constant ``γ̃`` (``lr_schedule: constant``).
 * :meth:`HFLAlgorithm.local` runs the local SGD of all participating clients at once: ``K`` clients,
@@ -47,7 +48,7 @@ class HFLAlgorithm(Algorithm):
 
     # schedules ---------------------------------------------------------------------------------------
     def local_steps(self, r: int) -> int:
-        """``H_r = ceil(τ √(r+1))`` (spec A5; the tiny guard keeps exact products such as 20·√4 = 40)."""
+        """``H_r = ceil(τ √(r+1))`` (docs/fidelity.md)."""
         return max(1, math.ceil(self.hp.tau * math.sqrt(r + 1) - 1e-9))
 
     def local_lr(self, t: int) -> float:

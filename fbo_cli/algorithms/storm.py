@@ -1,12 +1,12 @@
-"""Pieces shared by the STORM-type federated bilevel algorithms (seed 000 AdaFBiO, seed 001 FedBiO
-family): the STORM recursion and the step-size schedule α_t = δ / (u0 + t)^{1/3}.
+"""Pieces shared by the STORM-type federated bilevel algorithms (AdaFBiO, Huang, arXiv 2211.01122; FedBiO
+family, Li, Huang & Huang, NeurIPS 2023): the STORM recursion and the step-size schedule α_t = δ / (u0 + t)^{1/3}.
 
-STORM (Cutkosky & Orabona 2019), as seed 001 Alg. 2 lines 10-12 / Alg. 4 and seed 000 eqs. (8)-(9)
+STORM (Cutkosky & Orabona 2019), as FedBiO Alg. 2 lines 10-12 / Alg. 4 and AdaFBiO eqs. (8)-(9)
 write it, with the *same* minibatch ξ_{t+1} at the new and the old point:
 
     d_{t+1} = G(z_{t+1}; ξ_{t+1}) + (1 - a_t) (d_t - G(z_t; ξ_{t+1}))
 
-``a_t`` is the momentum weight (seed 001: a_t = c α_t²; seed 000: α_{t+1}, β_{t+1}). With a_t = 1 the
+``a_t`` is the momentum weight (FedBiO: a_t = c α_t²; AdaFBiO: α_{t+1}, β_{t+1}). With a_t = 1 the
 recursion is the plain stochastic estimator ``G(z_{t+1}; ξ_{t+1})``.
 """
 
@@ -29,7 +29,7 @@ def storm(new: torch.Tensor, est: torch.Tensor, old: torch.Tensor, weight: float
 
 
 def step_factor(kind: str, t: int, delta: float, u0: float) -> float:
-    """α_t: ``const`` -> δ for every t; ``cbrt`` -> δ / (u0 + t)^{1/3} (seed 001 Thms 2/4, t >= 1)."""
+    """α_t: ``const`` -> δ for every t; ``cbrt`` -> δ / (u0 + t)^{1/3} (FedBiO Thms 2/4, t >= 1)."""
     if kind == "const":
         return float(delta)
     if kind == "cbrt":
@@ -85,9 +85,9 @@ def neumann_hypergrad(f, g, x: torch.Tensor, y: torch.Tensor, bf: dict, bj: dict
     """Per-client local hypergradient estimate ``[M, dx]`` at stacked points ``x [M, dx]``,
     ``y [M, dy]`` with a Neumann series of the client's own lower Hessian (no communication):
 
-    * ``mode="sum"`` (seed 001 eq. (6)): ``Φ = ∇_x f(ξ_f) - τ ∇_xy g(ξ_g) Σ_{q=0}^{Q} Π_{j≤q}
+    * ``mode="sum"`` (FedBiO eq. (6)): ``Φ = ∇_x f(ξ_f) - τ ∇_xy g(ξ_g) Σ_{q=0}^{Q} Π_{j≤q}
       (I - τ ∇²_yy g(ξ_j)) ∇_y f(ξ_f)``, with Q = ``len(hess)`` independent Hessian batches;
-    * ``mode="random"`` (seed 000 eq. (13)): ``∇_x f(ξ) - ∇_xy g(ζ_0) K ϑ Π_{i=1}^{k}
+    * ``mode="random"`` (AdaFBiO eq. (13)): ``∇_x f(ξ) - ∇_xy g(ζ_0) K ϑ Π_{i=1}^{k}
       (I - ϑ ∇²_yy g(ζ_i)) ∇_y f(ξ)`` with K = ``len(hess) + 1`` and a per-client index
       ``k [M]`` ∈ {0..K-1}; client i applies only its first k_i Hessian factors. ``K`` given: the
       scale K ϑ uses it (then ``hess`` may hold just the first max(k) batches).

@@ -2,38 +2,37 @@
 
 Reference: Yuyang Qiu, Kibaek Kim, Farzad Yousefian, "A Randomized Zeroth-Order Hierarchical Framework
 for Heterogeneous Federated Learning", arXiv 2504.01839 (2025), Algorithms 1 and 2.
-Spec: ``shared/papers/spec_002_zohfl.md`` §2-3, §7, §10. Runs on the ``hfl`` task.
 
 One communication round r (Alg. 1), with S_r the participating clients (``participation`` β):
 
 1. The server draws, for each i ∈ S_r, a direction v_{i,r} uniform on the unit sphere of R^d
-   (``v = z/||z||``, z ~ N(0, I); Alg. 1 line 3, spec A16: S not ηS), and broadcasts x̂_r and v_{i,r}.
+   (``v = z/||z||``, z ~ N(0, I); Alg. 1 line 3), and broadcasts x̂_r and v_{i,r}.
 2. Client i calls Alg. 2 twice, from the inputs x± = x̂_r ± η v_{i,r} (Alg. 1 line 5): starting at
-   y_0 = x± (spec A7), H_r = ceil(τ√(r+1)) steps (§IV, spec A5) of projected SGD on its lower problem
+   y_0 = x± (docs/fidelity.md), H_r = ceil(τ√(r+1)) steps (§IV) of projected SGD on its lower problem
    y_{t+1} = Π_{Y_i(x±)}[y_t - γ̃_t (∇CE(y_t; ζ_t) + μ (y_t - x±))], γ̃_t = γ̃/(t+Γ) (Alg. 2 line 4).
-   With ``crn`` (default, spec A8) the + and - calls use the same minibatches ζ_t; the two calls
+   With ``crn`` (default) the + and - calls use the same minibatches ζ_t; the two calls
    are one batched computation. It sends y± back.
 3. The server forms g_i = (d/(2η)) (f2(x+, y+) - f2(x-, y-)) v_{i,r}, with f2(x, y) = (λ/2)||x - y||²
-   evaluated in float64 (Alg. 1 line 7; the dimension factor d = n·C of Lemma 7(i), spec §1.2 [FIX]).
+   evaluated in float64 (Alg. 1 line 7; the dimension factor d = n·C of Lemma 7(i)).
 4. It draws a minibatch ξ_r of its own data and sets ĝ = ∇f̃1(x̂_r; ξ_r) + Σ_{i∈S_r} ρ_i g_i
-   (Alg. 1 line 7 with the §IV weights ρ_i of the task; non-participants contribute 0, spec A4;
+   (Alg. 1 line 7 with the §IV weights ρ_i of the task; non-participants contribute 0;
    ``aggregate: unbiased`` multiplies the sum by m/|S_r|).
 5. x̂_{r+1} = x̂_r - γ_r ĝ, γ_r = γ/√(r+1) (Alg. 1 line 8, §IV).
 
 ``num_dirs`` q > 1 averages q independent directions per client (2q Alg. 2 calls); the paper uses 1.
-``warm_start`` starts Alg. 2 from the client's previous outputs instead of x± (spec A7 option).
+``warm_start`` starts Alg. 2 from the client's previous outputs instead of x± (docs/fidelity.md).
 
 Rounds per iteration: 1. Payload: up 2·q·d floats (y+ and y-) per client; down d + 1 (x̂_r and a seed
 for the directions). Oracles: 2·q·H_r local gradients per participating client, 1 server gradient.
 
 Metrics besides the task's: ``global_loss`` = f1(x̂) on the full server data + f̂2, where f̂2 is the
 previous round's ρ-weighted mean over S_r of (f2(x+, y+) + f2(x-, y-))/2, rescaled to all clients by
-Σ_i ρ_i / Σ_{i∈S_r} ρ_i (spec A12, Fig. 2); ``g1_norm`` and ``gzo_norm`` (||∇f̃1|| and ||Σ ρ_i g_i||,
-spec A8 diagnostics).
+Σ_i ρ_i / Σ_{i∈S_r} ρ_i (docs/fidelity.md); ``g1_norm`` and ``gzo_norm`` (||∇f̃1|| and ||Σ ρ_i g_i||,
+diagnostics).
 
 Hyperparameters (paper §IV defaults): τ = 20 (Table I; 5/20/50 in Fig. 2), γ = 0.01, γ̃ = 0.1, Γ = 1,
-η = 0.1, q = 1. Not given in the paper: minibatch B = 64 for ζ and ξ (spec A9); λ and μ are the task's
-``lam``/``mu`` (1.0 each, spec A1).
+η = 0.1, q = 1. Not given in the paper: minibatch B = 64 for ζ and ξ (docs/fidelity.md); λ and μ are the task's
+``lam``/``mu`` (1.0 each).
 """
 
 from __future__ import annotations
@@ -64,7 +63,7 @@ def unit_directions(gen: torch.Generator, shape: tuple[int, ...], device=None) -
 
 class ZOHFL(HFLAlgorithm):
     name: ClassVar[str] = "zohfl"
-    paper: ClassVar[str] = "Qiu, Kim & Yousefian, arXiv 2504.01839 (seed 002)"
+    paper: ClassVar[str] = "Qiu, Kim & Yousefian, arXiv 2504.01839 (ZO-HFL)"
 
     @dataclass
     class HP:
@@ -77,9 +76,9 @@ class ZOHFL(HFLAlgorithm):
         num_dirs: int = 1  # q, directions per client per round (paper: 1)
         batch_size: int = 64  # B of the clients' minibatches ζ (0: full local data)
         server_batch: int = 64  # B of the server's minibatch ξ (0: full server data)
-        crn: bool = True  # same minibatches for the + and - calls (spec A8)
-        aggregate: str = "sum"  # sum (non-participants give 0, spec A4) | unbiased (x m/|S_r|)
-        warm_start: bool = False  # start Alg. 2 from the client's previous y± (spec A7 option)
+        crn: bool = True  # same minibatches for the + and - calls (docs/fidelity.md)
+        aggregate: str = "sum"  # sum (non-participants give 0) | unbiased (x m/|S_r|)
+        warm_start: bool = False  # start Alg. 2 from the client's previous y± (docs/fidelity.md)
 
     def __init__(self, task, hp, fed):
         if hp.lr_schedule not in ("decay", "constant"):

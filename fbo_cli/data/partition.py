@@ -6,7 +6,8 @@
 * ``dirichlet``: per class, proportions ~ Dir(alpha) over clients, with NIID-Bench's balancing
   rule (a client already holding N/m examples gets no more) and resampling until every client has
   at least ``min_size`` examples (Li et al., NIID-Bench, 2022).
-* ``class-disjoint``: classes dealt out so that clients share no class (seed 004's setting).
+* ``class-disjoint``: classes dealt out so that clients share no class (the setting of CODASCA,
+  Yuan, Guo, Xu, Ying & Yang, ICML 2021).
 """
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ def dirichlet(labels: np.ndarray, m: int, rs: np.random.RandomState, alpha: floa
 
 
 def class_disjoint(labels: np.ndarray, m: int, rs: np.random.RandomState) -> list[np.ndarray]:
-    """Clients share no class. With an even number of classes C and ``m <= C/2`` this is seed 004's
-    rule (its official code, spec_004 §4 E1): the class ids ``0..C/2-1`` are shuffled and dealt as
+    """Clients share no class. With an even number of classes C and ``m <= C/2`` this is CODASCA's
+    rule (its official code): the class ids ``0..C/2-1`` are shuffled and dealt as
     ``groups = order[i::m]``, and client i owns the classes ``G_i ∪ {c + C/2 : c ∈ G_i}``, i.e. the
     same number of classes from each half (the ``auc`` task's negatives and positives). Otherwise
     single classes are dealt out at random."""

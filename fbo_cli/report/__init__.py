@@ -17,8 +17,8 @@ algorithm ``better`` beats ``than`` on ``metric`` (a column of ``runs.csv``: ``f
 setting, the pairs of runs with the same random seed are compared; the claim **holds in every seed**
 when ``better`` wins every pair, **holds in the mean** when it wins on the mean over seeds (the median
 for rounds or iterations to the target) but not every pair, **does not hold** otherwise; **no data**
-when a side has no finished run. A run that never reaches the target counts as +∞ rounds. Paper numbers are compared by the rule in
-:func:`match_paper`.
+when a side has no finished run. A run that never reaches the target counts as +∞ rounds. Paper
+numbers are compared by the rule in :func:`match_paper`.
 """
 
 from __future__ import annotations

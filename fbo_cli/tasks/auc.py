@@ -1,10 +1,10 @@
-"""Federated deep AUC maximization, a min-max task (seed 004: Yuan, Guo, Xu, Ying, Yang, ICML 2021).
+"""Federated deep AUC maximization, a min-max task (CODASCA: Yuan, Guo, Xu, Ying, Yang, ICML 2021).
 
-Problem (seed 004 eq. 1): ``min_{v=(w,a,b)} max_alpha (1/K) Σ_k f_k(v, alpha)`` with ``f_k`` the
+Problem (CODASCA eq. 1): ``min_{v=(w,a,b)} max_alpha (1/K) Σ_k f_k(v, alpha)`` with ``f_k`` the
 expectation over client k's data of ``F(v, alpha; z)`` below, with **one global** positive ratio ``p``.
 
-Losses (one client, one minibatch; the batch *mean* with indicator weights, spec_004 §1.2), score
-``h = sigmoid(net(w; x))`` in [0, 1] (spec §7 item 17), ``m`` the margin:
+Losses (one client, one minibatch; the batch *mean* with indicator weights), score
+``h = sigmoid(net(w; x))`` in [0, 1] (docs/fidelity.md), ``m`` the margin:
 
 * ``square`` (eq. 2; the ``paper`` preset, ``m = 1`` gives eq. 2 exactly)::
 
@@ -21,23 +21,23 @@ The closed-form dual gradient of the code (``dual_grad: closed_form``) is ``2(m 
 (aucm) or ``2(b - a) - 2 alpha`` (square): the population ``∂f/∂alpha`` over ``p(1-p)`` at the
 class-mean ``a, b``.
 
-Data (spec §4 E1, §8): the classes of any dataset are made binary, positives = the second half of
+Data (docs/fidelity.md): the classes of any dataset are made binary, positives = the second half of
 the class ids (``y >= C // 2``: CIFAR-100 50-99, CIFAR-10 / Fashion-MNIST / digits 5-9, as the
 paper's code). The training part is made imbalanced: positives are subsampled (uniformly within each
 positive class, the same fraction everywhere) so that they are ``imratio`` of the training data; the
 test set is untouched (balanced for the class-balanced datasets). Each client trains on all the rows
 the partition gave it (its ``train`` and ``val`` parts together: the task has no upper level).
-``p`` is the positive fraction of the union of the clients' training data (spec §7 item 3).
+``p`` is the positive fraction of the union of the clients' training data (docs/fidelity.md).
 
 Models (pure functions of a flat parameter vector, vmapped over clients by the algorithms):
 
-* ``mlp``: ``d -> hidden -> hidden -> 1`` with ReLU (spec §8.1: 32 -> 64 -> 64 -> 1); feature data.
+* ``mlp``: ``d -> hidden -> hidden -> 1`` with ReLU (the experiments: 32 -> 64 -> 64 -> 1); feature data.
 * ``cnn``: ``Conv3x3(c, ch) -> ReLU -> MaxPool2 -> Conv3x3(ch, 2ch) -> ReLU -> MaxPool2 -> FC(hidden)
   -> ReLU -> FC(1)``; 28x28 (and 8x8) images.
 * ``resnet20``: He et al. (2016) CIFAR ResNet-20 (3 stages x 3 basic blocks, 16/32/64 channels,
   parameter-free "option A" shortcuts), with **GroupNorm** (``norm_groups`` groups) in place of
   BatchNorm: a normalization that uses no batch statistics works unchanged under ``vmap`` over the
-  client dimension and has no running statistics to average (spec §7 item 10 discusses BN).
+  client dimension and has no running statistics to average (docs/fidelity.md).
 * ``auto``: resnet20 for 3x32x32, cnn for other 1-channel images, mlp otherwise.
 
 Metric: ``test_auc`` = the Mann-Whitney U statistic with ties counted 1/2 (= scikit-learn's
@@ -98,7 +98,7 @@ class AUC(Task):
     kind: ClassVar[str] = "minimax"
     metric: ClassVar[str] = "test_auc"
     default_dataset: ClassVar[str] = "synth-c100"
-    # seed 004's setting: every client takes part, clients share no class; one round = I local iterations
+    # CODASCA's setting: every client takes part, clients share no class; one round = I local iterations
     run_defaults: ClassVar[dict] = {"clients": 16, "partition": "class-disjoint", "participation": 1.0,
                                     "rounds": 64, "eval_every": 8}
     datasets: ClassVar[tuple[str, ...]] = ("synth-c100", "fashion-mnist", "mnist", "mnist5k", "cifar10",
@@ -240,7 +240,7 @@ class AUC(Task):
 
     def init(self, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """``v0 = (w0, a=0, b=0)`` (PyTorch's default layer init; GroupNorm scale 1, shift 0) and
-        ``alpha0 = 0`` (spec §7 item 17)."""
+        ``alpha0 = 0`` (docs/fidelity.md)."""
         dev = self.data.X.device
         w = self.layout.init(gen, dev)
         if self.norm_names:

@@ -89,7 +89,7 @@ class BilevelTask(Task):
     """
 
     reuse: ClassVar[bool] = False
-    local_lower: bool = False  # True: a lower variable per client (seed 001 eq. 5); y is stacked [m, dy]
+    local_lower: bool = False  # True: a lower variable per client (FedBiO eq. 5); y is stacked [m, dy]
     dx: int
     dy: int
 

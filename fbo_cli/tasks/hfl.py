@@ -1,4 +1,4 @@
-"""Heterogeneous federated learning as a hierarchical problem (seed 002, ZO-HFL; spec_002 §1.2, §6.2).
+"""Heterogeneous federated learning as a hierarchical problem (ZO-HFL, Qiu, Kim & Yousefian, arXiv 2504.01839).
 
 Problem (1) of Qiu, Kim and Yousefian (arXiv 2504.01839), as instantiated in their §IV:
 
@@ -6,17 +6,17 @@ Problem (1) of Qiu, Kim and Yousefian (arXiv 2504.01839), as instantiated in the
   parameters a matrix ``x ∈ R^{C×n}`` (stored flat, ``d = C·n``, class-major as ``nn.Linear``'s weight);
 * server loss ``f1(x) = CE(x; D_s)``, the mean cross-entropy on the server's own data;
 * penalty ``f2(x) = Σ_i ρ_i (λ/2) ||x - y_i(x)||²`` with ``ρ_i = N_i / Σ_j N_j`` (``client_weighting:
-  data``, §IV) or ``ρ_i = 1/m`` (``uniform``, Alg. 1 literally) (spec A3);
+  data``, §IV) or ``ρ_i = 1/m`` (``uniform``, Alg. 1 literally) (docs/fidelity.md);
 * client i's lower problem ``y_i(x) = argmin_{y ∈ Y_i(x)} CE(y; D_i) + (μ/2) ||x - y||²``, with
   ``Y_i(x) = R^d`` (``local_constraint: none``, the experiments) or the ball
-  ``{||y - x|| <= radius}`` (``ball``; spec §1.1, A15).
+  ``{||y - x|| <= radius}`` (``ball``).
 
-Data (spec §6.2, :func:`fbo_cli.data.hierarchical.build_hierarchical`): train and test pooled, 10% test,
+Data (docs/fidelity.md): train and test pooled, 10% test,
 30% of the rest to the server uniformly at random, the remaining 70% split over the ``clients`` with the
 run's ``partition`` (``dirichlet`` with ``alpha`` in the paper). The task rebuilds the runner's
 :class:`FederatedData` *in place* with this pipeline, from the run's own partition settings
 (``data.spec``), so every algorithm sees the same object. Features are flattened pixels in [0, 1]
-(``features: unit``, spec §6.2 step 4) or the loader's standardized values (``standard``).
+(``features: unit``) or the loader's standardized values (``standard``).
 
 The task holds no algorithm logic: it provides batched closed-form oracles (cross-entropy gradients of
 stacked models ``[K, G·C, n]``: ``G`` models per client share each minibatch), the projection, the
@@ -62,14 +62,14 @@ class HFL(Task):
 
     @dataclass
     class Params:
-        lam: float = 1.0  # λ, weight of the penalty f2 (not given in the paper; spec A1)
-        mu: float = 1.0  # μ, the clients' proximal weight (not given in the paper; spec A1)
+        lam: float = 1.0  # λ, weight of the penalty f2 (not given in the paper)
+        mu: float = 1.0  # μ, the clients' proximal weight (not given in the paper)
         client_weighting: str = "data"  # data (ρ_i = N_i/ΣN_j, §IV) | uniform (1/m, Alg. 1)
         local_constraint: str = "none"  # none (the experiments) | ball (||y - x|| <= radius)
         radius: float = 1.0  # ρ_i of the ball constraint
         test_frac: float = 0.1  # share of the pooled data held out as the global test set
         server_frac: float = 0.3  # share of the training data given to the server
-        pool_test: bool = True  # pool train and test, then split (spec §6.2); False: the official test set
+        pool_test: bool = True  # pool train and test, then split (docs/fidelity.md); False: the official test set
         holdout: float = 0.0  # per-client held-out share, for the optional personalized accuracy
         features: str = "unit"  # unit (pixels in [0, 1]) | standard (the loader's normalization)
         pretrain_steps: int = 300  # server pre-training: SGD steps on its own data for x̂_0 (0: x̂_0 = 0)
@@ -129,7 +129,7 @@ class HFL(Task):
         """x̂_0, the same for every method of a seed (Alg. 1 line 1: "server obtains initial global
         model"): ``pretrain_steps`` steps of minibatch SGD with constant step ``pretrain_lr`` on the
         server's own data from 0, with a generator of its own seeded by the run's seed (so the run's
-        random stream is untouched); ``pretrain_steps: 0`` gives x̂_0 = 0 (spec A6). Computed once."""
+        random stream is untouched); ``pretrain_steps: 0`` gives x̂_0 = 0 (docs/fidelity.md). Computed once."""
         if getattr(self, "_x0", None) is None:
             x = self.X.new_zeros(self.d)
             srv, p = self.server_rows, self.p
@@ -201,7 +201,7 @@ class HFL(Task):
         return self.ce_grad(x.view(1, self.C, self.nf), Xb[None], yb[None], w).reshape(-1)
 
     def f2(self, x_in: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """``f2(x, y) = (λ/2) ||x - y||²`` per row, in float64 (spec A8)."""
+        """``f2(x, y) = (λ/2) ||x - y||²`` per row, in float64 (docs/fidelity.md)."""
         D = (x_in - y).double()
         return 0.5 * self.p.lam * D.pow(2).sum(-1)
 
@@ -253,7 +253,7 @@ def partition_counts(data) -> torch.Tensor:
 
 
 def plot_partition(counts: torch.Tensor, path: str | Path, title: str = "") -> Path:
-    """Fig. 1 of seed 002: a bubble chart of the client x class counts (area proportional to count)."""
+    """Fig. 1 of ZO-HFL: a bubble chart of the client x class counts (area proportional to count)."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -1,4 +1,5 @@
-"""Federated data hyper-cleaning (seed 000 eq. (4) and §4.2; seed 001 §4.2, a reconstruction).
+"""Federated data hyper-cleaning (AdaFBiO, Huang, arXiv 2211.01122, eq. (4); FedBiO,
+Li, Huang & Huang, NeurIPS 2023; a reconstruction).
 
     min_x (1/M) Σ_m f^m(x, y*(x)),   y*(x) = argmin_y (1/M) Σ_m g^m(x, y)          (global lower level)
 
@@ -15,12 +16,12 @@
 
 Client m's lower loss touches only its own block of x, so ∇_x g^m and ∇_x∇_y g^m vanish outside
 it. An algorithm that keeps a full copy of x per client and averages the copies therefore moves
-each block by 1/M of its owner's local progress: exactly Eq. (1)'s semantics (spec_001 §4.2,
-spec_000 §7 item 11); nothing is special-cased in the algorithms.
+each block by 1/M of its owner's local progress: exactly Eq. (1)'s semantics (docs/fidelity.md);
+nothing is special-cased in the algorithms.
 
 Label noise (training splits only, validation and test labels stay clean): each training example
 independently, with probability ``noise``, gets a label drawn uniformly from the *other* C-1
-classes (spec_001 §4.2), so every flipped example is really corrupted. The flip is drawn from a
+classes (docs/fidelity.md), so every flipped example is really corrupted. The flip is drawn from a
 generator seeded by the run's seed, so every algorithm of a seed sees the same corrupted labels.
 The mask rides along in ``FederatedData.extra["noisy"]`` (and the x position of each row in
 ``extra["xpos"]``).
@@ -51,7 +52,7 @@ class HyperClean(BilevelTask):
     metric: ClassVar[str] = "test_acc"
     tune_metric: ClassVar[tuple[str, str]] = ("upper_loss", "min")  # clean validation splits
     default_dataset: ClassVar[str] = "mnist5k"
-    # spec_001 §4.2 / §4.4: 10 clients, all participating, Dirichlet(0.5), 10% validation, R = 300
+    # the experiments' setting: 10 clients, all participating, Dirichlet(0.5), 10% validation, R = 300
     run_defaults: ClassVar[dict] = {"clients": 10, "participation": 1.0, "partition": "dirichlet", "alpha": 0.5,
                                     "val_frac": 0.1, "rounds": 300}
     datasets: ClassVar[tuple[str, ...]] = ("mnist", "fashion-mnist", "cifar10", "cifar100", "mnist5k",
@@ -59,7 +60,7 @@ class HyperClean(BilevelTask):
 
     @dataclass
     class Params:
-        noise: float = 0.4  # label-noise rate p on the training splits (spec §4.2 grid 0.2/0.4/0.6)
+        noise: float = 0.4  # label-noise rate p on the training splits (docs/fidelity.md)
         reg_coef: float = 1e-3  # ν in ν||y||² (eq. (4))
         fast: bool = True  # closed-form oracles of the softmax classifier (False: generic torch.func)
 

@@ -1,7 +1,7 @@
-"""Federated hyper-representation learning (seed 003 §4.1-4.2; Franceschi et al. 2018 setup).
+"""Federated hyper-representation learning (FBO-AggITD (Xiao & Ji, ICML 2023) §4.1-4.2; Franceschi et al. 2018 setup).
 
 Upper variable x: the representation (feature extractor); lower variable y: the classifier head,
-global and shared by all clients (eq. 1 of seed 003).
+global and shared by all clients (eq. 1 of FBO-AggITD).
 
 * ``f_i(x, y)``: cross-entropy of the network on client i's *validation* split (no regularizer).
 * ``g_i(x, y)``: cross-entropy on client i's *training* split plus a regularizer on y:
@@ -16,7 +16,7 @@ Models (FedNest repo):
 
 * ``mlp``: ``Linear(d, 200) -> Dropout(0.5) -> ReLU -> Linear(200, C)``; x = first layer
   (157,000 parameters on MNIST), y = head (2,010). Dropout is active in every training-mode
-  quantity (gradients, HVPs, JVPs) and off in evaluation (spec_003 §7 items 9-10).
+  quantity (gradients, HVPs, JVPs) and off in evaluation (docs/fidelity.md).
 * ``cnn``: LeNet-style ``Conv(c,6,5) -> ReLU -> Pool -> Conv(6,16,5) -> ReLU -> Pool -> FC(400,120)
   -> ReLU`` as x (MNIST pads the first conv by 2, as FedNest's ``CNNMnist``), and
   ``FC(120,84) -> ReLU -> FC(84,C)`` as y.
@@ -24,13 +24,14 @@ Models (FedNest repo):
 Reuse: g depends on x only through the features ``relu(x-part(X))`` (dropout and ReLU commute), so
 the lower-level phase encodes each client's training split once per outer iteration.
 
-Local lower level (``lower: local``; seed 001 eq. (5), seed 000 eq. (2)/(3)): every client i has its
+Local lower level (``lower: local``; FedBiO eq. (5), Li, Huang & Huang, NeurIPS 2023; AdaFBiO eq. (2)/(3),
+Huang, arXiv 2211.01122): every client i has its
 own head y_i, ``y*_i(x) = argmin_y g_i(x, y)``, and the upper level is ``(1/m) Σ_i f_i(x, y*_i(x))``.
 The losses f_i, g_i are the same functions; only the state changes: ``init`` returns y stacked
 ``[m, dy]`` (every head starts from the same draw, as the papers' ``y_1^(m) = y_1``), and
 ``evaluate(x, Y)`` scores client i's head on client i's own test split (``FederatedData.split("test")``,
 the test set dealt out following each client's label distribution). ``test_acc`` is then the mean
-over clients of the per-client accuracies (personalized accuracy, spec_001 §4.3), ``test_loss`` the
+over clients of the per-client accuracies (personalized accuracy), ``test_loss`` the
 mean of the per-client losses, ``test_acc_pooled`` the accuracy over all clients' test examples
 together. ``test_on: clients`` scores a *global* head the same way (for comparisons with
 personalized runs); ``auto`` (default) is ``pooled`` for a global head (the full test set, the

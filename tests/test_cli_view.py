@@ -1,0 +1,53 @@
+"""What a reader sees when fbo's output is piped: whole names, defaults in --help, unbroken Markdown."""
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from fbo_cli.cli import app
+
+runner = CliRunner()  # its stdout is not a terminal, like `fbo list | grep ...`
+
+
+def test_list_piped_keeps_whole_names(monkeypatch):
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    r = runner.invoke(app, ["list"])
+    assert r.exit_code == 0, r.output
+    words = set(r.stdout.split())
+    assert {"fedbioacc-local", "server-only", "fedbio-local"} <= words
+    for p in Path("experiments").glob("*.yaml"):
+        if "algorithms:" in p.read_text():
+            assert str(p) in words, p
+
+
+def test_run_help_shows_defaults():
+    r = runner.invoke(app, ["run", "--help"])
+    assert r.exit_code == 0
+    text = " ".join(r.stdout.replace("│", " ").split())
+    for d in ("[default: 100]", "[default: 0.1]", "[default: 2000]", "[default: results]"):
+        assert d in text, d
+    for cmd in ("compare", "tune"):
+        r = runner.invoke(app, [cmd, "--help"])
+        assert r.exit_code == 0 and "[default: results]" in " ".join(r.stdout.replace("│", " ").split())
+
+
+def test_compare_prints_unbroken_markdown(tmp_path):
+    spec = tmp_path / "exp.yaml"
+    long = "AggITD with a deliberately long display name that makes the table wider than 80 columns"
+    spec.write_text(f"""
+name: wide
+task: hyperrep
+seeds: [0]
+base: {{dataset: digits, clients: 4, participation: 0.5, rounds: 4, out_dir: {tmp_path}}}
+algorithms: [{{name: "{long}", algo: aggitd}}]
+""")
+    r = runner.invoke(app, ["compare", str(spec)])
+    assert r.exit_code == 0, r.output
+    table = (tmp_path / "compare" / "wide" / "table.md").read_text().splitlines()
+    assert any(len(line) > 80 for line in table)
+    printed = r.stdout.splitlines()
+    table_lines = [line for line in table if line.startswith("|")]
+    assert table_lines and all(line in printed for line in table_lines)
+    start = printed.index(table_lines[0])
+    block = printed[start:start + len(table_lines)]
+    assert all(line.startswith("|") for line in block)
