@@ -83,7 +83,12 @@ def test_hyperrep_local_heads_and_personalized_accuracy():
     assert m["test_acc"] == pytest.approx(float(np.mean(accs)), abs=1e-6)
     # a global head scored per client equals per-client heads that are all that head
     g = task.evaluate(x, Y[2])
-    assert g.keys() == {"test_acc", "test_loss"}  # the seed-003 metric is unchanged
+    assert g.keys() == {"test_acc", "test_loss", "val_loss", "val_acc"}  # the pooled test metric is unchanged
+    from fbo_cli.federation import per_client_value  # val_loss is the upper objective (1/m) Σ_i f_i
+
+    val = task.data.split("val").full()
+    assert g["val_loss"] == pytest.approx(per_client_value(task.f, x, Y[2], val).mean().item(), rel=1e-5)
+    assert m["val_loss"] == pytest.approx(per_client_value(task.f, x, Y, val).mean().item(), rel=1e-5)
     task.p.test_on = "clients"
     assert task.evaluate(x, Y[2]) == task.evaluate(x, Y[2].expand(6, -1))
 
