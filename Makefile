@@ -6,7 +6,7 @@ TORCH   ?= torch==2.14.1 torchvision==0.29.1
 DEVICE  ?= cpu
 BENCH_ARGS ?=
 
-.PHONY: setup venv data run test lint bench report report-collect report-check reproduce-all reproduce-quick reproduce-aggitd reproduce-aggitd-short reproduce-aggitd-mnist reproduce-codasca reproduce-codasca-controls reproduce-codasca-cifar100 reproduce-zohfl reproduce-zohfl-all reproduce-fedbio reproduce-fedbio-quick reproduce-fedbio-mnist reproduce-fedbio-local reproduce-adafbio reproduce-adafbio-quick clean
+.PHONY: setup venv data run report report-collect report-check reproduce-all reproduce-quick test lint bench reproduce-aggitd reproduce-aggitd-short reproduce-aggitd-mnist reproduce-codasca reproduce-codasca-controls reproduce-codasca-cifar100 reproduce-zohfl reproduce-zohfl-all reproduce-fedbio reproduce-fedbio-quick reproduce-fedbio-mnist reproduce-fedbio-local reproduce-adafbio reproduce-adafbio-quick clean
 
 setup: venv data  ## virtual environment with pinned versions, plus Debian's offline Fashion-MNIST where possible
 
@@ -87,56 +87,57 @@ reproduce-aggitd-mnist:  ## Table 2 of Xiao & Ji (ICML 2023) on MNIST (needs MNI
 
 reproduce-codasca:          ## Analog of Figure 1 of Yuan, Guo, Xu, Ying & Yang (ICML 2021) (AUC vs window I, I_max table) on synth-c100 and Fashion-MNIST (3 seeds)
 	$(FBO) compare experiments/codasca_fig1_synth.yaml --jobs $(JOBS)
-	$(PY) -m fbo_cli.auc_analysis results/compare/codasca_fig1_synth
+	$(PY) -m fbo_cli.report.codasca results/compare/codasca_fig1_synth
 	$(FBO) compare experiments/codasca_fig1_fmnist.yaml --jobs $(JOBS)
-	$(PY) -m fbo_cli.auc_analysis results/compare/codasca_fig1_fmnist
+	$(PY) -m fbo_cli.report.codasca results/compare/codasca_fig1_fmnist
 
 reproduce-codasca-controls: ## CODASCA controls on synth-c100: iid vs class-disjoint, FedAvg-CE, the code preset (3 seeds)
 	$(FBO) compare experiments/codasca_controls_synth.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/codasca_code_preset_synth.yaml --jobs $(JOBS)
-	$(PY) -m fbo_cli.auc_analysis results/compare/codasca_code_preset_synth
+	$(PY) -m fbo_cli.report.codasca results/compare/codasca_code_preset_synth
 
 reproduce-codasca-cifar100: ## Figure 1 of Yuan, Guo, Xu, Ying & Yang (ICML 2021) on CIFAR100-IH with ResNet-20 (needs CIFAR-100 in data/ or network; GPU advised)
 	$(FBO) compare experiments/codasca_fig1_cifar100.yaml --jobs $(JOBS)
-	$(PY) -m fbo_cli.auc_analysis results/compare/codasca_fig1_cifar100
+	$(PY) -m fbo_cli.report.codasca results/compare/codasca_fig1_cifar100
 
-reproduce-zohfl:     ## Table I of Qiu, Kim & Yousefian (arXiv 2504.01839) (Fashion-MNIST column, 3 seeds), Fig. 2 (tau sweep) and Fig. 1, offline
+reproduce-zohfl:     ## Table I of Qiu, Kim & Yousefian (arXiv 2504.01839) (Fashion-MNIST column, 3 seeds, with and without server pre-training), Fig. 2 (tau sweep) and Fig. 1, offline
 	$(FBO) compare experiments/zohfl_table1_fmnist.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/zohfl_table1_fmnist_x0zero.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_fig2.yaml --jobs $(JOBS)
-	$(PY) -m fbo_cli.zohfl_figs fig2 results/compare/zohfl_fig2
-	$(PY) -m fbo_cli.zohfl_figs fig1 fashion-mnist 0.1 results/figures/zohfl_fig1_fmnist.png
+	$(PY) -m fbo_cli.report.zohfl fig2 results/compare/zohfl_fig2
+	$(PY) -m fbo_cli.report.zohfl fig1 fashion-mnist 0.1 results/figures/zohfl_fig1_fmnist.png
 
 reproduce-zohfl-all: ## Table I of Qiu, Kim & Yousefian (arXiv 2504.01839) on MNIST, Fashion-MNIST and CIFAR-10 (MNIST, CIFAR-10 need data/ or network)
 	$(FBO) compare experiments/zohfl_table1.yaml --jobs $(JOBS)
-	$(PY) -m fbo_cli.zohfl_figs fig1 mnist 0.1 results/figures/zohfl_fig1_mnist.png
+	$(PY) -m fbo_cli.report.zohfl fig1 mnist 0.1 results/figures/zohfl_fig1_mnist.png
 
-reproduce-fedbio:       ## AdaFBiO and FedBiO hyper-cleaning on Fashion-MNIST, noise 0.2/0.4/0.6, every bilevel method + FedAvg bounds (3 seeds; long)
+reproduce-fedbio:       ## FedBiO/AdaFBiO hyper-cleaning on Fashion-MNIST, noise 0.2/0.4/0.6, every bilevel method + FedAvg bounds, tuned (3 seeds; long)
+	$(FBO) tune experiments/fedbio_hyperclean_fmnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/fedbio_hyperclean_fmnist.yaml --jobs $(JOBS)
-	$(FBO) compare experiments/fedbio_hyperclean_fmnist_samples.yaml --jobs $(JOBS)
 
-reproduce-fedbio-quick: ## the reduced run reported in docs: Fashion-MNIST, noise 0.4 only, 60 rounds, 3 seeds
+reproduce-fedbio-quick: ## the reduced run reported in docs/results.md: noise 0.4 only, 60 rounds, tuned, 3 seeds
+	$(FBO) tune experiments/fedbio_hyperclean_fmnist_quick.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/fedbio_hyperclean_fmnist_quick.yaml --jobs $(JOBS)
-	$(FBO) compare experiments/fedbio_hyperclean_fmnist_quick_samples.yaml --jobs $(JOBS)
 
 reproduce-fedbio-mnist: ## the same hyper-cleaning grid on MNIST (needs MNIST in data/ or network)
+	$(FBO) tune experiments/fedbio_hyperclean_mnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/fedbio_hyperclean_mnist.yaml --jobs $(JOBS)
-	$(FBO) compare experiments/fedbio_hyperclean_mnist_samples.yaml --jobs $(JOBS)
 
-reproduce-fedbio-local:  ## FedBiO (Li, Huang & Huang, NeurIPS 2023; arXiv 2302.06701) per-client heads (local lower level) on Fashion-MNIST: FedBiO-Local, FedBiOAcc-Local, AdaFBiO vs FedNest/AggITD (3 seeds; long)
+reproduce-fedbio-local:  ## per-client heads (FedBiO's local lower level): FedBiO-Local, FedBiOAcc-Local, AdaFBiO vs FedNest/FBO-AggITD, tuned (3 seeds; long)
+	$(FBO) tune experiments/fedbio_local_hyperrep.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/fedbio_local_hyperrep.yaml --jobs $(JOBS)
-	$(FBO) compare experiments/fedbio_local_hyperrep_samples.yaml --jobs $(JOBS)
 
-reproduce-adafbio:       ## AdaFBiO (Huang, arXiv 2211.01122) §4 on Fashion-MNIST: hyper-representation (global head) and hyper-cleaning p=0.2/0.4/0.6 (3 seeds; long)
+reproduce-adafbio:       ## AdaFBiO (Huang, arXiv 2211.01122) on Fashion-MNIST: hyper-representation (global head) and hyper-cleaning p=0.2/0.4/0.6, tuned (3 seeds; long)
+	$(FBO) tune experiments/adafbio_hyperrep.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/adafbio_hyperrep.yaml --jobs $(JOBS)
-	$(FBO) compare experiments/adafbio_hyperrep_samples.yaml --jobs $(JOBS)
+	$(FBO) tune experiments/adafbio_hyperclean.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/adafbio_hyperclean.yaml --jobs $(JOBS)
 
-reproduce-adafbio-quick: ## the reduced runs reported in docs/fidelity.md (80 rounds; results/reduced/)
-	$(FBO) compare experiments/fedbio_local_hyperrep.yaml --jobs $(JOBS) --set rounds=80 --out-dir results/reduced
-	$(FBO) compare experiments/fedbio_local_hyperrep_samples.yaml --jobs $(JOBS) --set rounds=80 --out-dir results/reduced
-	$(FBO) compare experiments/adafbio_hyperrep.yaml --jobs $(JOBS) --set rounds=80 --seeds 0,1 --out-dir results/reduced
-	$(FBO) compare experiments/adafbio_hyperrep_samples.yaml --jobs $(JOBS) --set rounds=80 --seeds 0,1 --out-dir results/reduced
-	$(FBO) compare experiments/adafbio_hyperclean_quick.yaml --jobs $(JOBS) --seeds 0 --out-dir results/reduced
+reproduce-adafbio-quick: ## the reduced runs reported in docs/results.md: hyper-cleaning p=0.4 (80 rounds) and per-client heads (80 rounds), tuned
+	$(FBO) tune experiments/adafbio_hyperclean_quick.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/adafbio_hyperclean_quick.yaml --jobs $(JOBS)
+	$(FBO) tune experiments/fedbio_local_hyperrep_quick.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/fedbio_local_hyperrep_quick.yaml --jobs $(JOBS)
 
 clean:
 	rm -rf results/*/ .pytest_cache

@@ -14,7 +14,7 @@ spec's x axis: one line per algorithm, mean over seeds with a min-max band, a pa
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,7 @@ class Experiment:
     out_root: Path = Path("results")
     base: dict[str, Any] = field(default_factory=dict)
     tuned: dict[str, Any] | None = None  # the tuned.yaml of ``fbo tune``, when present
+    x_also: list[str] = field(default_factory=list)  # more x axes: one more curves_<x>.png each
     incomplete: int = 0  # cells failed or not run at the last report
     outcomes: dict[Path, dict] = field(default_factory=dict)  # run_dir -> what run_cells returned this time
 
@@ -75,7 +76,7 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
     spec = load_config_file(path)
     where = str(path)
     known = {"name", "title", "task", "metric", "metrics", "target", "x", "seeds", "base", "algorithms", "settings",
-             "reference", "description", "tune", "claims", "tolerance"}
+             "reference", "description", "tune", "claims", "tolerance", "x_also"}
     unknown = set(spec) - known
     if unknown:
         raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(known))}")
@@ -102,8 +103,10 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
     if not isinstance(base, dict):
         raise UsageError(f"{where}: 'base' must be a mapping")
     x = spec.get("x", "rounds")
-    if x not in X_AXES:
-        raise UsageError(f"{where}: x must be one of {', '.join(X_AXES)}, got '{x}'")
+    x_also = spec.get("x_also") or []
+    for xa in [x, *x_also] if isinstance(x_also, list) else [x_also]:
+        if xa not in X_AXES:
+            raise UsageError(f"{where}: x and x_also must be among {', '.join(X_AXES)}, got '{xa}'")
     seed_list = seeds if seeds is not None else spec.get("seeds", [0])
     if not isinstance(seed_list, list) or not all(isinstance(s, int) for s in seed_list) or not seed_list:
         raise UsageError(f"{where}: 'seeds' must be a non-empty list of integers")
@@ -112,7 +115,7 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
     exp = Experiment(
         name=str(spec.get("name") or Path(path).stem), title=str(spec.get("title", "")), task=task,
         metric=metric, metrics=list(metrics), target=target, x=x, seeds=seed_list, algorithms=algos,
-        settings=settings, reference=spec.get("reference") or {}, base=base)
+        settings=settings, reference=spec.get("reference") or {}, base=base, x_also=list(x_also))
     overrides = overrides or {}
     if "algo" in overrides or "task" in overrides:
         raise UsageError("'algo' and 'task' cannot be set with --set in compare: they come from the spec's "
@@ -365,6 +368,8 @@ def write_report(exp: Experiment, outdir: Path, no_run: bool = False, warn=None)
     atomic_write(outdir / "table.csv", table.to_csv(index=False))
     atomic_write(outdir / "runs.csv", runs.to_csv(index=False))
     plot_experiment(exp, curves, outdir / "curves.png", runs)
+    for xa in exp.x_also:
+        plot_experiment(replace(exp, x=xa), curves, outdir / f"curves_{xa}.png", runs)
 
 
 def tuned_note(exp: Experiment) -> str:

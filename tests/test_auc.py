@@ -8,7 +8,7 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 from fbo_cli.algorithms.codasca import per_client_grads
-from fbo_cli.auc_analysis import imax_table
+from fbo_cli.report.codasca import imax_table
 from fbo_cli.config import resolve
 from fbo_cli.data import build_federated
 from fbo_cli.data.sources import Dataset

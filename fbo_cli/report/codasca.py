@@ -4,7 +4,7 @@ AUC stays within ``delta`` of the AUC at I = 1, per algorithm and client count K
 
 Usage after ``fbo compare experiments/codasca_fig1_*.yaml``::
 
-    python -m fbo_cli.auc_analysis results/compare/<name> [DELTA]
+    python -m fbo_cli.report.codasca results/compare/<name> [DELTA]
 
 writes ``imax.md``, ``imax.csv`` and ``imax.png`` (final AUC against I, the bottom row of the
 paper's Figure 1) next to the compare output's ``runs.csv``.
@@ -17,7 +17,7 @@ import re
 import sys
 from pathlib import Path
 
-from .errors import UsageError
+from ..errors import UsageError
 
 # --------------------------------------------------------------------------------------------------
 # Figure 1 analog: the largest tolerable communication window
@@ -41,7 +41,7 @@ def imax_table(compare_dir: str | Path, delta: float = 0.01) -> "pd.DataFrame": 
     ``runs.csv``. Settings must differ only in I and K (both read from each run's config)."""
     import pandas as pd
 
-    from .results import atomic_write
+    from ..results import atomic_write
 
     d = Path(compare_dir)
     if not (d / "runs.csv").is_file():
@@ -89,7 +89,7 @@ def plot_auc_vs_window(agg, path: Path, delta: float) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .results import save_figure
+    from ..results import save_figure
 
     Ks = sorted(agg.K.dropna().unique(), reverse=True)
     fig, axes = plt.subplots(1, len(Ks), figsize=(4.6 * len(Ks), 3.6), squeeze=False, sharey=True)
@@ -110,8 +110,8 @@ def plot_auc_vs_window(agg, path: Path, delta: float) -> None:
     save_figure(fig, path)
 
 
-if __name__ == "__main__":  # python -m fbo_cli.auc_analysis results/compare/<name> [delta]
+if __name__ == "__main__":  # python -m fbo_cli.report.codasca results/compare/<name> [delta]
     if len(sys.argv) < 2:
-        sys.exit("usage: python -m fbo_cli.auc_analysis COMPARE_DIR [DELTA]")
+        sys.exit("usage: python -m fbo_cli.report.codasca COMPARE_DIR [DELTA]")
     t = imax_table(sys.argv[1], float(sys.argv[2]) if len(sys.argv) > 2 else 0.01)
     print((Path(sys.argv[1]) / "imax.md").read_text())

@@ -6,8 +6,8 @@
 
 Command line::
 
-    python -m fbo_cli.zohfl_figs fig1 [DATASET] [ALPHA] [OUT]      # default fashion-mnist 0.1
-    python -m fbo_cli.zohfl_figs fig2 [COMPARE_DIR] [OUT]          # default results/compare/zohfl_fig2
+    python -m fbo_cli.report.zohfl fig1 [DATASET] [ALPHA] [OUT]      # default fashion-mnist 0.1
+    python -m fbo_cli.report.zohfl fig2 [COMPARE_DIR] [OUT]          # default results/compare/zohfl_fig2
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import torch
 
-from .data import load_dataset
-from .data.hierarchical import build_hierarchical
-from .tasks.hfl import partition_counts, plot_partition
+from ..data import load_dataset
+from ..data.hierarchical import build_hierarchical
+from ..tasks.hfl import partition_counts, plot_partition
 
 
 def fig1(dataset: str = "fashion-mnist", alpha: float = 0.1, clients: int = 10, seed: int = 0,
