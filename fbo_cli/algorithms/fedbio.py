@@ -49,10 +49,14 @@ paper counts it as one round and so do we. Oracles per iteration and client: Fed
 (B_y, B_f1, B_f2), 1 JVP (B_g1), 1 HVP (B_g2); FedBiOAcc twice that (new and old point).
 
 Hyperparameters (the paper has no experiments):
-b = 64, I = 5, γ (lower) = 0.1, η (upper) = 100 (per-example weight logits; use ~0.05 for a
-representation; the Fashion-MNIST experiments use 1000), τ (u) = 0.1, u_1 = 0; schedule
+b = 64, I = 5, γ (lower) = 0.03, η (upper) = 100 (per-example weight logits; use ~0.05 for a
+representation; `fbo tune` chooses it per experiment), τ (u) = 0.03, u_1 = 0; schedule
 α_t = δ = 1 constant (Thms 1, 2 use constants / δ/(u0+t)^{1/3}: ``schedule: cbrt``), FedBiOAcc
-c_ω = c_ν = c_u = 0.1 (momentum 1 - cα² = 0.9), first batch b_1 = 4b.
+c_ω = c_ν = c_u = 0.1 (momentum 1 - cα² = 0.9), first batch b_1 = 4b. γ = τ = 0.03, not the
+recommended 0.1: both the lower step and the u-step are gradient steps on quadratics whose curvature is
+the lower Hessian, L ≈ 11-25 per client on standardized Fashion-MNIST at σ(x) = 1/2 (up to twice that
+as weights grow), so they need γL, τL < 2; at 0.1 the u iterate grows ~100× within 5 rounds and the
+example weights saturate (docs/fidelity.md, with `fbo tune`'s grid).
 """
 
 from __future__ import annotations
@@ -152,9 +156,9 @@ class FedBiO(_GlobalLowerBase):
         local_steps: int = 5  # I, local iterations between averaging rounds
         batch_size: int = 64  # b = b_y of B_y (and b_x unless upper_batch_size is set)
         upper_batch_size: int | None = None  # b_x of B_x = {B_g1, B_g2, B_f1, B_f2} (None: = batch_size)
-        lower_lr: float = 0.1  # γ
+        lower_lr: float = 0.03  # γ (stable for the lower Hessian's L ≲ 60; docs/fidelity.md)
         upper_lr: float = 100.0  # η
-        aux_lr: float = 0.1  # τ, step of the quadratic (4) in u
+        aux_lr: float = 0.03  # τ, step of the quadratic (4) in u (needs τL < 2 like γ)
         schedule: str = "const"  # const: γ_t = γ δ, ... | cbrt: times δ/(u0+t)^{1/3}
         delta: float = 1.0
         u0: float = 0.0
@@ -187,9 +191,9 @@ class FedBiOAcc(_GlobalLowerBase):
         batch_size: int = 64  # b
         upper_batch_size: int | None = None  # b_x of B_x (None: = batch_size)
         first_batch: int | None = None  # b_1 of the initial estimators (None: 4 b)
-        lower_lr: float = 0.1  # γ
+        lower_lr: float = 0.03  # γ (stable for the lower Hessian's L ≲ 60; docs/fidelity.md)
         upper_lr: float = 100.0  # η
-        aux_lr: float = 0.1  # τ
+        aux_lr: float = 0.03  # τ
         c_omega: float = 0.1  # c_ω: momentum weight of ω is 1 - c_ω α_t²
         c_nu: float = 0.1  # c_ν
         c_u: float = 0.1  # c_u
