@@ -31,7 +31,7 @@ points and counted once), plus the first batch. Oracle calls: every gradient/HVP
 
 Hyperparameters (docs/fidelity.md): I = 5,
 b = 64, b_y = b (``by_scale_M: true`` gives Thm 4's b_y = bM), b_1 = 4b, γ = 0.1, and as
-for FedBiO-Local η = 0.01 (0.05 diverged), Neumann τ = 0.05 and Q = 10 (not 0.1 and 5;
+for FedBiO-Local η = 0.003 (0.05 and, with this Neumann setting, 0.01 diverged), Neumann τ = 0.05 and Q = 10 (not 0.1 and 5;
 chosen so that the truncated series keeps the implicit term, docs/fidelity.md),
 α_t = δ = 1 constant (``schedule: cbrt`` gives Thm 4's α_t = δ/(u0 + t)^{1/3}),
 c_ω = c_ν = 0.1 (momentum 1 - c α_t² = 0.9). A weight c α_t² above 1 is clipped to 1 (the plain
@@ -63,7 +63,7 @@ class FedBiOAccLocal(ClientStateAlgorithm):
         by_scale_M: bool = False  # Thm 4: b_y = b M
         first_batch: int | None = None  # b_1 of the initialization (None: 4 b)
         lower_lr: float = 0.1  # γ, lower (y) step
-        upper_lr: float = 0.01  # η, upper (x) step (first tried: 0.05; docs/fidelity.md)
+        upper_lr: float = 0.003  # η, upper (x) step (recommended 0.05; docs/fidelity.md)
         neumann_step: float = 0.05  # τ of eq. (6) (first tried: 0.1; must be < 2/L_g; docs/fidelity.md)
         Q: int = 10  # Neumann terms of eq. (6) (first tried: 5; docs/fidelity.md)
         schedule: str = "const"  # α_t: const (= delta) | cbrt (delta / (u0 + t)^(1/3))
