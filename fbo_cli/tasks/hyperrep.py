@@ -35,7 +35,7 @@ over clients of the per-client accuracies (personalized accuracy), ``test_loss``
 mean of the per-client losses, ``test_acc_pooled`` the accuracy over all clients' test examples
 together. ``test_on: clients`` scores a *global* head the same way (for comparisons with
 personalized runs); ``auto`` (default) is ``pooled`` for a global head (the full test set, the
-seed-003 metric, unchanged) and ``clients`` for per-client heads.
+pooled test metric of Xiao & Ji, unchanged) and ``clients`` for per-client heads.
 """
 
 from __future__ import annotations
