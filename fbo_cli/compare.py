@@ -389,9 +389,11 @@ def tuned_note(exp: Experiment) -> str:
                              "not tuned yet (run `fbo tune`)"))
     if not rows:
         return ""
-    out = ["", "## Hyperparameters", ""]
+    out = [""]
     if exp.tuned:
-        out += [f"Tuned by `fbo tune`: {exp.tuned.get('procedure', '')}.", ""]
+        out += [f"**Hyperparameters.** Tuned by `fbo tune`: {exp.tuned.get('procedure', '')}.", ""]
+    else:
+        out += ["**Hyperparameters.**", ""]
     out += ["| algorithm | setting | values | how chosen |", "|---|---|---|---|"]
     out += [f"| {a} | {s} | {v} | {h} |" for a, s, v, h in rows]
     return "\n".join(out) + "\n"

@@ -31,7 +31,8 @@ points and counted once), plus the first batch. Oracle calls: every gradient/HVP
 
 Hyperparameters (docs/fidelity.md): I = 5,
 b = 64, b_y = b (``by_scale_M: true`` gives Thm 4's b_y = bM), b_1 = 4b, γ = 0.1, and as
-for FedBiO-Local η = 0.003 (0.05 and, with this Neumann setting, 0.01 diverged), Neumann τ = 0.05 and Q = 10 (not 0.1 and 5;
+for FedBiO-Local η = 0.003 (0.05 and, with this Neumann setting, 0.01 diverged),
+Neumann τ = 0.05 and Q = 10 (not 0.1 and 5;
 chosen so that the truncated series keeps the implicit term, docs/fidelity.md),
 α_t = δ = 1 constant (``schedule: cbrt`` gives Thm 4's α_t = δ/(u0 + t)^{1/3}),
 c_ω = c_ν = 0.1 (momentum 1 - c α_t² = 0.9). A weight c α_t² above 1 is clipped to 1 (the plain

@@ -70,6 +70,7 @@ PAPERS: tuple[Paper, ...] = (
 
 EVIDENCE_FILES = ("config.yaml", "metrics.csv", "summary.json")
 SPEC_FILES = ("tuned.yaml", "tuning.csv")
+BENCH_FILES = ("bench/bench.md",)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -99,6 +100,10 @@ def collect_evidence(results: Path, evidence: Path, papers=PAPERS) -> int:
                 if src.is_file():
                     (evidence / "compare" / exp.name).mkdir(parents=True, exist_ok=True)
                     shutil.copy2(src, evidence / "compare" / exp.name / f)
+    for f in BENCH_FILES:  # the bench's own tables (make bench), shown as they are
+        if (results / f).is_file():
+            (evidence / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(results / f, evidence / f)
     return n
 
 
@@ -241,6 +246,11 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
             out += [f"Deviations and open choices: [docs/fidelity.md](fidelity.md#{paper.fidelity}).", ""]
         for sec in sections[paper.key]:
             out += _render_section_md(sec)
+    bench = root / BENCH_FILES[0]
+    if papers is PAPERS:
+        out += ["## Cost per round: `make bench`", ""]
+        out += ([f"`{bench}` as `python -m fbo_cli.bench` wrote it:", "", bench.read_text().strip(), ""]
+                if bench.is_file() else ["Not measured yet (`make bench`, then `fbo report --collect results`).", ""])
     return "\n".join(out) + "\n"
 
 
