@@ -1,4 +1,4 @@
-"""Seed 004 (CODA+ / CODASCA, federated deep AUC maximization): the invariants of spec_004 §8.4."""
+"""CODA+ and CODASCA (Yuan et al., ICML 2021; federated deep AUC maximization): the paper's invariants."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 from fbo_cli.algorithms.codasca import per_client_grads
-from fbo_cli.report.codasca import imax_table
 from fbo_cli.config import resolve
 from fbo_cli.data import build_federated
 from fbo_cli.data.sources import Dataset
 from fbo_cli.errors import UsageError
+from fbo_cli.report.codasca import imax_table
 from fbo_cli.runner import build, execute
 from fbo_cli.tasks.auc import AUC, auc_score
 

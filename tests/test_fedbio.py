@@ -1,4 +1,4 @@
-"""FedBiO / FedBiOAcc (seed 001 Alg. 1, 2; global lower level): estimators against the closed-form
+"""FedBiO / FedBiOAcc (FedBiO (Li, Huang & Huang) Alg. 1, 2; global lower level): estimators against the closed-form
 hypergradient on a heterogeneous quadratic bilevel problem, STORM degenerate cases, the ledger, and
 noise detection on synthetic data."""
 
@@ -84,7 +84,7 @@ def _client_losses(task, tr, va, m):
 
 def _closed_form(task: Quad, data: FederatedData, x: torch.Tensor):
     """y*(x), u* = H⁻¹∇_y F and ∇h(x) = ∇_x F - ∇_xy G H⁻¹ ∇_y F with explicit matrices of the
-    *global* G = (1/M) Σ g^m, F = (1/M) Σ f^m (seed 001 eq. 2)."""
+    *global* G = (1/M) Σ g^m, F = (1/M) Σ f^m (FedBiO (Li, Huang & Huang) eq. 2)."""
     tr, va = data.split("train").full(), data.split("val").full()
     pairs = [_client_losses(task, tr, va, m) for m in range(M)]
     G = lambda x_, y_: sum(g(x_, y_) for g, _ in pairs) / M

@@ -1,4 +1,4 @@
-"""Seed 002 (ZO-HFL) and its baselines on the ``hfl`` task: spec_002 §11 sanity checks, SCAFFOLD's
+"""ZO-HFL (Qiu, Kim & Yousefian) and its baselines on the ``hfl`` task: sanity checks, SCAFFOLD's
 control variates against their definition, exact oracles in degenerate cases, and the ledger."""
 
 from __future__ import annotations

@@ -43,4 +43,4 @@ def test_cnn_runs_and_learns():
 def test_mlp_parameter_counts_match_the_paper():
     data = build_federated(load_dataset("mnist5k"), "iid", 4, 0, torch.device("cpu"))
     task = HyperRep(HyperRep.Params(), data)
-    assert (task.dx, task.dy) == (157_000, 2_010)  # seed 003 §4.2
+    assert (task.dx, task.dy) == (157_000, 2_010)  # Xiao & Ji (ICML 2023) §4.2

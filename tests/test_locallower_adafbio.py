@@ -1,4 +1,4 @@
-"""AdaFBiO (seed 000 Alg. 1): the plain local-SGD reduction, the adaptive matrices, the exact block
+"""AdaFBiO (Huang, arXiv 2211.01122, Alg. 1): the plain local-SGD reduction, the adaptive matrices, the exact block
 semantics of per-client heads, the same-sample STORM corrections and the ledger."""
 
 from __future__ import annotations
