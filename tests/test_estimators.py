@@ -93,7 +93,8 @@ EXPECTED_ROUNDS = {"aggitd": 5, "aggitd-sgd": 4, "fednest": 10, "fednest-sgd": 9
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_ROUNDS))
 def test_rounds_per_outer_iteration(name, quad):
-    """Table 1 of Xiao & Ji (ICML 2023), N = 1, T = 5: AggITD 2N+3, FedNest 2N+T+3, LFedNest 2N+1 (SGD: N+3, N+T+3, N+1)."""
+    """Table 1 of Xiao & Ji (ICML 2023), N = 1, T = 5: AggITD 2N+3, FedNest 2N+T+3, LFedNest 2N+1 (SGD: N+3, N+T+3,
+    N+1)."""
     task, _ = quad
     entry = REGISTRY[name]
     algo = make(entry.cls, task, participation=0.6, **entry.preset)
