@@ -125,7 +125,7 @@ SPEC_CASES = [
     ("seeds: [-1]", "seeds must be distinct integers >= 0"),
     ("seeds: [0, 0]", "seeds must be distinct"),
     ("target: .nan", "'target' must be a finite number"),
-    ("x: bogus", "x must be one of"),
+    ("x: bogus", "x and x_also must be among"),
     ("colour: red", "unknown key(s) colour"),
     ("settings: [{name: s, set: {tau: 0}}]", "'tau' must be >= 1"),
     ("settings: [{name: s, sett: {}}]", "unknown key(s) sett"),
