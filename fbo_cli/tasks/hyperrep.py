@@ -51,8 +51,7 @@ from ..federation import Batch
 from .base import BilevelTask, Layout, weighted_ce
 from .softmax import SoftmaxHead
 
-
-_BITS: dict = {}  # (dtype, device, scale) -> [256, 8] table: byte -> its 8 bits, times the scale
+_BITS: dict = {}  # (dtype, device) -> [256, 8] table: byte -> its 8 bits, times 1/(1-q) = 2
 
 
 def dropout_mask(gen: torch.Generator, shape: tuple[int, ...], q: float, dtype, device) -> torch.Tensor:
