@@ -103,9 +103,8 @@ class AggITD(BilevelAlgorithm):
                 y = mean(yi)
         led.comm(M, dy)  # z^N (or r^N) up, p down
         p = hp.lam * (hp.N + 1) * z  # line 15
-        hg = self.hypergradient(x, y, p, train, val)  # lines 16-18
-        h = mean(hg.h)  # line 19
-        led.comm(M, dx)
-        self.x = mean(self.upper_local(x, y, h, hg, hp.tau, hp.outer_lr, same_sample=False))  # Alg. 4
+        # lines 16-19 (h_i, h = mean_i h_i) and Alg. 4 (tau local steps, x_{k+1} = mean_i x_i)
+        _, self.x = self.upper_round(x, y, train, val, p, hp.tau, hp.outer_lr, same_sample=False)
+        led.comm(M, dx)  # h
         led.comm(M, dx)
         self.y = y

@@ -125,6 +125,23 @@ class BilevelAlgorithm(Algorithm):
         fast = self.task.fast_oracle("cross", fn)
         return fast(a, b, batch, v) if fast else per_client_cross(fn, a, b, batch, v)
 
+    # The client means of the same oracles (``[d]``; charged per client as above). Where only the
+    # server's average is used, the fast path computes it as one product over all participating
+    # clients' rows (``Gᵀ X`` with the clients stacked on the rows) without the ``[M, d]`` stack.
+    def grad_mean(self, fn: Callable, argnum: int, a, b, batch: Batch) -> torch.Tensor:
+        fast = self.task.fast_oracle("grad_mean", fn, argnum)
+        if fast is None:
+            return mean(self.grad(fn, argnum, a, b, batch))
+        self._charge("grads", batch)
+        return fast(a, b, batch)
+
+    def cross_mean(self, fn: Callable, a, b, batch: Batch, v) -> torch.Tensor:
+        fast = self.task.fast_oracle("cross_mean", fn)
+        if fast is None:
+            return mean(self.cross(fn, a, b, batch, v))
+        self._charge("jvps", batch)
+        return fast(a, b, batch, v)
+
     # building blocks -------------------------------------------------------------------------------
     def local_lower(self, a, fn: Callable, split: Split, y: torch.Tensor, q: torch.Tensor | None,
                     lr: float, epochs: int, batch_size: int) -> torch.Tensor:
@@ -168,20 +185,40 @@ class BilevelAlgorithm(Algorithm):
         return xi
 
     def hypergradient(self, x: torch.Tensor, y: torch.Tensor, p: torch.Tensor, train: Split,
-                      val: Split) -> "Hypergrad":
+                      val: Split, per_client: bool = True) -> "Hypergrad":
         """``h_i = ∇_x F_i(x, y; ξ_i) - ∇_x∇_y G_i(x, y; χ_i) p`` on the full local splits (seed 003
         Alg. 1 line 17; FedNest's FedOut). Returns the per-client ``h_i [M, dx]``, the direct part and
-        the validation batch ξ_i it used (with its dropout masks)."""
+        the validation batch ξ_i it used (with its dropout masks); ``per_client=False``: their client
+        means ``[dx]`` instead (the same draws)."""
         vb = self.noise(val.full())
+        if not per_client:
+            direct = self.grad_mean(self.task.f, 0, x, y, vb)
+            return Hypergrad(direct - self.cross_mean(self.task.g, x, y, self.noise(train.full()), p), direct, vb)
         direct = self.grad(self.task.f, 0, x, y, vb)
         h = direct - self.cross(self.task.g, x, y, self.noise(train.full()), p)
         return Hypergrad(h, direct, vb)
 
+    def upper_round(self, x: torch.Tensor, y: torch.Tensor, train: Split, val: Split, p: torch.Tensor,
+                    tau: int, lr: float, same_sample: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """The hypergradient round and One-Round-Upper (:meth:`hypergradient`, :meth:`upper_local`):
+        returns ``(h, x_new)``, ``h`` the server's mean hypergradient and ``x_new`` the mean of the
+        clients' ``x_i`` after ``tau`` local steps. With ``tau = 1`` every step is affine in the
+        clients' gradients, so only client means enter: ``x_new = x - lr h`` (``same_sample``), else
+        ``x - lr (h - mean_i ∇_x F_i(x, y; ξ_i) + mean_i ∇_x F_i(x, y; ξ_{i,1}))`` (the same values)."""
+        if tau > 1:
+            hg = self.hypergradient(x, y, p, train, val)
+            h = mean(hg.h)
+            return h, mean(self.upper_local(x, y, h, hg, tau, lr, same_sample))
+        hg = self.hypergradient(x, y, p, train, val, per_client=False)
+        if same_sample:
+            return hg.h, x - lr * hg.h
+        return hg.h, x - lr * (hg.h - hg.direct + self.grad_mean(self.task.f, 0, x, y, self.noise(hg.val)))
+
 
 @dataclass
 class Hypergrad:
-    h: torch.Tensor  # [M, dx] per-client hypergradients
-    direct: torch.Tensor  # [M, dx] their direct parts ∇_x F_i(x, y; ξ_i)
+    h: torch.Tensor  # [M, dx] per-client hypergradients (or their mean [dx])
+    direct: torch.Tensor  # [M, dx] their direct parts ∇_x F_i(x, y; ξ_i) (or their mean [dx])
     val: Batch  # the validation batch ξ_i (with its dropout masks)
 
 

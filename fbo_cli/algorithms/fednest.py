@@ -100,10 +100,8 @@ class FedNest(BilevelAlgorithm):
             self.x = mean(self._local_outer(x, y, train, val))
         else:
             P = self._fedihgp(x, y, train, val, M, dy)
-            hg = self.hypergradient(x, y, P, train, val)
-            h = mean(hg.h)
-            led.comm(M, dx)
-            self.x = mean(self.upper_local(x, y, h, hg, hp.tau, hp.outer_lr, same_sample=True))
+            _, self.x = self.upper_round(x, y, train, val, P, hp.tau, hp.outer_lr, same_sample=True)
+            led.comm(M, dx)  # h
         led.comm(M, dx)
         self.y = y
 

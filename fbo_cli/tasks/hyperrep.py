@@ -200,10 +200,12 @@ class HyperRep(BilevelTask):
                 (self._reg_hvp(y, v, M(b)) if reg else 0.0)
         if enc:  # g_enc does not depend on x
             return None
+        mean = kind.endswith("_mean")  # the client mean [dx] (one product over all clients' rows)
+        kind = kind.removesuffix("_mean")
         if kind == "grad" and argnum == 0:
-            return lambda x, y, b: self._to_x(x, b, lambda A: self.soft.dA(y, A, b["y"], b["w"]))
+            return lambda x, y, b: self._to_x(x, b, lambda A: self.soft.dA(y, A, b["y"], b["w"]), mean)
         if kind == "cross":  # the regularizer's ∇_y does not depend on x
-            return lambda x, y, b, v: self._to_x(x, b, lambda A: self.soft.cross_dA(y, A, b["y"], b["w"], v))
+            return lambda x, y, b, v: self._to_x(x, b, lambda A: self.soft.cross_dA(y, A, b["y"], b["w"], v), mean)
         return None
 
     def features(self, x: torch.Tensor, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -231,13 +233,21 @@ class HyperRep(BilevelTask):
     def _A(self, H: torch.Tensor, b: Batch) -> torch.Tensor:
         return H * b["drop"] if "drop" in b else H
 
-    def _to_x(self, x, b: Batch, dA) -> torch.Tensor:
-        """``[M, dx]``: backpropagate ``dA(A) = ∂(loss)/∂A`` through dropout, ReLU and the first layer."""
+    def _to_x(self, x, b: Batch, dA, mean: bool = False) -> torch.Tensor:
+        """``[M, dx]``: backpropagate ``dA(A) = ∂(loss)/∂A`` through dropout, ReLU and the first layer.
+        ``mean``: the client mean ``[dx]``, ``(1/M) Gᵀ X`` over all clients' rows (one 2-D product)."""
         Z, H = self.features(x, b["X"])
         G = dA(self._A(H, b))
         if "drop" in b:
             G.mul_(b["drop"])
         G.masked_fill_(Z <= 0, 0.0)
+        if mean:
+            M, h = G.shape[0], G.shape[-1]
+            G = G.reshape(-1, h)
+            out = torch.empty(self.dx, dtype=G.dtype, device=G.device)  # (w1 [h, d], b1 [h]) flat
+            torch.mm(G.T, b["X"].reshape(G.shape[0], -1), out=out[:-h].view(h, -1))
+            torch.sum(G, 0, out=out[-h:])
+            return out.div_(M)
         return torch.cat([(G.mT @ b["X"].flatten(2)).flatten(1), G.sum(1)], 1)
 
     def _reg_grad(self, y, M):
