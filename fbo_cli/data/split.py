@@ -19,7 +19,8 @@ Batch = dict[str, torch.Tensor]
 def take_rows(t: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """``t[idx]`` for an index table ``idx [M, n]`` into the rows of ``t``: the same tensor, gathered with
     ``index_select`` (on the CPU about 4x faster than advanced indexing for image rows)."""
-    return t.index_select(0, idx.reshape(-1)).view(*idx.shape, *t.shape[1:])
+    rows = t.flatten(1) if t.dim() > 2 else t  # (a 2-D gather of image rows is faster than a 4-D one)
+    return rows.index_select(0, idx.reshape(-1)).view(*idx.shape, *t.shape[1:])
 
 
 @dataclass
@@ -49,7 +50,7 @@ class Split:
         """Batch made of positions ``pos [M, B]`` into each client's split."""
         M, n = self.mask.shape
         flat = (pos + n * torch.arange(M, device=pos.device).unsqueeze(1)).reshape(-1)
-        take = lambda t: t.reshape(M * n, *t.shape[2:]).index_select(0, flat).view(*pos.shape, *t.shape[2:])
+        take = lambda t: t.reshape(M * n, -1).index_select(0, flat).view(*pos.shape, *t.shape[2:])
         m = torch.gather(self.mask, 1, pos)
         w = m.to(self.X.dtype) / m.sum(1, keepdim=True).clamp(min=1).to(self.X.dtype)
         out = {"X": take(self.X), "y": torch.gather(self.y, 1, pos), "w": w}

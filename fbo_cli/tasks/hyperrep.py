@@ -237,17 +237,22 @@ class HyperRep(BilevelTask):
         """``[M, dx]``: backpropagate ``dA(A) = ∂(loss)/∂A`` through dropout, ReLU and the first layer.
         ``mean``: the client mean ``[dx]``, ``(1/M) Gᵀ X`` over all clients' rows (one 2-D product)."""
         Z, H = self.features(x, b["X"])
-        G = dA(self._A(H, b))
-        if "drop" in b:
-            G.mul_(b["drop"])
-        G.masked_fill_(Z <= 0, 0.0)
+        A = self._A(H, b)
+        G = dA(A)
+        # ReLU's backward (autograd's own kernel, one pass; ~20x faster than masked_fill_ on the CPU):
+        # G ⊙ [Z > 0], and with dropout masks d ∈ {0, s}, s = 1/(1-q): G ⊙ d ⊙ [Z > 0] = s (G ⊙ [A > 0])
+        # for A = relu(Z) ⊙ d, the scale folded into the (smaller) result
+        s = 1.0 / (1.0 - self.p.dropout) if "drop" in b else 1.0
+        G = torch.ops.aten.threshold_backward(G, A if "drop" in b else Z, 0.0)
         if mean:
             M, h = G.shape[0], G.shape[-1]
             G = G.reshape(-1, h)
             out = torch.empty(self.dx, dtype=G.dtype, device=G.device)  # (w1 [h, d], b1 [h]) flat
             torch.mm(G.T, b["X"].reshape(G.shape[0], -1), out=out[:-h].view(h, -1))
             torch.sum(G, 0, out=out[-h:])
-            return out.div_(M)
+            return out.mul_(s / M)
+        if s != 1.0:
+            G.mul_(s)
         return torch.cat([(G.mT @ b["X"].flatten(2)).flatten(1), G.sum(1)], 1)
 
     def _reg_grad(self, y, M):
