@@ -93,11 +93,11 @@ class BilevelAlgorithm(Algorithm):
     def noise(self, batch: Batch) -> Batch:
         return self.task.noise(self.fed.gen, batch)
 
-    def _charge(self, kind: str, batch: Batch, active: torch.Tensor | None = None) -> None:
+    def _charge(self, kind: str, batch: Batch, active: torch.Tensor | None = None, times: int = 1) -> None:
         used = batch["w"] > 0
         if active is not None:
             used = used & active[:, None]
-        self.ledger.oracle(kind, used.any(1).sum(), used.sum())
+        self.ledger.oracle(kind, used.any(1).sum() * times, used.sum() * times)
 
     # Each oracle uses the task's closed form where it has one (``fast_oracle``; same values, exact
     # derivatives, no random draws), else the generic vectorized ``torch.func`` path.
@@ -111,8 +111,7 @@ class BilevelAlgorithm(Algorithm):
         fast = self.task.fast_oracle("svrg", fn, 1)
         if fast is None:
             return self.grad(fn, 1, a, b1, batch, active) - self.grad(fn, 1, a, b0, batch, active)
-        self._charge("grads", batch, active)
-        self._charge("grads", batch, active)
+        self._charge("grads", batch, active, times=2)
         return fast(a, b1, b0, batch)
 
     def hvp(self, fn: Callable, a, b, batch: Batch, v) -> torch.Tensor:

@@ -51,25 +51,26 @@ from ..federation import Batch
 from .base import BilevelTask, Layout, weighted_ce
 from .softmax import SoftmaxHead
 
-_BITS: dict = {}  # (dtype, device) -> [256, 8] table: byte -> its 8 bits, times 1/(1-q) = 2
+_BITS: dict = {}  # device -> [256] int64: byte k of entry b is 2 * (bit k of b), i.e. 1/(1-q) for q = 1/2
 
 
 def dropout_mask(gen: torch.Generator, shape: tuple[int, ...], q: float, dtype, device) -> torch.Tensor:
     """Inverted-dropout mask ``[*shape]``: independent entries ``1/(1-q)`` with probability ``1-q``, else 0.
 
-    For ``q = 1/2`` every mask entry is one uniform random *bit*: 32-bit words are drawn from ``gen`` and
-    unpacked through a byte table (32 masks per draw instead of one ``torch.rand`` float per mask,
-    ~6x faster on the CPU); other ``q`` compare ``torch.rand`` floats with ``q``. The fast and generic
+    For ``q = 1/2`` every mask entry is one uniform random *bit*: 32-bit words are drawn from ``gen``,
+    each of their bytes is spread to 8 mask bytes ``{0, 2}`` by a 256-entry int64 table, and the bytes
+    are converted to ``dtype`` (32 masks per draw instead of one ``torch.rand`` float per mask; ~20x
+    faster on the CPU); other ``q`` compare ``torch.rand`` floats with ``q``. The fast and generic
     paths both use this function, so they see the same masks (docs/fidelity.md)."""
     n = math.prod(shape)
     if q == 0.5:
-        key = (dtype, str(device))
+        key = str(device)
         if key not in _BITS:
             bits = (torch.arange(256).unsqueeze(1) >> torch.arange(8)) & 1
-            _BITS[key] = (bits * 2.0).to(dtype=dtype, device=device)
+            _BITS[key] = ((bits * 2) << (8 * torch.arange(8))).sum(1).to(device)  # little-endian bytes
         words = torch.empty(-(-n // 32), dtype=torch.int32, device=device).random_(-2 ** 31, 2 ** 31, generator=gen)
-        keep = _BITS[key].index_select(0, words.view(torch.uint8).long())
-        return keep.view(-1)[:n].view(shape)
+        keep = _BITS[key].index_select(0, words.view(torch.uint8).long()).view(torch.uint8)
+        return keep[:n].to(dtype).view(shape)
     r = torch.rand(shape, generator=gen, device=device)
     keep = r.ge_(q) if r.dtype == dtype else (r >= q).to(dtype)  # in place: 0./1.
     return keep.div_(1 - q)
@@ -187,7 +188,7 @@ class HyperRep(BilevelTask):
         if not (enc or fn == self.f or fn == self.g):
             return None
         reg = fn != self.f
-        A = lambda a, b: self._A(b["X"] if enc else self.features(a, b["X"])[1], b)
+        A = lambda a, b: self._A(b["X"] if enc else self.features(a, b["X"]), b)
         M = lambda b: len(b["w"])
         if kind == "svrg":
             return lambda a, y1, y0, b: self.soft.grad_diff(y1, y0, A(a, b), b["y"], b["w"]) + \
@@ -208,27 +209,26 @@ class HyperRep(BilevelTask):
             return lambda x, y, b, v: self._to_x(x, b, lambda A: self.soft.cross_dA(y, A, b["y"], b["w"], v), mean)
         return None
 
-    def features(self, x: torch.Tensor, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Pre-activations and features ``(Z, relu(Z))``, ``[M, n, width]``, of client-stacked
-        ``X [M, n, ...]`` under a global ``x [dx]`` or per-client ``x [M, dx]``. A global x's last three
-        encodings are kept (one split serves several oracles of an outer iteration: the lower view,
-        the HVPs, the cross term)."""
+    def features(self, x: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+        """Features ``relu(Z)``, ``[M, n, width]``, of client-stacked ``X [M, n, ...]`` under a global
+        ``x [dx]`` or per-client ``x [M, dx]`` (the ReLU in place: ``relu(Z) > 0`` iff ``Z > 0``, all
+        the backward needs). A global x's last three encodings are kept (one split serves several
+        oracles of an outer iteration: the lower view, the HVPs, the cross term)."""
         if x.dim() == 2:
             P = self.lx.unflatten_stacked(x)
-            Z = torch.baddbmm(P["b1"].unsqueeze(1), X.flatten(2), P["w1"].mT)
-            return Z, F.relu(Z)
-        for xx, XX, ver, ZH in self._feat:
+            return F.relu_(torch.baddbmm(P["b1"].unsqueeze(1), X.flatten(2), P["w1"].mT))
+        for xx, XX, ver, H in self._feat:
             if xx is x and XX is X and ver == (x._version, X._version):
-                return ZH
+                return H
         P = self.lx.unflatten(x)
-        Z = F.linear(X.reshape(-1, P["w1"].shape[1]), P["w1"], P["b1"]).view(*X.shape[:2], -1)
-        self._feat = [*self._feat[-2:], (x, X, (x._version, X._version), (Z, F.relu(Z)))]
-        return self._feat[-1][3]
+        H = F.relu_(F.linear(X.reshape(-1, P["w1"].shape[1]), P["w1"], P["b1"]).view(*X.shape[:2], -1))
+        self._feat = [*self._feat[-2:], (x, X, (x._version, X._version), H)]
+        return H
 
     def encode_split(self, x, X):
         if not self.p.fast or self.soft is None:
             return super().encode_split(x, X)
-        return self.features(x, X)[1]
+        return self.features(x, X)
 
     def _A(self, H: torch.Tensor, b: Batch) -> torch.Tensor:
         return H * b["drop"] if "drop" in b else H
@@ -236,14 +236,14 @@ class HyperRep(BilevelTask):
     def _to_x(self, x, b: Batch, dA, mean: bool = False) -> torch.Tensor:
         """``[M, dx]``: backpropagate ``dA(A) = ∂(loss)/∂A`` through dropout, ReLU and the first layer.
         ``mean``: the client mean ``[dx]``, ``(1/M) Gᵀ X`` over all clients' rows (one 2-D product)."""
-        Z, H = self.features(x, b["X"])
+        H = self.features(x, b["X"])
         A = self._A(H, b)
         G = dA(A)
         # ReLU's backward (autograd's own kernel, one pass; ~20x faster than masked_fill_ on the CPU):
-        # G ⊙ [Z > 0], and with dropout masks d ∈ {0, s}, s = 1/(1-q): G ⊙ d ⊙ [Z > 0] = s (G ⊙ [A > 0])
-        # for A = relu(Z) ⊙ d, the scale folded into the (smaller) result
+        # G ⊙ [Z > 0] = G ⊙ [H > 0], and with dropout masks d ∈ {0, s}, s = 1/(1-q):
+        # G ⊙ d ⊙ [Z > 0] = s (G ⊙ [A > 0]) for A = H ⊙ d, the scale folded into the (smaller) result
         s = 1.0 / (1.0 - self.p.dropout) if "drop" in b else 1.0
-        G = torch.ops.aten.threshold_backward(G, A if "drop" in b else Z, 0.0)
+        G = torch.ops.aten.threshold_backward(G, A, 0.0)
         if mean:
             M, h = G.shape[0], G.shape[-1]
             G = G.reshape(-1, h)

@@ -54,6 +54,16 @@ class SoftmaxHead:
             return torch.addmm(b.unsqueeze(1), W, A.reshape(M * n, h).T).view(-1, M, n).transpose(0, 1)
         return torch.baddbmm(b.mT, W, A.mT)
 
+    def logits2_t(self, y: torch.Tensor, v: torch.Tensor, A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``logits_t`` of two heads on the same features (one product ``[W; V] Aᵀ`` for two global heads)."""
+        if y.dim() != 1 or v.dim() != 1:
+            return self.logits_t(y, A), self.logits_t(v, A)
+        (W, b), (V, c) = self.split(y), self.split(v)
+        M, n, h = A.shape
+        L = torch.addmm(torch.cat([b, c]).unsqueeze(1), torch.cat([W, V]), A.reshape(M * n, h).T)
+        L = L.view(2, self.C, M, n).transpose(1, 2)
+        return L[0], L[1]
+
     def probs_t(self, y: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
         """``[M, C, n]``: ``Pᵀ``."""
         return torch.softmax(self.logits_t(y, A), -2)
@@ -81,14 +91,16 @@ class SoftmaxHead:
         Dt = Dt * w.unsqueeze(-2)
         return self.flat(Dt @ A, Dt.sum(-1))
 
-    def _S_t(self, Pt, A, v, w) -> torch.Tensor:
-        """``[M, C, n]``: ``Sᵀ``, ``S = w (P ⊙ U - P (P·U))``, ``U = A Vᵀ + c``."""
-        PU = Pt * self.logits_t(v, A)
-        return (PU - Pt * PU.sum(-2, keepdim=True)) * w.unsqueeze(-2)
+    def _PS_t(self, y, A, v, w) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[M, C, n]`` twice: ``Pᵀ`` and ``Sᵀ``, ``S = w (P ⊙ U - P (P·U))``, ``U = A Vᵀ + c``."""
+        Lt, Ut = self.logits2_t(y, v, A)
+        Pt = torch.softmax(Lt, -2)
+        PU = Pt * Ut
+        return Pt, (PU - Pt * PU.sum(-2, keepdim=True)) * w.unsqueeze(-2)
 
     def hvp(self, y, A, t, w, v) -> torch.Tensor:
         """``[M, dy]``: ``∇²_y ℓ v``."""
-        St = self._S_t(self.probs_t(y, A), A, v, w)
+        St = self._PS_t(y, A, v, w)[1]
         return self.flat(St @ A, St.sum(-1))
 
     def dA(self, y, A, t, w) -> torch.Tensor:
@@ -97,17 +109,18 @@ class SoftmaxHead:
 
     def cross_dA(self, y, A, t, w, v) -> torch.Tensor:
         """``[M, n, h]``: ``∂⟨∇_y ℓ, v⟩/∂A = S W + R V``, as one product ``[S R] [W; V]``."""
-        Pt = self.probs_t(y, A)
+        Pt, St = self._PS_t(y, A, v, w)
         W, V = self.split(y)[0], self.split(v)[0]
         if W.dim() != V.dim():
             W, V = torch.broadcast_tensors(W, V)
-        K = torch.cat([self._S_t(Pt, A, v, w), self.residual_t(Pt, t, w)], -2)
+        K = torch.cat([St, self.residual_t(Pt, t, w)], -2)
         return _rows_times(K, torch.cat([W, V], -2))
 
     def cross_dw(self, y, A, t, v) -> torch.Tensor:
         """``[M, n]``: ``∂⟨∇_y ℓ, v⟩/∂w_n = (p_n - e_n)ᵀ u_n`` (for per-example weights that depend on x)."""
         Et = torch.nn.functional.one_hot(t, self.C).mT.to(A.dtype)
-        return ((self.probs_t(y, A) - Et) * self.logits_t(v, A)).sum(-2)
+        Lt, Ut = self.logits2_t(y, v, A)
+        return ((torch.softmax(Lt, -2) - Et) * Ut).sum(-2)
 
     def ce(self, y, A, t) -> torch.Tensor:
         """``[M, n]``: the per-example cross-entropies."""
