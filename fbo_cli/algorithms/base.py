@@ -157,7 +157,7 @@ class BilevelAlgorithm(Algorithm):
                 d = self.grad_diff(fn, a, yi, y, batch, active) + q
             else:
                 d = self.grad(fn, 1, a, yi, batch, active)
-            yi = yi - lr * d * active[:, None].to(d.dtype)
+            yi = torch.addcmul(yi, d, active[:, None].to(d.dtype), value=-lr)
         return yi
 
     def lower_anchor(self, a, fn: Callable, split: Split, y: torch.Tensor) -> torch.Tensor:

@@ -192,7 +192,7 @@ class HyperRep(BilevelTask):
         M = lambda b: len(b["w"])
         if kind == "svrg":
             return lambda a, y1, y0, b: self.soft.grad_diff(y1, y0, A(a, b), b["y"], b["w"]) + \
-                (self._reg_grad(y1, M(b)) - self._reg_grad(y0, M(b)) if reg else 0.0)
+                (self._reg_grad_diff(y1, y0, M(b)) if reg else 0.0)
         if kind == "grad" and argnum == 1:
             return lambda a, y, b: self.soft.grad(y, A(a, b), b["y"], b["w"]) + \
                 (self._reg_grad(y, M(b)) if reg else 0.0)
@@ -262,6 +262,12 @@ class HyperRep(BilevelTask):
         if self.p.reg == "l2":
             return coef * y.expand(M, -1)
         return torch.func.vmap(torch.func.grad(self.reg_y))(y.expand(M, -1))
+
+    def _reg_grad_diff(self, y1, y0, M):
+        if self.p.reg == "l2":  # linear: one difference
+            coef = self.p.reg_coef if self.p.reg_coef is not None else 0.01
+            return coef * (y1 - y0).expand(M, -1) if coef else 0.0
+        return self._reg_grad(y1, M) - self._reg_grad(y0, M)
 
     def _reg_hvp(self, y, v, M):
         coef = self.p.reg_coef if self.p.reg_coef is not None else {"l2": 0.01, "norm": 0.05}.get(self.p.reg, 0.0)
