@@ -101,17 +101,19 @@ class BilevelAlgorithm(Algorithm):
 
     # Each oracle uses the task's closed form where it has one (``fast_oracle``; same values, exact
     # derivatives, no random draws), else the generic vectorized ``torch.func`` path.
-    def grad(self, fn: Callable, argnum: int, a, b, batch: Batch, active=None) -> torch.Tensor:
-        self._charge("grads", batch, active)
+    def grad(self, fn: Callable, argnum: int, a, b, batch: Batch, active=None, charge: bool = True) -> torch.Tensor:
+        if charge:
+            self._charge("grads", batch, active)
         fast = self.task.fast_oracle("grad", fn, argnum)
         return fast(a, b, batch) if fast else per_client_grad(fn, argnum, a, b, batch)
 
-    def grad_diff(self, fn: Callable, a, b1, b0, batch: Batch, active=None) -> torch.Tensor:
+    def grad_diff(self, fn: Callable, a, b1, b0, batch: Batch, active=None, charge: bool = True) -> torch.Tensor:
         """``∇_b fn(a, b1; ζ) - ∇_b fn(a, b0; ζ)`` on one batch ζ (the SVRG pair; two gradient calls)."""
         fast = self.task.fast_oracle("svrg", fn, 1)
         if fast is None:
-            return self.grad(fn, 1, a, b1, batch, active) - self.grad(fn, 1, a, b0, batch, active)
-        self._charge("grads", batch, active, times=2)
+            return (self.grad(fn, 1, a, b1, batch, active, charge) - self.grad(fn, 1, a, b0, batch, active, charge))
+        if charge:
+            self._charge("grads", batch, active, times=2)
         return fast(a, b1, b0, batch)
 
     def hvp(self, fn: Callable, a, b, batch: Batch, v) -> torch.Tensor:
@@ -151,12 +153,17 @@ class BilevelAlgorithm(Algorithm):
         masks in both terms. ``q`` None: FedAvg local SGD, ``y_i <- y_i - lr ∇G_i(y_i; ζ)``.
         """
         yi = y.expand(split.M, -1).clone()
+        # charged in bulk, as the per-step charges add up: every epoch visits each client's n_i examples
+        # in ceil(n_i / batch_size) steps in which the client is active
+        n = split.counts
+        k = (2 if q is not None else 1) * epochs
+        self.ledger.oracle("grads", k * ((n + batch_size - 1) // batch_size).sum(), k * n.sum())
         for batch, active in split.epochs(self.fed.gen, epochs, batch_size):
             batch = self.noise(batch)
             if q is not None:
-                d = self.grad_diff(fn, a, yi, y, batch, active) + q
+                d = self.grad_diff(fn, a, yi, y, batch, active, charge=False) + q
             else:
-                d = self.grad(fn, 1, a, yi, batch, active)
+                d = self.grad(fn, 1, a, yi, batch, active, charge=False)
             yi = torch.addcmul(yi, d, active[:, None].to(d.dtype), value=-lr)
         return yi
 
