@@ -1,6 +1,7 @@
 """``make bench``: cost per outer iteration of every algorithm, measured against the machine.
 
-For each case: seconds per outer iteration (min over ``iters`` timed iterations after a warm-up) and
+For each case: seconds per outer iteration (min over ``iters`` timed iterations after a warm-up, more
+for a cheap case, up to ``--min-seconds``) and
 per communication round, the FLOPs of one iteration (``torch.utils.flop_counter.FlopCounterMode`` on
 the warm-up iteration), the achieved GFLOP/s, and the **efficiency**: achieved GFLOP/s over the
 machine's own sgemm rate (``torch.matmul`` of two 2048² fp32 matrices, same thread count), measured
@@ -138,8 +139,10 @@ def _flops(algo) -> float:
     return float(fc.get_total_flops())
 
 
-def time_case(case: dict, iters: int, device: str = "cpu", generic: bool = True) -> dict:
-    """Time one case (fast path, and the generic path when the task has one and ``generic``)."""
+def time_case(case: dict, iters: int, device: str = "cpu", generic: bool = True, min_s: float = 0.0) -> dict:
+    """Time one case (fast path, and the generic path when the task has one and ``generic``): at least
+    ``iters`` rounds of alternating iterations, more while less than ``min_s`` seconds have gone by
+    (at most ``4 iters``; cheap cases get more samples for their minimum)."""
     has_fast = case["task"] in FAST_TASKS
     b = _build(case, device, True if has_fast else None)
     dev = b.device
@@ -158,11 +161,13 @@ def time_case(case: dict, iters: int, device: str = "cpu", generic: bool = True)
     r0 = led.rounds
     sg = Sgemm(dev)
     sg.tick()
-    for _ in range(iters):  # alternate, so that both paths (and sgemm) see the same load
-        for k, a in paths.items():
+    t0, done = time.perf_counter(), 0
+    while done < iters or (time.perf_counter() - t0 < min_s and done < 4 * iters):
+        for k, a in paths.items():  # alternate, so that both paths (and sgemm) see the same load
             times[k].append(_timed(a.step, dev))
         sg.tick()
-    rounds = (led.rounds - r0) / iters
+        done += 1
+    rounds = (led.rounds - r0) / done
     ev = _timed(algo.evaluate, dev)
     t = min(times["fast"])
     tg = min(times["generic"]) if "generic" in times else float("nan")
@@ -343,6 +348,8 @@ def loop_fednest_iteration(data, participation=0.1, epochs=5, bs=64, T=5, lam=0.
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--iters", type=int, default=3, help="timed outer iterations per case and path (min is kept)")
+    ap.add_argument("--min-seconds", type=float, default=4.0,
+                    help="keep timing a case (up to 4x --iters) until this many seconds have gone by")
     ap.add_argument("--quick", action="store_true",
                     help="the seed-003 cases and the growth sweeps only, 2 iterations (a few minutes)")
     ap.add_argument("--cases", default="experiments/bench.yaml")
@@ -396,7 +403,8 @@ def main(argv: list[str] | None = None) -> None:
     for c in cases:
         con.print(f"timing {c['name']} ...", style="dim")
         try:
-            rows.append(isolated(time_case, (c, iters, args.device), args.device, args.threads))
+            rows.append(isolated(time_case, (c, iters, args.device, True, args.min_seconds), args.device,
+                                 args.threads))
         except Exception as e:  # a missing dataset or a broken case must not hide the others
             con.print(f"[red]skipped {c['name']}: {e}[/red]")
     for c in growth:

@@ -87,13 +87,13 @@ class AggITD(BilevelAlgorithm):
         y, z = self.y, None
         for t in range(hp.N + 1):
             if t == Q:  # lines 5, 12
-                z = mean(self.grad(self.task.f, 1, x, y, self.noise(val.full())))
+                z = self.grad_mean(self.task.f, 1, x, y, self.noise(val.full()))
             elif t > Q:  # lines 6, 13
-                z = z - hp.lam * mean(self.hvp(gfn, a, y, self.noise(enc.full()), z))
+                z = z - hp.lam * self.hvp_mean(gfn, a, y, self.noise(enc.full()), z)
             if t < hp.N:
                 ride = dy if t >= Q else 0  # r_i^t or z_i^t piggy-backs on the round
                 if hp.lower_solver == "svrg":
-                    q = mean(self.lower_anchor(a, gfn, enc, y))  # lines 4, 9
+                    q = self.lower_anchor(a, gfn, enc, y)  # lines 4, 9
                     led.comm(M, dy + ride)
                     yi = self.local_lower(a, gfn, enc, y, q, hp.inner_lr, hp.lower_epochs, hp.batch_size)
                     led.comm(M, dy)  # Alg. 2 line 8

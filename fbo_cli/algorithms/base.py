@@ -136,6 +136,13 @@ class BilevelAlgorithm(Algorithm):
         self._charge("grads", batch)
         return fast(a, b, batch)
 
+    def hvp_mean(self, fn: Callable, a, b, batch: Batch, v) -> torch.Tensor:
+        fast = self.task.fast_oracle("hvp_mean", fn)
+        if fast is None:
+            return mean(self.hvp(fn, a, b, batch, v))
+        self._charge("hvps", batch)
+        return fast(a, b, batch, v)
+
     def cross_mean(self, fn: Callable, a, b, batch: Batch, v) -> torch.Tensor:
         fast = self.task.fast_oracle("cross_mean", fn)
         if fast is None:
@@ -168,8 +175,8 @@ class BilevelAlgorithm(Algorithm):
         return yi
 
     def lower_anchor(self, a, fn: Callable, split: Split, y: torch.Tensor) -> torch.Tensor:
-        """``[M, dy]``: each client's full-split lower gradient ``∇_y G_i(x, y)`` (SVRG anchor)."""
-        return self.grad(fn, 1, a, y, self.noise(split.full()))
+        """``[dy]``: the server's SVRG anchor ``q = mean_i ∇_y G_i(x, y)`` (full splits)."""
+        return self.grad_mean(fn, 1, a, y, self.noise(split.full()))
 
     def upper_local(self, x: torch.Tensor, y: torch.Tensor, h: torch.Tensor, hg: "Hypergrad", tau: int, lr: float,
                     same_sample: bool) -> torch.Tensor:

@@ -190,6 +190,17 @@ class HyperRep(BilevelTask):
         reg = fn != self.f
         A = lambda a, b: self._A(b["X"] if enc else self.features(a, b["X"]), b)
         M = lambda b: len(b["w"])
+        mean = kind.endswith("_mean")  # the client mean (one product over all clients' rows)
+        kind = kind.removesuffix("_mean")
+        if mean and kind in ("grad", "hvp") and argnum != 0:
+            rm = lambda t: t.mean(0) if isinstance(t, torch.Tensor) else t
+            if kind == "grad":
+                return lambda a, y, b: self.soft.grad(y, A(a, b), b["y"], b["w"], mean=True) + \
+                    (rm(self._reg_grad(y, M(b))) if reg else 0.0)
+            return lambda a, y, b, v: self.soft.hvp(y, A(a, b), b["y"], b["w"], v, mean=True) + \
+                (rm(self._reg_hvp(y, v, M(b))) if reg else 0.0)
+        if mean and kind not in ("grad", "cross"):
+            return None
         if kind == "svrg":
             return lambda a, y1, y0, b: self.soft.grad_diff(y1, y0, A(a, b), b["y"], b["w"]) + \
                 (self._reg_grad_diff(y1, y0, M(b)) if reg else 0.0)
@@ -201,8 +212,6 @@ class HyperRep(BilevelTask):
                 (self._reg_hvp(y, v, M(b)) if reg else 0.0)
         if enc:  # g_enc does not depend on x
             return None
-        mean = kind.endswith("_mean")  # the client mean [dx] (one product over all clients' rows)
-        kind = kind.removesuffix("_mean")
         if kind == "grad" and argnum == 0:
             return lambda x, y, b: self._to_x(x, b, lambda A: self.soft.dA(y, A, b["y"], b["w"]), mean)
         if kind == "cross":  # the regularizer's ∇_y does not depend on x

@@ -80,10 +80,16 @@ class SoftmaxHead:
     def flat(gW: torch.Tensor, gb: torch.Tensor) -> torch.Tensor:
         return torch.cat([gW.flatten(-2), gb], -1)
 
-    def grad(self, y, A, t, w) -> torch.Tensor:
-        """``[M, dy]``: ``∇_y ℓ``."""
+    def grad(self, y, A, t, w, mean: bool = False) -> torch.Tensor:
+        """``[M, dy]``: ``∇_y ℓ`` (``mean``: its client mean ``[dy]``)."""
         Rt = self.residual_t(self.probs_t(y, A), t, w)
-        return self.flat(Rt @ A, Rt.sum(-1))
+        return self._mean(Rt, A) if mean else self.flat(Rt @ A, Rt.sum(-1))
+
+    def _mean(self, Kt: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
+        """``[dy]``: the client mean of ``flat(Kᵀ A, Σ_n K)``, one 2-D product over all clients' rows."""
+        M, C, n = Kt.shape
+        K = Kt.transpose(0, 1).reshape(C, M * n)
+        return torch.cat([(K @ A.reshape(M * n, -1)).flatten(), K.sum(1)]).div_(M)
 
     def grad_diff(self, y1, y0, A, t, w) -> torch.Tensor:
         """``[M, dy]``: ``∇_y ℓ(y1) - ∇_y ℓ(y0)`` on the same batch (the SVRG pair, one product)."""
@@ -98,10 +104,10 @@ class SoftmaxHead:
         PU = Pt * Ut
         return Pt, (PU - Pt * PU.sum(-2, keepdim=True)) * w.unsqueeze(-2)
 
-    def hvp(self, y, A, t, w, v) -> torch.Tensor:
-        """``[M, dy]``: ``∇²_y ℓ v``."""
+    def hvp(self, y, A, t, w, v, mean: bool = False) -> torch.Tensor:
+        """``[M, dy]``: ``∇²_y ℓ v`` (``mean``: its client mean ``[dy]``)."""
         St = self._PS_t(y, A, v, w)[1]
-        return self.flat(St @ A, St.sum(-1))
+        return self._mean(St, A) if mean else self.flat(St @ A, St.sum(-1))
 
     def dA(self, y, A, t, w) -> torch.Tensor:
         """``[M, n, h]``: ``∂ℓ/∂A = R W``."""
