@@ -1,17 +1,19 @@
 """``make bench``: cost per outer iteration of every algorithm, measured against the machine.
 
-For each case: seconds per outer iteration (min over ``iters`` timed iterations after a warm-up) and
+For each case: seconds per outer iteration (min over ``iters`` timed iterations after a warm-up, more
+for a cheap case, up to ``--min-seconds``) and
 per communication round, the FLOPs of one iteration (``torch.utils.flop_counter.FlopCounterMode`` on
 the warm-up iteration), the achieved GFLOP/s, and the **efficiency**: achieved GFLOP/s over the
-machine's own sgemm rate (``torch.matmul`` of two 2048² fp32 matrices, same thread count), measured in
-the same run, so that the ratio is stable on a noisy machine. Cases whose task has a fast path
+machine's own sgemm rate (``torch.matmul`` of two 2048² fp32 matrices, same thread count), measured
+between the case's own timed iterations (best of those), so that the ratio is stable on a noisy
+machine whose load drifts during the run. Cases whose task has a fast path
 (``fast``: hyperrep with the mlp, hyperclean) are also timed with ``fast=false`` (the generic
 ``torch.func`` path), alternating fast and generic iterations in one process: ``speedup`` is their
 ratio. Peak memory: on the CPU each case runs in a forked process and reports its peak RSS above the
 RSS it started with (``/proc/self/clear_refs``, ``VmHWM``), for the fast path; on CUDA
 ``torch.cuda.max_memory_allocated``.
 
-Cases: the seed-003 setting (MNIST-size MLP on Fashion-MNIST, 100 clients, iid, participation 0.1
+Cases: the setting of Xiao & Ji (ICML 2023) (MNIST-size MLP on Fashion-MNIST, 100 clients, iid, participation 0.1
 and 1.0) for ``fednest`` and ``aggitd``, every case of ``experiments/bench.yaml``, and two growth
 sweeps of FedNest (fast path): participating clients 10, 20, 50, 100 (of 100), and total clients
 100, 1,000, 10,000 at C = 0.01 (the same 60,000 examples dealt out, so the participating clients
@@ -19,7 +21,10 @@ hold 600 examples in all; ``sample+gather`` times drawing the clients and gather
 For scale, a per-client-loop FedNest iteration written like the public FedNest code.
 
 Writes ``results/bench/bench.csv``, ``growth.csv`` and ``bench.md``. Usage: ``python -m fbo_cli.bench
-[--quick] [--device cpu|cuda] [--threads N] [--only SUBSTRINGS]``.
+[--quick] [--device cpu|cuda] [--threads N] [--only SUBSTRINGS] [--profile]``. ``--profile`` times
+nothing: it writes ``profile.md``, the ``torch.profiler`` table (self time by operator and input
+shapes) of one outer iteration of FedNest, FBO-AggITD (Xiao & Ji, ICML 2023 setting, C = 0.1, fast path),
+FedBiO (hyper-cleaning) and CoDA-SCA (``PROFILE``).
 """
 
 from __future__ import annotations
@@ -53,17 +58,34 @@ GROWTH_M = [{"name": f"fednest-m100-M{m}", "task": "hyperrep", "algo": "fednest"
 GROWTH_N = [{"name": f"fednest-m{n}-C0.01", "task": "hyperrep", "algo": "fednest", "sweep": "total",
              "M": n // 100, "set": {**DATA, "clients": n, "participation": 0.01}} for n in (100, 1000, 10_000)]
 FAST_TASKS = ("hyperrep", "hyperclean")
+PROFILE = ("fednest-mlp-fmnist-m100-C0.1", "aggitd-mlp-fmnist-m100-C0.1", "fedbio-hyperclean-fmnist-M10-I5",
+           "codasca-synth-K16-I32")
+
+
+class Sgemm:
+    """``torch.matmul`` of two ``n x n`` fp32 matrices: ``tick()`` times one product, ``rate`` is the best
+    GFLOP/s so far. A case times its own products between its iterations, so that its efficiency is
+    measured against the machine in the same window (the load of a shared machine drifts)."""
+
+    def __init__(self, device: torch.device, n: int = 2048):
+        g = torch.Generator(device=device).manual_seed(0)
+        self.a, self.b = (torch.rand(n, n, generator=g, device=device) for _ in range(2))
+        self.device, self.n, self.best = device, n, float("inf")
+
+    def tick(self) -> None:
+        self.best = min(self.best, _timed(lambda: self.a @ self.b, self.device))
+
+    @property
+    def rate(self) -> float:
+        return 2 * self.n ** 3 / self.best / 1e9
 
 
 def sgemm_rate(device: torch.device, n: int = 2048, reps: int = 5) -> float:
     """GFLOP/s of ``torch.matmul`` on two ``n x n`` fp32 matrices (best of ``reps``)."""
-    g = torch.Generator(device=device).manual_seed(0)
-    a, b = (torch.rand(n, n, generator=g, device=device) for _ in range(2))
-    best = float("inf")
+    s = Sgemm(device, n)
     for _ in range(reps + 1):
-        t = _timed(lambda: a @ b, device)
-        best = min(best, t)
-    return 2 * n ** 3 / best / 1e9
+        s.tick()
+    return s.rate
 
 
 def _sync(device) -> None:
@@ -117,8 +139,10 @@ def _flops(algo) -> float:
     return float(fc.get_total_flops())
 
 
-def time_case(case: dict, iters: int, device: str = "cpu", generic: bool = True) -> dict:
-    """Time one case (fast path, and the generic path when the task has one and ``generic``)."""
+def time_case(case: dict, iters: int, device: str = "cpu", generic: bool = True, min_s: float = 0.0) -> dict:
+    """Time one case (fast path, and the generic path when the task has one and ``generic``): at least
+    ``iters`` rounds of alternating iterations, more while less than ``min_s`` seconds have gone by
+    (at most ``4 iters``; cheap cases get more samples for their minimum)."""
     has_fast = case["task"] in FAST_TASKS
     b = _build(case, device, True if has_fast else None)
     dev = b.device
@@ -135,17 +159,22 @@ def time_case(case: dict, iters: int, device: str = "cpu", generic: bool = True)
         flops_g = _flops(paths["generic"])
     times: dict[str, list[float]] = {k: [] for k in paths}
     r0 = led.rounds
-    for _ in range(iters):  # alternate, so that both paths see the same load
-        for k, a in paths.items():
+    sg = Sgemm(dev)
+    sg.tick()
+    t0, done = time.perf_counter(), 0
+    while done < iters or (time.perf_counter() - t0 < min_s and done < 4 * iters):
+        for k, a in paths.items():  # alternate, so that both paths (and sgemm) see the same load
             times[k].append(_timed(a.step, dev))
-    rounds = (led.rounds - r0) / iters
+        sg.tick()
+        done += 1
+    rounds = (led.rounds - r0) / done
     ev = _timed(algo.evaluate, dev)
     t = min(times["fast"])
     tg = min(times["generic"]) if "generic" in times else float("nan")
     return {"case": case["name"], "task": case["task"], "algo": case["algo"], "device": dev.type,
             "s_per_iteration": t, "rounds_per_iteration": rounds, "s_per_round": t / max(rounds, 1e-9),
             "gflop": flops / 1e9, "gflops": flops / t / 1e9, "generic_s": tg, "generic_gflop": flops_g / 1e9,
-            "speedup": tg / t, "peak_mb": mem, "eval_s": ev}
+            "speedup": tg / t, "peak_mb": mem, "eval_s": ev, "sgemm_gflops": sg.rate}
 
 
 def growth_case(case: dict, iters: int, device: str = "cpu") -> dict:
@@ -154,18 +183,44 @@ def growth_case(case: dict, iters: int, device: str = "cpu") -> dict:
     build_s = time.perf_counter() - t0
     algo, dev, data = b.algo, b.device, b.task.data
     flops = _flops(algo)
-    ts = [_timed(algo.step, dev) for _ in range(iters)]
+    sg = Sgemm(dev)
+    sg.tick()
+    ts = []
+    for _ in range(iters):
+        ts.append(_timed(algo.step, dev))
+        sg.tick()
 
     def sample_gather():
         S = algo.fed.sample()
         data.split("train", S), data.split("val", S)
 
-    sg = min(_timed(sample_gather, dev) for _ in range(5))
+    sgt = min(_timed(sample_gather, dev) for _ in range(5))
     t = min(ts)
     return {"sweep": case["sweep"], "case": case["name"], "clients": data.num_clients,
             "participating": case["M"], "examples_per_client": int(data.train_mask.sum() + data.val_mask.sum())
             // data.num_clients, "s_per_iteration": t, "s_per_participant": t / case["M"], "gflop": flops / 1e9,
-            "gflops": flops / t / 1e9, "sample_gather_ms": sg * 1e3, "build_s": build_s}
+            "gflops": flops / t / 1e9, "sample_gather_ms": sgt * 1e3, "build_s": build_s, "sgemm_gflops": sg.rate}
+
+
+def profile_case(case: dict, device: str = "cpu", rows: int = 25) -> str:
+    """Markdown: the ``torch.profiler`` table of one outer iteration (after one warm-up iteration)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    algo = _build(case, device, None).algo
+    algo.step()
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    t0 = time.perf_counter()
+    with profile(activities=acts, record_shapes=True) as prof:
+        algo.step()
+        _sync(torch.device(device))
+    wall = time.perf_counter() - t0
+    key = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
+    table = prof.key_averages(group_by_input_shape=True).table(
+        sort_by=key, row_limit=rows, max_name_column_width=40, max_shapes_column_width=70)
+    by_op = prof.key_averages().table(sort_by=key, row_limit=15, max_name_column_width=40)
+    return (f"## {case['name']}\n\n`{case['task']}` / `{case['algo']}`, set {case.get('set')}; one iteration, "
+            f"{wall:.3f} s under the profiler\n\nBy operator:\n\n```\n{by_op}\n```\n\n"
+            f"By operator and input shapes:\n\n```\n{table}\n```\n")
 
 
 def _child(fn, args, conn) -> None:
@@ -293,12 +348,16 @@ def loop_fednest_iteration(data, participation=0.1, epochs=5, bs=64, T=5, lam=0.
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--iters", type=int, default=3, help="timed outer iterations per case and path (min is kept)")
+    ap.add_argument("--min-seconds", type=float, default=4.0,
+                    help="keep timing a case (up to 4x --iters) until this many seconds have gone by")
     ap.add_argument("--quick", action="store_true",
-                    help="the seed-003 cases and the growth sweeps only, 2 iterations (a few minutes)")
+                    help="the FedNest and FBO-AggITD cases and the growth sweeps only, 2 iterations (a few minutes)")
     ap.add_argument("--cases", default="experiments/bench.yaml")
     ap.add_argument("--only", default="", help="comma-separated substrings of case names to run")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--out", default="results/bench")
+    ap.add_argument("--profile", action="store_true",
+                    help="no timing: torch.profiler tables of one iteration of " + ", ".join(PROFILE) + " (profile.md)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch CPU threads (1: one core per run, as `compare --jobs 2` uses on 2 cores; "
                          "more threads on a loaded machine oversubscribe and time noise)")
@@ -315,6 +374,22 @@ def main(argv: list[str] | None = None) -> None:
         con.print("[red]--device cuda: no CUDA device available[/red]")
         raise SystemExit(2)
     cases, growth = list(SPINE), GROWTH_M + GROWTH_N
+    if args.profile:
+        every = cases + ((yaml.safe_load(Path(args.cases).read_text()) or {}).get("cases") or []
+                         if Path(args.cases).is_file() else [])
+        md = [f"# fbo bench --profile: torch {torch.__version__}, {dev.type}, {args.threads} thread(s)", ""]
+        for name in PROFILE:
+            c = next((c for c in every if c["name"] == name), None)
+            if c is None or (args.only and not any(k in name for k in args.only.split(","))):
+                continue
+            con.print(f"profiling {name} ...", style="dim")
+            try:
+                md.append(isolated(profile_case, (c, args.device), args.device, args.threads))
+            except Exception as e:
+                con.print(f"[red]skipped {name}: {e}[/red]")
+        atomic_write(Path(args.out) / "profile.md", "\n".join(md) + "\n")
+        con.print(f"written: {args.out}/profile.md")
+        return
     if not args.quick and Path(args.cases).is_file():
         cases += (yaml.safe_load(Path(args.cases).read_text()) or {}).get("cases") or []
     if args.only:
@@ -328,7 +403,8 @@ def main(argv: list[str] | None = None) -> None:
     for c in cases:
         con.print(f"timing {c['name']} ...", style="dim")
         try:
-            rows.append(isolated(time_case, (c, iters, args.device), args.device, args.threads))
+            rows.append(isolated(time_case, (c, iters, args.device, True, args.min_seconds), args.device,
+                                 args.threads))
         except Exception as e:  # a missing dataset or a broken case must not hide the others
             con.print(f"[red]skipped {c['name']}: {e}[/red]")
     for c in growth:
@@ -345,11 +421,13 @@ def main(argv: list[str] | None = None) -> None:
                      "device": "cpu", "s_per_iteration": t, "rounds_per_iteration": 10, "s_per_round": t / 10})
     sgemm = max(sgemm, sgemm_rate(dev))  # again at the end: the better of the two
     df, gf = pd.DataFrame(rows), pd.DataFrame(grows)
-    if len(df):
-        df["efficiency"] = df["gflops"] / sgemm
-        df["sgemm_gflops"] = sgemm
+    for frame in (df, gf):  # each case against the sgemm rate measured between its own iterations
+        if len(frame):
+            if "sgemm_gflops" not in frame:
+                frame["sgemm_gflops"] = float("nan")
+            frame["sgemm_gflops"] = frame["sgemm_gflops"].fillna(sgemm)
+            frame["efficiency"] = frame["gflops"] / frame["sgemm_gflops"]
     if len(gf):
-        gf["efficiency"] = gf["gflops"] / sgemm
         for _, g in gf.groupby("sweep"):
             gf.loc[g.index, "vs_first"] = g["s_per_iteration"] / g["s_per_iteration"].iloc[0]
     title = (f"fbo bench: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
@@ -357,7 +435,8 @@ def main(argv: list[str] | None = None) -> None:
     md = [f"**{title}**", ""]
     cols = [("case", "case", "{}"), ("s / iteration", "s_per_iteration", "{:.3f}"),
             ("rounds", "rounds_per_iteration", "{:g}"), ("s / round", "s_per_round", "{:.4f}"),
-            ("GFLOP", "gflop", "{:.2f}"), ("GFLOP/s", "gflops", "{:.1f}"), ("efficiency", "efficiency", "{:.0%}"),
+            ("GFLOP", "gflop", "{:.2f}"), ("GFLOP/s", "gflops", "{:.1f}"), ("sgemm GFLOP/s", "sgemm_gflops", "{:.1f}"),
+            ("efficiency", "efficiency", "{:.0%}"),
             ("generic s", "generic_s", "{:.3f}"), ("generic GFLOP", "generic_gflop", "{:.2f}"),
             ("fast / generic", "speedup", "{:.2f}x"), ("peak MB", "peak_mb", "{:.0f}"), ("eval s", "eval_s", "{:.3f}")]
     gcols = [("sweep", "sweep", "{}"), ("clients", "clients", "{}"), ("participating", "participating", "{}"),

@@ -33,6 +33,16 @@ def _oracles(task, x, y, batch, v, fns):
             cross = task.fast_oracle("cross", fn)
             if cross is not None:
                 yield "cross", cross(a, b, batch, vv), per_client_cross(fn, a, b, batch, vv)
+            for kind, argnum in (("grad_mean", 0), ("cross_mean", 0), ("grad_mean", 1), ("hvp_mean", 1)):
+                fast = task.fast_oracle(kind, fn, argnum)  # client means: one product over all rows
+                if fast is not None:
+                    if kind == "grad_mean":
+                        got, slow = fast(a, b, batch), per_client_grad(fn, argnum, a, b, batch)
+                    elif kind == "cross_mean":
+                        got, slow = fast(a, b, batch, vv), per_client_cross(fn, a, b, batch, vv)
+                    else:
+                        got, slow = fast(a, b, batch, vv), per_client_hvp(fn, a, b, batch, vv)
+                    yield f"{kind}{argnum}", got, slow.mean(0)
             yield ("svrg", task.fast_oracle("svrg", fn, 1)(a, b, y, batch),
                    per_client_grad(fn, 1, a, b, batch) - per_client_grad(fn, 1, a, y, batch))
 
@@ -54,7 +64,7 @@ def test_hyperrep_oracles_match_generic(reg):
     a, gfn, enc = task.lower_view(x, split)
     eb = task.noise(gen, enc.sample(gen, 20))
     for name, fast, slow in _oracles(task, a, y, eb, v, [gfn]):
-        if name != "grad0":
+        if name not in ("grad0", "grad_mean0"):
             torch.testing.assert_close(fast, slow, **TOL, msg=name)
             n += 1
     assert n >= 30
@@ -84,6 +94,8 @@ CASES = [
     ("hyperrep", "aggitd", {"dataset": "digits", "clients": 8, "participation": 0.5, "partition": "iid", "hidden": 16,
                             "tau": 3}),
     ("hyperrep", "aggitd-sgd", {"dataset": "digits", "clients": 8, "participation": 0.5, "hidden": 16, "N": 2}),
+    ("hyperrep", "aggitd", {"dataset": "digits", "clients": 8, "participation": 0.5, "hidden": 16, "tau": 1}),
+    ("hyperrep", "fednest", {"dataset": "digits", "clients": 8, "participation": 1.0, "hidden": 16, "tau": 1}),
     ("hyperrep", "fedbio", {"dataset": "digits", "clients": 4, "hidden": 16, "upper_lr": 0.05}),
     ("hyperclean", "fedbio", {"dataset": "digits", "clients": 4}),
     ("hyperclean", "fedbioacc", {"dataset": "digits", "clients": 4}),
@@ -111,3 +123,27 @@ def test_whole_iterations_match_generic(task, algo, s):
         torch.testing.assert_close(fast.state()[k], t, rtol=1e-10, atol=1e-10, msg=k)
     assert fast.ledger.as_dict() == slow.ledger.as_dict()
     assert torch.equal(fast.fed.gen.get_state(), slow.fed.gen.get_state())
+
+
+@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize("same", [True, False])
+def test_upper_round_tau1_is_the_mean_of_the_client_steps(fast, same):
+    """``upper_round`` with tau = 1 (client means only) against the per-client hypergradients and local
+    steps, averaged afterwards (float64, the same draws)."""
+    b = build(resolve("hyperrep", "aggitd", {"dataset": "digits", "clients": 8, "participation": 0.5,
+                                             "hidden": 16, "fast": fast}))
+    _double(b.task.data)
+    a = b.algo
+    x, y = a.x.double(), a.y.double()
+    S = a.fed.sample()
+    train, val = a.fed.data.split("train", S), a.fed.data.split("val", S)
+    p = torch.randn(y.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    state = a.fed.gen.get_state()
+    h1, x1 = a.upper_round(x, y, train, val, p, 1, 0.05, same)
+    after, _ = a.fed.gen.get_state(), a.fed.gen.set_state(state)
+    hg = a.hypergradient(x, y, p, train, val)
+    h = hg.h.mean(0)
+    x2 = a.upper_local(x, y, h, hg, 1, 0.05, same).mean(0)
+    torch.testing.assert_close(h1, h, **TOL)
+    torch.testing.assert_close(x1, x2, **TOL)
+    assert torch.equal(a.fed.gen.get_state(), after)

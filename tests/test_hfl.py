@@ -32,7 +32,7 @@ def ce_full(W: torch.Tensor, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(X @ W.T, y)
 
 
-# --- the zeroth-order estimator (spec §11.1, §11.2) ---------------------------------------------------
+# --- the zeroth-order estimator ---------------------------------------------------
 
 
 def test_zo_estimator_unbiased_on_quadratic():
@@ -63,7 +63,7 @@ def test_zo_server_loop_on_nonsmooth_example_3():
     assert (x < 0).all()  # moved off the kink to the smooth side where the minimizer -1 lies
 
 
-# --- the task's oracles and the lower-level solver (spec §11.3) -----------------------------------------
+# --- the task's oracles and the lower-level solver -----------------------------------------
 
 
 def test_batched_ce_gradient_matches_autograd():
@@ -127,7 +127,7 @@ def test_ball_constraint_projects_each_call():
     assert torch.allclose(P.view(2, 2, -1), Wf / Wf.norm(dim=-1, keepdim=True) * 0.05, atol=1e-6)
 
 
-# --- the data pipeline (spec §6.2, §11.4) ------------------------------------------------------------------
+# --- the data pipeline ------------------------------------------------------------------
 
 
 def test_hierarchical_split_and_dirichlet_heterogeneity():

@@ -103,7 +103,7 @@ def test_adam_initial_matrices_and_adabelief_first_reference():
     wb1, vb1 = algo.w.mean(0), algo.v.mean(0)
     assert torch.allclose(algo.a, 0.1 * wb1 * wb1)
     assert algo.b == pytest.approx(0.1 * float(vb1.norm()), rel=1e-5)
-    assert torch.equal(algo.w_ref, wb1)  # the first sync of adabelief uses w̄_1 (spec §7 item 4)
+    assert torch.equal(algo.w_ref, wb1)  # the first sync of adabelief uses w̄_1
     task, fed = make(local=False)
     algo = AdaFBiO(task, _hp(q=2, batch_size=5, K=3, init_matrices="identity"), fed)
     algo._init()

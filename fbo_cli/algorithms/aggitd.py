@@ -86,13 +86,13 @@ class AggITD(BilevelAlgorithm):
         y, z = self.y, None
         for t in range(hp.N + 1):
             if t == Q:  # lines 5, 12
-                z = mean(self.grad(self.task.f, 1, x, y, self.noise(val.full())))
+                z = self.grad_mean(self.task.f, 1, x, y, self.noise(val.full()))
             elif t > Q:  # lines 6, 13
-                z = z - hp.lam * mean(self.hvp(gfn, a, y, self.noise(enc.full()), z))
+                z = z - hp.lam * self.hvp_mean(gfn, a, y, self.noise(enc.full()), z)
             if t < hp.N:
                 ride = dy if t >= Q else 0  # r_i^t or z_i^t piggy-backs on the round
                 if hp.lower_solver == "svrg":
-                    q = mean(self.lower_anchor(a, gfn, enc, y))  # lines 4, 9
+                    q = self.lower_anchor(a, gfn, enc, y)  # lines 4, 9
                     led.comm(M, dy + ride)
                     yi = self.local_lower(a, gfn, enc, y, q, hp.inner_lr, hp.lower_epochs, hp.batch_size)
                     led.comm(M, dy)  # Alg. 2 line 8
@@ -102,9 +102,8 @@ class AggITD(BilevelAlgorithm):
                 y = mean(yi)
         led.comm(M, dy)  # z^N (or r^N) up, p down
         p = hp.lam * (hp.N + 1) * z  # line 15
-        hg = self.hypergradient(x, y, p, train, val)  # lines 16-18
-        h = mean(hg.h)  # line 19
-        led.comm(M, dx)
-        self.x = mean(self.upper_local(x, y, h, hg, hp.tau, hp.outer_lr, same_sample=False))  # Alg. 4
+        # lines 16-19 (h_i, h = mean_i h_i) and Alg. 4 (tau local steps, x_{k+1} = mean_i x_i)
+        _, self.x = self.upper_round(x, y, train, val, p, hp.tau, hp.outer_lr, same_sample=False)
+        led.comm(M, dx)  # h
         led.comm(M, dx)
         self.y = y

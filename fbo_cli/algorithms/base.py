@@ -94,26 +94,27 @@ class BilevelAlgorithm(Algorithm):
     def noise(self, batch: Batch) -> Batch:
         return self.task.noise(self.fed.gen, batch)
 
-    def _charge(self, kind: str, batch: Batch, active: torch.Tensor | None = None) -> None:
+    def _charge(self, kind: str, batch: Batch, active: torch.Tensor | None = None, times: int = 1) -> None:
         used = batch["w"] > 0
         if active is not None:
             used = used & active[:, None]
-        self.ledger.oracle(kind, used.any(1).sum(), used.sum())
+        self.ledger.oracle(kind, used.any(1).sum() * times, used.sum() * times)
 
     # Each oracle uses the task's closed form where it has one (``fast_oracle``; same values, exact
     # derivatives, no random draws), else the generic vectorized ``torch.func`` path.
-    def grad(self, fn: Callable, argnum: int, a, b, batch: Batch, active=None) -> torch.Tensor:
-        self._charge("grads", batch, active)
+    def grad(self, fn: Callable, argnum: int, a, b, batch: Batch, active=None, charge: bool = True) -> torch.Tensor:
+        if charge:
+            self._charge("grads", batch, active)
         fast = self.task.fast_oracle("grad", fn, argnum)
         return fast(a, b, batch) if fast else per_client_grad(fn, argnum, a, b, batch)
 
-    def grad_diff(self, fn: Callable, a, b1, b0, batch: Batch, active=None) -> torch.Tensor:
+    def grad_diff(self, fn: Callable, a, b1, b0, batch: Batch, active=None, charge: bool = True) -> torch.Tensor:
         """``∇_b fn(a, b1; ζ) - ∇_b fn(a, b0; ζ)`` on one batch ζ (the SVRG pair; two gradient calls)."""
         fast = self.task.fast_oracle("svrg", fn, 1)
         if fast is None:
-            return self.grad(fn, 1, a, b1, batch, active) - self.grad(fn, 1, a, b0, batch, active)
-        self._charge("grads", batch, active)
-        self._charge("grads", batch, active)
+            return (self.grad(fn, 1, a, b1, batch, active, charge) - self.grad(fn, 1, a, b0, batch, active, charge))
+        if charge:
+            self._charge("grads", batch, active, times=2)
         return fast(a, b1, b0, batch)
 
     def hvp(self, fn: Callable, a, b, batch: Batch, v) -> torch.Tensor:
@@ -126,6 +127,30 @@ class BilevelAlgorithm(Algorithm):
         fast = self.task.fast_oracle("cross", fn)
         return fast(a, b, batch, v) if fast else per_client_cross(fn, a, b, batch, v)
 
+    # The client means of the same oracles (``[d]``; charged per client as above). Where only the
+    # server's average is used, the fast path computes it as one product over all participating
+    # clients' rows (``Gᵀ X`` with the clients stacked on the rows) without the ``[M, d]`` stack.
+    def grad_mean(self, fn: Callable, argnum: int, a, b, batch: Batch) -> torch.Tensor:
+        fast = self.task.fast_oracle("grad_mean", fn, argnum)
+        if fast is None:
+            return mean(self.grad(fn, argnum, a, b, batch))
+        self._charge("grads", batch)
+        return fast(a, b, batch)
+
+    def hvp_mean(self, fn: Callable, a, b, batch: Batch, v) -> torch.Tensor:
+        fast = self.task.fast_oracle("hvp_mean", fn)
+        if fast is None:
+            return mean(self.hvp(fn, a, b, batch, v))
+        self._charge("hvps", batch)
+        return fast(a, b, batch, v)
+
+    def cross_mean(self, fn: Callable, a, b, batch: Batch, v) -> torch.Tensor:
+        fast = self.task.fast_oracle("cross_mean", fn)
+        if fast is None:
+            return mean(self.cross(fn, a, b, batch, v))
+        self._charge("jvps", batch)
+        return fast(a, b, batch, v)
+
     # building blocks -------------------------------------------------------------------------------
     def local_lower(self, a, fn: Callable, split: Split, y: torch.Tensor, q: torch.Tensor | None,
                     lr: float, epochs: int, batch_size: int) -> torch.Tensor:
@@ -136,18 +161,23 @@ class BilevelAlgorithm(Algorithm):
         masks in both terms. ``q`` None: FedAvg local SGD, ``y_i <- y_i - lr ∇G_i(y_i; ζ)``.
         """
         yi = y.expand(split.M, -1).clone()
+        # charged in bulk, as the per-step charges add up: every epoch visits each client's n_i examples
+        # in ceil(n_i / batch_size) steps in which the client is active
+        n = split.counts
+        k = (2 if q is not None else 1) * epochs
+        self.ledger.oracle("grads", k * ((n + batch_size - 1) // batch_size).sum(), k * n.sum())
         for batch, active in split.epochs(self.fed.gen, epochs, batch_size):
             batch = self.noise(batch)
             if q is not None:
-                d = self.grad_diff(fn, a, yi, y, batch, active) + q
+                d = self.grad_diff(fn, a, yi, y, batch, active, charge=False) + q
             else:
-                d = self.grad(fn, 1, a, yi, batch, active)
-            yi = yi - lr * d * active[:, None].to(d.dtype)
+                d = self.grad(fn, 1, a, yi, batch, active, charge=False)
+            yi = torch.addcmul(yi, d, active[:, None].to(d.dtype), value=-lr)
         return yi
 
     def lower_anchor(self, a, fn: Callable, split: Split, y: torch.Tensor) -> torch.Tensor:
-        """``[M, dy]``: each client's full-split lower gradient ``∇_y G_i(x, y)`` (SVRG anchor)."""
-        return self.grad(fn, 1, a, y, self.noise(split.full()))
+        """``[dy]``: the server's SVRG anchor ``q = mean_i ∇_y G_i(x, y)`` (full splits)."""
+        return self.grad_mean(fn, 1, a, y, self.noise(split.full()))
 
     def upper_local(self, x: torch.Tensor, y: torch.Tensor, h: torch.Tensor, hg: "Hypergrad", tau: int, lr: float,
                     same_sample: bool) -> torch.Tensor:
@@ -169,20 +199,40 @@ class BilevelAlgorithm(Algorithm):
         return xi
 
     def hypergradient(self, x: torch.Tensor, y: torch.Tensor, p: torch.Tensor, train: Split,
-                      val: Split) -> "Hypergrad":
+                      val: Split, per_client: bool = True) -> "Hypergrad":
         """``h_i = ∇_x F_i(x, y; ξ_i) - ∇_x∇_y G_i(x, y; χ_i) p`` on the full local splits (FBO-AggITD
         Alg. 1 line 17; FedNest's FedOut). Returns the per-client ``h_i [M, dx]``, the direct part and
-        the validation batch ξ_i it used (with its dropout masks)."""
+        the validation batch ξ_i it used (with its dropout masks); ``per_client=False``: their client
+        means ``[dx]`` instead (the same draws)."""
         vb = self.noise(val.full())
+        if not per_client:
+            direct = self.grad_mean(self.task.f, 0, x, y, vb)
+            return Hypergrad(direct - self.cross_mean(self.task.g, x, y, self.noise(train.full()), p), direct, vb)
         direct = self.grad(self.task.f, 0, x, y, vb)
         h = direct - self.cross(self.task.g, x, y, self.noise(train.full()), p)
         return Hypergrad(h, direct, vb)
 
+    def upper_round(self, x: torch.Tensor, y: torch.Tensor, train: Split, val: Split, p: torch.Tensor,
+                    tau: int, lr: float, same_sample: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """The hypergradient round and One-Round-Upper (:meth:`hypergradient`, :meth:`upper_local`):
+        returns ``(h, x_new)``, ``h`` the server's mean hypergradient and ``x_new`` the mean of the
+        clients' ``x_i`` after ``tau`` local steps. With ``tau = 1`` every step is affine in the
+        clients' gradients, so only client means enter: ``x_new = x - lr h`` (``same_sample``), else
+        ``x - lr (h - mean_i ∇_x F_i(x, y; ξ_i) + mean_i ∇_x F_i(x, y; ξ_{i,1}))`` (the same values)."""
+        if tau > 1:
+            hg = self.hypergradient(x, y, p, train, val)
+            h = mean(hg.h)
+            return h, mean(self.upper_local(x, y, h, hg, tau, lr, same_sample))
+        hg = self.hypergradient(x, y, p, train, val, per_client=False)
+        if same_sample:
+            return hg.h, x - lr * hg.h
+        return hg.h, x - lr * (hg.h - hg.direct + self.grad_mean(self.task.f, 0, x, y, self.noise(hg.val)))
+
 
 @dataclass
 class Hypergrad:
-    h: torch.Tensor  # [M, dx] per-client hypergradients
-    direct: torch.Tensor  # [M, dx] their direct parts ∇_x F_i(x, y; ξ_i)
+    h: torch.Tensor  # [M, dx] per-client hypergradients (or their mean [dx])
+    direct: torch.Tensor  # [M, dx] their direct parts ∇_x F_i(x, y; ξ_i) (or their mean [dx])
     val: Batch  # the validation batch ξ_i (with its dropout masks)
 
 

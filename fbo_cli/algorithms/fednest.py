@@ -89,7 +89,7 @@ class FedNest(BilevelAlgorithm):
             a, gfn, enc = self.task.lower_view(x, data.split("train", S))
             q = None
             if hp.lower_solver == "svrg":
-                q = mean(self.lower_anchor(a, gfn, enc, y))
+                q = self.lower_anchor(a, gfn, enc, y)
                 led.comm(len(S), dy)
             y = mean(self.local_lower(a, gfn, enc, y, q, hp.inner_lr, hp.lower_epochs, hp.batch_size))
             led.comm(len(S), dy)
@@ -100,10 +100,8 @@ class FedNest(BilevelAlgorithm):
             self.x = mean(self._local_outer(x, y, train, val))
         else:
             P = self._fedihgp(x, y, train, val, M, dy)
-            hg = self.hypergradient(x, y, P, train, val)
-            h = mean(hg.h)
-            led.comm(M, dx)
-            self.x = mean(self.upper_local(x, y, h, hg, hp.tau, hp.outer_lr, same_sample=True))
+            _, self.x = self.upper_round(x, y, train, val, P, hp.tau, hp.outer_lr, same_sample=True)
+            led.comm(M, dx)  # h
         led.comm(M, dx)
         self.y = y
 
@@ -111,19 +109,19 @@ class FedNest(BilevelAlgorithm):
         """Globally aggregated Neumann HessIV estimate (docs/fidelity.md)."""
         hp, led = self.hp, self.ledger
         a, gfn, enc = self.task.lower_view(x, train)
-        p = mean(self.grad(self.task.f, 1, x, y, self.noise(val.full())))  # p_0
+        p = self.grad_mean(self.task.f, 1, x, y, self.noise(val.full()))  # p_0
         led.comm(M, dy)
         if hp.neumann == "random":
             Tp = int(torch.randint(max(hp.T, 1), (1,), generator=self.fed.gen, device=self.fed.gen.device))
             for _ in range(Tp):
-                p = p - hp.lam * mean(self.hvp(gfn, a, y, self.noise(enc.full()), p))
+                p = p - hp.lam * self.hvp_mean(gfn, a, y, self.noise(enc.full()), p)
                 led.comm(M, dy)
             return hp.lam * hp.T * p
         if hp.neumann == "code":
             return self._fedihgp_code(gfn, a, y, enc, p, M, dy)
         acc = p.clone()
         for _ in range(hp.T):
-            p = p - hp.lam * mean(self.hvp(gfn, a, y, self.noise(enc.full()), p))
+            p = p - hp.lam * self.hvp_mean(gfn, a, y, self.noise(enc.full()), p)
             led.comm(M, dy)
             acc = acc + p
         return hp.lam * acc

@@ -47,6 +47,7 @@ class FederatedData:
     server_idx: torch.Tensor | None = None  # rows of the pool held by the server (hierarchical FL)
     test_idx: torch.Tensor | None = None  # [m, t] rows of the *test* set: each client's own test split
     test_mask: torch.Tensor | None = None  # (personalized evaluation; see ``split_test_like``)
+    _last: dict = field(default_factory=dict, repr=False, compare=False)  # split() memo, by which
 
     @property
     def num_clients(self) -> int:
@@ -66,11 +67,26 @@ class FederatedData:
             if clients is not None:
                 idx, mask = idx[clients], mask[clients]
             return Split(take_rows(self.X_test, idx), take_rows(self.y_test, idx), mask, {})
+        # the same clients as the last call of this split (every call under full participation):
+        # the same gathered tensors, not a new copy of the rows (callers never write into a Split)
+        held = (self.X, self.y, self.train_idx, self.train_mask, self.val_idx, self.val_mask, *self.extra.values())
+        key = (tuple(self.extra), tuple((id(t), t._version) for t in held))
+        last = self._last.get(which)
+        if last is not None and last[0] == key and _same(last[2], clients):
+            return last[3]
         idx, mask = (self.train_idx, self.train_mask) if which == "train" else (self.val_idx, self.val_mask)
         if clients is not None:
             idx, mask = idx[clients], mask[clients]
         extra = {k: take_rows(v, idx) for k, v in self.extra.items()}
-        return Split(take_rows(self.X, idx), take_rows(self.y, idx), mask, extra)
+        out = Split(take_rows(self.X, idx), take_rows(self.y, idx), mask, extra)
+        self._last[which] = (key, held, None if clients is None else clients.clone(), out)  # held: ids stay theirs
+        return out
+
+
+def _same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return a.shape == b.shape and a.device == b.device and bool(torch.equal(a, b))
 
 
 def split_test_like(train_labels: np.ndarray, parts: list[np.ndarray], test_labels: np.ndarray,

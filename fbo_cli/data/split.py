@@ -19,7 +19,8 @@ Batch = dict[str, torch.Tensor]
 def take_rows(t: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """``t[idx]`` for an index table ``idx [M, n]`` into the rows of ``t``: the same tensor, gathered with
     ``index_select`` (on the CPU about 4x faster than advanced indexing for image rows)."""
-    return t.index_select(0, idx.reshape(-1)).view(*idx.shape, *t.shape[1:])
+    rows = t.flatten(1) if t.dim() > 2 else t  # (a 2-D gather of image rows is faster than a 4-D one)
+    return rows.index_select(0, idx.reshape(-1)).view(*idx.shape, *t.shape[1:])
 
 
 @dataclass
@@ -48,11 +49,17 @@ class Split:
     def gather(self, pos: torch.Tensor) -> Batch:
         """Batch made of positions ``pos [M, B]`` into each client's split."""
         M, n = self.mask.shape
-        flat = (pos + n * torch.arange(M, device=pos.device).unsqueeze(1)).reshape(-1)
-        take = lambda t: t.reshape(M * n, *t.shape[2:]).index_select(0, flat).view(*pos.shape, *t.shape[2:])
-        m = torch.gather(self.mask, 1, pos)
-        w = m.to(self.X.dtype) / m.sum(1, keepdim=True).clamp(min=1).to(self.X.dtype)
-        out = {"X": take(self.X), "y": torch.gather(self.y, 1, pos), "w": w}
+        flat = pos + n * torch.arange(M, device=pos.device).unsqueeze(1)
+        return self._batch(pos, flat, torch.gather(self.mask, 1, pos))
+
+    def _batch(self, pos: torch.Tensor, flat: torch.Tensor, m: torch.Tensor) -> Batch:
+        """``gather`` given the rows ``flat`` of ``pos`` in the client-major flattening and their mask ``m``."""
+        M, n = self.mask.shape
+        flat = flat.reshape(-1)
+        take = lambda t: t.reshape(M * n, -1).index_select(0, flat).view(*pos.shape, *t.shape[2:])
+        w = m.to(self.X.dtype)
+        w = w / w.sum(1, keepdim=True).clamp_(min=1)
+        out = {"X": take(self.X), "y": take(self.y), "w": w}
         out.update({k: take(v) for k, v in self.extra.items()})
         return out
 
@@ -60,16 +67,18 @@ class Split:
         """Local epochs of minibatches without replacement, as a DataLoader with shuffle and
         ``drop_last=False`` per client. Yields ``(batch, active)``; ``active [M]`` is False for a
         client whose (smaller) split has no examples left in this step."""
-        n = self.mask.shape[1]
+        M, n = self.mask.shape
         steps = math.ceil(int(self.counts.max()) / batch_size)
+        base = n * torch.arange(M, device=self.mask.device).unsqueeze(1)
         for _ in range(epochs):
             keys = torch.rand(self.mask.shape, generator=gen, device=self.mask.device)
             keys = keys.masked_fill(~self.mask, 2.0)
             perm = keys.argsort(1)
+            flat, mp = perm + base, torch.gather(self.mask, 1, perm)  # once per epoch, sliced per step
             for s in range(steps):
-                pos = perm[:, s * batch_size: min(n, (s + 1) * batch_size)]
-                batch = self.gather(pos)
-                yield batch, torch.gather(self.mask, 1, pos).any(1)
+                sl = slice(s * batch_size, min(n, (s + 1) * batch_size))
+                m = mp[:, sl]
+                yield self._batch(perm[:, sl], flat[:, sl], m), m.any(1)
 
     def sample(self, gen: torch.Generator, batch_size: int) -> Batch:
         """One minibatch per client, without replacement within the batch."""

@@ -52,6 +52,30 @@ from ..federation import Batch
 from .base import BilevelTask, Layout, weighted_ce
 from .softmax import SoftmaxHead
 
+_BITS: dict = {}  # device -> [256] int64: byte k of entry b is 2 * (bit k of b), i.e. 1/(1-q) for q = 1/2
+
+
+def dropout_mask(gen: torch.Generator, shape: tuple[int, ...], q: float, dtype, device) -> torch.Tensor:
+    """Inverted-dropout mask ``[*shape]``: independent entries ``1/(1-q)`` with probability ``1-q``, else 0.
+
+    For ``q = 1/2`` every mask entry is one uniform random *bit*: 32-bit words are drawn from ``gen``,
+    each of their bytes is spread to 8 mask bytes ``{0, 2}`` by a 256-entry int64 table, and the bytes
+    are converted to ``dtype`` (32 masks per draw instead of one ``torch.rand`` float per mask; ~20x
+    faster on the CPU); other ``q`` compare ``torch.rand`` floats with ``q``. The fast and generic
+    paths both use this function, so they see the same masks (docs/fidelity.md)."""
+    n = math.prod(shape)
+    if q == 0.5:
+        key = str(device)
+        if key not in _BITS:
+            bits = (torch.arange(256).unsqueeze(1) >> torch.arange(8)) & 1
+            _BITS[key] = ((bits * 2) << (8 * torch.arange(8))).sum(1).to(device)  # little-endian bytes
+        words = torch.empty(-(-n // 32), dtype=torch.int32, device=device).random_(-2 ** 31, 2 ** 31, generator=gen)
+        keep = _BITS[key].index_select(0, words.view(torch.uint8).long()).view(torch.uint8)
+        return keep[:n].to(dtype).view(shape)
+    r = torch.rand(shape, generator=gen, device=device)
+    keep = r.ge_(q) if r.dtype == dtype else (r >= q).to(dtype)  # in place: 0./1.
+    return keep.div_(1 - q)
+
 
 class HyperRep(BilevelTask):
     name: ClassVar[str] = "hyperrep"
@@ -156,9 +180,7 @@ class HyperRep(BilevelTask):
         if self.p.model != "mlp" or q == 0:
             return batch
         shape = (*batch["y"].shape, self.width)
-        r = torch.rand(shape, generator=gen, device=batch["y"].device)
-        keep = r.ge_(q) if r.dtype == batch["w"].dtype else (r >= q).to(batch["w"].dtype)  # in place: 0./1.
-        return {**batch, "drop": keep.div_(1 - q)}
+        return {**batch, "drop": dropout_mask(gen, shape, q, batch["w"].dtype, batch["y"].device)}
 
     # fast path (mlp): closed-form oracles, see softmax.py and docs/fidelity.md ------------------------
     def fast_oracle(self, kind, fn, argnum=None):
@@ -168,11 +190,22 @@ class HyperRep(BilevelTask):
         if not (enc or fn == self.f or fn == self.g):
             return None
         reg = fn != self.f
-        A = lambda a, b: self._A(b["X"] if enc else self.features(a, b["X"])[1], b)
+        A = lambda a, b: self._A(b["X"] if enc else self.features(a, b["X"]), b)
         M = lambda b: len(b["w"])
+        mean = kind.endswith("_mean")  # the client mean (one product over all clients' rows)
+        kind = kind.removesuffix("_mean")
+        if mean and kind in ("grad", "hvp") and argnum != 0:
+            rm = lambda t: t.mean(0) if isinstance(t, torch.Tensor) else t
+            if kind == "grad":
+                return lambda a, y, b: self.soft.grad(y, A(a, b), b["y"], b["w"], mean=True) + \
+                    (rm(self._reg_grad(y, M(b))) if reg else 0.0)
+            return lambda a, y, b, v: self.soft.hvp(y, A(a, b), b["y"], b["w"], v, mean=True) + \
+                (rm(self._reg_hvp(y, v, M(b))) if reg else 0.0)
+        if mean and kind not in ("grad", "cross"):
+            return None
         if kind == "svrg":
             return lambda a, y1, y0, b: self.soft.grad_diff(y1, y0, A(a, b), b["y"], b["w"]) + \
-                (self._reg_grad(y1, M(b)) - self._reg_grad(y0, M(b)) if reg else 0.0)
+                (self._reg_grad_diff(y1, y0, M(b)) if reg else 0.0)
         if kind == "grad" and argnum == 1:
             return lambda a, y, b: self.soft.grad(y, A(a, b), b["y"], b["w"]) + \
                 (self._reg_grad(y, M(b)) if reg else 0.0)
@@ -182,43 +215,55 @@ class HyperRep(BilevelTask):
         if enc:  # g_enc does not depend on x
             return None
         if kind == "grad" and argnum == 0:
-            return lambda x, y, b: self._to_x(x, b, lambda A: self.soft.dA(y, A, b["y"], b["w"]))
+            return lambda x, y, b: self._to_x(x, b, lambda A: self.soft.dA(y, A, b["y"], b["w"]), mean)
         if kind == "cross":  # the regularizer's ∇_y does not depend on x
-            return lambda x, y, b, v: self._to_x(x, b, lambda A: self.soft.cross_dA(y, A, b["y"], b["w"], v))
+            return lambda x, y, b, v: self._to_x(x, b, lambda A: self.soft.cross_dA(y, A, b["y"], b["w"], v), mean)
         return None
 
-    def features(self, x: torch.Tensor, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Pre-activations and features ``(Z, relu(Z))``, ``[M, n, width]``, of client-stacked
-        ``X [M, n, ...]`` under a global ``x [dx]`` or per-client ``x [M, dx]``. A global x's last three
-        encodings are kept (one split serves several oracles of an outer iteration: the lower view,
-        the HVPs, the cross term)."""
+    def features(self, x: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+        """Features ``relu(Z)``, ``[M, n, width]``, of client-stacked ``X [M, n, ...]`` under a global
+        ``x [dx]`` or per-client ``x [M, dx]`` (the ReLU in place: ``relu(Z) > 0`` iff ``Z > 0``, all
+        the backward needs). A global x's last three encodings are kept (one split serves several
+        oracles of an outer iteration: the lower view, the HVPs, the cross term)."""
         if x.dim() == 2:
             P = self.lx.unflatten_stacked(x)
-            Z = torch.baddbmm(P["b1"].unsqueeze(1), X.flatten(2), P["w1"].mT)
-            return Z, F.relu(Z)
-        for xx, XX, ver, ZH in self._feat:
+            return F.relu_(torch.baddbmm(P["b1"].unsqueeze(1), X.flatten(2), P["w1"].mT))
+        for xx, XX, ver, H in self._feat:
             if xx is x and XX is X and ver == (x._version, X._version):
-                return ZH
+                return H
         P = self.lx.unflatten(x)
-        Z = F.linear(X.reshape(-1, P["w1"].shape[1]), P["w1"], P["b1"]).view(*X.shape[:2], -1)
-        self._feat = [*self._feat[-2:], (x, X, (x._version, X._version), (Z, F.relu(Z)))]
-        return self._feat[-1][3]
+        H = F.relu_(F.linear(X.reshape(-1, P["w1"].shape[1]), P["w1"], P["b1"]).view(*X.shape[:2], -1))
+        self._feat = [*self._feat[-2:], (x, X, (x._version, X._version), H)]
+        return H
 
     def encode_split(self, x, X):
         if not self.p.fast or self.soft is None:
             return super().encode_split(x, X)
-        return self.features(x, X)[1]
+        return self.features(x, X)
 
     def _A(self, H: torch.Tensor, b: Batch) -> torch.Tensor:
         return H * b["drop"] if "drop" in b else H
 
-    def _to_x(self, x, b: Batch, dA) -> torch.Tensor:
-        """``[M, dx]``: backpropagate ``dA(A) = ∂(loss)/∂A`` through dropout, ReLU and the first layer."""
-        Z, H = self.features(x, b["X"])
-        G = dA(self._A(H, b))
-        if "drop" in b:
-            G.mul_(b["drop"])
-        G.masked_fill_(Z <= 0, 0.0)
+    def _to_x(self, x, b: Batch, dA, mean: bool = False) -> torch.Tensor:
+        """``[M, dx]``: backpropagate ``dA(A) = ∂(loss)/∂A`` through dropout, ReLU and the first layer.
+        ``mean``: the client mean ``[dx]``, ``(1/M) Gᵀ X`` over all clients' rows (one 2-D product)."""
+        H = self.features(x, b["X"])
+        A = self._A(H, b)
+        G = dA(A)
+        # ReLU's backward (autograd's own kernel, one pass; ~20x faster than masked_fill_ on the CPU):
+        # G ⊙ [Z > 0] = G ⊙ [H > 0], and with dropout masks d ∈ {0, s}, s = 1/(1-q):
+        # G ⊙ d ⊙ [Z > 0] = s (G ⊙ [A > 0]) for A = H ⊙ d, the scale folded into the (smaller) result
+        s = 1.0 / (1.0 - self.p.dropout) if "drop" in b else 1.0
+        G = torch.ops.aten.threshold_backward(G, A, 0.0)
+        if mean:
+            M, h = G.shape[0], G.shape[-1]
+            G = G.reshape(-1, h)
+            out = torch.empty(self.dx, dtype=G.dtype, device=G.device)  # (w1 [h, d], b1 [h]) flat
+            torch.mm(G.T, b["X"].reshape(G.shape[0], -1), out=out[:-h].view(h, -1))
+            torch.sum(G, 0, out=out[-h:])
+            return out.mul_(s / M)
+        if s != 1.0:
+            G.mul_(s)
         return torch.cat([(G.mT @ b["X"].flatten(2)).flatten(1), G.sum(1)], 1)
 
     def _reg_grad(self, y, M):
@@ -228,6 +273,12 @@ class HyperRep(BilevelTask):
         if self.p.reg == "l2":
             return coef * y.expand(M, -1)
         return torch.func.vmap(torch.func.grad(self.reg_y))(y.expand(M, -1))
+
+    def _reg_grad_diff(self, y1, y0, M):
+        if self.p.reg == "l2":  # linear: one difference
+            coef = self.p.reg_coef if self.p.reg_coef is not None else 0.01
+            return coef * (y1 - y0).expand(M, -1) if coef else 0.0
+        return self._reg_grad(y1, M) - self._reg_grad(y0, M)
 
     def _reg_hvp(self, y, v, M):
         coef = self.p.reg_coef if self.p.reg_coef is not None else {"l2": 0.01, "norm": 0.05}.get(self.p.reg, 0.0)

@@ -21,7 +21,22 @@ from __future__ import annotations
 import torch
 
 
+def _rows_times(Kt: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """``[M, n, h]``: ``K B`` per client for a class-major ``Kt [M, K, n]`` and ``B [K, h]`` (one 2-D
+    product over all clients' rows) or ``[M, K, h]``."""
+    if B.dim() == 2:
+        M, K, n = Kt.shape
+        return (Kt.mT.reshape(M * n, K) @ B).view(M, n, -1)
+    return Kt.mT @ B
+
+
 class SoftmaxHead:
+    """The derivatives above, computed class-major: logits, probabilities and residuals are kept as
+    ``[M, C, n]`` (``P^T``), so the softmax over C runs on the CPU kernel for a non-innermost dim
+    (vectorized over the n examples, ~10x faster than over an innermost C = 10), the logits of a
+    global head are one 2-D product ``W Aᵀ`` over all clients' rows, and the products with A
+    (``Rᵀ A``, ``Sᵀ A``) need no transposes."""
+
     def __init__(self, classes: int, width: int):
         self.C, self.h = classes, width
 
@@ -31,56 +46,87 @@ class SoftmaxHead:
         b = y[..., self.C * self.h:]
         return W, (b.unsqueeze(-2) if y.dim() == 2 else b)
 
-    def probs(self, y: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
+    def logits_t(self, y: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
+        """``[M, C, n]``: ``(A Wᵀ + b)ᵀ`` per client."""
         W, b = self.split(y)
-        # softmax over C through the transposed view: the same values; on the CPU the kernel for a
-        # non-innermost dim vectorizes over the n examples and runs ~10x faster for C = 10
-        return torch.softmax((A @ W.mT + b).mT, -2).mT
+        if y.dim() == 1:
+            M, n, h = A.shape
+            return torch.addmm(b.unsqueeze(1), W, A.reshape(M * n, h).T).view(-1, M, n).transpose(0, 1)
+        return torch.baddbmm(b.mT, W, A.mT)
 
-    def residual(self, P: torch.Tensor, t: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        """``R = w (P - E)``, ``[M, n, C]``."""
-        return (P - torch.nn.functional.one_hot(t, self.C).to(P.dtype)) * w.unsqueeze(-1)
+    def logits2_t(self, y: torch.Tensor, v: torch.Tensor, A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``logits_t`` of two heads on the same features (one product ``[W; V] Aᵀ`` for two global heads)."""
+        if y.dim() != 1 or v.dim() != 1:
+            return self.logits_t(y, A), self.logits_t(v, A)
+        (W, b), (V, c) = self.split(y), self.split(v)
+        M, n, h = A.shape
+        L = torch.addmm(torch.cat([b, c]).unsqueeze(1), torch.cat([W, V]), A.reshape(M * n, h).T)
+        L = L.view(2, self.C, M, n).transpose(1, 2)
+        return L[0], L[1]
+
+    def probs_t(self, y: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
+        """``[M, C, n]``: ``Pᵀ``."""
+        return torch.softmax(self.logits_t(y, A), -2)
+
+    def probs(self, y: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
+        """``[M, n, C]``: ``P = softmax(A Wᵀ + b)``."""
+        return self.probs_t(y, A).mT
+
+    def residual_t(self, Pt: torch.Tensor, t: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """``[M, C, n]``: ``Rᵀ = (w (P - E))ᵀ``."""
+        return (Pt - torch.nn.functional.one_hot(t, self.C).mT.to(Pt.dtype)) * w.unsqueeze(-2)
 
     @staticmethod
     def flat(gW: torch.Tensor, gb: torch.Tensor) -> torch.Tensor:
         return torch.cat([gW.flatten(-2), gb], -1)
 
-    def grad(self, y, A, t, w) -> torch.Tensor:
-        """``[M, dy]``: ``∇_y ℓ``."""
-        R = self.residual(self.probs(y, A), t, w)
-        return self.flat(R.mT @ A, R.sum(-2))
+    def grad(self, y, A, t, w, mean: bool = False) -> torch.Tensor:
+        """``[M, dy]``: ``∇_y ℓ`` (``mean``: its client mean ``[dy]``)."""
+        Rt = self.residual_t(self.probs_t(y, A), t, w)
+        return self._mean(Rt, A) if mean else self.flat(Rt @ A, Rt.sum(-1))
+
+    def _mean(self, Kt: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
+        """``[dy]``: the client mean of ``flat(Kᵀ A, Σ_n K)``, one 2-D product over all clients' rows."""
+        M, C, n = Kt.shape
+        K = Kt.transpose(0, 1).reshape(C, M * n)
+        return torch.cat([(K @ A.reshape(M * n, -1)).flatten(), K.sum(1)]).div_(M)
 
     def grad_diff(self, y1, y0, A, t, w) -> torch.Tensor:
         """``[M, dy]``: ``∇_y ℓ(y1) - ∇_y ℓ(y0)`` on the same batch (the SVRG pair, one product)."""
-        D = self.probs(y1, A) - self.probs(y0, A)  # the one-hot parts cancel
-        D = D * w.unsqueeze(-1)
-        return self.flat(D.mT @ A, D.sum(-2))
+        Dt = self.probs_t(y1, A) - self.probs_t(y0, A)  # the one-hot parts cancel
+        Dt = Dt * w.unsqueeze(-2)
+        return self.flat(Dt @ A, Dt.sum(-1))
 
-    def _S(self, P, A, v, w) -> torch.Tensor:
-        V, c = self.split(v)
-        U = A @ V.mT + c
-        return (P * U - P * (P * U).sum(-1, keepdim=True)) * w.unsqueeze(-1)
+    def _PS_t(self, y, A, v, w) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[M, C, n]`` twice: ``Pᵀ`` and ``Sᵀ``, ``S = w (P ⊙ U - P (P·U))``, ``U = A Vᵀ + c``."""
+        Lt, Ut = self.logits2_t(y, v, A)
+        Pt = torch.softmax(Lt, -2)
+        PU = Pt * Ut
+        return Pt, (PU - Pt * PU.sum(-2, keepdim=True)) * w.unsqueeze(-2)
 
-    def hvp(self, y, A, t, w, v) -> torch.Tensor:
-        """``[M, dy]``: ``∇²_y ℓ v``."""
-        S = self._S(self.probs(y, A), A, v, w)
-        return self.flat(S.mT @ A, S.sum(-2))
+    def hvp(self, y, A, t, w, v, mean: bool = False) -> torch.Tensor:
+        """``[M, dy]``: ``∇²_y ℓ v`` (``mean``: its client mean ``[dy]``)."""
+        St = self._PS_t(y, A, v, w)[1]
+        return self._mean(St, A) if mean else self.flat(St @ A, St.sum(-1))
 
     def dA(self, y, A, t, w) -> torch.Tensor:
-        """``[M, n, h]``: ``∂ℓ/∂A``."""
-        return self.residual(self.probs(y, A), t, w) @ self.split(y)[0]
+        """``[M, n, h]``: ``∂ℓ/∂A = R W``."""
+        return _rows_times(self.residual_t(self.probs_t(y, A), t, w), self.split(y)[0])
 
     def cross_dA(self, y, A, t, w, v) -> torch.Tensor:
-        """``[M, n, h]``: ``∂⟨∇_y ℓ, v⟩/∂A = S W + R V``."""
-        P = self.probs(y, A)
+        """``[M, n, h]``: ``∂⟨∇_y ℓ, v⟩/∂A = S W + R V``, as one product ``[S R] [W; V]``."""
+        Pt, St = self._PS_t(y, A, v, w)
         W, V = self.split(y)[0], self.split(v)[0]
-        return self._S(P, A, v, w) @ W + self.residual(P, t, w) @ V
+        if W.dim() != V.dim():
+            W, V = torch.broadcast_tensors(W, V)
+        K = torch.cat([St, self.residual_t(Pt, t, w)], -2)
+        return _rows_times(K, torch.cat([W, V], -2))
 
     def cross_dw(self, y, A, t, v) -> torch.Tensor:
         """``[M, n]``: ``∂⟨∇_y ℓ, v⟩/∂w_n = (p_n - e_n)ᵀ u_n`` (for per-example weights that depend on x)."""
-        V, c = self.split(v)
-        E = torch.nn.functional.one_hot(t, self.C)
-        return ((self.probs(y, A) - E.to(A.dtype)) * (A @ V.mT + c)).sum(-1)
+        Et = torch.nn.functional.one_hot(t, self.C).mT.to(A.dtype)
+        Lt, Ut = self.logits2_t(y, v, A)
+        return ((torch.softmax(Lt, -2) - Et) * Ut).sum(-2)
 
     def ce(self, y, A, t) -> torch.Tensor:
         """``[M, n]``: the per-example cross-entropies."""
