@@ -115,3 +115,30 @@ def test_floats_per_outer_iteration(quad):
     algo.draw_Q = lambda: 0  # r^0 rides on round A_0
     algo.step()
     assert algo.ledger.floats_up == M * ((dy + dy) + dy + dy + 2 * dx)
+
+
+def test_fednest_code_form_is_the_public_codes_running_mean(quad):
+    """``neumann: code`` equals the public FedNest code's ``fedIHGP`` written literally: per-client
+    counters c_i <- (I - λ H_i) c_i from v, a list p_locals that is never cleared, p = mean(p_locals)
+    after every step, P = λ p; and for small λ its weight on v is about 3.28 at T = 5 (ours: T + 1)."""
+    task, x = quad
+    algo = make(FedNest, task, T=5, lam=0.05, neumann="code")
+    data = task.data
+    train = data.split("train", torch.arange(task.m))
+    a, gfn, enc = task.lower_view(x, train)
+    y = torch.zeros(task.dy, dtype=torch.float64)
+    v = torch.randn(task.dy, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    got = algo._fedihgp_code(gfn, a, y, enc, v, task.m, task.dy)
+    p, p_locals, counters = v.clone(), [], [v.clone() for _ in range(task.m)]
+    for _ in range(5):
+        for i in range(task.m):
+            counters[i] = counters[i] - 0.05 * task.A[i] @ counters[i]
+            p_locals.append(p + counters[i])
+        p = torch.stack(p_locals).mean(0)
+    assert torch.allclose(got, 0.05 * p, atol=1e-12)
+    tiny = make(FedNest, task, T=5, lam=1e-9, neumann="code")._fedihgp_code(gfn, a, y, enc, v, task.m, task.dy)
+    w = [1.0]  # p_k = (1/k) Σ_{j<=k} (p_{j-1} + v) in units of v: 2, 2.5, 2.83, 3.08, 3.28
+    for k in range(1, 6):
+        w.append(sum(w[j - 1] + 1 for j in range(1, k + 1)) / k)
+    assert w[-1] == pytest.approx(3.2833, abs=1e-4)
+    assert torch.allclose(tiny / 1e-9, w[-1] * v, rtol=1e-4)
