@@ -135,6 +135,18 @@ def check_executor(jobs: int, executor: str | None, address: str | None, cpus_pe
         _import_ray()
 
 
+def grid_overrides(set_: list[str] | None, out_dir: Path | None, data_dir: Path | None) -> dict[str, Any]:
+    """The ``--set`` keys plus ``--out-dir``/``--data-dir`` of compare and tune, for every run of a grid."""
+    from .config import parse_sets
+
+    overrides = parse_sets(set_)
+    if out_dir:
+        overrides["out_dir"] = str(out_dir)
+    if data_dir:
+        overrides["data_dir"] = str(data_dir)
+    return overrides
+
+
 JOBS_HELP = "Runs in parallel (processes; with --executor ray on a local Ray: the CPUs it starts with)."
 EXECUTOR_HELP = "serial | processes | ray. \\[default: serial for --jobs 1, else processes]"
 ADDRESS_HELP = "Ray cluster to join: auto or HOST:PORT. \\[default: a local Ray]"
@@ -159,15 +171,10 @@ def compare(
     ones, then write results/compare/<name>/{table.md, table.csv, runs.csv, curves.png}. Exit 1 when a run
     failed or is missing from the table."""
     from . import compare as cmp
-    from .config import parse_sets
 
     with user_errors():
         check_executor(jobs, executor, address, cpus_per_run, gpus_per_run)
-        overrides = parse_sets(set_)
-        if out_dir:
-            overrides["out_dir"] = str(out_dir)
-        if data_dir:
-            overrides["data_dir"] = str(data_dir)
+        overrides = grid_overrides(set_, out_dir, data_dir)
         seed_list = None
         if seeds:
             try:
@@ -207,16 +214,11 @@ def tune(
     seeds with a short budget, reject diverging or oscillating runs, pick the best validation score,
     and write results/compare/<name>/{tuned.yaml, tuning.csv, tuning.png}. `fbo compare` then uses
     the chosen values."""
-    from .config import parse_sets
     from .tune import run_tuning
 
     with user_errors():
         check_executor(jobs, executor, address, cpus_per_run, gpus_per_run)
-        overrides = parse_sets(set_)
-        if out_dir:
-            overrides["out_dir"] = str(out_dir)
-        if data_dir:
-            overrides["data_dir"] = str(data_dir)
+        overrides = grid_overrides(set_, out_dir, data_dir)
         try:
             outdir = run_tuning(spec, overrides, jobs=jobs, rerun=rerun, console=err, executor=executor,
                                 address=address, cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run)
