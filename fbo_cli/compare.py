@@ -382,7 +382,10 @@ def tuned_note(exp: Experiment) -> str:
             vals = tuned_layer(exp.tuned, a["name"], s["name"])
             keys = list((a.get("tune") or {}))
             if vals:
-                rows.append((a["name"], s["name"], ", ".join(f"{k}={v}" for k, v in vals.items()), "tuned"))
+                per = (exp.tuned.get("chosen") or {}).get(a["name"]) or {}
+                edge = (per.get(s["name"]) or per.get(exp.tuned.get("setting")) or {}).get("_at_grid_edge")
+                how = "tuned" + (f" (at the grid's edge: {edge})" if edge else "")
+                rows.append((a["name"], s["name"], ", ".join(f"{k}={v}" for k, v in vals.items()), how))
             elif keys:
                 fixed = {k: v for k, v in (a.get("set") or {}).items()}
                 rows.append((a["name"], s["name"], ", ".join(f"{k}={v}" for k, v in fixed.items()) or "defaults",

@@ -222,8 +222,17 @@ def choose(df: pd.DataFrame, ts: TuneSpec) -> dict[str, dict[str, dict[str, Any]
         row = g[g.point == best].iloc[0]
         keys = [k for k in g.columns if k not in _NOT_PARAMS and not pd.isna(row[k])]
         vals = {k: _plain(row[k]) for k in keys}
+        edge = [k for k, values in _key_values(ts.grids[algo]).items()
+                if len(values) > 1 and vals.get(k) in (min(values), max(values))]
+        if edge:  # the best value may lie beyond the grid: say so wherever the values are shown
+            vals["_at_grid_edge"] = ", ".join(edge)
         chosen.setdefault(algo, {})[setting] = vals
     return chosen
+
+
+def _key_values(grid: dict[str, list]) -> dict[str, list]:
+    """Each single key of a grid with its values (a key "a,b" gives a and b the same values)."""
+    return {part.strip(): values for k, values in grid.items() for part in k.split(",")}
 
 
 _NOT_PARAMS = {"algorithm", "setting", "seed", "point", "status", "score", "oscillation", "run_dir", "reason",

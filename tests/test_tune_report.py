@@ -76,7 +76,9 @@ def test_tune_rejects_divergence_chooses_on_validation_and_compare_uses_it(tmp_p
     ok = grid[~grid.rejected]
     tuned = yaml.safe_load((out / "tuned.yaml").read_text())
     best = ok.loc[ok.score.idxmin()]  # val_loss, minimized
-    assert tuned["chosen"]["AggITD"]["iid"] == {"outer_lr": float(best.outer_lr)}
+    chosen = tuned["chosen"]["AggITD"]["iid"]
+    assert chosen["outer_lr"] == float(best.outer_lr)
+    assert ("_at_grid_edge" in chosen) == (best.outer_lr in (0.003, 1000.0))  # flagged: look beyond the grid
     assert tuned["score"] == "val_loss" and "never the test set" in tuned["procedure"]
     assert (out / "tuning.png").stat().st_size > 1000
     # tuning again reuses every run; compare applies the chosen value and says so
