@@ -223,7 +223,7 @@ def choose(df: pd.DataFrame, ts: TuneSpec) -> dict[str, dict[str, dict[str, Any]
         keys = [k for k in g.columns if k not in _NOT_PARAMS and not pd.isna(row[k])]
         vals = {k: _plain(row[k]) for k in keys}
         edge = [k for k, values in _key_values(ts.grids[algo]).items()
-                if len(values) > 1 and vals.get(k) in (min(values), max(values))]
+                if len(values) >= 3 and vals.get(k) in (min(values), max(values))]
         if edge:  # the best value may lie beyond the grid: say so wherever the values are shown
             vals["_at_grid_edge"] = ", ".join(edge)
         chosen.setdefault(algo, {})[setting] = vals
