@@ -450,7 +450,7 @@ def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFram
         if not drawn:
             ax.text(0.5, 0.5, "no finished runs", transform=ax.transAxes, ha="center", va="center", color="0.4")
         if exp.target is not None:
-            ax.axhline(exp.target, color="0.5", ls=":", lw=1)
+            ax.axhline(exp.target, color="0.5", ls=":", lw=1, label=f"target {exp.target:g}")
         ax.set_title(s, fontsize=10)
         ax.set_xlabel(X_AXES[exp.x])
         if k % ncol == 0:
@@ -460,7 +460,7 @@ def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFram
         ax.legend(fontsize=8, frameon=False, loc="lower right")
     for k in range(n, nrow * ncol):
         axes[k // ncol][k % ncol].set_visible(False)
-    fig.suptitle(exp.title or exp.name, fontsize=11)
+    fig.suptitle(f"{exp.title or exp.name}\nlines: mean over the seeds' done runs; bands: min-max over them", fontsize=10)
     save_figure(fig, path)
 
 
