@@ -460,7 +460,8 @@ def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFram
         ax.legend(fontsize=8, frameon=False, loc="lower right")
     for k in range(n, nrow * ncol):
         axes[k // ncol][k % ncol].set_visible(False)
-    fig.suptitle(f"{exp.title or exp.name}\nlines: mean over the seeds' done runs; bands: min-max over them", fontsize=10)
+    fig.suptitle(f"{exp.title or exp.name}\nlines: mean over the seeds' done runs; bands: min-max over them",
+                 fontsize=10)
     save_figure(fig, path)
 
 
