@@ -299,19 +299,20 @@ def collect(exp: Experiment, warn=None) -> tuple[pd.DataFrame, dict[tuple[str, s
     return pd.DataFrame(rows), curves
 
 
-def _ms(v: pd.Series, pct: bool) -> str:
+def _ms(v: pd.Series) -> str:
+    """``mean ± std`` over seeds as text (fractions stay fractions, as in metrics.csv); ``-`` when empty."""
     v = v.dropna()
     if v.empty:
         return "-"
-    k = 100.0 if pct else 1.0
     if len(v) == 1:
-        return f"{k * v.iloc[0]:.2f}" if pct else f"{v.iloc[0]:.4g}"
-    return f"{k * v.mean():.2f} ± {k * v.std(ddof=1):.2f}" if pct else f"{v.mean():.4g} ± {v.std(ddof=1):.2g}"
+        return f"{v.iloc[0]:.4g}"
+    return f"{v.mean():.4g} ± {v.std(ddof=1):.2g}"
 
 
-def summarize(exp: Experiment, runs: pd.DataFrame) -> pd.DataFrame:
-    out = []
-    pct = exp.metric.endswith("acc") or exp.metric.endswith("auc")
+def summarize(exp: Experiment, runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The table as text (``table.md``: mean ± std) and as numbers (``table.csv``: for each quantity its
+    mean, ``<q> std`` and ``<q> n``), one row per (setting, algorithm)."""
+    out, nums = [], []
     for s in exp.settings:
         for a in exp.algorithms:
             cell = runs[(runs.algorithm == a["name"]) & (runs.setting == s["name"])]
@@ -319,24 +320,33 @@ def summarize(exp: Experiment, runs: pd.DataFrame) -> pd.DataFrame:
             row = {"setting": s["name"], "algorithm": a["name"], "seeds": len(g),
                    "diverged": int((cell.status == "diverged").sum()), "failed": int((cell.status == "failed").sum()),
                    "not run": int((cell.status == "not run").sum())}
+            num = dict(row)
             col = lambda k, g=g: g[k] if k in g else pd.Series(dtype=float)
+
+            def put(name: str, v: pd.Series, text: str | None = None, row=row, num=num) -> None:
+                v = v.dropna().astype(float)
+                row[name] = _ms(v) if text is None else text
+                num[name] = v.mean() if len(v) else math.nan
+                num[f"{name} std"] = v.std(ddof=1) if len(v) > 1 else math.nan
+                num[f"{name} n"] = len(v)
+
             if exp.target is not None:
                 hit = col("rounds_to_target").dropna()
-                row["rounds to target"] = ("-" if g.empty else _ms(hit, False) if len(hit) else "never") + \
-                    f" ({len(hit)}/{len(g)})"
-                row["iterations to target"] = _ms(col("iterations_to_target").dropna(), False) if len(hit) else "never"
-            row["final"] = _ms(col("final"), pct)
-            row["best"] = _ms(col("best"), pct)
+                put("rounds to target", hit, ("-" if g.empty else _ms(hit) if len(hit) else "never")
+                    + f" ({len(hit)}/{len(g)})")
+                its = col("iterations_to_target")
+                put("iterations to target", its, None if len(hit) else "never")
+            put("final", col("final"))
+            put("best", col("best"))
             for m in exp.metrics:
-                if m in g and m != exp.metric:
-                    row[m] = _ms(g[m], m.endswith("acc") or m.endswith("auc"))
-                elif m != exp.metric:
-                    row[m] = "-"
+                if m != exp.metric:
+                    put(m, g[m] if m in g else pd.Series(dtype=float))
             ref = (exp.reference.get(a["name"]) or {}).get(s["name"]) or {}
             for k, v in ref.items():
-                row[f"paper {k}"] = (f"{100 * v:.2f}" if pct and isinstance(v, float) and v <= 1 else str(v))
+                row[f"paper {k}"] = num[f"paper {k}"] = v
             out.append(row)
-    return pd.DataFrame(out)
+            nums.append(num)
+    return pd.DataFrame(out), pd.DataFrame(nums)
 
 
 def _to_markdown(df: pd.DataFrame) -> str:
@@ -352,10 +362,9 @@ def write_report(exp: Experiment, outdir: Path, no_run: bool = False, warn=None)
     exp.incomplete = int(runs.status.isin(["failed", "not run"]).sum())
     if no_run and not (runs.status != "not run").any():
         raise UsageError(f"no finished runs for experiment '{exp.name}' (run it without --no-run)")
-    table = summarize(exp, runs)
-    pct = exp.metric.endswith("acc") or exp.metric.endswith("auc")
+    table, numbers = summarize(exp, runs)
     head = [f"# {exp.title or exp.name}", "",
-            f"Task `{exp.task}`, metric `{exp.metric}`" + (" (in %)" if pct else "")
+            f"Task `{exp.task}`, metric `{exp.metric}` (a fraction, as in metrics.csv)"
             + f", seeds {exp.seeds}; mean ± standard deviation over seeds. 'final' is the last evaluation within the "
               "round budget; 'best' the best evaluation."
             + (f" 'rounds to target': first communication round with {exp.metric} ≥ {exp.target} "
@@ -365,7 +374,7 @@ def write_report(exp: Experiment, outdir: Path, no_run: bool = False, warn=None)
               "(a NaN/inf, or a loss above 1000 x max(its first value, 1)), failed runs and runs not run are left "
               "out of them and counted in their columns; a cell without a done run shows '-'.", ""]
     atomic_write(outdir / "table.md", "\n".join(head) + "\n" + _to_markdown(table) + "\n" + tuned_note(exp))
-    atomic_write(outdir / "table.csv", table.to_csv(index=False))
+    atomic_write(outdir / "table.csv", numbers.to_csv(index=False))
     atomic_write(outdir / "runs.csv", runs.to_csv(index=False))
     plot_experiment(exp, curves, outdir / "curves.png", runs)
     for xa in exp.x_also:

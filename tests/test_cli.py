@@ -137,7 +137,10 @@ reference: {{A: {{iid: {{final: 0.9}}}}}}
     runs = pd.read_csv(out / "runs.csv")
     assert len(runs) == 4 and set(runs.algorithm) == {"A", "F"}
     table = pd.read_csv(out / "table.csv")
-    assert "paper final" in table and table.loc[table.algorithm == "A", "paper final"].iloc[0] == 90.0
+    assert "paper final" in table and table.loc[table.algorithm == "A", "paper final"].iloc[0] == 0.9
+    a = table[table.algorithm == "A"].iloc[0]  # numbers, one unit (fractions, as in metrics.csv)
+    assert a["final n"] == 2 and 0 <= a["final"] <= 1 and a["final std"] >= 0
+    assert a["final"] == pytest.approx(runs[runs.algorithm == "A"].final.mean())
     mtimes = {p: p.stat().st_mtime_ns for p in tmp_path.glob("hyperrep/*/*/summary.json")}
     r = run("compare", str(spec))
     assert r.exit_code == 0

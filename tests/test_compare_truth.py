@@ -105,8 +105,8 @@ def test_failed_and_diverged_are_counted_not_averaged(tmp_path):
     assert "failed" in r.output
     t = table(tmp_path).set_index("setting")
     assert t.loc["ok", "seeds"] == 2 and t.loc["ok", "failed"] == 0
-    assert t.loc["bad", "failed"] == 2 and t.loc["bad", "final"] == "-" and t.loc["bad", "seeds"] == 0
-    assert t.loc["boom", "diverged"] == 2 and t.loc["boom", "final"] == "-"
+    assert t.loc["bad", "failed"] == 2 and pd.isna(t.loc["bad", "final"]) and t.loc["bad", "seeds"] == 0
+    assert t.loc["boom", "diverged"] == 2 and pd.isna(t.loc["boom", "final"]) and t.loc["boom", "final n"] == 0
     md = (tmp_path / "compare" / "t" / "table.md").read_text()
     assert "Rule: means" in md
     assert (tmp_path / "compare" / "t" / "curves.png").is_file()
