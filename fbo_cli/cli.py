@@ -229,11 +229,13 @@ def tune(
 
     tuned = yaml.safe_load((outdir / "tuned.yaml").read_text())
     t = Table(title=f"Chosen by fbo tune ({tuned['score']}, {tuned['mode']})", title_justify="left")
-    for c in ("algorithm", "setting", "values"):
+    for c in ("algorithm", "setting", "values", "note"):
         t.add_column(c, overflow="fold")
     for algo, per in (tuned.get("chosen") or {}).items():
         for setting, vals in per.items():
-            t.add_row(algo, setting, ", ".join(f"{k}={v}" for k, v in vals.items()))
+            edge = vals.get("_at_grid_edge")
+            t.add_row(algo, setting, ", ".join(f"{k}={v}" for k, v in vals.items() if not k.startswith("_")),
+                      vals.get("_none") or (f"at the grid's edge: {edge}" if edge else ""))
     out.print(t)
     out.print(f"written: {outdir}/tuned.yaml, tuning.csv, tuning.png")
 
