@@ -281,12 +281,16 @@ def plot_tuning(df: pd.DataFrame, ts: TuneSpec, path: Path, title: str) -> None:
 
     keys = list(dict.fromkeys(k for g in ts.grids.values() for k in g))
     settings = list(dict.fromkeys(df.setting))
-    fig, axes = plt.subplots(len(settings), len(keys), figsize=(4.2 * len(keys), 3.4 * len(settings)),
+    ncol = min(4, len(keys))  # panels wrap after 4 keys; one block of rows per setting
+    rows = math.ceil(len(keys) / ncol)
+    fig, axes = plt.subplots(rows * len(settings), ncol, figsize=(4.4 * ncol, 3.4 * rows * len(settings)),
                              squeeze=False)
+    for ax in axes.flat[len(keys) * len(settings):]:
+        ax.set_visible(False)
     algos = list(ts.grids)
     for i, s in enumerate(settings):
         for j, key in enumerate(keys):
-            ax = axes[i][j]
+            ax = axes[i * rows + j // ncol][j % ncol]
             col = key.split(",")[0].strip()
             for a_i, a in enumerate(algos):
                 if key not in ts.grids[a]:
