@@ -44,29 +44,41 @@ class Paper:
     key: str
     title: str  # method, authors, venue
     specs: tuple[str, ...]  # experiment specs (paths relative to the repository root)
-    fidelity: str  # anchor in docs/fidelity.md
+    fidelity: str  # the start of its section heading in docs/fidelity.md
 
 
 PAPERS: tuple[Paper, ...] = (
     Paper("aggitd", "FBO-AggITD vs FedNest: Xiao & Ji, ICML 2023",
           ("experiments/aggitd_table2_fmnist_500.yaml", "experiments/aggitd_table2_fmnist.yaml"),
-          "fbo-aggitd-xiao--ji-icml-2023-and-the-fednest-family-hyperrep"),
+          "FBO-AggITD (Xiao & Ji"),
     Paper("fedbio", "FedBiO and FedBiOAcc: Li, Huang & Huang, NeurIPS 2023 (arXiv 2302.06701)",
           ("experiments/fedbio_hyperclean_fmnist_quick.yaml", "experiments/fedbio_hyperclean_fmnist.yaml",
            "experiments/fedbio_local_hyperrep_quick.yaml", "experiments/fedbio_local_hyperrep.yaml"),
-          "adafbio-and-fedbio-the-hyperclean-task"),
+          "FedBiO (Li, Huang & Huang"),
     Paper("adafbio", "AdaFBiO: Huang, arXiv 2211.01122",
           ("experiments/adafbio_hyperclean_quick.yaml", "experiments/adafbio_hyperclean.yaml",
            "experiments/adafbio_hyperrep.yaml"),
-          "adafbio-and-fedbio-local-lower-level-per-client-heads"),
+          "AdaFBiO and FedBiO, local lower level"),
     Paper("codasca", "CODA+ and CODASCA: Yuan, Guo, Xu, Ying & Yang, ICML 2021",
           ("experiments/codasca_fig1_synth.yaml", "experiments/codasca_fig1_fmnist.yaml"),
-          "codasca-yuan-et-al-icml-2021-coda-and-codasca-on-the-auc-task"),
+          "CODA+ and CODASCA"),
     Paper("zohfl", "ZO-HFL: Qiu, Kim & Yousefian, arXiv 2504.01839",
           ("experiments/zohfl_table1_fmnist.yaml", "experiments/zohfl_table1_fmnist_x0zero.yaml",
            "experiments/zohfl_fig2.yaml"),
-          "zo-hfl-qiu-kim--yousefian-arxiv-250401839"),
+          "ZO-HFL (Qiu"),
 )
+
+
+def fidelity_anchor(prefix: str, path: Path = Path("docs/fidelity.md")) -> str:
+    """GitHub's anchor of the first ``## `` heading of docs/fidelity.md that starts with ``prefix``."""
+    import re
+
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        if line.startswith("## " + prefix):
+            slug = re.sub(r"[^\w\- ]", "", line[3:].strip().lower())
+            return slug.replace(" ", "-")
+    return ""
+
 
 EVIDENCE_FILES = ("config.yaml", "metrics.csv", "summary.json")
 SPEC_FILES = ("tuned.yaml", "tuning.csv")
@@ -243,7 +255,8 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
     for paper in papers:
         out += [f"## {paper.title}", ""]
         if paper.fidelity:
-            out += [f"Deviations and open choices: [docs/fidelity.md](fidelity.md#{paper.fidelity}).", ""]
+            out += [f"Deviations and open choices: [docs/fidelity.md](fidelity.md#{fidelity_anchor(paper.fidelity)}).",
+                    ""]
         for sec in sections[paper.key]:
             out += _render_section_md(sec)
     bench = root / BENCH_FILES[0]
