@@ -18,8 +18,9 @@ tune:
 
 For every (algorithm, setting) the grid runs on the tuning seeds with the short budget (ordinary runs:
 same run ids and cache as ``compare``, so an interrupted tuning continues). A grid point is
-**rejected** when a run failed or diverged, when its score is not finite, or when the score
-oscillates: over the tail window ``w_1..w_n`` of evaluations (the last ``tail`` share, at least 3), the oscillation
+**rejected** when a run failed or diverged, when its score is not finite, when it ends no better than
+its first evaluation (no progress), or when the score oscillates: over the tail window ``w_1..w_n``
+of evaluations (the last ``tail`` share, at least 3), the oscillation
 ``(Σ|w_{k+1} - w_k| - |w_n - w_1|) / (2 mean|w|)`` (the up-and-down movement beyond the net trend,
 relative to the level) exceeds ``tolerance``. Among the accepted points the best mean tail score over
 the tuning seeds wins (ties: the first in grid order). Written to ``<out>/compare/<name>/``:
@@ -125,7 +126,7 @@ def grid_points(grid: dict[str, list]) -> list[dict[str, Any]]:
 
 def score_run(m: pd.DataFrame, score: str, tail: float, budget: int) -> tuple[float, float]:
     """(mean of the tail window, oscillation over it) of ``score`` in a run's metrics."""
-    if score not in m:
+    if score not in m or m.empty:
         return float("nan"), float("nan")
     m = m[m["rounds"] <= budget] if (m["rounds"] <= budget).any() else m
     w = m[score].to_numpy(float)[1:] if len(m) > 1 else m[score].to_numpy(float)  # row 0 is the start
@@ -194,18 +195,23 @@ def collect_tuning(cells: list[tuple[Cell, dict]], ts: TuneSpec) -> pd.DataFrame
         state, s, _ = run_status(c.cfg.run_dir)
         status = (s or {}).get("status", "missing") if state == "finished" else "not run"
         mpath = c.cfg.run_dir / "metrics.csv"
-        sc, osc = float("nan"), float("nan")
+        sc, osc, start = float("nan"), float("nan"), float("nan")
         if status in ("done", "diverged") and mpath.is_file():
-            sc, osc = score_run(pd.read_csv(mpath), ts.score, ts.tail, ts.rounds)
+            m = pd.read_csv(mpath)
+            sc, osc = score_run(m, ts.score, ts.tail, ts.rounds)
+            start = float(m[ts.score].iloc[0]) if ts.score in m and len(m) else float("nan")
         rows.append({"algorithm": c.algorithm, "setting": c.setting, "seed": c.seed,
                      "point": ", ".join(f"{k}={v}" for k, v in point.items()), **point,
-                     "status": status, "score": sc, "oscillation": osc, "run_dir": str(c.cfg.run_dir)})
+                     "status": status, "score": sc, "start": start, "oscillation": osc,
+                     "run_dir": str(c.cfg.run_dir)})
     df = pd.DataFrame(rows)
-    # a grid point is judged over all its tuning seeds
-    bad = (df.status != "done") | ~np.isfinite(df.score) | (df.oscillation > ts.tolerance)
+    # a grid point is judged over all its tuning seeds; "no progress": the score ends no better than it began
+    stuck = (df.score >= df.start) if ts.mode == "min" else (df.score <= df.start)
+    bad = (df.status != "done") | ~np.isfinite(df.score) | (df.oscillation > ts.tolerance) | stuck
     df["reason"] = np.where(df.status != "done", df.status,
                             np.where(~np.isfinite(df.score), "non-finite score",
-                                     np.where(df.oscillation > ts.tolerance, "oscillates", "")))
+                                     np.where(df.oscillation > ts.tolerance, "oscillates",
+                                              np.where(stuck, "no progress", ""))))
     df["rejected"] = bad
     return df
 
@@ -235,8 +241,8 @@ def _key_values(grid: dict[str, list]) -> dict[str, list]:
     return {part.strip(): values for k, values in grid.items() for part in k.split(",")}
 
 
-_NOT_PARAMS = {"algorithm", "setting", "seed", "point", "status", "score", "oscillation", "run_dir", "reason",
-               "rejected"}
+_NOT_PARAMS = {"algorithm", "setting", "seed", "point", "status", "score", "start", "oscillation", "run_dir",
+               "reason", "rejected"}
 
 
 def _plain(v):
@@ -252,7 +258,8 @@ def procedure_text(ts: TuneSpec) -> str:
     return (f"grid search {where}, tuning seeds {ts.seeds} (disjoint from the evaluation seeds), "
             f"{ts.rounds} communication rounds each; score: {ts.mode} of the mean {ts.score} over the last "
             f"{ts.tail:.0%} of evaluations, at least 3 (validation data, never the test set), averaged over "
-            f"the tuning seeds; rejected: failed or diverged runs, non-finite scores, and scores oscillating by more "
+            f"the tuning seeds; rejected: failed or diverged runs, non-finite scores, no progress over the first "
+            f"evaluation, and scores oscillating by more "
             f"than {ts.tolerance:g} (relative up-and-down movement beyond the trend) over that window")
 
 
