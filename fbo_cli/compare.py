@@ -175,9 +175,10 @@ def _check_claims(where: str, claims: Any, algos: list) -> None:
     if not isinstance(claims, list):
         raise UsageError(f"{where}: 'claims' must be a list of mappings")
     for c in claims:
-        if not isinstance(c, dict) or set(c) - {"text", "metric", "better", "than", "mode"} or \
+        if not isinstance(c, dict) or set(c) - {"text", "metric", "better", "than", "mode", "margin"} or \
                 not {"text", "metric", "better", "than"} <= set(c):
-            raise UsageError(f"{where}: each claim needs text, metric, better, than (and optional mode); got {c!r}")
+            raise UsageError(f"{where}: each claim needs text, metric, better, than (optional: mode, margin); "
+                             f"got {c!r}")
         for side in ("better", "than"):
             if c[side] not in names:
                 raise UsageError(f"{where}: claim '{c['text']}': '{c[side]}' is not an algorithm of the spec; "

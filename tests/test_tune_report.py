@@ -102,6 +102,9 @@ def test_claim_verdict_rule():
     runs.loc[runs.algorithm == "A", "final"] = [0.9, 0.9, 0.9]
     assert claim_verdict(runs, claim, "s")[0] == "holds in every seed"
     assert claim_verdict(runs, {**claim, "than": "C"}, "s")[0] == "no data"
+    runs.loc[runs.algorithm == "B", "final"] = [0.897, 0.897, 0.897]  # ahead by 0.003 < the 0.005 margin
+    assert claim_verdict(runs, claim, "s")[0] == "does not hold"
+    assert claim_verdict(runs, {**claim, "margin": 0.001}, "s")[0] == "holds in every seed"
 
 
 def test_match_paper_rule():

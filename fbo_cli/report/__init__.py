@@ -14,11 +14,13 @@ experiment specs it aggregates the runs exactly as ``fbo compare`` does, and wri
 Claims are data in the specs (``claims:``): ``{text, metric, better, than, mode}`` says that
 algorithm ``better`` beats ``than`` on ``metric`` (a column of ``runs.csv``: ``final``,
 ``rounds_to_target``, ...; ``mode: min`` or ``max``) in every setting of the spec. The rule: per
-setting, the pairs of runs with the same random seed are compared; the claim **holds in every seed**
-when ``better`` wins every pair, **holds in the mean** when it wins on the mean over seeds (the median
-for rounds or iterations to the target) but not every pair, **does not hold** otherwise; **no data**
-when a side has no finished run. A run that never reaches the target counts as +∞ rounds. Paper
-numbers are compared by the rule in :func:`match_paper`.
+setting, the pairs of runs with the same random seed are compared (a pair is a win when ``better``
+is ahead by more than a margin: 0.005 for metrics that are fractions, 0 for rounds or iterations to
+the target; a claim may set ``margin``); the claim **holds in every seed** when ``better`` wins
+every pair, **holds in the mean** when it wins on the mean over seeds (the median for rounds or
+iterations to the target) but not every pair, **does not hold** otherwise; **no data** when a side
+has no finished run. A run that never reaches the target counts as +∞ rounds. Paper numbers are
+compared by the rule in :func:`match_paper`.
 """
 
 from __future__ import annotations
@@ -136,16 +138,21 @@ def claim_verdict(runs: pd.DataFrame, claim: dict, setting: str) -> tuple[str, s
     a, b = side(claim["better"]), side(claim["than"])
     if a.empty or b.empty:
         return "no data", ""
+    counts = metric.endswith("to_target")
+    margin = claim.get("margin", 0.0 if counts else MARGIN)  # a win must exceed it
     common = a.index.intersection(b.index)
-    wins = int(sum(sign * (a[s] - b[s]) > 0 for s in common))
-    center = (lambda v: v.median()) if metric.endswith("to_target") else (lambda v: v.mean())
+    wins = int(sum(sign * (a[s] - b[s]) > margin for s in common))
+    center = (lambda v: v.median()) if counts else (lambda v: v.mean())
     ma, mb = center(a), center(b)
     detail = f"{_fmt(ma)} vs {_fmt(mb)}; wins {wins}/{len(common)} seeds"
     if len(common) and wins == len(common):
         return "holds in every seed", detail
-    if sign * (ma - mb) > 0:
+    if sign * (ma - mb) > margin:
         return "holds in the mean", detail
     return "does not hold", detail
+
+
+MARGIN = 0.005  # half a point of accuracy or AUC: a smaller difference is no win
 
 
 def _fmt(v: float) -> str:
@@ -244,7 +251,9 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
            "config, metrics and summary; nothing here is typed by hand). Figures: the HTML version "
            "(`make report` writes `results/report/report.html`).", "",
            "**Verdict rule.** A claim compares two algorithms on one quantity in each setting. Runs with the "
-           "same random seed are paired: the claim *holds in every seed* when the first algorithm wins every "
+           "same random seed are paired, and a pair is a win when the first algorithm is ahead by more than a "
+           "margin (0.005 for accuracies and AUCs, half a point; 0 for rounds or iterations to the target): "
+           "the claim *holds in every seed* when the first algorithm wins every "
            "pair, *holds in the mean* when it wins on the mean over seeds only (the median for rounds or "
            "iterations to the target), and *does not hold* "
            "otherwise; *no data* when a side has no finished run. A run that never reaches the target counts "
