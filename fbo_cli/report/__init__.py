@@ -19,7 +19,8 @@ is ahead by more than a margin: 0.005 for metrics that are fractions, 0 for roun
 the target; a claim may set ``margin``); the claim **holds in every seed** when ``better`` wins
 every pair, **holds in the mean** when it wins on the mean over seeds (the median for rounds or
 iterations to the target) but not every pair, **does not hold** otherwise; **no data** when a side
-has no finished run. A run that never reaches the target counts as +∞ rounds. Paper numbers are
+has no finished run. A run that never reaches the target counts as +∞ rounds, and a diverged run as
+the worst value (it loses its pair); failed runs are left out. Paper numbers are
 compared by the rule in :func:`match_paper`.
 """
 
@@ -132,8 +133,12 @@ def claim_verdict(runs: pd.DataFrame, claim: dict, setting: str) -> tuple[str, s
     fill = -math.inf if mode == "max" else math.inf  # never reaching the target is the worst value
 
     def side(name):
-        g = runs[(runs.algorithm == name) & (runs.setting == setting) & runs.status.isin(["done"])]
-        return g.set_index("seed")[metric].astype(float).fillna(fill) if metric in g else pd.Series(dtype=float)
+        g = runs[(runs.algorithm == name) & (runs.setting == setting) & runs.status.isin(["done", "diverged"])]
+        if metric not in g:
+            return pd.Series(dtype=float)
+        v = g.set_index("seed")[metric].astype(float).fillna(fill)
+        v[(g.status == "diverged").to_numpy()] = fill  # a diverged run is the method's worst outcome
+        return v
 
     a, b = side(claim["better"]), side(claim["than"])
     if a.empty or b.empty:
@@ -257,7 +262,8 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
            "pair, *holds in the mean* when it wins on the mean over seeds only (the median for rounds or "
            "iterations to the target), and *does not hold* "
            "otherwise; *no data* when a side has no finished run. A run that never reaches the target counts "
-           "as never (+∞ rounds). **Paper numbers:** ours are *within* the paper's when "
+           "as never (+∞ rounds); a diverged run counts as the worst value and loses its pair. "
+           "**Paper numbers:** ours are *within* the paper's when "
            "|our mean − paper| ≤ max(2 × our std over seeds, the spec's tolerance: 0.02 for fractions); "
            "else *above* or *below*. Failed and diverged runs are left out of means and counted in the "
            "table's columns.", ""]
