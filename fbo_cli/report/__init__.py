@@ -164,7 +164,7 @@ def _fmt(v: float) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "–"
     if math.isinf(v):
-        return "never"
+        return "never" if v > 0 else "−∞ (a run diverged)"
     return f"{v:.4g}"
 
 
