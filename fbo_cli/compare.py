@@ -424,7 +424,7 @@ def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFram
     n = len(settings)
     ncol = min(n, 3 if n != 4 else 2)
     nrow = math.ceil(n / ncol)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(5.0 * ncol, 3.7 * nrow), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(max(5.0 * ncol, 9.0), 3.7 * nrow + 0.4), squeeze=False, sharey=True)
     for k, s in enumerate(settings):
         ax = axes[k // ncol][k % ncol]
         drawn = False
