@@ -384,7 +384,7 @@ def write_report(exp: Experiment, outdir: Path, no_run: bool = False, warn=None)
 
 def tuned_note(exp: Experiment) -> str:
     """What the table's hyperparameters are and how they were chosen (Markdown)."""
-    from .tune import tuned_layer
+    from .tune import tuned_entry, tuned_layer
 
     rows = []
     for a in exp.algorithms:
@@ -392,8 +392,7 @@ def tuned_note(exp: Experiment) -> str:
             vals = tuned_layer(exp.tuned, a["name"], s["name"])
             keys = list((a.get("tune") or {}))
             if vals:
-                per = (exp.tuned.get("chosen") or {}).get(a["name"]) or {}
-                edge = (per.get(s["name"]) or per.get(exp.tuned.get("setting")) or {}).get("_at_grid_edge")
+                edge = tuned_entry(exp.tuned, a["name"], s["name"]).get("_at_grid_edge")
                 how = "tuned" + (f" (at the grid's edge: {edge})" if edge else "")
                 rows.append((a["name"], s["name"], ", ".join(f"{k}={v}" for k, v in vals.items()), how))
             elif keys:

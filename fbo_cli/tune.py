@@ -271,13 +271,18 @@ def load_tuned(exp: Experiment) -> dict | None:
     return load_config_file(p)
 
 
-def tuned_layer(tuned: dict | None, algorithm: str, setting: str) -> dict[str, Any]:
-    """The chosen values of one (algorithm, setting): the setting's own, or the one tuned setting's."""
+def tuned_entry(tuned: dict | None, algorithm: str, setting: str) -> dict[str, Any]:
+    """The ``chosen`` entry of one (algorithm, setting) in a ``tuned.yaml``: the setting's own, or the
+    one tuned setting's; with its notes (keys starting with ``_``)."""
     if not tuned:
         return {}
     per = (tuned.get("chosen") or {}).get(algorithm) or {}
-    vals = per.get(setting) or (per.get(tuned["setting"]) if tuned.get("setting") else None) or {}
-    return {k: v for k, v in vals.items() if not k.startswith("_")}
+    return per.get(setting) or (per.get(tuned["setting"]) if tuned.get("setting") else None) or {}
+
+
+def tuned_layer(tuned: dict | None, algorithm: str, setting: str) -> dict[str, Any]:
+    """The chosen values of one (algorithm, setting), notes left out: a config layer."""
+    return {k: v for k, v in tuned_entry(tuned, algorithm, setting).items() if not k.startswith("_")}
 
 
 def plot_tuning(df: pd.DataFrame, ts: TuneSpec, path: Path, title: str) -> None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import base64
 import html
 import math
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -74,8 +75,6 @@ PAPERS: tuple[Paper, ...] = (
 
 def fidelity_anchor(prefix: str, path: Path = Path("docs/fidelity.md")) -> str:
     """GitHub's anchor of the first ``## `` heading of docs/fidelity.md that starts with ``prefix``."""
-    import re
-
     for line in path.read_text().splitlines() if path.is_file() else []:
         if line.startswith("## " + prefix):
             slug = re.sub(r"[^\w\- ]", "", line[3:].strip().lower())
@@ -355,8 +354,6 @@ def render_html(markdown: str, sections: dict[str, list[Section]]) -> str:
 
 
 def _inline(text: str) -> str:
-    import re
-
     t = html.escape(text)
     t = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", t)
     t = re.sub(r"`(.+?)`", r"<code>\1</code>", t)
