@@ -23,7 +23,8 @@ import pandas as pd
 
 from .config import RunConfig, load_config_file, resolve
 from .errors import UsageError
-from .results import METRIC_LABELS, X_AXES, atomic_write, read_metrics, rounds_to_target, run_status, save_figure
+from .results import (METRIC_LABELS, X_AXES, atomic_write, lower_is_better, read_metrics, rounds_to_target, run_status,
+                      save_figure)
 from .tasks import TASKS
 
 
@@ -289,7 +290,7 @@ def collect(exp: Experiment, warn=None) -> tuple[pd.DataFrame, dict[tuple[str, s
         row = {**base, "status": s["status"],
                "rounds_to_target": rounds_to_target(m, exp.metric, exp.target),
                "iterations_to_target": rounds_to_target(m, exp.metric, exp.target, x="iterations"),
-               "final": float(within[exp.metric].iloc[-1]), "best": float(within[exp.metric].max()),
+               "final": float(within[exp.metric].iloc[-1]), "best": float(within[exp.metric].min() if lower_is_better(exp.metric) else within[exp.metric].max()),
                "final_mean_last5": float(within[exp.metric].tail(5).mean()),
                "rounds": int(within["rounds"].iloc[-1]), "iterations": int(within["iterations"].iloc[-1]),
                "train_time_s": s.get("train_time_s"), "seconds_per_round": s.get("seconds_per_round")}
@@ -364,11 +365,13 @@ def write_report(exp: Experiment, outdir: Path, no_run: bool = False, warn=None)
     if no_run and not (runs.status != "not run").any():
         raise UsageError(f"no finished runs for experiment '{exp.name}' (run it without --no-run)")
     table, numbers = summarize(exp, runs)
+    low = lower_is_better(exp.metric)
     head = [f"# {exp.title or exp.name}", "",
-            f"Task `{exp.task}`, metric `{exp.metric}` (a fraction, as in metrics.csv)"
+            f"Task `{exp.task}`, metric `{exp.metric}` "
+            + ("(lower is better)" if low else "(a fraction, as in metrics.csv)")
             + f", seeds {exp.seeds}; mean ± standard deviation over seeds. 'final' is the last evaluation within the "
-              "round budget; 'best' the best evaluation."
-            + (f" 'rounds to target': first communication round with {exp.metric} ≥ {exp.target} "
+              f"round budget; 'best' the best evaluation (the {'lowest' if low else 'highest'})."
+            + (f" 'rounds to target': first communication round with {exp.metric} {'≤' if low else '≥'} {exp.target} "
                "(mean over the seeds that reach it; reached/total)." if exp.target is not None else "")
             + (" Columns 'paper ...' are the paper's numbers." if exp.reference else "")
             + " Rule: means, spreads and 'seeds' count only the runs that finished with status done; diverged runs "

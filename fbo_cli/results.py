@@ -157,11 +157,17 @@ def read_summary(run_dir: Path) -> dict[str, Any] | None:
     return s if isinstance(s, dict) else None
 
 
+def lower_is_better(metric: str) -> bool:
+    """Losses (``*loss``) improve downwards; accuracies, AUCs and F1 scores (fractions) upwards."""
+    return metric.endswith("loss")
+
+
 def rounds_to_target(df: pd.DataFrame, metric: str, target: float | None, x: str = "rounds") -> float | None:
-    """First logged ``x`` at which ``metric >= target`` (None if never, or no target)."""
+    """First logged ``x`` at which ``metric`` reaches ``target`` (``>=``; ``<=`` for a loss), None if
+    never or no target."""
     if target is None or metric not in df:
         return None
-    hit = df[df[metric] >= target]
+    hit = df[df[metric] <= target] if lower_is_better(metric) else df[df[metric] >= target]
     return None if hit.empty else float(hit[x].iloc[0])
 
 

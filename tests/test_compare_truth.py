@@ -158,3 +158,18 @@ def test_explosion_is_diverged(tmp_path):
     assert r.exit_code == 1, r.output
     s = (run_dirs(tmp_path)[0] / "summary.json").read_text()
     assert '"diverged"' in s and "1000 x max(initial" in s
+
+
+def test_loss_metric_best_is_lowest_and_target_is_reached_downwards(tmp_path):
+    from fbo_cli.results import rounds_to_target
+
+    p = spec(tmp_path, extra="metric: test_loss\ntarget: 100.0")  # every loss is below 100: reached at once
+    r = compare(p)
+    assert r.exit_code == 0, r.output
+    run = pd.read_csv(tmp_path / "compare" / "t" / "runs.csv").iloc[0]
+    m = pd.read_csv(run_dirs(tmp_path)[0] / "metrics.csv")
+    assert run["best"] == m.test_loss.min() and run["rounds_to_target"] == m.rounds.iloc[0]
+    md = (tmp_path / "compare" / "t" / "table.md").read_text()
+    assert "lower is better" in md and "a fraction" not in md and "test_loss ≤ 100" in md
+    df = pd.DataFrame({"rounds": [1, 2, 3], "test_acc": [0.1, 0.5, 0.9], "test_loss": [2.0, 1.0, 0.5]})
+    assert rounds_to_target(df, "test_acc", 0.5) == 2 and rounds_to_target(df, "test_loss", 0.9) == 3
