@@ -23,8 +23,16 @@ import pandas as pd
 
 from .config import RunConfig, load_config_file, resolve
 from .errors import UsageError
-from .results import (METRIC_LABELS, X_AXES, atomic_write, lower_is_better, read_metrics, rounds_to_target, run_status,
-                      save_figure)
+from .results import (
+    METRIC_LABELS,
+    X_AXES,
+    atomic_write,
+    lower_is_better,
+    read_metrics,
+    rounds_to_target,
+    run_status,
+    save_figure,
+)
 from .tasks import TASKS
 
 
@@ -77,7 +85,7 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
     spec = load_config_file(path)
     where = str(path)
     known = {"name", "title", "task", "metric", "metrics", "target", "x", "seeds", "base", "algorithms", "settings",
-             "reference", "description", "tune", "claims", "tolerance", "x_also"}
+             "reference", "description", "tune", "claims", "tolerance", "x_also", "derived"}
     unknown = set(spec) - known
     if unknown:
         raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(known))}")
@@ -124,7 +132,10 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
     _check_entries(where, algos, {"algo", "name", "set", "tune"}, "algorithm", "algo")
     _check_entries(where, settings, {"name", "set"}, "setting", "name")
     _check_reference(where, exp.reference, algos, settings)
-    _check_claims(where, spec.get("claims"), algos)
+    _check_claims(where, spec.get("claims"), algos, settings)
+    derived = spec.get("derived") or []
+    if not isinstance(derived, list) or set(derived) - set(DERIVED):
+        raise UsageError(f"{where}: 'derived' must be a list among: {', '.join(DERIVED)}")
     exp.out_root = Path(str(overrides.get("out_dir") or base.get("out_dir") or "results"))
     if use_tuned:
         from .tune import load_tuned
@@ -168,18 +179,29 @@ def _check_entries(where: str, items: list, allowed: set[str], what: str, key: s
         names.add(a["name"])
 
 
-def _check_claims(where: str, claims: Any, algos: list) -> None:
-    """``claims:`` (read by ``fbo report``): a list of {text, metric, better, than, mode}."""
+# tables a report derives from a spec's runs (``derived:``): name -> what it is
+DERIVED = {"imax": "the largest communication window I whose final AUC stays within 0.01 of I = 1, per "
+                   "algorithm, client count K and seed (fbo_cli/report/codasca.py); claims on metric I_max"}
+
+
+def _check_claims(where: str, claims: Any, algos: list, settings: list) -> None:
+    """``claims:`` (read by ``fbo report``): a list of {text, metric, better, than, mode, margin,
+    settings}; ``settings`` (optional) names the settings the claim is about (default: all)."""
     if claims is None:
         return
     names = {a["name"] for a in algos}
+    snames = {s["name"] for s in settings}
     if not isinstance(claims, list):
         raise UsageError(f"{where}: 'claims' must be a list of mappings")
     for c in claims:
-        if not isinstance(c, dict) or set(c) - {"text", "metric", "better", "than", "mode", "margin"} or \
-                not {"text", "metric", "better", "than"} <= set(c):
-            raise UsageError(f"{where}: each claim needs text, metric, better, than (optional: mode, margin); "
-                             f"got {c!r}")
+        if not isinstance(c, dict) or set(c) - {"text", "metric", "better", "than", "mode", "margin", "settings"} \
+                or not {"text", "metric", "better", "than"} <= set(c):
+            raise UsageError(f"{where}: each claim needs text, metric, better, than (optional: mode, margin, "
+                             f"settings); got {c!r}")
+        bad = [s for s in c.get("settings") or [] if s not in snames]
+        if not isinstance(c.get("settings") or [], list) or bad:
+            raise UsageError(f"{where}: claim '{c['text']}': 'settings' must list setting names of the spec; "
+                             f"unknown: {', '.join(map(str, bad))}")
         for side in ("better", "than"):
             if c[side] not in names:
                 raise UsageError(f"{where}: claim '{c['text']}': '{c[side]}' is not an algorithm of the spec; "
@@ -287,11 +309,13 @@ def collect(exp: Experiment, warn=None) -> tuple[pd.DataFrame, dict[tuple[str, s
         curves[(c.algorithm, c.setting, c.seed)] = m
         budget = c.cfg.run.rounds
         within = m[m["rounds"] <= budget] if (m["rounds"] <= budget).any() else m
+        series = within[exp.metric]
         row = {**base, "status": s["status"],
                "rounds_to_target": rounds_to_target(m, exp.metric, exp.target),
                "iterations_to_target": rounds_to_target(m, exp.metric, exp.target, x="iterations"),
-               "final": float(within[exp.metric].iloc[-1]), "best": float(within[exp.metric].min() if lower_is_better(exp.metric) else within[exp.metric].max()),
-               "final_mean_last5": float(within[exp.metric].tail(5).mean()),
+               "final": float(series.iloc[-1]),
+               "best": float(series.min() if lower_is_better(exp.metric) else series.max()),
+               "final_mean_last5": float(series.tail(5).mean()),
                "rounds": int(within["rounds"].iloc[-1]), "iterations": int(within["iterations"].iloc[-1]),
                "train_time_s": s.get("train_time_s"), "seconds_per_round": s.get("seconds_per_round")}
         for k in m.columns:

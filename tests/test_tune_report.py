@@ -64,6 +64,13 @@ def test_bad_tune_blocks_are_usage_errors(tmp_path):
         assert "Traceback" not in r.output
 
 
+def test_bad_claims_and_derived_are_usage_errors(tmp_path):
+    claim = '{text: c, metric: final, better: AggITD, than: FedNest, settings: ["nope"]}'
+    for extra, what in [(f"claims: [{claim}]", "unknown: nope"), ("derived: [bogus]", "'derived' must be")]:
+        r = runner.invoke(app, ["compare", str(spec(tmp_path, extra=extra)), "--no-run"])
+        assert r.exit_code == 2 and what in " ".join(r.output.split()), (extra, r.output)
+
+
 def test_tune_rejects_divergence_chooses_on_validation_and_compare_uses_it(tmp_path):
     p = spec(tmp_path)
     r = runner.invoke(app, ["tune", str(p)])
@@ -108,6 +115,26 @@ def test_claim_verdict_rule():
     runs.loc[(runs.algorithm == "A") & (runs.seed == 2), "status"] = "diverged"  # the method's worst outcome
     v, nums = claim_verdict(runs, {**claim, "margin": 0.001}, "s")
     assert v == "does not hold" and "2/3" in nums
+
+
+def test_imax_per_seed_is_the_largest_tolerated_window_and_needs_every_window():
+    from fbo_cli.report.codasca import imax_per_seed, windows
+
+    I = [1, 8, 32]
+    auc = {("A", 0): [0.95, 0.945, 0.90], ("A", 1): [0.95, 0.93, 0.95], ("B", 0): [0.95, 0.95, 0.945],
+           ("B", 1): [0.95, 0.96, 0.80]}
+    rows = [{"algorithm": a, "setting": f"K=4, I={i}", "seed": s, "status": "done", "final": v}
+            for (a, s), vals in auc.items() for i, v in zip(I, vals)]
+    runs = pd.DataFrame(rows)
+    runs.loc[(runs.algorithm == "A") & (runs.seed == 1) & (runs.setting == "K=4, I=32"), "status"] = "diverged"
+    exp = windows([{"set": {"clients": 4, "I": i}} for i in I])
+    t = imax_per_seed(runs, exp).set_index(["algorithm", "seed"]).I_max
+    # within 0.01 of the seed's own I = 1: A0 tolerates 8 (not 32); A1's I = 8 falls 0.02 short and its
+    # I = 32 diverged (not tolerated); B0 all; B1 up to 8
+    assert t.to_dict() == {("A", 0): 8, ("A", 1): 1, ("B", 0): 32, ("B", 1): 8}
+    claim = {"text": "", "metric": "I_max", "better": "B", "than": "A", "mode": "max"}
+    assert claim_verdict(imax_per_seed(runs, exp), claim, "K=4")[0] == "holds in every seed"
+    assert imax_per_seed(runs[runs.setting != "K=4, I=32"], exp).empty  # a missing window: no I_max
 
 
 def test_match_paper_rule():

@@ -196,6 +196,7 @@ class Section:
     figures: list[Path] | None = None
     compute: str = ""
     error: str = ""
+    derived_md: str = ""  # tables derived from the runs (``derived:`` in the spec)
 
 
 def build_section(spec: str, root: Path, work: Path) -> Section:
@@ -220,10 +221,22 @@ def build_section(spec: str, root: Path, work: Path) -> Section:
     secs = runs.get("train_time_s", pd.Series(dtype=float)).fillna(0).sum()
     devices = sorted(set(str(d) for d in _summaries(runs, "device")))
     sec.compute = f"{len(runs)} runs, {secs / 60:.1f} min of training in all, on {', '.join(devices) or 'cpu'}"
+    derived = {}
+    if "imax" in (raw.get("derived") or []):
+        from .codasca import imax_per_seed, imax_table, windows
+
+        imax_table(out, expected=windows(exp.settings))
+        sec.derived_md = (out / "imax.md").read_text().replace("# I_max", "**I_max**", 1)
+        sec.figures.append(out / "imax.png")
+        derived["I_max"] = (imax_per_seed(runs, windows(exp.settings)),
+                            [f"K={k}" for k in sorted(windows(exp.settings), reverse=True)])
     for claim in raw.get("claims") or []:
-        for s in exp.settings:
-            v, nums = claim_verdict(runs, claim, s["name"])
-            sec.verdicts.append((claim["text"], s["name"], v, nums))
+        table, names = derived.get(claim["metric"], (runs, [s["name"] for s in exp.settings]))
+        for s in names:
+            if claim.get("settings") and s not in claim["settings"]:
+                continue
+            v, nums = claim_verdict(table, claim, s)
+            sec.verdicts.append((claim["text"], s, v, nums))
     tol = raw.get("tolerance", 0.02)
     col = {"final": "final", "rounds_to_90": "rounds_to_target", "rounds_to_target": "rounds_to_target"}
     for a, per in (exp.reference or {}).items():
@@ -281,15 +294,26 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
     return "\n".join(out) + "\n"
 
 
+def _budget(exp: Experiment) -> str:
+    """The round budget in words: the base's, or each setting's (with the local iterations they share)."""
+    per = [(st.get("set") or {}).get("rounds", exp.base.get("rounds")) for st in exp.settings]
+    if len(set(per)) == 1:
+        return f"{per[0] if per[0] is not None else 'the task default'} communication rounds"
+    if None in per:
+        return "each setting's or the task default number of communication rounds"
+    iters = {r * (st.get("set") or {}).get("I", exp.base.get("I", 1)) for r, st in zip(per, exp.settings)}
+    its = f" (rounds × I = {iters.pop():,} local iterations per client)" if len(iters) == 1 else ""
+    return f"{min(per)}-{max(per)} communication rounds by setting{its}"
+
+
 def _render_section_md(sec: Section) -> list[str]:
     if sec.exp is None:
         return [f"### `{sec.spec}`", "", f"Spec not readable: {sec.error}", ""]
     exp = sec.exp
     title = exp.title or exp.name
-    b = exp.base
     lines = [f"### {title}", "", f"Spec `{sec.spec}`; regenerate with `fbo compare {sec.spec}`"
              + (" after `fbo tune` of the same spec" if (load_config_file(sec.spec).get("tune")) else "")
-             + f". Budget {b.get('rounds', 'task default')} communication rounds; seeds {exp.seeds}.", ""]
+             + f". Budget {_budget(exp)}; seeds {exp.seeds}.", ""]
     n_cells = len(exp.cells)
     if sec.missing and len(sec.missing) == n_cells:
         return lines + [f"**Not run yet**: 0 of {n_cells} runs finished.", ""]
@@ -299,6 +323,8 @@ def _render_section_md(sec: Section) -> list[str]:
         shown = ", ".join(sec.missing[:12]) + (f", and {len(sec.missing) - 12} more" if len(sec.missing) > 12 else "")
         lines += [f"**Partial**: {len(sec.missing)} of {n_cells} runs missing ({shown}).", ""]
     lines += [sec.table_md.strip(), ""]
+    if sec.derived_md:
+        lines += [sec.derived_md.strip(), ""]
     if sec.verdicts:
         lines += ["| claim | setting | verdict | ours (mean) and seeds won |", "|---|---|---|---|"]
         lines += [f"| {c} | {s} | **{v}** | {n} |" for c, s, v, n in sec.verdicts]

@@ -33,7 +33,50 @@ def _run_keys(run_dir: str) -> tuple[int | None, int | None]:
     return (c.get("hp") or {}).get("I"), c.get("clients")
 
 
-def imax_table(compare_dir: str | Path, delta: float = 0.01) -> "pd.DataFrame":  # noqa: F821
+def _with_keys(runs: "pd.DataFrame") -> "pd.DataFrame":  # noqa: F821
+    """``runs`` with the window ``I`` and client count ``K`` of each run (its config, else the setting's name)."""
+    Is, Ks = [], []
+    for _, r in runs.iterrows():
+        I, K = _run_keys(r["run_dir"]) if "run_dir" in r else (None, None)
+        m_i = re.search(r"\bI\s*=\s*(\d+)", str(r["setting"]))
+        m_k = re.search(r"\bK\s*=\s*(\d+)", str(r["setting"]))
+        Is.append(I if I is not None else (int(m_i.group(1)) if m_i else None))
+        Ks.append(K if K is not None else (int(m_k.group(1)) if m_k else None))
+    return runs.assign(I=Is, K=Ks)
+
+
+def windows(settings: list[dict]) -> dict[int, set[int]]:
+    """The windows I a spec's settings run per client count K (``set: {clients, I}``)."""
+    out: dict[int, set[int]] = {}
+    for st in settings:
+        kv = st.get("set") or {}
+        if "I" in kv and "clients" in kv:
+            out.setdefault(int(kv["clients"]), set()).add(int(kv["I"]))
+    return out
+
+
+def imax_per_seed(runs: "pd.DataFrame", expected: dict[int, set[int]] | None = None,  # noqa: F821
+                  delta: float = 0.01) -> "pd.DataFrame":  # noqa: F821
+    """One row per (algorithm, K, seed): ``I_max``, the largest I whose final AUC is >= that seed's AUC
+    at I = 1 minus ``delta``, as ``claim_verdict`` reads runs (``setting`` = ``K=<K>``, status done).
+    A seed without a finished I = 1 run, or (``expected``: the windows per K) without a run at every
+    window, has no row; a diverged or failed run at some I does not count as tolerated."""
+    import pandas as pd
+
+    runs = _with_keys(runs)
+    rows = []
+    for (algo, K, seed), g in runs.groupby(["algorithm", "K", "seed"]):
+        base = g[(g.I == 1) & (g.status == "done")]["final"]
+        if base.empty or (expected and not expected.get(int(K), set()) <= set(g.I.dropna().astype(int))):
+            continue
+        ok = g[(g.status == "done") & (g["final"] >= base.iloc[0] - delta)]
+        rows.append({"algorithm": algo, "setting": f"K={int(K)}", "seed": seed, "status": "done",
+                     "I_max": float(ok.I.max())})
+    return pd.DataFrame(rows, columns=["algorithm", "setting", "seed", "status", "I_max"])
+
+
+def imax_table(compare_dir: str | Path, delta: float = 0.01,
+               expected: dict[int, set[int]] | None = None) -> "pd.DataFrame":  # noqa: F821
     """CODASCA Figure 1 analog: from a compare output's ``runs.csv`` (algorithms x settings that
     vary the window ``I`` and the client count ``K``), the final test AUC (mean ± std over seeds)
     per (algorithm, K, I) and ``I_max`` = the largest I whose mean AUC is >= the mean AUC at I=1
@@ -46,15 +89,7 @@ def imax_table(compare_dir: str | Path, delta: float = 0.01) -> "pd.DataFrame": 
     d = Path(compare_dir)
     if not (d / "runs.csv").is_file():
         raise UsageError(f"no runs.csv in {d}; run the compare spec first")
-    runs = pd.read_csv(d / "runs.csv")
-    Is, Ks = [], []
-    for _, r in runs.iterrows():
-        I, K = _run_keys(r["run_dir"]) if "run_dir" in r else (None, None)
-        m_i = re.search(r"\bI\s*=\s*(\d+)", str(r["setting"]))
-        m_k = re.search(r"\bK\s*=\s*(\d+)", str(r["setting"]))
-        Is.append(I if I is not None else (int(m_i.group(1)) if m_i else None))
-        Ks.append(K if K is not None else (int(m_k.group(1)) if m_k else None))
-    runs = runs.assign(I=Is, K=Ks)
+    runs = _with_keys(pd.read_csv(d / "runs.csv"))
     runs = runs[runs.status == "done"] if "status" in runs else runs
     agg = runs.groupby(["algorithm", "K", "I"])["final"].agg(["mean", "std", "count"]).reset_index()
     rows = []
@@ -62,8 +97,10 @@ def imax_table(compare_dir: str | Path, delta: float = 0.01) -> "pd.DataFrame": 
         g = g.sort_values("I")
         base = g[g.I == 1]["mean"]
         ok = g[g["mean"] >= base.iloc[0] - delta] if len(base) else g.iloc[:0]
+        whole = not expected or expected.get(int(K), set()) <= set(g.I.astype(int))
         row = {"algorithm": algo, "K": int(K), "AUC(I=1)": base.iloc[0] if len(base) else float("nan"),
-               "I_max": int(ok.I.max()) if len(ok) else None, "seeds": int(g["count"].min())}
+               "I_max": (int(ok.I.max()) if len(ok) else None) if whole else "incomplete",
+               "seeds": int(g["count"].min())}
         for _, r in g.iterrows():
             sd = "" if pd.isna(r["std"]) else f" ± {r['std']:.4f}"
             row[f"I={int(r.I)}"] = f"{r['mean']:.4f}{sd}"
