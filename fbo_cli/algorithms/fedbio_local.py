@@ -28,7 +28,9 @@ oracle counters count calls per client: 2 gradients (∇_y g; ∇f w.r.t. (x, y)
 1 JVP per iteration.
 
 Hyperparameters (the paper gives theory constants only, Thm 3; defaults as in docs/fidelity.md):
-I = 5, b = 64 (b_y = b), γ = 0.1 (constant lower step, Thm 3: γ = 1/(2L));
+I = 5, b = 64 (b_y = b), γ = 0.05 (constant lower step, Thm 3: γ = 1/(2L); recommended 0.1, but
+the heads' Hessian reaches L_g ≈ 20-22 = 2/0.1 within 20 rounds on Fashion-MNIST and FedBiOAcc-Local then
+left the lower optimum and diverged; docs/fidelity.md);
 η = 0.003 (recommended 0.05; with the Neumann setting below 0.01 diverged at round 12-13 on
 Fashion-MNIST per-client heads, 0.003 reached 83.5% at round 40; `fbo tune` chooses per experiment);
 Neumann
@@ -144,7 +146,7 @@ class FedBiOLocal(ClientStateAlgorithm):
         local_steps: int = 5  # I, local iterations per communication round
         batch_size: int = 64  # b = b_x: every upper-side minibatch (ξ_f, ξ_g, ξ_j)
         batch_size_y: int | None = None  # b_y of B_y (None: = batch_size)
-        lower_lr: float = 0.1  # γ, lower (y) step
+        lower_lr: float = 0.05  # γ, lower (y) step (recommended 0.1; needs γ < 2/L_g; docs/fidelity.md)
         upper_lr: float = 0.003  # η, upper (x) step (recommended 0.05; docs/fidelity.md)
         neumann_step: float = 0.05  # τ of eq. (6) (first tried: 0.1; must be < 2/L_g; docs/fidelity.md)
         Q: int = 10  # Neumann terms (Hessian samples) of eq. (6) (first tried: 5; docs/fidelity.md)

@@ -30,7 +30,8 @@ Samples: data points drawn, b_y + (Q+2) b per client per iteration (each draw is
 points and counted once), plus the first batch. Oracle calls: every gradient/HVP/JVP twice.
 
 Hyperparameters (docs/fidelity.md): I = 5,
-b = 64, b_y = b (``by_scale_M: true`` gives Thm 4's b_y = bM), b_1 = 4b, γ = 0.1, and as
+b = 64, b_y = b (``by_scale_M: true`` gives Thm 4's b_y = bM), b_1 = 4b, γ = 0.05 (as FedBiO-Local;
+recommended 0.1, which diverged, docs/fidelity.md), and as
 for FedBiO-Local η = 0.003 (0.05 and, with this Neumann setting, 0.01 diverged),
 Neumann τ = 0.05 and Q = 10 (not 0.1 and 5;
 chosen so that the truncated series keeps the implicit term, docs/fidelity.md),
@@ -63,7 +64,7 @@ class FedBiOAccLocal(ClientStateAlgorithm):
         batch_size_y: int | None = None  # b_y (None: = batch_size, or batch_size * M with by_scale_M)
         by_scale_M: bool = False  # Thm 4: b_y = b M
         first_batch: int | None = None  # b_1 of the initialization (None: 4 b)
-        lower_lr: float = 0.1  # γ, lower (y) step
+        lower_lr: float = 0.05  # γ, lower (y) step (recommended 0.1; needs γ < 2/L_g; docs/fidelity.md)
         upper_lr: float = 0.003  # η, upper (x) step (recommended 0.05; docs/fidelity.md)
         neumann_step: float = 0.05  # τ of eq. (6) (first tried: 0.1; must be < 2/L_g; docs/fidelity.md)
         Q: int = 10  # Neumann terms of eq. (6) (first tried: 5; docs/fidelity.md)
