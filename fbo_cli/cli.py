@@ -67,18 +67,18 @@ def run(
     device: Optional[str] = typer.Option(None, help="auto | cpu | cuda. \\[default: auto]"),
     data_dir: Optional[Path] = typer.Option(None, help="Where datasets are read (and downloaded). \\[default: data]"),
     out_dir: Optional[Path] = typer.Option(None, help="Where run directories are written. \\[default: results]"),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML file of key: value overrides."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML file of key: value overrides (a run's own config.yaml repeats that run)."),
     set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="Override any key: --set tau=5 (repeatable)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
     """Run one algorithm on one task and write results/<task>/<algo>/<run-id>/."""
-    from .config import load_config_file, parse_sets, resolve
+    from .config import flatten_run_config, load_config_file, parse_sets, resolve
     from .data import load_dataset
     from .results import make_dirs
     from .runner import Interrupted, execute
 
     with user_errors():
-        file_layer = load_config_file(config) if config else {}
+        file_layer = flatten_run_config(load_config_file(config)) if config else {}
         cli_layer = {k: v for k, v in dict(
             dataset=dataset, partition=partition, clients=clients, participation=participation, alpha=alpha,
             lower=lower, rounds=rounds, max_iters=max_iters, time_limit=time_limit, eval_every=eval_every,

@@ -171,6 +171,21 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def flatten_run_config(data: dict[str, Any]) -> dict[str, Any]:
+    """A run's resolved ``config.yaml`` (``task_params`` and ``hp`` nested) as one flat layer, so that
+    ``fbo run --config results/<task>/<algo>/<run-id>/config.yaml`` repeats that run; a flat file is
+    returned as it is."""
+    out = {k: v for k, v in data.items() if k not in ("task_params", "hp")}
+    for group in ("task_params", "hp"):
+        nested = data.get(group)
+        if nested is None:
+            continue
+        if not isinstance(nested, dict):
+            raise UsageError(f"'{group}' in a config file must be a mapping of key: value")
+        out.update(nested)
+    return out
+
+
 def resolve(task: str, algo: str, *layers: dict[str, Any]) -> RunConfig:
     """Build a validated :class:`RunConfig` from override layers (later layers win)."""
     if task not in TASKS:

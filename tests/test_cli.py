@@ -40,6 +40,25 @@ def test_run_writes_its_files(tmp_path):
     assert s["final"] == pytest.approx(m.test_acc.iloc[-1])
 
 
+def test_a_runs_config_yaml_repeats_it(tmp_path):
+    """``--config`` takes a run's own resolved config.yaml (task_params and hp nested): same run id, same
+    metrics."""
+    r = run("run", "hyperrep", "--algo", "fednest", "--out-dir", str(tmp_path / "a"), *TINY, "--seed", "3",
+            "--set", "tau=2", "--set", "hidden=50")
+    assert r.exit_code == 0, r.output
+    first = _run_dir(tmp_path / "a")
+    r = run("run", "hyperrep", "--algo", "fednest", "--config", str(first / "config.yaml"),
+            "--out-dir", str(tmp_path / "b"), "--quiet")
+    assert r.exit_code == 0, r.output
+    again = _run_dir(tmp_path / "b")
+    assert again.name == first.name
+    cols = lambda d: pd.read_csv(d / "metrics.csv").drop(columns="train_time")  # noqa: E731
+    pd.testing.assert_frame_equal(cols(first), cols(again))
+    r = run("run", "hyperrep", "--algo", "aggitd", "--config", str(first / "config.yaml"),
+            "--out-dir", str(tmp_path / "c"), "--quiet")
+    assert r.exit_code == 2 and "'algo' cannot be set" in r.output
+
+
 def test_same_seed_same_metrics(tmp_path):
     for sub in ("a", "b"):
         r = run("run", "hyperrep", "--algo", "fednest", "--out-dir", str(tmp_path / sub), *TINY,
