@@ -67,7 +67,8 @@ def run(
     device: Optional[str] = typer.Option(None, help="auto | cpu | cuda. \\[default: auto]"),
     data_dir: Optional[Path] = typer.Option(None, help="Where datasets are read (and downloaded). \\[default: data]"),
     out_dir: Optional[Path] = typer.Option(None, help="Where run directories are written. \\[default: results]"),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML file of key: value overrides (a run's own config.yaml repeats that run)."),
+    config: Optional[Path] = typer.Option(
+        None, "--config", "-c", help="YAML file of key: value overrides (a run's own config.yaml repeats that run)."),
     set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="Override any key: --set tau=5 (repeatable)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
