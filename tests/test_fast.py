@@ -147,3 +147,26 @@ def test_upper_round_tau1_is_the_mean_of_the_client_steps(fast, same):
     torch.testing.assert_close(h1, h, **TOL)
     torch.testing.assert_close(x1, x2, **TOL)
     assert torch.equal(a.fed.gen.get_state(), after)
+
+
+def test_upper_round_without_h_skips_only_the_direct_part():
+    """AggITD's round (tau = 1, fresh samples) with ``need_h=False`` on the fast path: ``x - lr (d' - c)``
+    equals ``x - lr (h - d + d')`` (float64), with the same draws and the same ledger."""
+    b = build(resolve("hyperrep", "aggitd", {"dataset": "digits", "clients": 8, "participation": 0.5,
+                                             "hidden": 16}))
+    _double(b.task.data)
+    a = b.algo
+    x, y = a.x.double(), a.y.double()
+    S = a.fed.sample()
+    train, val = a.fed.data.split("train", S), a.fed.data.split("val", S)
+    p = torch.randn(y.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    state, led = a.fed.gen.get_state(), a.ledger.as_dict()
+    h, x1 = a.upper_round(x, y, train, val, p, 1, 0.05, False, need_h=False)
+    after, led1 = a.fed.gen.get_state(), a.ledger.as_dict()
+    a.fed.gen.set_state(state)
+    a.ledger.__dict__.update(led)
+    h2, x2 = a.upper_round(x, y, train, val, p, 1, 0.05, False)
+    assert h is None and h2 is not None
+    torch.testing.assert_close(x1, x2, **TOL)
+    assert torch.equal(a.fed.gen.get_state(), after)
+    assert a.ledger.as_dict() == led1

@@ -103,7 +103,7 @@ class AggITD(BilevelAlgorithm):
         led.comm(M, dy)  # z^N (or r^N) up, p down
         p = hp.lam * (hp.N + 1) * z  # line 15
         # lines 16-19 (h_i, h = mean_i h_i) and Alg. 4 (tau local steps, x_{k+1} = mean_i x_i)
-        _, self.x = self.upper_round(x, y, train, val, p, hp.tau, hp.outer_lr, same_sample=False)
+        _, self.x = self.upper_round(x, y, train, val, p, hp.tau, hp.outer_lr, same_sample=False, need_h=False)
         led.comm(M, dx)  # h
         led.comm(M, dx)
         self.y = y

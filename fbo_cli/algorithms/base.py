@@ -213,16 +213,29 @@ class BilevelAlgorithm(Algorithm):
         return Hypergrad(h, direct, vb)
 
     def upper_round(self, x: torch.Tensor, y: torch.Tensor, train: Split, val: Split, p: torch.Tensor,
-                    tau: int, lr: float, same_sample: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                    tau: int, lr: float, same_sample: bool,
+                    need_h: bool = True) -> tuple[torch.Tensor | None, torch.Tensor]:
         """The hypergradient round and One-Round-Upper (:meth:`hypergradient`, :meth:`upper_local`):
         returns ``(h, x_new)``, ``h`` the server's mean hypergradient and ``x_new`` the mean of the
         clients' ``x_i`` after ``tau`` local steps. With ``tau = 1`` every step is affine in the
         clients' gradients, so only client means enter: ``x_new = x - lr h`` (``same_sample``), else
-        ``x - lr (h - mean_i ∇_x F_i(x, y; ξ_i) + mean_i ∇_x F_i(x, y; ξ_{i,1}))`` (the same values)."""
+        ``x - lr (h - mean_i ∇_x F_i(x, y; ξ_i) + mean_i ∇_x F_i(x, y; ξ_{i,1}))`` (the same values).
+
+        ``need_h=False`` (the caller discards ``h``), ``tau = 1``, fresh samples, on the fast path: with
+        ``h = d - c`` (``d`` the direct part, ``c`` the cross term) that is ``x - lr (d' - c)``, so the
+        direct part ``d`` is not computed (one [dx]-sized product fewer); its dropout masks are still
+        drawn and its oracle calls still charged, so the draws and the ledger are those of the full
+        round; returns ``(None, x_new)``. The generic path always computes the full round."""
         if tau > 1:
             hg = self.hypergradient(x, y, p, train, val)
             h = mean(hg.h)
             return h, mean(self.upper_local(x, y, h, hg, tau, lr, same_sample))
+        f = self.task.f
+        if not need_h and not same_sample and self.task.fast_oracle("grad_mean", f, 0) is not None:
+            vb = self.noise(val.full())  # ξ_i, drawn as in hypergradient(); d = mean_i ∇_x F_i(x, y; ξ_i) cancels
+            self._charge("grads", vb)
+            c = self.cross_mean(self.task.g, x, y, self.noise(train.full()), p)
+            return None, x - lr * (self.grad_mean(f, 0, x, y, self.noise(vb)) - c)
         hg = self.hypergradient(x, y, p, train, val, per_client=False)
         if same_sample:
             return hg.h, x - lr * hg.h

@@ -254,7 +254,7 @@ class HyperRep(BilevelTask):
         # G ⊙ [Z > 0] = G ⊙ [H > 0], and with dropout masks d ∈ {0, s}, s = 1/(1-q):
         # G ⊙ d ⊙ [Z > 0] = s (G ⊙ [A > 0]) for A = H ⊙ d, the scale folded into the (smaller) result
         s = 1.0 / (1.0 - self.p.dropout) if "drop" in b else 1.0
-        G = torch.ops.aten.threshold_backward(G, A, 0.0)
+        G = torch.ops.aten.threshold_backward.grad_input(G, A, 0.0, grad_input=G)  # in place (G is ours)
         if mean:
             M, h = G.shape[0], G.shape[-1]
             G = G.reshape(-1, h)

@@ -74,7 +74,10 @@ class SoftmaxHead:
 
     def residual_t(self, Pt: torch.Tensor, t: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         """``[M, C, n]``: ``Rᵀ = (w (P - E))ᵀ``."""
-        return (Pt - torch.nn.functional.one_hot(t, self.C).mT.to(Pt.dtype)) * w.unsqueeze(-2)
+        # P - E as P plus -1 scattered onto each example's class (the same values: p - 1 = p + (-1) in
+        # IEEE arithmetic), without a one-hot matrix and its transposed copy
+        i = t.unsqueeze(-2)
+        return Pt.scatter_add(-2, i, Pt.new_full((), -1.0).expand(i.shape)).mul_(w.unsqueeze(-2))
 
     @staticmethod
     def flat(gW: torch.Tensor, gb: torch.Tensor) -> torch.Tensor:
@@ -93,8 +96,15 @@ class SoftmaxHead:
 
     def grad_diff(self, y1, y0, A, t, w) -> torch.Tensor:
         """``[M, dy]``: ``∇_y ℓ(y1) - ∇_y ℓ(y0)`` on the same batch (the SVRG pair, one product)."""
-        Dt = self.probs_t(y1, A) - self.probs_t(y0, A)  # the one-hot parts cancel
-        Dt = Dt * w.unsqueeze(-2)
+        if y1.dim() == 2 and y0.dim() == 1:  # client heads against the global anchor: one product
+            (W1, b1), (W0, b0) = self.split(y1), self.split(y0)
+            M, C = W1.shape[0], self.C
+            Wc = torch.cat([W1, W0.expand(M, -1, -1)], 1)  # [M, 2C, h]
+            bc = torch.cat([b1.mT, b0.view(1, C, 1).expand(M, -1, -1)], 1)  # [M, 2C, 1]
+            P = torch.softmax(torch.baddbmm(bc, Wc, A.mT).view(M, 2, C, -1), -2)
+            Dt = torch.sub(P[:, 0], P[:, 1]).mul_(w.unsqueeze(-2))  # the one-hot parts cancel
+        else:
+            Dt = (self.probs_t(y1, A) - self.probs_t(y0, A)).mul_(w.unsqueeze(-2))
         return self.flat(Dt @ A, Dt.sum(-1))
 
     def _PS_t(self, y, A, v, w) -> tuple[torch.Tensor, torch.Tensor]:
