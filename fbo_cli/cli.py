@@ -255,14 +255,16 @@ def report(
 ) -> None:
     """Write the report of every paper's reproduction (tables beside the papers' numbers, verdicts by a
     stated rule, missing runs, figures in the HTML) from run directories only; runs nothing."""
-    from .report import build_report, collect_evidence
+    from .report import build_report, collect_evidence, prune_evidence
 
     with user_errors():
         if collect is not None:
             if not collect.is_dir():
                 raise UsageError(f"--collect: no results folder at {collect}")
             n = collect_evidence(collect, root)
-            err.print(f"collected {n} finished runs from {collect}/ into {root}/")
+            gone = prune_evidence(root)
+            err.print(f"collected {n} finished runs from {collect}/ into {root}/; removed {len(gone)} runs "
+                      f"no reproduction spec refers to")
         if not root.is_dir():
             raise UsageError(f"--from: no results folder at {root} (run the reproductions, or --collect results)")
         cmd = "fbo report" + (f" --from {root}" if root != Path("docs/results") else "")

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from fbo_cli.cli import app
 from fbo_cli.compare import load_spec
-from fbo_cli.report import build_report, claim_verdict, collect_evidence, match_paper
+from fbo_cli.report import build_report, claim_verdict, collect_evidence, match_paper, prune_evidence
 from fbo_cli.tune import grid_points, score_run
 
 runner = CliRunner()
@@ -155,6 +155,13 @@ def test_report_from_evidence_shows_verdicts_paper_numbers_and_missing_runs(tmp_
     assert collect_evidence(tmp_path, ev, papers=(Paper("t", "T", (str(p),), ""),)) == 2
     files = {f.name for f in ev.rglob("*") if f.is_file()}
     assert files == {"config.yaml", "metrics.csv", "summary.json"}  # compact: no plots, checkpoints
+    reg = (Paper("t", "T", (str(p),), ""),)
+    kept = sorted(d.parent for d in ev.rglob("config.yaml"))
+    stale = kept[0].parent / "stale-run"
+    stale.mkdir()
+    (stale / "config.yaml").write_text("task: hyperrep\n")
+    assert prune_evidence(ev, papers=reg) == [stale] and not stale.exists()
+    assert sorted(d.parent for d in ev.rglob("config.yaml")) == kept  # the spec's runs stay
     p2 = spec(tmp_path, seeds="[0, 1]")  # seed 1 was never run: reported as missing
     stats = build_report(ev, tmp_path / "r.md", tmp_path / "r.html", specs=[str(p2)])
     md = (tmp_path / "r.md").read_text()

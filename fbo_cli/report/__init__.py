@@ -121,6 +121,24 @@ def collect_evidence(results: Path, evidence: Path, papers=PAPERS) -> int:
     return n
 
 
+def prune_evidence(evidence: Path, papers=PAPERS) -> list[Path]:
+    """Remove the run directories under ``evidence`` that no reproduction spec refers to any more (e.g.
+    runs with step sizes a later tuning replaced), so that the committed evidence is what the report
+    shows; returns the removed directories. Run directories are those holding a ``config.yaml``."""
+    keep: set[Path] = set()
+    for paper in papers:
+        for spec in paper.specs:
+            if Path(spec).is_file():
+                keep.update(c.cfg.run_dir.resolve() for c in load_spec(spec, {"out_dir": str(evidence)}).cells)
+    removed = []
+    for cfg in sorted(evidence.glob("*/*/*/config.yaml")):
+        d = cfg.parent
+        if d.parent.parent.name != "compare" and d.resolve() not in keep:
+            shutil.rmtree(d)
+            removed.append(d)
+    return removed
+
+
 # --------------------------------------------------------------------------------------------------
 # Verdicts
 
