@@ -63,8 +63,10 @@ reproduce-quick:  ## the reduced reproductions reported in docs/results.md (tune
 	$(FBO) compare experiments/fedbio_local_hyperrep_quick.yaml --jobs $(JOBS)
 	$(FBO) tune experiments/adafbio_hyperclean_quick.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/adafbio_hyperclean_quick.yaml --jobs $(JOBS)
-	$(FBO) compare experiments/zohfl_table1_fmnist.yaml --seeds 0 --jobs $(JOBS)
-	$(FBO) compare experiments/zohfl_table1_fmnist_x0zero.yaml --seeds 0 --jobs $(JOBS)
+	$(FBO) compare experiments/zohfl_table1_fmnist.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/zohfl_table1_fmnist_x0zero.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/zohfl_fig2.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/codasca_fig1_synth.yaml --jobs $(JOBS)
 	$(FBO) report --collect results
 
 test:
