@@ -14,6 +14,7 @@ spec's x axis: one line per algorithm, mean over seeds with a min-max band, a pa
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -477,12 +478,13 @@ def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFram
             grid = np.asarray(max(done, key=len)[exp.x], dtype=float)
             ys = np.stack([np.interp(grid, r[exp.x].to_numpy(float), r[exp.metric].to_numpy(float),
                                      right=np.nan) for r in done])
-            with np.errstate(all="ignore"):
-                mean = np.nanmean(ys, 0)
+            with warnings.catch_warnings():  # a grid point no run reached (all NaN) stays a gap
+                warnings.simplefilter("ignore", RuntimeWarning)
+                mean, lo, hi = np.nanmean(ys, 0), np.nanmin(ys, 0), np.nanmax(ys, 0)
             ax.plot(grid, mean, color=f"C{j}", lw=1.6,
                     label=f"{a['name']} (n={len(done)}" + (f", {note})" if note else ")"))
             if len(done) > 1:
-                ax.fill_between(grid, np.nanmin(ys, 0), np.nanmax(ys, 0), color=f"C{j}", alpha=0.18, lw=0)
+                ax.fill_between(grid, lo, hi, color=f"C{j}", alpha=0.18, lw=0)
         if not drawn:
             ax.text(0.5, 0.5, "no finished runs", transform=ax.transAxes, ha="center", va="center", color="0.4")
         if exp.target is not None:
