@@ -125,19 +125,23 @@ def test_whole_iterations_match_generic(task, algo, s):
     assert torch.equal(fast.fed.gen.get_state(), slow.fed.gen.get_state())
 
 
+def _upper_round_case(fast: bool):
+    """FBO-AggITD on digits in float64, one client set drawn: (algo, x, y, train, val, a random p)."""
+    b = build(resolve("hyperrep", "aggitd", {"dataset": "digits", "clients": 8, "participation": 0.5,
+                                             "hidden": 16, "fast": fast}))
+    _double(b.task.data)
+    a = b.algo
+    S = a.fed.sample()
+    p = torch.randn(a.y.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    return a, a.x.double(), a.y.double(), a.fed.data.split("train", S), a.fed.data.split("val", S), p
+
+
 @pytest.mark.parametrize("fast", [True, False])
 @pytest.mark.parametrize("same", [True, False])
 def test_upper_round_tau1_is_the_mean_of_the_client_steps(fast, same):
     """``upper_round`` with tau = 1 (client means only) against the per-client hypergradients and local
     steps, averaged afterwards (float64, the same draws)."""
-    b = build(resolve("hyperrep", "aggitd", {"dataset": "digits", "clients": 8, "participation": 0.5,
-                                             "hidden": 16, "fast": fast}))
-    _double(b.task.data)
-    a = b.algo
-    x, y = a.x.double(), a.y.double()
-    S = a.fed.sample()
-    train, val = a.fed.data.split("train", S), a.fed.data.split("val", S)
-    p = torch.randn(y.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    a, x, y, train, val, p = _upper_round_case(fast)
     state = a.fed.gen.get_state()
     h1, x1 = a.upper_round(x, y, train, val, p, 1, 0.05, same)
     after, _ = a.fed.gen.get_state(), a.fed.gen.set_state(state)
@@ -152,14 +156,7 @@ def test_upper_round_tau1_is_the_mean_of_the_client_steps(fast, same):
 def test_upper_round_without_h_skips_only_the_direct_part():
     """AggITD's round (tau = 1, fresh samples) with ``need_h=False`` on the fast path: ``x - lr (d' - c)``
     equals ``x - lr (h - d + d')`` (float64), with the same draws and the same ledger."""
-    b = build(resolve("hyperrep", "aggitd", {"dataset": "digits", "clients": 8, "participation": 0.5,
-                                             "hidden": 16}))
-    _double(b.task.data)
-    a = b.algo
-    x, y = a.x.double(), a.y.double()
-    S = a.fed.sample()
-    train, val = a.fed.data.split("train", S), a.fed.data.split("val", S)
-    p = torch.randn(y.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    a, x, y, train, val, p = _upper_round_case(True)
     state, led = a.fed.gen.get_state(), a.ledger.as_dict()
     h, x1 = a.upper_round(x, y, train, val, p, 1, 0.05, False, need_h=False)
     after, led1 = a.fed.gen.get_state(), a.ledger.as_dict()
