@@ -233,7 +233,8 @@ def _check_reference(where: str, ref: Any, algos: list, settings: list) -> None:
 def check_metrics(exp: Experiment, columns: set[str] | None = None) -> None:
     """The spec's ``metric``, ``metrics`` and ``x`` must be columns of the task's ``metrics.csv``. The
     columns come from ``columns`` or, by default, from one evaluation of the first run of each
-    algorithm at its initial point (cheap: data loading and one evaluation)."""
+    algorithm at its initial point (cheap: data loading and one evaluation), plus the metrics the
+    algorithm declares that its steps add (``step_metrics``, e.g. ZO-HFL's ``global_loss``)."""
     if columns is None:
         from .federation import Ledger
         from .runner import build
@@ -242,7 +243,7 @@ def check_metrics(exp: Experiment, columns: set[str] | None = None) -> None:
         firsts = {c.algorithm: c for c in reversed(exp.cells)}
         for c in firsts.values():
             b = build(c.cfg)
-            columns |= set(Ledger().as_dict()) | {"train_time"} | set(b.algo.evaluate())
+            columns |= set(Ledger().as_dict()) | {"train_time"} | set(b.algo.evaluate()) | set(b.algo.step_metrics)
     for m in [exp.metric, *exp.metrics]:
         if m not in columns:
             raise UsageError(f"metric '{m}' is not a metric of task '{exp.task}' with these algorithms; "

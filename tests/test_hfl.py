@@ -355,3 +355,21 @@ def test_server_only_is_sgd_with_the_zohfl_schedule_and_sends_nothing():
     assert torch.allclose(a.x, x, atol=1e-6)
     led = a.ledger
     assert led.rounds == 3 and led.floats_up == 0 and led.floats_down == 0 and led.grads == 3
+
+
+def test_a_spec_may_name_the_metrics_an_algorithm_adds_after_its_first_step(tmp_path):
+    """Fig. 2's ``global_loss`` (ZO-HFL's own metric, present once clients have reported f2) passes the
+    spec check, which evaluates at the initial point; an unknown metric is still refused."""
+    from fbo_cli.compare import check_metrics, load_spec
+    from fbo_cli.errors import UsageError
+
+    def spec(metric):
+        p = tmp_path / f"{metric}.yaml"
+        p.write_text(f"name: s\ntask: hfl\nmetric: {metric}\nbase: {{dataset: synthetic, clients: 4, "
+                     f"partition: iid, rounds: 2, threads: 1, out_dir: {tmp_path}}}\n"
+                     "algorithms: [{name: Z, algo: zohfl}]\n")
+        return load_spec(p)
+
+    check_metrics(spec("global_loss"))
+    with pytest.raises(UsageError, match="'bogus' is not a metric"):
+        check_metrics(spec("bogus"))

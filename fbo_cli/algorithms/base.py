@@ -39,6 +39,7 @@ class Algorithm:
     tasks: ClassVar[tuple[str, ...]] = ()
     rounds: ClassVar[str] = ""  # communication rounds per outer iteration, as the paper writes it
     run_defaults: ClassVar[dict] = {}  # run settings the algorithm needs (above the task's, below the user's)
+    step_metrics: ClassVar[tuple[str, ...]] = ()  # metrics its evaluate() adds once it has taken a step
 
     @dataclass
     class HP:
