@@ -133,7 +133,7 @@ def prune_evidence(evidence: Path, papers=PAPERS) -> list[Path]:
     removed = []
     for cfg in sorted(evidence.glob("*/*/*/config.yaml")):
         d = cfg.parent
-        if d.parent.parent.name != "compare" and d.resolve() not in keep:
+        if d.resolve() not in keep:
             shutil.rmtree(d)
             removed.append(d)
     return removed
