@@ -70,6 +70,41 @@ def test_client_splits_and_batches():
     assert full["X"].shape[:2] == split.mask.shape
 
 
+def test_client_major_layout_keeps_every_split_and_run():
+    """The client-major pool (FederatedData.client_major) changes where rows live, not what any split,
+    batch or run sees: the same tensors gathered, each client's rows contiguous, a run bit-identical."""
+    data = build_federated(load_dataset("digits"), "dirichlet", 7, 0, torch.device("cpu"))
+    data.extra["tag"] = torch.arange(len(data.y))  # a per-pool-row tensor rides along
+    cm = data.client_major()
+    S = torch.tensor([5, 0, 3])
+    for which in ("train", "val", "test"):
+        a, b = data.split(which, S), cm.split(which, S)
+        assert torch.equal(a.X, b.X) and torch.equal(a.y, b.y) and torch.equal(a.mask, b.mask)
+        assert all(torch.equal(a.extra[k], b.extra[k]) for k in a.extra)
+    start = 0
+    for i in range(7):  # client i: its training rows, then its validation rows, in one block
+        rows = torch.cat([cm.train_idx[i][cm.train_mask[i]], cm.val_idx[i][cm.val_mask[i]]])
+        assert torch.equal(rows, torch.arange(start, start + len(rows)))
+        start += len(rows)
+    assert sorted(cm.extra["tag"].tolist()) == list(range(len(data.y)))  # a permutation of the pool
+
+    from fbo_cli.config import resolve
+    from fbo_cli.runner import build
+    from fbo_cli.tasks import TASKS
+
+    def run(layout: bool):
+        old, TASKS["hyperrep"].client_major = TASKS["hyperrep"].client_major, layout
+        try:
+            b = build(resolve("hyperrep", "fednest", {"dataset": "digits", "clients": 10, "participation": 0.3}))
+        finally:
+            TASKS["hyperrep"].client_major = old
+        b.algo.step()
+        return torch.cat([b.algo.x, b.algo.y])
+
+    assert TASKS["hyperrep"].client_major
+    assert torch.equal(run(True), run(False))
+
+
 def test_sample_clients_counts_and_uniqueness():
     g = torch.Generator().manual_seed(0)
     s = sample_clients(g, 100, 0.1)

@@ -7,7 +7,7 @@ width and carry a mask, so that gathering the data of any set of clients is one 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -81,6 +81,27 @@ class FederatedData:
         out = Split(take_rows(self.X, idx), take_rows(self.y, idx), mask, extra)
         self._last[which] = (key, held, None if clients is None else clients.clone(), out)  # held: ids stay theirs
         return out
+
+    def client_major(self) -> "FederatedData":
+        """The same federation with the pool laid out client by client: each client's training rows,
+        then its validation rows, in their order, and the rows no client holds last. A client's split
+        is then a few contiguous blocks, which the CPU gathers about 3x faster than scattered rows (a
+        tenth of a FedNest iteration at C = 0.1). Every index table is remapped, so every split, batch
+        and result is the same as on the original layout."""
+        N = self.X.shape[0]
+        dev = self.train_idx.device
+        seq = torch.cat([self.train_idx, self.val_idx], 1)[torch.cat([self.train_mask, self.val_mask], 1)]
+        pos = torch.arange(seq.numel(), device=dev)
+        first = torch.full((N,), seq.numel(), dtype=torch.long, device=dev).scatter_reduce(0, seq, pos, "amin")
+        held = seq[first[seq] == pos]  # each held row once, at its first place
+        rest = (first == seq.numel()).nonzero().squeeze(1)
+        perm = torch.cat([held, rest])  # new row j is old row perm[j]
+        inv = torch.empty_like(perm)
+        inv[perm] = torch.arange(N, device=dev)
+        return replace(self, X=self.X[perm], y=self.y[perm], train_idx=inv[self.train_idx],
+                       val_idx=inv[self.val_idx], extra={k: v[perm] for k, v in self.extra.items()},
+                       spec=dict(self.spec), server_idx=None if self.server_idx is None else inv[self.server_idx],
+                       _last={})
 
 
 def _same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:

@@ -48,6 +48,7 @@ from .softmax import SoftmaxHead
 
 class HyperClean(BilevelTask):
     name: ClassVar[str] = "hyperclean"
+    client_major: ClassVar[bool] = True
     reuse: ClassVar[bool] = False
     metric: ClassVar[str] = "test_acc"
     tune_metric: ClassVar[tuple[str, str]] = ("upper_loss", "min")  # clean validation splits

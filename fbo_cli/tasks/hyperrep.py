@@ -80,6 +80,7 @@ def dropout_mask(gen: torch.Generator, shape: tuple[int, ...], q: float, dtype, 
 class HyperRep(BilevelTask):
     name: ClassVar[str] = "hyperrep"
     reuse: ClassVar[bool] = True
+    client_major: ClassVar[bool] = True
     tune_metric: ClassVar[tuple[str, str]] = ("val_loss", "min")
     default_dataset: ClassVar[str] = "mnist5k"
     datasets: ClassVar[tuple[str, ...]] = ("mnist", "fashion-mnist", "cifar10", "mnist5k", "digits", "synthetic")
