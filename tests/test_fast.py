@@ -100,6 +100,13 @@ CASES = [
     ("hyperclean", "fedbio", {"dataset": "digits", "clients": 4}),
     ("hyperclean", "fedbioacc", {"dataset": "digits", "clients": 4}),
     ("hyperclean", "aggitd", {"dataset": "digits", "clients": 4}),
+    # the per-client-state family (FedBiO-Local, FedBiOAcc-Local, AdaFBiO): Neumann estimator and grad_y
+    ("hyperrep", "fedbio-local", {"dataset": "digits", "clients": 4, "hidden": 16, "lower": "local", "local_steps": 2}),
+    ("hyperrep", "fedbioacc-local", {"dataset": "digits", "clients": 4, "hidden": 16, "lower": "local", "dropout": 0.0}),
+    ("hyperrep", "adafbio", {"dataset": "digits", "clients": 4, "hidden": 16, "lower": "local", "q": 2, "K": 3}),
+    ("hyperrep", "adafbio", {"dataset": "digits", "clients": 4, "hidden": 16, "lower": "global", "q": 2, "K": 3}),
+    ("hyperclean", "adafbio", {"dataset": "digits", "clients": 4, "q": 2, "K": 3}),
+    ("hyperclean", "adafbio-none", {"dataset": "digits", "clients": 4, "q": 2, "K": 3, "neumann": "sum"}),
 ]
 
 
@@ -107,6 +114,8 @@ def _run(task, algo, s, fast, steps=2):
     b = build(resolve(task, algo, {**s, "fast": fast}))
     _double(b.task.data)
     a = b.algo
+    if hasattr(a, "train"):  # the per-client-state family holds its splits: gather them again in float64
+        a.train, a.val = b.task.data.split("train"), b.task.data.split("val")
     for k, t in a.state().items():
         setattr(a, k, t.double())
     for _ in range(steps):

@@ -81,7 +81,7 @@ def per_client_hvp(fn, a: torch.Tensor, y: torch.Tensor, b: dict, v: torch.Tenso
 def neumann_hypergrad(f, g, x: torch.Tensor, y: torch.Tensor, bf: dict, bj: dict, hess: list[dict],
                       step: float, mode: str = "sum", k: torch.Tensor | None = None,
                       charge=None, hess_fn=None, hess_arg: torch.Tensor | None = None,
-                      K: int | None = None) -> torch.Tensor:
+                      K: int | None = None, fast=None) -> torch.Tensor:
     """Per-client local hypergradient estimate ``[M, dx]`` at stacked points ``x [M, dx]``,
     ``y [M, dy]`` with a Neumann series of the client's own lower Hessian (no communication):
 
@@ -100,19 +100,28 @@ def neumann_hypergrad(f, g, x: torch.Tensor, y: torch.Tensor, bf: dict, bj: dict
     ``hess_fn(hess_arg, y, b)`` (optional) is the lower loss the HVPs use instead of ``g(x, y, b)``,
     for batches ``hess`` already encoded at x (a task's ``g_enc``, see ``BilevelTask.lower_view``):
     the same Hessian in y, without re-running the representation inside every HVP.
+
+    ``fast(kind, fn, argnum)`` (optional, a task's ``fast_oracle``): where it returns a closed-form
+    oracle, that oracle computes the product instead of ``torch.func`` (the same values up to rounding).
     """
     from ..federation import per_client_cross, per_client_grad
 
     M = x.shape[0]
     charge = charge or (lambda kind, calls: None)
-    gx, gy = per_client_grad(f, (0, 1), x, y, bf)
+    look = fast or (lambda kind, fn, argnum=None: None)
+    fx, fy, fh, fc = look("grad", f, 0), look("grad", f, 1), look("hvp", hess_fn or g), look("cross", g)
+
+    def hvp(fn, a, b, batch, v):  # the closed form where the task has one
+        return fh(a, b, batch, v) if fh else per_client_hvp(fn, a, b, batch, v)
+
+    gx, gy = (fx(x, y, bf), fy(x, y, bf)) if fx and fy else per_client_grad(f, (0, 1), x, y, bf)
     charge("grads", M)
     v = gy
     gh, xh = (g, x) if hess_fn is None else (hess_fn, hess_arg)
     if mode == "sum":
         acc = v
         for b in hess:
-            v = v - step * per_client_hvp(gh, xh, y, b, v)
+            v = v - step * hvp(gh, xh, y, b, v)
             acc = acc + v
             charge("hvps", M)
         s = step * acc
@@ -128,15 +137,15 @@ def neumann_hypergrad(f, g, x: torch.Tensor, y: torch.Tensor, bf: dict, bj: dict
             if n == 0:
                 break
             if n == M:
-                v = v - step * per_client_hvp(gh, xh, y, b, v)
+                v = v - step * hvp(gh, xh, y, b, v)
             else:  # only the clients whose k_i reaches this factor do the work
                 sel = live.nonzero().squeeze(1)
                 bs = {key: t[sel] for key, t in b.items()}
                 xs = xh[sel] if xh.dim() == 2 else xh
-                v = v.index_put((sel,), v[sel] - step * per_client_hvp(gh, xs, y[sel], bs, v[sel]))
+                v = v.index_put((sel,), v[sel] - step * hvp(gh, xs, y[sel], bs, v[sel]))
             charge("hvps", n)
         s = K * step * v
     else:
         raise UsageError(f"neumann must be sum or random; got '{mode}'")
     charge("jvps", M)
-    return gx - per_client_cross(g, x, y, bj, s)
+    return gx - (fc(x, y, bj, s) if fc else per_client_cross(g, x, y, bj, s))

@@ -224,16 +224,17 @@ class HyperRep(BilevelTask):
     def features(self, x: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
         """Features ``relu(Z)``, ``[M, n, width]``, of client-stacked ``X [M, n, ...]`` under a global
         ``x [dx]`` or per-client ``x [M, dx]`` (the ReLU in place: ``relu(Z) > 0`` iff ``Z > 0``, all
-        the backward needs). A global x's last three encodings are kept (one split serves several
-        oracles of an outer iteration: the lower view, the HVPs, the cross term)."""
-        if x.dim() == 2:
-            P = self.lx.unflatten_stacked(x)
-            return F.relu_(torch.baddbmm(P["b1"].unsqueeze(1), X.flatten(2), P["w1"].mT))
+        the backward needs). The last three encodings are kept (one split serves several oracles of
+        an outer iteration: the lower view, the HVPs, the cross term; one batch serves ∇_x f and ∇_y f)."""
         for xx, XX, ver, H in self._feat:
             if xx is x and XX is X and ver == (x._version, X._version):
                 return H
-        P = self.lx.unflatten(x)
-        H = F.relu_(F.linear(X.reshape(-1, P["w1"].shape[1]), P["w1"], P["b1"]).view(*X.shape[:2], -1))
+        if x.dim() == 2:
+            P = self.lx.unflatten_stacked(x)
+            H = F.relu_(torch.baddbmm(P["b1"].unsqueeze(1), X.flatten(2), P["w1"].mT))
+        else:
+            P = self.lx.unflatten(x)
+            H = F.relu_(F.linear(X.reshape(-1, P["w1"].shape[1]), P["w1"], P["b1"]).view(*X.shape[:2], -1))
         self._feat = [*self._feat[-2:], (x, X, (x._version, X._version), H)]
         return H
 
