@@ -163,13 +163,17 @@ def claim_verdict(runs: pd.DataFrame, claim: dict, setting: str) -> tuple[str, s
     counts = metric.endswith("to_target")
     margin = claim.get("margin", 0.0 if counts else MARGIN)  # a win must exceed it
     common = a.index.intersection(b.index)
-    wins = int(sum(sign * (a[s] - b[s]) > margin for s in common))
+
+    def beats(u: float, v: float) -> bool:  # equal values (e.g. both never reach the target) are no win
+        return u != v and sign * (u - v) > margin
+
+    wins = int(sum(beats(a[s], b[s]) for s in common))
     center = (lambda v: v.median()) if counts else (lambda v: v.mean())
     ma, mb = center(a), center(b)
     detail = f"{_fmt(ma)} vs {_fmt(mb)}; wins {wins}/{len(common)} seeds"
     if len(common) and wins == len(common):
         return "holds in every seed", detail
-    if sign * (ma - mb) > margin:
+    if beats(ma, mb):
         return "holds in the mean", detail
     return "does not hold", detail
 
