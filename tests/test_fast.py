@@ -102,7 +102,8 @@ CASES = [
     ("hyperclean", "aggitd", {"dataset": "digits", "clients": 4}),
     # the per-client-state family (FedBiO-Local, FedBiOAcc-Local, AdaFBiO): Neumann estimator and grad_y
     ("hyperrep", "fedbio-local", {"dataset": "digits", "clients": 4, "hidden": 16, "lower": "local", "local_steps": 2}),
-    ("hyperrep", "fedbioacc-local", {"dataset": "digits", "clients": 4, "hidden": 16, "lower": "local", "dropout": 0.0}),
+    ("hyperrep", "fedbioacc-local", {"dataset": "digits", "clients": 4, "hidden": 16, "lower": "local",
+                                     "dropout": 0.0}),
     ("hyperrep", "adafbio", {"dataset": "digits", "clients": 4, "hidden": 16, "lower": "local", "q": 2, "K": 3}),
     ("hyperrep", "adafbio", {"dataset": "digits", "clients": 4, "hidden": 16, "lower": "global", "q": 2, "K": 3}),
     ("hyperclean", "adafbio", {"dataset": "digits", "clients": 4, "q": 2, "K": 3}),
