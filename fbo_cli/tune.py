@@ -12,7 +12,7 @@ tune:
   mode: min           # min | max (default: the task's)
   setting: "p=0.4"    # optional: tune on this setting only and use the values for every setting
   tail: 0.25          # the last quarter of the evaluations (at least 3): the score is their mean
-  tolerance: 0.05     # reject a run whose score oscillates by more than this (relative) in that tail
+  tolerance: 0.05     # reject a run whose score oscillates by more than this (relative) in that tail; off: no check
   set: {eval_every: 1}  # extra keys for the tuning runs
 ```
 
@@ -87,12 +87,14 @@ def parse_tune(spec: dict, exp: Experiment, where: str) -> TuneSpec:
         raise UsageError(f"{where}: tune.mode must be min or max, got '{mode}'")
     rounds = t.get("rounds", 40)
     tail, tol = t.get("tail", 0.25), t.get("tolerance", 0.05)
+    if tol is False or tol == "off":  # no oscillation check (YAML reads a bare off as False)
+        tol = math.inf
     if not isinstance(rounds, int) or rounds < 1:
         raise UsageError(f"{where}: tune.rounds must be an integer >= 1, got {rounds!r}")
     if not (isinstance(tail, (int, float)) and 0 < tail <= 1):
         raise UsageError(f"{where}: tune.tail must be in (0, 1], got {tail!r}")
-    if not (isinstance(tol, (int, float)) and math.isfinite(tol) and tol >= 0):
-        raise UsageError(f"{where}: tune.tolerance must be a number >= 0, got {tol!r}")
+    if not (isinstance(tol, (int, float)) and not isinstance(tol, bool) and tol >= 0) or math.isnan(tol):
+        raise UsageError(f"{where}: tune.tolerance must be a number >= 0 or off, got {tol!r}")
     setting = t.get("setting")
     names = [s["name"] for s in exp.settings]
     if setting is not None and setting not in names:
@@ -181,7 +183,8 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
     atomic_write(outdir / "tuning.csv", table.to_csv(index=False))
     write_yaml(outdir / "tuned.yaml", {
         "spec": str(spec_path), "procedure": procedure_text(ts), "score": ts.score, "mode": ts.mode,
-        "seeds": ts.seeds, "rounds": ts.rounds, "tail": ts.tail, "tolerance": ts.tolerance,
+        "seeds": ts.seeds, "rounds": ts.rounds, "tail": ts.tail,
+        "tolerance": ts.tolerance if math.isfinite(ts.tolerance) else "off",
         "setting": ts.setting, "grids": ts.grids, "chosen": chosen})
     plot_tuning(table, ts, outdir / "tuning.png", exp.title or exp.name)
     return outdir
@@ -259,8 +262,9 @@ def procedure_text(ts: TuneSpec) -> str:
             f"{ts.rounds} communication rounds each; score: {ts.mode} of the mean {ts.score} over the last "
             f"{ts.tail:.0%} of evaluations, at least 3 (validation data, never the test set), averaged over "
             f"the tuning seeds; rejected: failed or diverged runs, non-finite scores, no progress over the first "
-            f"evaluation, and scores oscillating by more "
-            f"than {ts.tolerance:g} (relative up-and-down movement beyond the trend) over that window")
+            f"evaluation" + (", and scores oscillating by more "
+            f"than {ts.tolerance:g} (relative up-and-down movement beyond the trend) over that window"
+                             if math.isfinite(ts.tolerance) else " (no oscillation check: tolerance off)"))
 
 
 def load_tuned(exp: Experiment) -> dict | None:

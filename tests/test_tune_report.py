@@ -58,10 +58,24 @@ def test_score_is_the_tail_mean_and_oscillation_ignores_the_trend():
 def test_bad_tune_blocks_are_usage_errors(tmp_path):
     for tune, what in [("{seeds: [0]}", "also evaluation seeds"), ("{score: test_acc}", "test-set metric"),
                        ("{mode: up}", "min or max"), ("{setting: nope}", "not a setting"),
-                       ("{bogus: 1}", "unknown key"), ("{tolerance: -1}", "tolerance")]:
+                       ("{bogus: 1}", "unknown key"), ("{tolerance: -1}", "tolerance"),
+                       ("{tolerance: on}", "tolerance")]:
         r = runner.invoke(app, ["tune", str(spec(tmp_path, tune=tune))])
         assert r.exit_code == 2 and what in r.output, (tune, r.output)
         assert "Traceback" not in r.output
+
+
+def test_tolerance_off_keeps_oscillating_runs_and_says_so(tmp_path):
+    from fbo_cli.config import load_config_file
+    from fbo_cli.tune import parse_tune, procedure_text
+
+    def parsed(tune):
+        p = spec(tmp_path, tune=tune)
+        return parse_tune(load_config_file(p), load_spec(p), "exp.yaml")
+
+    ts = parsed("{seeds: [100], rounds: 20, tolerance: off}")
+    assert ts.tolerance == math.inf and "no oscillation check" in procedure_text(ts)
+    assert "oscillating by more than 0.05" in procedure_text(parsed("{seeds: [100], rounds: 20}"))
 
 
 def test_bad_claims_and_derived_are_usage_errors(tmp_path):
