@@ -258,13 +258,14 @@ def _plain(v):
 
 def procedure_text(ts: TuneSpec) -> str:
     where = f"on setting '{ts.setting}' (values used for every setting)" if ts.setting else "per setting"
+    oscillation = (f", and scores oscillating by more than {ts.tolerance:g} (relative up-and-down movement "
+                   "beyond the trend) over that window" if math.isfinite(ts.tolerance)
+                   else " (no oscillation check: tolerance off)")
     return (f"grid search {where}, tuning seeds {ts.seeds} (disjoint from the evaluation seeds), "
             f"{ts.rounds} communication rounds each; score: {ts.mode} of the mean {ts.score} over the last "
             f"{ts.tail:.0%} of evaluations, at least 3 (validation data, never the test set), averaged over "
             f"the tuning seeds; rejected: failed or diverged runs, non-finite scores, no progress over the first "
-            f"evaluation" + (", and scores oscillating by more "
-            f"than {ts.tolerance:g} (relative up-and-down movement beyond the trend) over that window"
-                             if math.isfinite(ts.tolerance) else " (no oscillation check: tolerance off)"))
+            f"evaluation{oscillation}")
 
 
 def load_tuned(exp: Experiment) -> dict | None:

@@ -85,9 +85,9 @@ class FederatedData:
     def client_major(self) -> "FederatedData":
         """The same federation with the pool laid out client by client: each client's training rows,
         then its validation rows, in their order, and the rows no client holds last. A client's split
-        is then a few contiguous blocks, which the CPU gathers about 3x faster than scattered rows (a
-        tenth of a FedNest iteration at C = 0.1). Every index table is remapped, so every split, batch
-        and result is the same as on the original layout."""
+        is then a few contiguous blocks, which the CPU gathers faster than scattered rows (3.3 instead
+        of 5.6 ms per FedNest iteration at C = 0.1 on Fashion-MNIST). Every index table is remapped, so
+        every split, batch and result is the same as on the original layout."""
         N = self.X.shape[0]
         dev = self.train_idx.device
         seq = torch.cat([self.train_idx, self.val_idx], 1)[torch.cat([self.train_mask, self.val_mask], 1)]
