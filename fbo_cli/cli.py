@@ -183,6 +183,9 @@ def compare(
             except ValueError:
                 raise UsageError(f"--seeds expects comma-separated integers, got '{seeds}'") from None
         exp = cmp.load_spec(spec, overrides, seed_list)
+        if exp.tuned is None and any(a.get("tune") for a in exp.algorithms) and not no_run:
+            err.print(f"[yellow]{spec} has tuning grids but no tuned.yaml yet: these runs use the spec's own "
+                      f"values; `fbo tune {spec}` first chooses them on validation data[/yellow]")
         try:
             outdir = cmp.run_experiment(exp, jobs=jobs, rerun=rerun, no_run=no_run, console=err, executor=executor,
                                         address=address, cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run)

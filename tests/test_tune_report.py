@@ -78,6 +78,13 @@ def test_tolerance_off_keeps_oscillating_runs_and_says_so(tmp_path):
     assert "oscillating by more than 0.05" in procedure_text(parsed("{seeds: [100], rounds: 20}"))
 
 
+def test_compare_before_tune_says_the_values_are_not_tuned(tmp_path):
+    r = runner.invoke(app, ["compare", str(spec(tmp_path)), "--seeds", "0", "--set", "rounds=2"])
+    assert r.exit_code == 0, r.output
+    assert "no tuned.yaml yet" in " ".join(r.output.split())
+    assert "not tuned yet" in (tmp_path / "compare" / "t" / "table.md").read_text()
+
+
 def test_bad_claims_and_derived_are_usage_errors(tmp_path):
     claim = '{text: c, metric: final, better: AggITD, than: FedNest, settings: ["nope"]}'
     for extra, what in [(f"claims: [{claim}]", "unknown: nope"), ("derived: [bogus]", "'derived' must be")]:
