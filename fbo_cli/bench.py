@@ -20,10 +20,10 @@ sweeps of FedNest (fast path): participating clients 10, 20, 50, 100 (of 100), a
 hold 600 examples in all; ``sample+gather`` times drawing the clients and gathering their splits).
 For scale, a per-client-loop FedNest iteration written like the public FedNest code.
 
-Writes ``results/bench/bench.csv``, ``growth.csv`` and ``bench.md``. Usage: ``python -m fbo_cli.bench
-[--quick] [--device cpu|cuda] [--threads N] [--only SUBSTRINGS] [--profile]``. ``--profile`` times
-nothing: it writes ``profile.md``, the ``torch.profiler`` table (self time by operator and input
-shapes) of one outer iteration of FedNest, FBO-AggITD (Xiao & Ji, ICML 2023 setting, C = 0.1, fast path),
+Writes ``results/bench/bench.csv``, ``growth.csv`` and ``bench.md`` (in ``results/bench/cuda/`` with
+``--device cuda``). Usage: ``python -m fbo_cli.bench [--quick] [--device cpu|cuda] [--threads N]
+[--only SUBSTRINGS] [--profile]``. ``--profile`` times nothing: it writes ``profile.md``, the
+``torch.profiler`` table (self time by operator and input shapes) of one outer iteration of FedNest, FBO-AggITD (Xiao & Ji, ICML 2023 setting, C = 0.1, fast path),
 FedBiO (hyper-cleaning) and CoDA-SCA (``PROFILE``).
 """
 
@@ -355,7 +355,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cases", default="experiments/bench.yaml")
     ap.add_argument("--only", default="", help="comma-separated substrings of case names to run")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    ap.add_argument("--out", default="results/bench")
+    ap.add_argument("--out", default=None, help="output folder [default: results/bench, results/bench/cuda for cuda]")
     ap.add_argument("--profile", action="store_true",
                     help="no timing: torch.profiler tables of one iteration of " + ", ".join(PROFILE) + " (profile.md)")
     ap.add_argument("--threads", type=int, default=1,
@@ -363,6 +363,8 @@ def main(argv: list[str] | None = None) -> None:
                          "more threads on a loaded machine oversubscribe and time noise)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.out is None:  # a GPU bench sits beside the CPU one (the report shows both)
+        args.out = "results/bench/cuda" if args.device == "cuda" else "results/bench"
     iters = 2 if args.quick and args.iters == 3 else args.iters
 
     from rich.console import Console

@@ -84,7 +84,7 @@ def fidelity_anchor(prefix: str, path: Path = Path("docs/fidelity.md")) -> str:
 
 EVIDENCE_FILES = ("config.yaml", "metrics.csv", "summary.json")
 SPEC_FILES = ("tuned.yaml", "tuning.csv")
-BENCH_FILES = ("bench/bench.md",)
+BENCH_FILES = ("bench/bench.md", "bench/cuda/bench.md")  # CPU, GPU
 
 
 # --------------------------------------------------------------------------------------------------
@@ -313,6 +313,12 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
         out += ["## Cost per round: `make bench`", ""]
         out += ([f"`{bench}` as `python -m fbo_cli.bench` wrote it:", "", bench.read_text().strip(), ""]
                 if bench.is_file() else ["Not measured yet (`make bench`, then `fbo report --collect results`).", ""])
+        gpu = root / BENCH_FILES[1]
+        out += ["### On a GPU: `make bench DEVICE=cuda`", ""]
+        out += ([f"`{gpu}`:", "", gpu.read_text().strip(), ""] if gpu.is_file() else
+                ["Not measured: no GPU was available to the sessions that wrote this report, so the CUDA tests "
+                 "(`tests/test_cuda.py`) skipped and `make bench DEVICE=cuda` has not run. On a machine with "
+                 "CUDA it writes `results/bench/cuda/`, which `fbo report --collect results` picks up.", ""])
     return "\n".join(out) + "\n"
 
 
