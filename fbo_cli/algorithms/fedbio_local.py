@@ -105,9 +105,10 @@ class ClientStateAlgorithm(Algorithm):
 
     def grad_y(self, x, y, b: Batch) -> torch.Tensor:
         self.charge("grads", x.shape[0])
-        fn, a = (self.task.g_enc, x.new_zeros(0)) if self.task.reuse else (self.task.g, x)
-        if self.task.reuse:
-            b = self.encode(x, [b])[0]
+        if self.task.reuse:  # g depends on x only through the encoded batch
+            fn, a, b = self.task.g_enc, x.new_zeros(0), self.encode(x, [b])[0]
+        else:
+            fn, a = self.task.g, x
         fast = self.task.fast_oracle("grad", fn, 1)  # the task's closed form, where it has one
         return fast(a, y, b) if fast else per_client_grad(fn, 1, a, y, b)
 
