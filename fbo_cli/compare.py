@@ -59,6 +59,7 @@ class Experiment:
     algorithms: list[dict[str, Any]]
     settings: list[dict[str, Any]]
     reference: dict[str, dict[str, dict[str, Any]]]
+    reference_on: dict[str, Any] = field(default_factory=dict)  # the paper's dataset, model, target of ``reference``
     cells: list[Cell] = field(default_factory=list)
     out_root: Path = Path("results")
     base: dict[str, Any] = field(default_factory=dict)
@@ -86,7 +87,7 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
     spec = load_config_file(path)
     where = str(path)
     known = {"name", "title", "task", "metric", "metrics", "target", "x", "seeds", "base", "algorithms", "settings",
-             "reference", "description", "tune", "claims", "tolerance", "x_also", "derived"}
+             "reference", "reference_on", "description", "tune", "claims", "tolerance", "x_also", "derived"}
     unknown = set(spec) - known
     if unknown:
         raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(known))}")
@@ -125,7 +126,8 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
     exp = Experiment(
         name=str(spec.get("name") or Path(path).stem), title=str(spec.get("title", "")), task=task,
         metric=metric, metrics=list(metrics), target=target, x=x, seeds=seed_list, algorithms=algos,
-        settings=settings, reference=spec.get("reference") or {}, base=base, x_also=list(x_also))
+        settings=settings, reference=spec.get("reference") or {}, base=base, x_also=list(x_also),
+        reference_on=_check_reference_on(where, spec.get("reference_on")))
     overrides = overrides or {}
     if "algo" in overrides or "task" in overrides:
         raise UsageError("'algo' and 'task' cannot be set with --set in compare: they come from the spec's "
@@ -154,8 +156,11 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
                     raise UsageError(f"{where}: algorithm '{a['name']}', setting '{s['name']}': {e}") from None
                 exp.cells.append(Cell(a["name"], s["name"], seed, cfg, layers))
     seen: dict[Path, Cell] = {}
+    tuned_rows = {a["name"] for a in algos if a.get("tune")}
     for c in exp.cells:
-        if c.cfg.run_dir in seen and seen[c.cfg.run_dir].algorithm != c.algorithm:
+        # a tuned row may land on another row's values (e.g. the paper's step): the same runs, shown twice
+        if c.cfg.run_dir in seen and seen[c.cfg.run_dir].algorithm != c.algorithm \
+                and not {c.algorithm, seen[c.cfg.run_dir].algorithm} & tuned_rows:
             raise UsageError(f"{where}: algorithms '{seen[c.cfg.run_dir].algorithm}' and '{c.algorithm}' are the same "
                              f"runs (same algo and settings); remove one")
         seen[c.cfg.run_dir] = c
@@ -230,6 +235,24 @@ def _check_reference(where: str, ref: Any, algos: list, settings: list) -> None:
                 raise UsageError(f"{where}: reference['{a}']['{sname}']: {shape}")
 
 
+REFERENCE_ON_KEYS = {"dataset", "target", "model", "metric"}
+
+
+def _check_reference_on(where: str, on: Any) -> dict[str, Any]:
+    """``reference_on: {dataset, target, model, metric}``: what the paper's numbers in ``reference`` were
+    measured on. ``fbo report`` gives them a verdict only where the spec's runs match it; elsewhere
+    they are context."""
+    if on is None:  # the paper's numbers then stand as context only, never with a verdict
+        return {}
+    ds = on.get("dataset") if isinstance(on, dict) else None
+    if not isinstance(on, dict) or set(on) - REFERENCE_ON_KEYS or not (
+            isinstance(ds, str) or (isinstance(ds, list) and ds and all(isinstance(d, str) for d in ds))):
+        raise UsageError(f"{where}: 'reference_on' must be a mapping with 'dataset' (a name, or the list of the "
+                         f"settings' datasets) and optional "
+                         f"{', '.join(sorted(REFERENCE_ON_KEYS - {'dataset'}))}), got {on!r}")
+    return dict(on)
+
+
 def check_metrics(exp: Experiment, columns: set[str] | None = None) -> None:
     """The spec's ``metric``, ``metrics`` and ``x`` must be columns of the task's ``metrics.csv``. The
     columns come from ``columns`` or, by default, from one evaluation of the first run of each
@@ -265,7 +288,7 @@ def run_experiment(exp: Experiment, jobs: int = 1, rerun: bool = False, no_run: 
 
         make_dirs(outdir)
         check_metrics(exp)
-        todo = [c for c in exp.cells if rerun or not _done(c.cfg)]
+        todo = list({c.cfg.run_dir: c for c in exp.cells if rerun or not _done(c.cfg)}.values())  # one per run
         if todo:
             res = run_cells(todo, executor=executor or ("serial" if jobs == 1 else "processes"), jobs=jobs,
                       address=address, cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run, console=console,
@@ -413,7 +436,7 @@ def write_report(exp: Experiment, outdir: Path, no_run: bool = False, warn=None)
 
 def tuned_note(exp: Experiment) -> str:
     """What the table's hyperparameters are and how they were chosen (Markdown)."""
-    from .tune import tuned_entry, tuned_layer
+    from .tune import edge_note, tuned_entry, tuned_layer
 
     rows = []
     for a in exp.algorithms:
@@ -421,8 +444,8 @@ def tuned_note(exp: Experiment) -> str:
             vals = tuned_layer(exp.tuned, a["name"], s["name"])
             keys = list((a.get("tune") or {}))
             if vals:
-                edge = tuned_entry(exp.tuned, a["name"], s["name"]).get("_at_grid_edge")
-                how = "tuned" + (f" (at the grid's edge: {edge})" if edge else "")
+                edge = edge_note(tuned_entry(exp.tuned, a["name"], s["name"]))
+                how = "tuned" + (f" ({edge})" if edge else "")
                 rows.append((a["name"], s["name"], ", ".join(f"{k}={v}" for k, v in vals.items()), how))
             elif keys:
                 fixed = {k: v for k, v in (a.get("set") or {}).items()}

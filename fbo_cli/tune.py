@@ -141,7 +141,10 @@ def score_run(m: pd.DataFrame, score: str, tail: float, budget: int) -> tuple[fl
     return float(np.mean(w)), osc
 
 
-def tune_cells(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any]) -> list[tuple[Cell, dict]]:
+def tune_cells(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any],
+               extended: dict[tuple[str, str], list[dict]] | None = None) -> list[tuple[Cell, dict]]:
+    """The tuning runs: every grid point, plus the points ``extended`` beyond a grid's edge, per
+    (algorithm, setting), on every tuning seed."""
     settings = [s for s in exp.settings if ts.setting is None or s["name"] == ts.setting]
     base = exp.base
     cells = []
@@ -150,7 +153,7 @@ def tune_cells(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any]) -> list
             for a in exp.algorithms:
                 if not ts.grids[a["name"]]:  # nothing to choose: the spec's values stand
                     continue
-                for point in grid_points(ts.grids[a["name"]]):
+                for point in grid_points(ts.grids[a["name"]]) + (extended or {}).get((a["name"], s["name"]), []):
                     layers = (base, s.get("set") or {}, a.get("set") or {}, point, ts.extra,
                               {"seed": seed, "rounds": ts.rounds, "target": None}, overrides)
                     try:
@@ -170,31 +173,113 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
 
     exp = load_spec(spec_path, overrides, use_tuned=False)
     ts = parse_tune(load_config_file(spec_path), exp, str(spec_path))
-    cells = tune_cells(exp, ts, overrides)
-    todo = [c for c, _ in cells if rerun or not _done(c.cfg)]
-    if todo:
-        check_metrics(replace(exp, metrics=[ts.score]))
-        run_cells(todo, executor=executor or ("serial" if jobs == 1 else "processes"), jobs=jobs, address=address,
-                  cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run, console=console, rerun=rerun,
-                  title=f"{exp.name}: tuning runs")
+    extended: dict[tuple[str, str], list[dict]] = {}
+    checked = False
+    while True:  # run the grid; while a choice sits at an edge, run one more point beyond it
+        cells = tune_cells(exp, ts, overrides, extended)
+        todo = list({c.cfg.run_dir: c for c, _ in cells if rerun or not _done(c.cfg)}.values())
+        if todo:
+            if not checked:
+                check_metrics(replace(exp, metrics=[ts.score]))
+                checked = True
+            run_cells(todo, executor=executor or ("serial" if jobs == 1 else "processes"), jobs=jobs,
+                      address=address, cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run, console=console,
+                      rerun=rerun, title=f"{exp.name}: tuning runs" + (" (grid extensions)" if extended else ""))
+        rerun = False  # a rerun redoes the spec's grid once, not the extensions' earlier runs
+        table = collect_tuning(cells, ts, extended)
+        chosen = choose(table, ts)
+        more = extensions(table, chosen, ts, extended)
+        if not more:
+            break
+        for key, point in more:
+            extended.setdefault(key, []).append(point)
+            if console is not None:
+                console.print(f"{exp.name}: {key[0]}, {key[1]}: the choice is at the grid's edge; trying "
+                              + ", ".join(f"{k}={v:g}" for k, v in point.items() if isinstance(v, (int, float))))
     outdir = exp.out_root / "compare" / exp.name
-    table = collect_tuning(cells, ts)
-    chosen = choose(table, ts)
     atomic_write(outdir / "tuning.csv", table.to_csv(index=False))
     write_yaml(outdir / "tuned.yaml", {
         "spec": str(spec_path), "procedure": procedure_text(ts), "score": ts.score, "mode": ts.mode,
         "seeds": ts.seeds, "rounds": ts.rounds, "tail": ts.tail,
         "tolerance": ts.tolerance if math.isfinite(ts.tolerance) else "off",
-        "setting": ts.setting, "grids": ts.grids, "chosen": chosen})
+        "setting": ts.setting, "grids": ts.grids,
+        "extended": {f"{a} | {s}": pts for (a, s), pts in extended.items()}, "chosen": chosen})
     plot_tuning(table, ts, outdir / "tuning.png", exp.title or exp.name)
     return outdir
 
 
-def collect_tuning(cells: list[tuple[Cell, dict]], ts: TuneSpec) -> pd.DataFrame:
+MAX_EXTENSIONS = 4  # grid points added beyond one edge of one key, per (algorithm, setting)
+
+
+def _beyond(values: list, v) -> Any:
+    """The next value beyond ``v``, an end of ``values``, continuing the grid geometrically (the ratio of
+    ``v`` to its neighbour); None where that has no meaning (non-numbers, signs, one value)."""
+    nums = sorted(set(values))
+    if len(nums) < 2 or not all(isinstance(u, (int, float)) and not isinstance(u, bool) and u > 0 for u in nums):
+        return None
+    nb = nums[1] if v == nums[0] else nums[-2]
+    nxt = v * (v / nb)
+    if all(isinstance(u, int) for u in nums):
+        nxt = int(round(nxt))
+        if nxt == v or nxt < 1:
+            return None
+    return _plain(float(f"{nxt:.3g}")) if not isinstance(nxt, int) else nxt
+
+
+def _edges(g: pd.DataFrame, grid: dict[str, list], best: dict[str, Any]) -> list[tuple[str, Any, Any, str]]:
+    """(grid key, chosen value, the value beyond it, "largest" or "smallest") for each key whose chosen
+    value is the largest or smallest *accepted* value along that key (the other keys at their chosen
+    values). The value beyond is the nearest one tried there (rejected, then), else the grid's geometric
+    continuation (None where there is none)."""
+    out = []
+    for key in grid:
+        parts = [p.strip() for p in key.split(",")]
+        line = g
+        for k in _key_values(grid):
+            if k not in parts and k in line:
+                line = line[line[k] == best[k]]
+        tried = sorted(set(_plain(v) for v in line[parts[0]].dropna()))
+        ok = sorted(set(_plain(v) for v in line[~line.rejected][parts[0]].dropna()))
+        v = best.get(parts[0])
+        if len(tried) < 2 or v not in ok:
+            continue
+        for side, at_end, past in (("largest", v == ok[-1], [u for u in tried if u > v]),
+                                   ("smallest", v == ok[0], [u for u in tried if u < v][::-1])):
+            if at_end:
+                out.append((key, v, past[0] if past else _beyond(tried, v), side))
+    return out
+
+
+def extensions(df: pd.DataFrame, chosen: dict, ts: TuneSpec,
+               extended: dict[tuple[str, str], list[dict]]) -> list[tuple[tuple[str, str], dict]]:
+    """The points to run next: for each choice at an edge whose value beyond has not been tried yet, that
+    point (the chosen values with the edge key moved one step beyond); at most :data:`MAX_EXTENSIONS`
+    per (algorithm, setting)."""
+    more = []
+    for algo, per in chosen.items():
+        for setting, vals in per.items():
+            if "_none" in vals or len(extended.get((algo, setting), [])) >= MAX_EXTENSIONS:
+                continue
+            g = df[(df.algorithm == algo) & (df.setting == setting)]
+            best = {k: v for k, v in vals.items() if not k.startswith("_")}
+            for key, _, nxt, _ in _edges(g, ts.grids[algo], best):
+                if nxt is None:
+                    continue
+                point = dict(best)
+                for part in key.split(","):
+                    point[part.strip()] = nxt
+                if not ((g[list(point)] == pd.Series(point)).all(axis=1)).any():
+                    more.append(((algo, setting), point))
+    return more
+
+
+def collect_tuning(cells: list[tuple[Cell, dict]], ts: TuneSpec,
+                   extended: dict[tuple[str, str], list[dict]] | None = None) -> pd.DataFrame:
     from .results import run_status
 
     rows = []
     for c, point in cells:
+        extra = point in (extended or {}).get((c.algorithm, c.setting), [])
         state, s, _ = run_status(c.cfg.run_dir)
         status = (s or {}).get("status", "missing") if state == "finished" else "not run"
         mpath = c.cfg.run_dir / "metrics.csv"
@@ -205,6 +290,7 @@ def collect_tuning(cells: list[tuple[Cell, dict]], ts: TuneSpec) -> pd.DataFrame
             start = float(m[ts.score].iloc[0]) if ts.score in m and len(m) else float("nan")
         rows.append({"algorithm": c.algorithm, "setting": c.setting, "seed": c.seed,
                      "point": ", ".join(f"{k}={v}" for k, v in point.items()), **point,
+                     "grid": "extension" if extra else "spec",
                      "status": status, "score": sc, "start": start, "oscillation": osc,
                      "run_dir": str(c.cfg.run_dir)})
     df = pd.DataFrame(rows)
@@ -231,10 +317,21 @@ def choose(df: pd.DataFrame, ts: TuneSpec) -> dict[str, dict[str, dict[str, Any]
         row = g[g.point == best].iloc[0]
         keys = [k for k in g.columns if k not in _NOT_PARAMS and not pd.isna(row[k])]
         vals = {k: _plain(row[k]) for k in keys}
-        edge = [k for k, values in _key_values(ts.grids[algo]).items()
-                if len(values) >= 3 and vals.get(k) in (min(values), max(values))]
-        if edge:  # the best value may lie beyond the grid: say so wherever the values are shown
-            vals["_at_grid_edge"] = ", ".join(edge)
+        for key, v, nxt, side in _edges(g, ts.grids[algo], vals):
+            col = key.split(",")[0].strip()
+            beyond = g[g[col] == nxt] if nxt is not None else g.iloc[0:0]
+            for k in _key_values(ts.grids[algo]):
+                if k not in [p.strip() for p in key.split(",")] and k in beyond:
+                    beyond = beyond[beyond[k] == vals[k]]
+            if len(beyond) and beyond.rejected.any():
+                why = next(r for r in beyond.reason if r)
+                vals.setdefault("_stable_edge", []).append(f"{key}={v:g} is the {side} stable value: "
+                                                           f"{key}={nxt:g} {why}")
+            else:  # beyond the edge: not tried yet (or the extension limit, or no next value)
+                vals.setdefault("_at_grid_edge", []).append(key)
+        for k in ("_stable_edge", "_at_grid_edge"):
+            if k in vals:
+                vals[k] = "; ".join(vals[k]) if k == "_stable_edge" else ", ".join(vals[k])
         chosen.setdefault(algo, {})[setting] = vals
     return chosen
 
@@ -245,7 +342,7 @@ def _key_values(grid: dict[str, list]) -> dict[str, list]:
 
 
 _NOT_PARAMS = {"algorithm", "setting", "seed", "point", "status", "score", "start", "oscillation", "run_dir",
-               "reason", "rejected"}
+               "reason", "rejected", "grid"}
 
 
 def _plain(v):
@@ -283,6 +380,16 @@ def tuned_entry(tuned: dict | None, algorithm: str, setting: str) -> dict[str, A
         return {}
     per = (tuned.get("chosen") or {}).get(algorithm) or {}
     return per.get(setting) or (per.get(tuned["setting"]) if tuned.get("setting") else None) or {}
+
+
+def edge_note(entry: dict[str, Any]) -> str:
+    """How a chosen value relates to its grid's edge, in words ('' when interior)."""
+    notes = []
+    if entry.get("_stable_edge"):
+        notes.append(f"at the grid's edge: {entry['_stable_edge']}")
+    if entry.get("_at_grid_edge"):
+        notes.append(f"at the grid's edge, not resolved: {entry['_at_grid_edge']}")
+    return "; ".join(notes)
 
 
 def tuned_layer(tuned: dict | None, algorithm: str, setting: str) -> dict[str, Any]:

@@ -98,7 +98,7 @@ def test_tune_rejects_divergence_chooses_on_validation_and_compare_uses_it(tmp_p
     assert r.exit_code == 0, r.output
     out = tmp_path / "compare" / "t"
     grid = pd.read_csv(out / "tuning.csv")
-    assert len(grid) == 3 and set(grid.seed) == {100}
+    assert len(grid[grid.grid == "spec"]) == 3 and set(grid.seed) == {100}
     huge = grid[grid.outer_lr == 1000.0].iloc[0]
     assert huge.rejected and huge.reason in ("diverged", "oscillates", "non-finite score")
     ok = grid[~grid.rejected]
@@ -106,7 +106,13 @@ def test_tune_rejects_divergence_chooses_on_validation_and_compare_uses_it(tmp_p
     best = ok.loc[ok.score.idxmin()]  # val_loss, minimized
     chosen = tuned["chosen"]["AggITD"]["iid"]
     assert chosen["outer_lr"] == float(best.outer_lr)
-    assert ("_at_grid_edge" in chosen) == (best.outer_lr in (0.003, 1000.0))  # flagged: look beyond the grid
+    # an edge choice was extended until interior or its neighbour beyond was rejected (named in the note)
+    ext = grid[grid.grid == "extension"]
+    assert (best.outer_lr in (ok.outer_lr.min(), ok.outer_lr.max())) == bool(chosen.get("_stable_edge")
+                                                                              or chosen.get("_at_grid_edge"))
+    if best.outer_lr == ok.outer_lr.max():  # 1000 diverged: named as the neighbour that failed
+        assert "largest stable value: outer_lr=1000" in chosen["_stable_edge"]
+    assert "_at_grid_edge" not in chosen or len(ext) == 4
     assert tuned["score"] == "val_loss" and "never the test set" in tuned["procedure"]
     assert (out / "tuning.png").stat().st_size > 1000
     # tuning again reuses every run; compare applies the chosen value and says so
@@ -117,6 +123,35 @@ def test_tune_rejects_divergence_chooses_on_validation_and_compare_uses_it(tmp_p
     assert r.exit_code == 0, r.output
     md = (out / "table.md").read_text()
     assert "Tuned by `fbo tune`" in md and f"outer_lr={best.outer_lr:g}" in md.replace(".0 ", " ")
+
+
+def _tuning_rows(points):
+    """A tuning table of one (algorithm, setting): (outer_lr, score, status) per point."""
+    df = pd.DataFrame([{"algorithm": "A", "setting": "s", "seed": 100, "point": f"outer_lr={v}", "outer_lr": v,
+                        "grid": "spec", "status": st, "score": sc, "start": 9.0, "oscillation": 0.0,
+                        "run_dir": "", "reason": "" if st == "done" else st, "rejected": st != "done"}
+                       for v, sc, st in points])
+    return df
+
+
+def test_an_edge_choice_is_extended_until_interior_or_its_neighbour_fails():
+    from fbo_cli.tune import TuneSpec, choose, extensions
+
+    ts = TuneSpec([100], 10, "val_loss", "min", None, 0.25, math.inf, {}, {"A": {"outer_lr": [0.01, 0.1]}})
+    two = _tuning_rows([(0.01, 0.5, "done"), (0.1, 0.4, "done")])  # a two-point grid: both ends are edges
+    chosen = choose(two, ts)
+    assert chosen["A"]["s"]["_at_grid_edge"] == "outer_lr"
+    assert extensions(two, chosen, ts, {}) == [(("A", "s"), {"outer_lr": 1.0})]  # geometric: 0.1 * 10
+    failed = pd.concat([two, _tuning_rows([(1.0, math.nan, "diverged")])])
+    chosen = choose(failed, ts)["A"]["s"]
+    assert chosen["outer_lr"] == 0.1 and "_at_grid_edge" not in chosen
+    assert chosen["_stable_edge"] == "outer_lr=0.1 is the largest stable value: outer_lr=1 diverged"
+    assert extensions(failed, {"A": {"s": chosen}}, ts, {}) == []
+    better = pd.concat([two, _tuning_rows([(1.0, 0.3, "done"), (10.0, 0.35, "done")])])  # interior now
+    chosen = choose(better, ts)["A"]["s"]
+    assert chosen == {"outer_lr": 1.0}
+    low = _tuning_rows([(0.01, 0.3, "done"), (0.1, 0.4, "done")])
+    assert extensions(low, choose(low, ts), ts, {}) == [(("A", "s"), {"outer_lr": 0.001})]
 
 
 def test_claim_verdict_rule():

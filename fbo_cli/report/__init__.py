@@ -259,19 +259,57 @@ def build_section(spec: str, root: Path, work: Path) -> Section:
                 continue
             v, nums = claim_verdict(table, claim, s)
             sec.verdicts.append((claim["text"], s, v, nums))
-    tol = raw.get("tolerance", 0.02)
-    col = {"final": "final", "rounds_to_90": "rounds_to_target", "rounds_to_target": "rounds_to_target"}
+    sec.paper_rows = paper_rows(exp, runs, raw.get("tolerance", 0.02))
+    return sec
+
+
+PAPER_KEYS = {"final": "final", "rounds_to_90": "rounds_to_target", "rounds_to_target": "rounds_to_target"}
+
+
+def paper_rows(exp: Experiment, runs: pd.DataFrame, tol: float) -> list[tuple[str, ...]]:
+    """(algorithm, setting, quantity, paper's value, ours, verdict) per number of the spec's ``reference``.
+    A number gets a verdict (:func:`match_paper`) only when our runs of that setting are on the paper's
+    dataset (``reference_on.dataset``) and, for rounds to a target, with the paper's target; otherwise
+    it stands as context."""
+    on = exp.reference_on or {}
+    paper_sets = on.get("dataset")
+    paper_sets = [paper_sets] if isinstance(paper_sets, str) else list(paper_sets or [])
+    datasets = {(c.algorithm, c.setting): c.cfg.run.dataset for c in exp.cells}
+    rows = []
     for a, per in (exp.reference or {}).items():
         for s, vals in (per or {}).items():
+            g = runs[(runs.algorithm == a) & (runs.setting == s) & (runs.status == "done")]
+            ours_ds = datasets.get((a, s), "?")
             for k, v in vals.items():
-                g = runs[(runs.algorithm == a) & (runs.setting == s)]
-                c = col.get(k, k)
-                if c not in g or not isinstance(v, (int, float)):
+                c = PAPER_KEYS.get(k, k)
+                if not isinstance(v, (int, float)):
                     continue
-                ours = g[c].astype(float)
-                sec.paper_rows.append((a, s, k, f"{v:g}", _fmt(float(ours.mean())) if len(ours) else "–",
-                                       match_paper(ours, float(v), tol) if k == "final" else "see note"))
-    return sec
+                counts = c == "rounds_to_target"
+                pt, ot = on.get("target"), exp.target
+                what = k if not counts else f"rounds to {pt:.0%}" if pt == ot and pt is not None else \
+                    f"rounds to target (paper's {pt if pt is None else f'{pt:.0%}'}, ours {ot:.0%})"
+                ours = g[c].astype(float) if c in g else pd.Series(dtype=float)
+                if ours.empty:
+                    text = "–"
+                elif counts:
+                    hit = ours.dropna()
+                    text = (f"{hit.mean():.0f}" + (f" ± {hit.std(ddof=1):.0f}" if len(hit) > 1 else "")
+                            if len(hit) else "never") + f" ({len(hit)}/{len(ours)} reached)"
+                else:
+                    text = f"{ours.mean():.4f}" + (f" ± {ours.std(ddof=1):.4f}" if len(ours) > 1 else "")
+                if not paper_sets:
+                    verdict = "context: the spec does not name the paper's dataset"
+                elif ours_ds not in paper_sets:
+                    verdict = f"context: the paper's number is on {', '.join(paper_sets)}, ours on {ours_ds}"
+                elif counts and on.get("target") != exp.target:
+                    verdict = f"context: the paper's target is {on.get('target')}, ours {exp.target}"
+                elif counts and ours.notna().sum() < len(ours):
+                    verdict = f"above (slower): {int(ours.isna().sum())} of {len(ours)} seeds never reached the target"
+                else:
+                    m = match_paper(ours, float(v), tol)
+                    verdict = {"above": "above (slower)", "below": "below (faster)"}.get(m, m) if counts else m
+                rows.append((a, s, what, f"{v:g}", text, verdict))
+    return rows
 
 
 def _summaries(runs: pd.DataFrame, key: str):
@@ -297,9 +335,12 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
            "iterations to the target), and *does not hold* "
            "otherwise; *no data* when a side has no finished run. A run that never reaches the target counts "
            "as never (+∞ rounds); a diverged run counts as the worst value and loses its pair. "
-           "**Paper numbers:** ours are *within* the paper's when "
-           "|our mean − paper| ≤ max(2 × our std over seeds, the spec's tolerance: 0.02 for fractions); "
-           "else *above* or *below*. Failed and diverged runs are left out of means and counted in the "
+           "**Paper numbers** get a verdict only like with like: when our runs are on the paper's dataset and "
+           "model and, for rounds to a target, with the paper's target; elsewhere they stand as *context*, with no "
+           "verdict. Ours are *within* the paper's when "
+           "|our mean − paper| ≤ max(2 × our std over seeds, the spec's tolerance: 0.02 for fractions, 10% of the "
+           "paper's value for round counts); else *above* or *below* (for round counts: slower or faster; a seed "
+           "that never reaches the target makes ours slower). Failed and diverged runs are left out of means and counted in the "
            "table's columns.", ""]
     for paper in papers:
         out += [f"## {paper.title}", ""]
@@ -358,11 +399,18 @@ def _render_section_md(sec: Section) -> list[str]:
         lines += [f"| {c} | {s} | **{v}** | {n} |" for c, s, v, n in sec.verdicts]
         lines.append("")
     if sec.paper_rows:
-        lines += ["| algorithm | setting | paper's | value | ours (mean) | ours vs paper's |",
-                  "|---|---|---|---|---|---|"]
+        on = exp.reference_on or {}
+        ds = on.get("dataset")
+        ds = ", ".join(ds) if isinstance(ds, list) else (ds or "dataset not named")
+        lines += [f"| algorithm | setting | quantity | paper ({ds}) | ours ({_datasets(exp)}; mean ± std, done runs) "
+                  f"| verdict |", "|---|---|---|---|---|---|"]
         lines += [f"| {a} | {s} | {k} | {v} | {o} | {m} |" for a, s, k, v, o, m in sec.paper_rows]
         lines.append("")
     return lines
+
+
+def _datasets(exp: Experiment) -> str:
+    return ", ".join(dict.fromkeys(c.cfg.run.dataset for c in exp.cells))
 
 
 def render_html(markdown: str, sections: dict[str, list[Section]]) -> str:
