@@ -93,29 +93,29 @@ reproduce-aggitd-mnist:  ## Table 2 of Xiao & Ji (ICML 2023) on MNIST (needs MNI
 
 reproduce-codasca:          ## Analog of Figure 1 of Yuan, Guo, Xu, Ying & Yang (ICML 2021) (AUC vs window I, I_max table) on synth-c100 and Fashion-MNIST (3 seeds)
 	$(FBO) compare experiments/codasca_fig1_synth.yaml --jobs $(JOBS)
-	$(PY) -m fbo_cli.report.codasca results/compare/codasca_fig1_synth
+	$(FBO) figure codasca-imax results/compare/codasca_fig1_synth
 	$(FBO) compare experiments/codasca_fig1_fmnist.yaml --jobs $(JOBS)
-	$(PY) -m fbo_cli.report.codasca results/compare/codasca_fig1_fmnist
+	$(FBO) figure codasca-imax results/compare/codasca_fig1_fmnist
 
 reproduce-codasca-controls: ## CODASCA controls on synth-c100: iid vs class-disjoint, FedAvg-CE, the code preset (3 seeds)
 	$(FBO) compare experiments/codasca_controls_synth.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/codasca_code_preset_synth.yaml --jobs $(JOBS)
-	$(PY) -m fbo_cli.report.codasca results/compare/codasca_code_preset_synth
+	$(FBO) figure codasca-imax results/compare/codasca_code_preset_synth
 
 reproduce-codasca-cifar100: ## Figure 1 of Yuan, Guo, Xu, Ying & Yang (ICML 2021) on CIFAR100-IH with ResNet-20 (needs CIFAR-100 in data/ or network; GPU advised)
 	$(FBO) compare experiments/codasca_fig1_cifar100.yaml --jobs $(JOBS)
-	$(PY) -m fbo_cli.report.codasca results/compare/codasca_fig1_cifar100
+	$(FBO) figure codasca-imax results/compare/codasca_fig1_cifar100
 
 reproduce-zohfl:     ## Table I of Qiu, Kim & Yousefian (arXiv 2504.01839) (Fashion-MNIST column, 3 seeds, with and without server pre-training), Fig. 2 (tau sweep) and Fig. 1, offline
 	$(FBO) compare experiments/zohfl_table1_fmnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1_fmnist_x0zero.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_fig2.yaml --jobs $(JOBS)
-	$(PY) -m fbo_cli.report.zohfl fig2 results/compare/zohfl_fig2
-	$(PY) -m fbo_cli.report.zohfl fig1 fashion-mnist 0.1 results/figures/zohfl_fig1_fmnist.png
+	$(FBO) figure zohfl-fig2 results/compare/zohfl_fig2
+	$(FBO) figure zohfl-fig1 fashion-mnist --alpha 0.1
 
 reproduce-zohfl-all: ## Table I of Qiu, Kim & Yousefian (arXiv 2504.01839) on MNIST, Fashion-MNIST and CIFAR-10 (MNIST, CIFAR-10 need data/ or network)
 	$(FBO) compare experiments/zohfl_table1.yaml --jobs $(JOBS)
-	$(PY) -m fbo_cli.report.zohfl fig1 mnist 0.1 results/figures/zohfl_fig1_mnist.png
+	$(FBO) figure zohfl-fig1 mnist --alpha 0.1
 
 reproduce-fedbio:       ## FedBiO/AdaFBiO hyper-cleaning on Fashion-MNIST, noise 0.2/0.4/0.6, every bilevel method + FedAvg bounds, tuned (3 seeds; long)
 	$(FBO) tune experiments/fedbio_hyperclean_fmnist.yaml --jobs $(JOBS)

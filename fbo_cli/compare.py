@@ -14,6 +14,7 @@ spec's x axis: one line per algorithm, mean over seeds with a min-max band, a pa
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -59,7 +60,9 @@ class Experiment:
     algorithms: list[dict[str, Any]]
     settings: list[dict[str, Any]]
     reference: dict[str, dict[str, dict[str, Any]]]
-    reference_on: dict[str, Any] = field(default_factory=dict)  # the paper's dataset, model, target of ``reference``
+    reference_on: dict[str, Any] = field(default_factory=dict)  # what ``reference`` was measured on
+    description: str = ""  # what the experiment is, in the spec's words (shown in the report)
+    path: str = ""  # the spec file
     cells: list[Cell] = field(default_factory=list)
     out_root: Path = Path("results")
     base: dict[str, Any] = field(default_factory=dict)
@@ -124,10 +127,12 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
     if any(s < 0 for s in seed_list) or len(set(seed_list)) != len(seed_list):
         raise UsageError(f"{where}: seeds must be distinct integers >= 0, got {seed_list}")
     exp = Experiment(
-        name=str(spec.get("name") or Path(path).stem), title=str(spec.get("title", "")), task=task,
+        name=check_name(spec.get("name") or Path(path).stem, f"{where}: 'name'"),
+        title=str(spec.get("title", "")), task=task,
         metric=metric, metrics=list(metrics), target=target, x=x, seeds=seed_list, algorithms=algos,
         settings=settings, reference=spec.get("reference") or {}, base=base, x_also=list(x_also),
-        reference_on=_check_reference_on(where, spec.get("reference_on")))
+        reference_on=_check_reference_on(where, spec.get("reference_on")),
+        description=" ".join(str(spec.get("description") or "").split()), path=str(path))
     overrides = overrides or {}
     if "algo" in overrides or "task" in overrides:
         raise UsageError("'algo' and 'task' cannot be set with --set in compare: they come from the spec's "
@@ -165,6 +170,18 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
                              f"runs (same algo and settings); remove one")
         seen[c.cfg.run_dir] = c
     return exp
+
+
+NAME_CHARS = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def check_name(name: Any, what: str) -> str:
+    """A spec's name is data, never a path: one path component of letters, digits, '.', '_' and '-',
+    starting with a letter or digit, at most 100 characters (so '/tmp/x', '../y', '.' and lists fail)."""
+    if not isinstance(name, str) or not NAME_CHARS.fullmatch(name):
+        raise UsageError(f"{what} must be 1-100 characters of letters, digits, '.', '_', '-' starting with a letter "
+                         f"or digit (it names a folder under --out-dir/compare/), got {name!r}")
+    return name
 
 
 def _check_entries(where: str, items: list, allowed: set[str], what: str, key: str) -> None:
@@ -275,6 +292,32 @@ def check_metrics(exp: Experiment, columns: set[str] | None = None) -> None:
         raise UsageError(f"x '{exp.x}' is not a column of task '{exp.task}'s metrics")
 
 
+def identity(exp: Experiment) -> str:
+    """What makes a spec's results folder its own: the task, the algorithms and the settings by name."""
+    import hashlib
+
+    key = repr((exp.task, [(a["name"], a["algo"]) for a in exp.algorithms], [s["name"] for s in exp.settings]))
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def claim_folder(exp: Experiment, outdir: Path) -> None:
+    """Mark ``outdir`` (``<out>/compare/<name>``) as this spec's; a folder already marked by a different
+    spec of the same name is a UsageError, so two specs never share tables or ``tuned.yaml``."""
+    from .results import make_dirs
+
+    mark = outdir / ".spec"
+    mine = f"{identity(exp)} {exp.path}\n"
+    if mark.is_file():
+        held = mark.read_text()
+        if held.split(" ")[0] != identity(exp):
+            other = held.partition(" ")[2].strip() or "another spec"
+            raise UsageError(f"{outdir} holds the results of {other}, a different spec with the same name "
+                             f"'{exp.name}': give {exp.path or 'this spec'} its own 'name:'")
+        return
+    make_dirs(outdir)
+    atomic_write(mark, mine)
+
+
 def run_experiment(exp: Experiment, jobs: int = 1, rerun: bool = False, no_run: bool = False, console=None,
                    executor: str | None = None, address: str | None = None, cpus_per_run: int = 1,
                    gpus_per_run: float = 0) -> Path:
@@ -284,9 +327,7 @@ def run_experiment(exp: Experiment, jobs: int = 1, rerun: bool = False, no_run: 
 
     outdir = exp.out_root / "compare" / exp.name
     if not no_run:
-        from .results import make_dirs
-
-        make_dirs(outdir)
+        claim_folder(exp, outdir)
         check_metrics(exp)
         todo = list({c.cfg.run_dir: c for c in exp.cells if rerun or not _done(c.cfg)}.values())  # one per run
         if todo:

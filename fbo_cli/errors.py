@@ -16,7 +16,8 @@ class DatasetMissing(UsageError):
                f"(it downloads into --data-dir), or copy it into --data-dir")
         if hint:
             msg += f", {hint}"
-        msg += ". Offline datasets: mnist (`fbo fetch mnist`), fashion-mnist (Debian package), mnist5k, digits, breast-cancer, synthetic."
+        msg += (". Offline datasets: mnist (`fbo fetch mnist`), fashion-mnist (Debian package), mnist5k, digits, "
+                "breast-cancer, synthetic.")
         if cause:
             msg += f" (download failed: {cause.splitlines()[0][:200]})"
         super().__init__(msg)

@@ -48,12 +48,19 @@ def make_dirs(path: Path) -> None:
         raise UsageError(f"cannot create directory {path}: a part of that path is a regular file") from None
     except PermissionError:
         raise UsageError(f"cannot create directory {path}: permission denied") from None
+    except OSError as e:  # e.g. a name longer than the file system allows
+        raise UsageError(f"cannot create directory {str(path)[:300]}: {e.strerror or e}") from None
 
 
 def atomic_write(path: Path, text: str | bytes) -> None:
+    from .errors import UsageError
+
     path = Path(path)
     make_dirs(path.parent)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    except OSError as e:
+        raise UsageError(f"cannot write {str(path)[:300]}: {e.strerror or e}") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(text.encode() if isinstance(text, str) else text)

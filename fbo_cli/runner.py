@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import platform
 import signal
 import threading
@@ -177,19 +178,37 @@ def _save_checkpoint(path, cfg, b: Built, base, rows, train_time, eval_time) -> 
     atomic_write(path, buf.getvalue())
 
 
-def _load_checkpoint(path, cfg, b: Built) -> dict | None:
+CHECKPOINT_KEYS = {"run_id": str, "fbo": str, "algo": dict, "gen": torch.Tensor, "torch_rng": torch.Tensor,
+                   "ledger": dict, "rows": list, "train_time": (int, float), "eval_time": (int, float)}
+
+
+def _load_checkpoint(path, cfg, b: Built) -> tuple[dict | None, str]:
+    """(the checkpoint, '') after restoring it into ``b``; (None, why) when it is from another run or
+    version (left alone), or (None, 'malformed: ...') when it is not a checkpoint of ours. Loading
+    executes nothing: ``weights_only=True`` reads tensors and plain containers only."""
     try:
-        c = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception:  # unreadable: start again
-        return None
-    if not isinstance(c, dict) or c.get("run_id") != cfg.run_id or c.get("fbo") != __version__:
-        return None
-    ckpt.restore(b.algo, c["algo"], b.device)
-    b.algo.fed.gen.set_state(c["gen"])
-    torch.set_rng_state(c["torch_rng"])
-    for k, v in c["ledger"].items():
-        setattr(b.ledger, k, v)
-    return c
+        c = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        return None, f"malformed: not a readable fbo checkpoint ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
+    if not isinstance(c, dict):
+        return None, "malformed: not a mapping"
+    if c.get("run_id") != cfg.run_id or c.get("fbo") != __version__:
+        return None, f"from another run or fbo version (run_id {c.get('run_id')!r}, fbo {c.get('fbo')!r})"
+    bad = [k for k, t in CHECKPOINT_KEYS.items() if not isinstance(c.get(k), t)]
+    if bad or not all(isinstance(r, dict) for r in c["rows"]):
+        return None, f"malformed: missing or mistyped {', '.join(bad) or 'rows'}"
+    try:
+        ckpt.restore(b.algo, c["algo"], b.device)
+        b.algo.fed.gen.set_state(c["gen"])
+        torch.set_rng_state(c["torch_rng"])
+        for k, v in c["ledger"].items():
+            if not hasattr(b.ledger, k):
+                raise KeyError(k)
+            setattr(b.ledger, k, v)
+    except Exception as e:  # a shape, a class, a key that does not fit this run's objects
+        what = str(e).splitlines()[0][:120] if str(e) else ""
+        return None, f"malformed: does not fit this run ({type(e).__name__}: {what})"
+    return c, ""
 
 
 def _execute(cfg: RunConfig, on_eval, write: bool, log) -> dict:
@@ -207,10 +226,16 @@ def _execute(cfg: RunConfig, on_eval, write: bool, log) -> dict:
     train_time = eval_time = 0.0
     resumed = None
     if write and ck_path.is_file():
-        c = _load_checkpoint(ck_path, cfg, b)
+        c, why = _load_checkpoint(ck_path, cfg, b)
         if c is None:
+            if why.startswith("malformed"):  # moved aside, so that no later run trips on it again
+                os.replace(ck_path, run_dir / "checkpoint.bad")
+                why += f"; moved to {run_dir / 'checkpoint.bad'}"
             if log:
-                log(f"{ck_path}: unreadable or from another run; starting from round 0")
+                log(f"{ck_path}: {why}; starting from round 0")
+            b = build(cfg)  # a failed restore may have written into the objects: build them again
+            algo, led = b.algo, b.ledger
+            base = ckpt.baseline(algo)
         else:
             rows, train_time, eval_time = list(c["rows"]), c["train_time"], c["eval_time"]
             resumed = led.iterations

@@ -168,11 +168,12 @@ def tune_cells(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any],
 def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, rerun: bool = False,
                console=None, executor: str | None = None, address: str | None = None, cpus_per_run: int = 1,
                gpus_per_run: float = 0) -> Path:
-    from .compare import _done, check_metrics
+    from .compare import _done, check_metrics, claim_folder
     from .executors import run_cells
 
     exp = load_spec(spec_path, overrides, use_tuned=False)
     ts = parse_tune(load_config_file(spec_path), exp, str(spec_path))
+    claim_folder(exp, exp.out_root / "compare" / exp.name)
     extended: dict[tuple[str, str], list[dict]] = {}
     checked = False
     while True:  # run the grid; while a choice sits at an edge, run one more point beyond it

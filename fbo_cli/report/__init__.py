@@ -49,11 +49,13 @@ class Paper:
     title: str  # method, authors, venue
     specs: tuple[str, ...]  # experiment specs (paths relative to the repository root)
     fidelity: str  # the start of its section heading in docs/fidelity.md
+    counts: tuple[str, ...] = ()  # client x class count tables under the evidence root (ZO-HFL's Fig. 1)
 
 
 PAPERS: tuple[Paper, ...] = (
     Paper("aggitd", "FBO-AggITD vs FedNest: Xiao & Ji, ICML 2023",
-          ("experiments/aggitd_table2_fmnist_500.yaml", "experiments/aggitd_table2_fmnist.yaml"),
+          ("experiments/aggitd_table2.yaml", "experiments/aggitd_fig3_mnist.yaml", "experiments/aggitd_fig4_mnist.yaml",
+           "experiments/aggitd_table2_fmnist_500.yaml", "experiments/aggitd_table2_fmnist.yaml"),
           "FBO-AggITD (Xiao & Ji"),
     Paper("fedbio", "FedBiO and FedBiOAcc: Li, Huang & Huang, NeurIPS 2023 (arXiv 2302.06701)",
           ("experiments/fedbio_hyperclean_fmnist_quick.yaml", "experiments/fedbio_hyperclean_fmnist.yaml",
@@ -67,9 +69,10 @@ PAPERS: tuple[Paper, ...] = (
           ("experiments/codasca_fig1_synth.yaml", "experiments/codasca_fig1_fmnist.yaml"),
           "CODA+ and CODASCA"),
     Paper("zohfl", "ZO-HFL: Qiu, Kim & Yousefian, arXiv 2504.01839",
-          ("experiments/zohfl_table1_fmnist.yaml", "experiments/zohfl_table1_fmnist_x0zero.yaml",
+          ("experiments/zohfl_table1_mnist.yaml", "experiments/zohfl_table1_mnist_x0zero.yaml",
+           "experiments/zohfl_table1_fmnist.yaml", "experiments/zohfl_table1_fmnist_x0zero.yaml",
            "experiments/zohfl_fig2.yaml"),
-          "ZO-HFL (Qiu"),
+          "ZO-HFL (Qiu", counts=("figures/zohfl_fig1_mnist_a0.1.csv", "figures/zohfl_fig1_fashion-mnist_a0.1.csv")),
 )
 
 
@@ -114,6 +117,11 @@ def collect_evidence(results: Path, evidence: Path, papers=PAPERS) -> int:
                 if src.is_file():
                     (evidence / "compare" / exp.name).mkdir(parents=True, exist_ok=True)
                     shutil.copy2(src, evidence / "compare" / exp.name / f)
+    for paper in papers:  # count tables written by `fbo figure` (ZO-HFL Fig. 1)
+        for f in paper.counts:
+            if (results / f).is_file():
+                (evidence / f).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(results / f, evidence / f)
     for f in BENCH_FILES:  # the bench's own tables (make bench), shown as they are
         if (results / f).is_file():
             (evidence / f).parent.mkdir(parents=True, exist_ok=True)
@@ -340,8 +348,8 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
            "verdict. Ours are *within* the paper's when "
            "|our mean − paper| ≤ max(2 × our std over seeds, the spec's tolerance: 0.02 for fractions, 10% of the "
            "paper's value for round counts); else *above* or *below* (for round counts: slower or faster; a seed "
-           "that never reaches the target makes ours slower). Failed and diverged runs are left out of means and counted in the "
-           "table's columns.", ""]
+           "that never reaches the target makes ours slower). Failed and diverged runs are left out of means and "
+           "counted in the table's columns.", ""]
     for paper in papers:
         out += [f"## {paper.title}", ""]
         if paper.fidelity:
@@ -349,6 +357,8 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
                     ""]
         for sec in sections[paper.key]:
             out += _render_section_md(sec)
+        for f in paper.counts:
+            out += _render_counts_md(root / f)
     bench = root / BENCH_FILES[0]
     if papers is PAPERS:
         out += ["## Cost per round: `make bench`", ""]
@@ -383,6 +393,8 @@ def _render_section_md(sec: Section) -> list[str]:
     lines = [f"### {title}", "", f"Spec `{sec.spec}`; regenerate with `fbo compare {sec.spec}`"
              + (" after `fbo tune` of the same spec" if (load_config_file(sec.spec).get("tune")) else "")
              + f". Budget {_budget(exp)}; seeds {exp.seeds}.", ""]
+    if exp.description:
+        lines += [exp.description, ""]
     n_cells = len(exp.cells)
     if sec.missing and len(sec.missing) == n_cells:
         return lines + [f"**Not run yet**: 0 of {n_cells} runs finished.", ""]
@@ -409,14 +421,38 @@ def _render_section_md(sec: Section) -> list[str]:
     return lines
 
 
+def counts_title(path: Path) -> str:
+    """The heading of a ZO-HFL Fig. 1 count table, from its file name ``zohfl_fig1_<dataset>_a<alpha>.csv``."""
+    m = re.match(r"zohfl_fig1_(.+)_a([\d.e-]+)$", path.stem if path.suffix == ".csv" else path.name)
+    ds, alpha = (m.group(1), m.group(2)) if m else (path.stem, "?")
+    return f"Fig. 1 of ZO-HFL on {ds}: examples per client and class, Dirichlet({alpha}) label split"
+
+
+def _render_counts_md(path: Path) -> list[str]:
+    if not path.is_file():
+        return []
+    df = pd.read_csv(path)
+    c = df.drop(columns="client").to_numpy(float)
+    top2 = np.sort(c, 1)[:, -2:].sum(1) / np.maximum(c.sum(1), 1)
+    lines = [f"### {counts_title(path)}", "",
+             f"From `{path}` (`fbo figure zohfl-fig1`, seed 0, after the test and server shares). Each row is a "
+             f"client; its two largest classes hold {top2.mean():.0%} of its examples on average "
+             f"(min {top2.min():.0%}). The HTML report draws it as the paper's bubble chart.", ""]
+    lines += ["| " + " | ".join(df.columns) + " |", "|" + "---|" * len(df.columns)]
+    lines += ["| " + " | ".join(str(v) for v in r) + " |" for r in df.itertuples(index=False)]
+    return lines + [""]
+
+
 def _datasets(exp: Experiment) -> str:
     return ", ".join(dict.fromkeys(c.cfg.run.dataset for c in exp.cells))
 
 
-def render_html(markdown: str, sections: dict[str, list[Section]]) -> str:
+def render_html(markdown: str, sections: dict[str, list[Section]], counts_figs: dict[str, list[Path]] | None = None
+                ) -> str:
     """A self-contained page: the Markdown rendered to simple HTML, each section's figure embedded."""
     figs = {sec.exp.title or sec.exp.name: sec.figures for secs in sections.values() for sec in secs
             if sec.exp is not None and sec.figures}
+    figs.update(counts_figs or {})
     body, table = [], []
 
     def flush():
@@ -476,9 +512,18 @@ def build_report(root: Path, md_path: Path, html_path: Path, command: str = "fbo
         sections = {p.key: [build_section(s, root, work) for s in p.specs if Path(s).is_file()] for p in papers}
         md = render_markdown(sections, root, command, papers)
         from ..results import atomic_write
+        from ..tasks.hfl import plot_partition
 
+        counts_figs = {}
+        for p in papers:
+            for f in p.counts:
+                if (root / f).is_file():
+                    c = pd.read_csv(root / f).drop(columns="client").to_numpy()
+                    png = work / (Path(f).stem + ".png")
+                    counts_figs[counts_title(root / f)] = [plot_partition(__import__("torch").as_tensor(c), png,
+                                                                           counts_title(root / f))]
         atomic_write(md_path, md)
-        atomic_write(html_path, render_html(md, sections))
+        atomic_write(html_path, render_html(md, sections, counts_figs))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     secs = [s for v in sections.values() for s in v]

@@ -4,7 +4,7 @@ AUC stays within ``delta`` of the AUC at I = 1, per algorithm and client count K
 
 Usage after ``fbo compare experiments/codasca_fig1_*.yaml``::
 
-    python -m fbo_cli.report.codasca results/compare/<name> [DELTA]
+    fbo figure codasca-imax results/compare/<name> [--delta DELTA]
 
 writes ``imax.md``, ``imax.csv`` and ``imax.png`` (final AUC against I, the bottom row of the
 paper's Figure 1) next to the compare output's ``runs.csv``.
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 from pathlib import Path
 
 from ..errors import UsageError
@@ -137,7 +136,8 @@ def plot_auc_vs_window(agg, path: Path, delta: float) -> None:
                         capsize=3, label=algo)
             base = g[g.I == 1]["mean"]
             if len(base):
-                ax.axhline(base.iloc[0] - delta, color=f"C{j}", ls=":", lw=1)
+                ax.axhline(base.iloc[0] - delta, color=f"C{j}", ls=":", lw=1,
+                           label=f"{algo}: AUC at I = 1 minus {delta:g} (the I_max line)")
         ax.set_xscale("log", base=2)
         ax.set_title(f"K = {int(K)}", fontsize=10)
         ax.set_xlabel("communication window I")
@@ -145,10 +145,3 @@ def plot_auc_vs_window(agg, path: Path, delta: float) -> None:
         ax.legend(fontsize=8, frameon=False)
     axes[0][0].set_ylabel("final test AUC")
     save_figure(fig, path)
-
-
-if __name__ == "__main__":  # python -m fbo_cli.report.codasca results/compare/<name> [delta]
-    if len(sys.argv) < 2:
-        sys.exit("usage: python -m fbo_cli.report.codasca COMPARE_DIR [DELTA]")
-    t = imax_table(sys.argv[1], float(sys.argv[2]) if len(sys.argv) > 2 else 0.01)
-    print((Path(sys.argv[1]) / "imax.md").read_text())

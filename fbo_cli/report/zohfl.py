@@ -6,13 +6,12 @@
 
 Command line::
 
-    python -m fbo_cli.report.zohfl fig1 [DATASET] [ALPHA] [OUT]      # default fashion-mnist 0.1
-    python -m fbo_cli.report.zohfl fig2 [COMPARE_DIR] [OUT]          # default results/compare/zohfl_fig2
+    fbo figure zohfl-fig1 [DATASET] [--alpha ALPHA]     # default mnist 0.1; PNG and the counts as CSV
+    fbo figure zohfl-fig2 [COMPARE_DIR]                 # default results/compare/zohfl_fig2
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import torch
@@ -22,15 +21,25 @@ from ..data.hierarchical import build_hierarchical
 from ..tasks.hfl import partition_counts, plot_partition
 
 
-def fig1(dataset: str = "fashion-mnist", alpha: float = 0.1, clients: int = 10, seed: int = 0,
-         data_dir: str = "data", out: str | Path | None = None) -> Path:
+def fig1(dataset: str = "mnist", alpha: float = 0.1, clients: int = 10, seed: int = 0,
+         data_dir: str = "data", out_dir: str | Path = "results/figures") -> Path:
     """Build the hfl split of ``dataset`` (Dirichlet ``alpha`` over ``clients``, after the 10% test
-    and 30% server shares) and plot its client x class counts."""
-    out = out or f"results/figures/zohfl_fig1_{dataset}_a{alpha:g}.png"
+    and 30% server shares) and write its client x class counts: ``zohfl_fig1_<dataset>_a<alpha>.csv``
+    (the evidence ``fbo report`` reads) and ``.png`` (a bubble chart)."""
+    from ..results import atomic_write
+
     data = build_hierarchical(load_dataset(dataset, data_dir, download=True), "dirichlet", clients, seed,
                               torch.device("cpu"), alpha=alpha)
-    title = f"{dataset}: Dir({alpha:g}) over {clients} clients, seed {seed}"
-    return plot_partition(partition_counts(data), out, title)
+    counts = partition_counts(data)
+    stem = f"zohfl_fig1_{dataset}_a{alpha:g}"
+    rows = ["client," + ",".join(f"class {c}" for c in range(counts.shape[1]))]
+    rows += [f"{i}," + ",".join(str(int(v)) for v in r) for i, r in enumerate(counts.tolist())]
+    atomic_write(Path(out_dir) / f"{stem}.csv", "\n".join(rows) + "\n")
+    return plot_partition(counts, Path(out_dir) / f"{stem}.png", fig1_title(dataset, alpha, clients, seed))
+
+
+def fig1_title(dataset: str, alpha: float, clients: int = 10, seed: int = 0) -> str:
+    return f"{dataset}: Dirichlet({alpha:g}) label split over {clients} clients, seed {seed}"
 
 
 def fig2(compare_dir: str | Path = "results/compare/zohfl_fig2", out: str | Path | None = None,
@@ -70,19 +79,3 @@ def fig2(compare_dir: str | Path = "results/compare/zohfl_fig2", out: str | Path
     fig.savefig(out, dpi=130)
     plt.close(fig)
     return out
-
-
-def main(argv: list[str] | None = None) -> None:
-    a = list(sys.argv[1:] if argv is None else argv)
-    what = a.pop(0) if a else "fig1"
-    if what == "fig1":
-        ds, alpha = (a[0] if a else "fashion-mnist"), (float(a[1]) if len(a) > 1 else 0.1)
-        print(fig1(ds, alpha, out=a[2] if len(a) > 2 else None))
-    elif what == "fig2":
-        print(fig2(a[0] if a else "results/compare/zohfl_fig2", a[1] if len(a) > 1 else None))
-    else:
-        raise SystemExit(f"unknown figure '{what}'; choose fig1 or fig2")
-
-
-if __name__ == "__main__":
-    main()

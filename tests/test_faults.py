@@ -1,0 +1,124 @@
+"""Fault injection: planted and malformed checkpoints, hostile spec names. Each case is a regression of
+a probe that once found a hole (a pickle payload executed, a name wrote outside --out-dir)."""
+
+import io
+import pickle
+
+import pandas as pd
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from fbo_cli.cli import app
+from fbo_cli.config import resolve
+from fbo_cli.results import CHECKPOINT
+from fbo_cli.runner import execute
+
+runner = CliRunner()
+
+
+def _cfg(out, **kw):
+    return resolve("hyperrep", "aggitd", {"dataset": "digits", "clients": 4, "participation": 0.5, "threads": 1,
+                                          "max_iters": 4, "rounds": 10**6, "out_dir": str(out),
+                                          "checkpoint_every": 2, **kw})
+
+
+class _Payload:
+    """Unpickling this calls ``open(path, 'w')``: the file appears only if the loader executes code."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_a_planted_pickle_checkpoint_executes_nothing_and_the_run_starts_over(tmp_path):
+    clean = _cfg(tmp_path / "clean")
+    execute(clean)
+    cfg = _cfg(tmp_path / "planted")
+    cfg.run_dir.mkdir(parents=True)
+    marker = tmp_path / "pwned"
+    probe = tmp_path / "probe"
+
+    def planted(path):
+        buf = io.BytesIO()
+        torch.save({"run_id": cfg.run_id, "fbo": "0.1.0", "algo": _Payload(path)}, buf)
+        return buf.getvalue()
+
+    torch.load(io.BytesIO(planted(probe)), weights_only=False)
+    assert probe.exists()  # a real payload: a loader that unpickles anything runs it
+    (cfg.run_dir / CHECKPOINT).write_bytes(planted(marker))
+    logs = []
+    s = execute(cfg, log=logs.append)
+    assert not marker.exists()
+    assert s["status"] == "done" and (cfg.run_dir / "checkpoint.bad").is_file()
+    assert any("malformed" in m and "starting from round 0" in m for m in logs), logs
+    a, b = (pd.read_csv(c.run_dir / "metrics.csv").drop(columns="train_time") for c in (clean, cfg))
+    pd.testing.assert_frame_equal(a, b)  # from round 0: the same run as one that never saw the file
+
+
+@pytest.mark.parametrize("damage", ["drop gen", "rows not a list", "wrong shape", "foreign class"])
+def test_a_malformed_checkpoint_of_this_run_is_moved_aside_and_the_run_redone(tmp_path, monkeypatch, damage):
+    import fbo_cli.runner as r
+
+    cfg = _cfg(tmp_path)
+    real = r._save_checkpoint
+
+    def save_then_die(path, c, b, *a):
+        real(path, c, b, *a)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(r, "_save_checkpoint", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        execute(cfg)
+    monkeypatch.setattr(r, "_save_checkpoint", real)
+    ck = cfg.run_dir / CHECKPOINT
+    c = torch.load(ck, weights_only=True)
+    if damage == "drop gen":
+        del c["gen"]
+    elif damage == "rows not a list":
+        c["rows"] = "x"
+    elif damage == "wrong shape":
+        c["algo"]["x"] = ("t", torch.zeros(3))
+    else:
+        c["algo"]["x"] = ("o", "subprocess:Popen", {})
+    torch.save(c, ck)
+    logs = []
+    s = execute(cfg, log=logs.append)
+    assert s["status"] == "done" and not ck.exists() and (cfg.run_dir / "checkpoint.bad").is_file(), logs
+    assert s["ledger"]["iterations"] == 4
+    assert execute(cfg, reuse=True)["status"] == "done"  # nothing left that trips a later run
+
+
+def test_pickle_module_is_not_what_loads_checkpoints():
+    with pytest.raises(pickle.UnpicklingError):
+        torch.load(io.BytesIO(pickle.dumps(_Payload("/nonexistent/x"), protocol=2)), weights_only=True)
+
+
+def _spec(path, name, algos="[{name: A, algo: aggitd}]"):
+    path.write_text(f"name: {name}\ntask: hyperrep\nseeds: [0]\nalgorithms: {algos}\n"
+                    f"base: {{dataset: digits, clients: 4, participation: 0.5, rounds: 5, threads: 1}}\n")
+    return path
+
+
+@pytest.mark.parametrize("name", ["/tmp/fbo-escape", "../../escape", ".", "[a, b]", "a/b", "x" * 101, "'a b'"])
+def test_a_spec_name_is_never_a_path(tmp_path, name):
+    out = tmp_path / "out" / "a"
+    r = runner.invoke(app, ["compare", str(_spec(tmp_path / "s.yaml", name)), "--out-dir", str(out)])
+    assert r.exit_code == 2 and "'name' must be" in " ".join(r.output.split()) and "Traceback" not in r.output
+    assert not (tmp_path / "out").exists() and not (tmp_path / "escape").exists()
+    assert not __import__("pathlib").Path("/tmp/fbo-escape").exists()
+
+
+def test_two_specs_with_one_name_do_not_share_a_folder(tmp_path):
+    out = tmp_path / "out"
+    a = _spec(tmp_path / "a.yaml", "tiny")
+    b = _spec(tmp_path / "b.yaml", "tiny", "[{name: B, algo: fednest}]")
+    assert runner.invoke(app, ["compare", str(a), "--out-dir", str(out)]).exit_code == 0
+    before = (out / "compare" / "tiny" / "table.md").read_text()
+    r = runner.invoke(app, ["compare", str(b), "--out-dir", str(out)])
+    assert r.exit_code == 2 and "a different spec with the same name 'tiny'" in " ".join(r.output.split())
+    assert (out / "compare" / "tiny" / "table.md").read_text() == before
+    r = runner.invoke(app, ["tune", str(b), "--out-dir", str(out)])
+    assert r.exit_code == 2
