@@ -247,9 +247,10 @@ def tune(
 def report(
     root: Path = typer.Option(Path("docs/results"), "--from", help="Results root to read (run directories); "
                               "docs/results is the committed evidence."),
-    md: Path = typer.Option(Path("docs/results.md"), "--md", help="Markdown report."),
-    html_out: Path = typer.Option(Path("results/report/report.html"), "--html",
-                                  help="Self-contained HTML report."),
+    md: Optional[Path] = typer.Option(None, "--md", help="Markdown report. \\[default: docs/results.md; with "
+                                      "--spec: results/report/partial.md, never the full report]"),
+    html_out: Optional[Path] = typer.Option(None, "--html", help="Self-contained HTML report. \\[default: "
+                                            "results/report/report.html; with --spec: results/report/partial.html]"),
     collect: Optional[Path] = typer.Option(None, "--collect", help="First copy the finished reproduction runs "
                                            "from this results root (e.g. results) into --from."),
     spec: Optional[list[Path]] = typer.Option(None, "--spec", help="Report these experiment specs only "
@@ -259,7 +260,13 @@ def report(
     stated rule, missing runs, figures in the HTML) from run directories only; runs nothing."""
     from .report import build_report, collect_evidence, prune_evidence
 
+    partial = bool(spec)
+    md = md or Path("results/report/partial.md" if partial else "docs/results.md")
+    html_out = html_out or Path("results/report/partial.html" if partial else "results/report/report.html")
     with user_errors():
+        if partial and md == Path("docs/results.md"):
+            raise UsageError("--spec writes a partial report; it does not replace the full report docs/results.md "
+                             "(leave --md out, or name another file)")
         if collect is not None:
             if not collect.is_dir():
                 raise UsageError(f"--collect: no results folder at {collect}")

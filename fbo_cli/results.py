@@ -104,6 +104,10 @@ def run_status(run_dir: Path) -> tuple[str, dict[str, Any] | None, str]:
         m = d / "metrics.csv"
         if s is None:
             return "corrupt", None, "summary.json is not valid JSON"
+        own = (s.get("run_id"), s.get("algo"), s.get("task"))
+        if own != (d.name, d.parent.name, d.parent.parent.name):
+            return "corrupt", s, (f"summary.json is that of run {'/'.join(map(str, own[::-1]))}, not of this "
+                                  f"directory {'/'.join(d.parts[-3:])} (a copy or a link of another run?)")
         if not m.is_file():
             return "corrupt", s, "metrics.csv is missing beside summary.json"
         if "metrics_sha256" in s:

@@ -122,3 +122,24 @@ def test_two_specs_with_one_name_do_not_share_a_folder(tmp_path):
     assert (out / "compare" / "tiny" / "table.md").read_text() == before
     r = runner.invoke(app, ["tune", str(b), "--out-dir", str(out)])
     assert r.exit_code == 2
+
+
+def test_a_copied_or_linked_run_directory_is_refused_and_redone(tmp_path):
+    import shutil
+
+    from fbo_cli.results import run_status
+
+    a = _cfg(tmp_path, seed=0)
+    execute(a)
+    b = _cfg(tmp_path, seed=1)
+    shutil.copytree(a.run_dir, b.run_dir)  # another run's files under this run's name
+    state, _, why = run_status(b.run_dir)
+    assert state == "corrupt" and "a copy or a link of another run" in why
+    other = resolve("hyperrep", "fednest", {**a.as_dict()["hp"], **{k: v for k, v in a.as_dict().items()
+                                                                    if k not in ("hp", "task_params", "algo",
+                                                                                 "task")}})
+    other.run_dir.parent.mkdir(parents=True)
+    other.run_dir.symlink_to(a.run_dir.resolve())  # FBO-AggITD's run shown as FedNest's
+    assert run_status(other.run_dir)[0] == "corrupt"
+    s = execute(b, reuse=True)
+    assert s["run_id"] == b.run_id and s["seed"] == 1  # redone as itself

@@ -29,6 +29,7 @@ from __future__ import annotations
 import base64
 import html
 import math
+import os
 import re
 import shutil
 import tempfile
@@ -350,6 +351,7 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
            "paper's value for round counts); else *above* or *below* (for round counts: slower or faster; a seed "
            "that never reaches the target makes ours slower). Failed and diverged runs are left out of means and "
            "counted in the table's columns.", ""]
+    out += summary_md(sections, papers)
     for paper in papers:
         out += [f"## {paper.title}", ""]
         if paper.fidelity:
@@ -371,6 +373,34 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
                  "(`tests/test_cuda.py`) skipped and `make bench DEVICE=cuda` has not run. On a machine with "
                  "CUDA it writes `results/bench/cuda/`, which `fbo report --collect results` picks up.", ""])
     return "\n".join(out) + "\n"
+
+
+VERDICTS = ("holds in every seed", "holds in the mean", "does not hold", "no data")
+
+
+def summary_md(sections: dict[str, list[Section]], papers: tuple[Paper, ...]) -> list[str]:
+    """The front summary: per paper, each claim of each experiment with its verdicts counted over the
+    settings, linked to its section."""
+    out = ["## Summary: the papers' claims and their verdicts", "",
+           "One row per claim and experiment; the verdict column counts the settings by verdict (the rule "
+           "above). Follow the link for the numbers.", "",
+           "| paper | experiment | claim | verdicts over settings |", "|---|---|---|---|"]
+    for paper in papers:
+        for sec in sections[paper.key]:
+            if sec.exp is None:
+                continue
+            title = sec.exp.title or sec.exp.name
+            link = f"[{sec.exp.name}](#{slug(title.replace('`', ''))})"
+            if not sec.verdicts:
+                why = "no claims in the spec" if not sec.missing or len(sec.missing) < len(sec.exp.cells) \
+                    else "not run yet"
+                out.append(f"| {paper.title} | {link} | – | {why} |")
+                continue
+            for claim in dict.fromkeys(c for c, *_ in sec.verdicts):
+                vs = [v for c, _, v, _ in sec.verdicts if c == claim]
+                counts = ", ".join(f"**{v}** {vs.count(v)}" for v in VERDICTS if vs.count(v))
+                out.append(f"| {paper.title} | {link} | {claim.replace('|', '/')} | {counts} |")
+    return out + [""]
 
 
 def _budget(exp: Experiment) -> str:
@@ -447,56 +477,52 @@ def _datasets(exp: Experiment) -> str:
     return ", ".join(dict.fromkeys(c.cfg.run.dataset for c in exp.cells))
 
 
+def slug(text: str) -> str:
+    """GitHub's heading anchor: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
+
+
 def render_html(markdown: str, sections: dict[str, list[Section]], counts_figs: dict[str, list[Path]] | None = None
                 ) -> str:
-    """A self-contained page: the Markdown rendered to simple HTML, each section's figure embedded."""
+    """A self-contained page: the Markdown rendered by markdown-it-py (CommonMark with tables), an id on
+    every heading, a table of contents, and each section's figures embedded after its heading."""
+    from markdown_it import MarkdownIt
+
     figs = {sec.exp.title or sec.exp.name: sec.figures for secs in sections.values() for sec in secs
             if sec.exp is not None and sec.figures}
     figs.update(counts_figs or {})
-    body, table = [], []
-
-    def flush():
-        if table:
-            rows = [r.strip().strip("|").split("|") for r in table if not set(r.strip()) <= set("|-: ")]
-            h = "".join(f"<th>{_inline(c.strip())}</th>" for c in rows[0])
-            t = "".join("<tr>" + "".join(f"<td>{_inline(c.strip())}</td>" for c in r) + "</tr>" for r in rows[1:])
-            body.append(f"<table><thead><tr>{h}</tr></thead><tbody>{t}</tbody></table>")
-            table.clear()
-
-    for line in markdown.splitlines():
-        if line.startswith("|"):
-            table.append(line)
-            continue
-        flush()
-        if line.startswith("### "):
-            title = line[4:]
-            body.append(f"<h3>{html.escape(title)}</h3>")
-            for p in figs.get(title, []):
-                if p.is_file():
-                    data = base64.b64encode(p.read_bytes()).decode()
-                    body.append(f'<img alt="{html.escape(title)}" src="data:image/png;base64,{data}">')
-        elif line.startswith("## "):
-            body.append(f"<h2>{html.escape(line[3:])}</h2>")
-        elif line.startswith("# "):
-            body.append(f"<h1>{html.escape(line[2:])}</h1>")
-        elif line.strip():
-            body.append(f"<p>{_inline(line)}</p>")
-    flush()
-    css = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    tokens = md.parse(markdown)
+    toc, seen = [], set()
+    for i, t in enumerate(tokens):
+        if t.type == "heading_open" and t.tag in ("h2", "h3"):
+            text = tokens[i + 1].content
+            anchor = slug(re.sub(r"`", "", text))
+            while anchor in seen:
+                anchor += "-1"
+            seen.add(anchor)
+            t.attrSet("id", anchor)
+            toc.append((t.tag, anchor, tokens[i + 1]))
+    body = md.renderer.render(tokens, md.options, {})
+    for tag, anchor, inline in toc:  # figures right after their section's heading
+        title = inline.content
+        imgs = "".join(f'<img alt="{html.escape(title)}" src="data:image/png;base64,'
+                       f'{base64.b64encode(p.read_bytes()).decode()}">' for p in figs.get(title, []) if p.is_file())
+        if imgs:
+            close = body.index(f"</{tag}>", body.index(f'<{tag} id="{anchor}">')) + len(f"</{tag}>")
+            body = body[:close] + f'<div class="figs">{imgs}</div>' + body[close:]
+    items = "".join(f'<li class="{tag}"><a href="#{anchor}">{md.renderInline(inline.content)}</a></li>'
+                    for tag, anchor, inline in toc)
+    nav = f'<nav><b>Contents</b><ul>{items}</ul></nav>'
+    css = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222;"
+           "font-size:15px;line-height:1.45}"
            "table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px}"
            "th{background:#f3f3f3}img{max-width:100%;border:1px solid #eee;margin:.5em 0}"
-           "h2{border-bottom:2px solid #444}"
-           "code{background:#f5f5f5;padding:0 3px}")
+           "h2{border-bottom:2px solid #444;margin-top:2em}code{background:#f5f5f5;padding:0 3px}"
+           "nav{background:#fafafa;border:1px solid #ddd;padding:.5em 1em;margin:1em 0}nav ul{margin:.3em 0}"
+           "nav li.h3{margin-left:1.5em;font-size:13px}")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>fbo results</title><style>{css}</style>"
-            f"</head><body>{''.join(body)}</body></html>\n")
-
-
-def _inline(text: str) -> str:
-    t = html.escape(text)
-    t = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", t)
-    t = re.sub(r"`(.+?)`", r"<code>\1</code>", t)
-    t = re.sub(r"\[(.+?)\]\((.+?)\)", r'<a href="\2">\1</a>', t)
-    return re.sub(r"(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*", r"<i>\1</i>", t)
+            f"</head><body>{nav}{body}</body></html>\n")
 
 
 def build_report(root: Path, md_path: Path, html_path: Path, command: str = "fbo report",
@@ -510,6 +536,10 @@ def build_report(root: Path, md_path: Path, html_path: Path, command: str = "fbo
     work = Path(tempfile.mkdtemp(prefix="fbo-report-"))
     try:
         sections = {p.key: [build_section(s, root, work) for s in p.specs if Path(s).is_file()] for p in papers}
+        secs = [x for v in sections.values() for x in v if x.exp is not None]
+        if not any(len(x.missing or []) < len(x.exp.cells) for x in secs):
+            raise UsageError(f"no finished runs under {root} for {'these specs' if specs else 'any reproduction spec'}"
+                             f": nothing to report (run them, or --from the folder that holds them)")
         md = render_markdown(sections, root, command, papers)
         from ..results import atomic_write
         from ..tasks.hfl import plot_partition
@@ -523,7 +553,8 @@ def build_report(root: Path, md_path: Path, html_path: Path, command: str = "fbo
                     counts_figs[counts_title(root / f)] = [plot_partition(__import__("torch").as_tensor(c), png,
                                                                            counts_title(root / f))]
         atomic_write(md_path, md)
-        atomic_write(html_path, render_html(md, sections, counts_figs))
+        fid = os.path.relpath(md_path.parent / "fidelity.md", html_path.parent)  # links work from the HTML too
+        atomic_write(html_path, render_html(md, sections, counts_figs).replace('href="fidelity.md', f'href="{fid}'))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     secs = [s for v in sections.values() for s in v]
