@@ -50,18 +50,20 @@ def _fmt_metric(row: dict[str, Any], metric: str) -> str:
 
 @app.command(no_args_is_help=True)
 def run(
-    task: str = typer.Argument(..., help="Task: hyperrep, hyperclean, auc, hfl (see `fbo list`)."),
-    algo: str = typer.Option(..., "--algo", "-a", help="Algorithm name (see `fbo list`)."),
+    task: Optional[str] = typer.Argument(None, help="Task: hyperrep, hyperclean, auc, hfl (see `fbo list`); "
+                                         "optional with --config of a run's config.yaml."),
+    algo: Optional[str] = typer.Option(None, "--algo", "-a", help="Algorithm name (see `fbo list`); optional "
+                                       "with --config of a run's config.yaml, whose algorithm it replaces."),
     dataset: Optional[str] = typer.Option(None, help="Dataset; default: the task's offline default."),
     partition: Optional[str] = typer.Option(None, help="Client partition: iid | shards | dirichlet | class-disjoint."),
-    clients: Optional[int] = typer.Option(None, help="Number of clients m. \\[default: 100]"),
-    participation: Optional[float] = typer.Option(None, help="Fraction of clients per round C. \\[default: 0.1]"),
+    clients: Optional[int] = typer.Option(None, help="Number of clients m. \\[default: the task's; `fbo show ALGO --task TASK`]"),
+    participation: Optional[float] = typer.Option(None, help="Fraction of clients per round C. \\[default: the task's]"),
     alpha: Optional[float] = typer.Option(None, help="Dirichlet concentration (partition dirichlet). \\[default: 0.5]"),
     lower: Optional[str] = typer.Option(None, help="Lower level: global | local (a head per client)."),
-    rounds: Optional[int] = typer.Option(None, help="Budget in communication rounds. \\[default: 2000]"),
+    rounds: Optional[int] = typer.Option(None, help="Budget in communication rounds. \\[default: the task's]"),
     max_iters: Optional[int] = typer.Option(None, help="Optional budget in outer iterations."),
     time_limit: Optional[float] = typer.Option(None, help="Optional budget in seconds of training."),
-    eval_every: Optional[int] = typer.Option(None, help="Evaluate every this many outer iterations. \\[default: 1]"),
+    eval_every: Optional[int] = typer.Option(None, help="Evaluate every this many outer iterations. \\[default: the task's]"),
     target: Optional[float] = typer.Option(None, help="Target of the headline metric for 'rounds to target'."),
     seed: Optional[int] = typer.Option(None, help="Random seed (partition, init, sampling). \\[default: 0]"),
     device: Optional[str] = typer.Option(None, help="auto | cpu | cuda. \\[default: auto]"),
@@ -71,21 +73,30 @@ def run(
         None, "--config", "-c", help="YAML file of key: value overrides (a run's own config.yaml repeats that run)."),
     set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="Override any key: --set tau=5 (repeatable)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the fully resolved config and exit; runs nothing."),
 ) -> None:
-    """Run one algorithm on one task and write results/<task>/<algo>/<run-id>/."""
-    from .config import flatten_run_config, load_config_file, parse_sets, resolve
+    """Run one algorithm on one task and write results/<task>/<algo>/<run-id>/. Options left out take the
+    task's and the algorithm's defaults: `fbo show ALGO --task TASK` lists them, `--dry-run` shows the
+    resolved config."""
+    from .config import load_config_file, parse_sets, resolve
     from .data import load_dataset
     from .results import make_dirs
     from .runner import Interrupted, execute
 
     with user_errors():
-        file_layer = flatten_run_config(load_config_file(config)) if config else {}
+        task, algo, file_layer = config_layer(load_config_file(config) if config else {}, task, algo)
         cli_layer = {k: v for k, v in dict(
             dataset=dataset, partition=partition, clients=clients, participation=participation, alpha=alpha,
             lower=lower, rounds=rounds, max_iters=max_iters, time_limit=time_limit, eval_every=eval_every,
             target=target, seed=seed, device=device, data_dir=str(data_dir) if data_dir else None,
             out_dir=str(out_dir) if out_dir else None).items() if v is not None}
         cfg = resolve(task, algo, file_layer, cli_layer, parse_sets(set_))
+        if dry_run:
+            import yaml
+
+            typer.echo(f"# fbo run, resolved (run directory {cfg.run_dir}; nothing was run)")
+            typer.echo(yaml.safe_dump(cfg.as_dict(), sort_keys=False).rstrip("\n"))
+            return
         make_dirs(cfg.run_dir)  # an unwritable --out-dir fails before the data is loaded
         load_dataset(cfg.run.dataset, cfg.run.data_dir, cfg.run.download)  # fail before the progress bar
         budget = cfg.run.rounds
@@ -115,6 +126,36 @@ def run(
     out.print(f"results: {cfg.run_dir}")
     if status != "done":
         raise typer.Exit(1)
+
+
+def config_layer(data: dict[str, Any], task: str | None, algo: str | None) -> tuple[str, str, dict[str, Any]]:
+    """(task, algorithm, override layer) of ``fbo run`` from a ``--config`` file: TASK and ``--algo`` may
+    come from a run's config.yaml; an ``--algo`` that replaces the file's drops the file's hyperparameters
+    the new algorithm does not have (said on stderr)."""
+    from .algorithms import REGISTRY
+    from .config import _hints, flatten_run_config
+
+    task = task or data.get("task")
+    if not task:
+        raise UsageError("give the TASK (e.g. `fbo run hyperrep --algo aggitd`), or --config with a run's "
+                         "config.yaml")
+    if data.get("task") and data["task"] != task:
+        raise UsageError(f"the config file is for task '{data['task']}', not '{task}'")
+    algo = algo or data.get("algo")
+    if not algo:
+        raise UsageError("--algo is required (see `fbo list`), or --config with a run's config.yaml")
+    layer = flatten_run_config(data)
+    layer.pop("task", None)
+    theirs = layer.pop("algo", None)
+    if theirs and theirs != algo and algo in REGISTRY and isinstance(data.get("hp"), dict):
+        mine = set(_hints(REGISTRY[algo].cls.HP))
+        dropped = sorted(k for k in data["hp"] if k not in mine)
+        for k in dropped:
+            layer.pop(k, None)
+        err.print(f"--algo {algo} replaces the file's {theirs}"
+                  + (f"; its hyperparameters {', '.join(dropped)} do not apply and are left out" if dropped else ""),
+                  highlight=False)
+    return task, algo, layer
 
 
 def check_executor(jobs: int, executor: str | None, address: str | None, cpus_per_run: int,
@@ -351,6 +392,56 @@ def figure_codasca_imax(
         typer.echo((compare_dir / "imax.md").read_text().rstrip("\n"))
 
 
+def _field_notes(cls: type) -> dict[str, str]:
+    """``{field: its source comment}`` of a dataclass (the meaning and the paper's symbol, where written)."""
+    import inspect
+    import re
+
+    try:
+        src = inspect.getsource(cls)
+    except (OSError, TypeError):
+        return {}
+    return {m.group(1): m.group(2).strip() for m in re.finditer(r"^\s+(\w+):[^=\n]+=[^#\n]*#\s*(.*)$", src, re.M)}
+
+
+@app.command(no_args_is_help=True)
+def show(
+    algo: str = typer.Argument(..., help="Algorithm name (see `fbo list`)."),
+    task: Optional[str] = typer.Option(None, help="Task whose defaults to show. \\[default: the algorithm's first]"),
+) -> None:
+    """Every setting of ALGO on TASK with the default `fbo run` uses, its meaning and the paper's symbol:
+    the run settings, the task's parameters and the algorithm's hyperparameters (paper defaults)."""
+    from dataclasses import fields
+
+    from .algorithms import REGISTRY
+    from .config import RunSettings, resolve
+
+    with user_errors():
+        if algo not in REGISTRY:
+            import difflib
+
+            near = difflib.get_close_matches(algo, list(REGISTRY), n=1)
+            raise UsageError(f"unknown algorithm '{algo}'" + (f" (did you mean '{near[0]}'?)" if near else "")
+                             + f"; choose one of: {', '.join(REGISTRY)}")
+        e = REGISTRY[algo]
+        task = task or e.tasks[0]
+        cfg = resolve(task, algo)
+    view = _out if _out.is_terminal else Console(width=100_000)
+    view.print(f"[bold]{algo}[/bold] ({e.label}) on [bold]{task}[/bold]: {e.cls.paper}; rounds per outer "
+               f"iteration: {e.cls.rounds}", highlight=False)
+    for title, obj, cls in (("run settings (fbo run options or --set)", cfg.run, RunSettings),
+                            (f"{task} parameters (--set)", cfg.task_params, type(cfg.task_params)),
+                            (f"{algo} hyperparameters (--set; the paper's defaults)", cfg.hp, type(cfg.hp))):
+        notes = _field_notes(cls)
+        t = Table(title=title, title_justify="left")
+        t.add_column("key", no_wrap=True)
+        t.add_column("default", no_wrap=True)
+        t.add_column("meaning", overflow="fold")
+        for f in fields(obj):
+            t.add_row(f.name, repr(getattr(obj, f.name)), notes.get(f.name, ""))
+        view.print(t)
+
+
 @app.command("list")
 def list_() -> None:
     """Tasks, algorithms, datasets and experiment specs."""
@@ -362,19 +453,19 @@ def list_() -> None:
     out = _out if _out.is_terminal else Console(width=100_000)
     t = Table(title="Tasks", title_justify="left")
     for c in ("task", "kind", "metric", "datasets"):
-        t.add_column(c)
+        t.add_column(c, no_wrap=c == "task", overflow="fold")
     for name, cls in TASKS.items():
         t.add_row(name, cls.kind, cls.metric, ", ".join(cls.datasets))
     out.print(t)
     t = Table(title="Algorithms", title_justify="left")
     for c in ("algorithm", "label", "tasks", "rounds / iteration", "paper"):
-        t.add_column(c)
+        t.add_column(c, no_wrap=c == "algorithm", overflow="fold")
     for name, e in REGISTRY.items():
         t.add_row(name, e.label, ", ".join(e.tasks), e.cls.rounds, e.cls.paper)
     out.print(t)
     t = Table(title="Datasets", title_justify="left")
-    t.add_column("dataset")
-    t.add_column("source")
+    t.add_column("dataset", no_wrap=True)
+    t.add_column("source", overflow="fold")
     for name, fn in LOADERS.items():
         t.add_row(name, (fn.__doc__ or "torchvision (data dir or download)").strip().splitlines()[0])
     out.print(t)
@@ -383,8 +474,8 @@ def list_() -> None:
         import yaml
 
         t = Table(title="Experiment specs (fbo compare FILE)", title_justify="left")
-        t.add_column("file")
-        t.add_column("title")
+        t.add_column("file", no_wrap=True)
+        t.add_column("title", overflow="fold")
         for p in specs:
             try:
                 d = yaml.safe_load(p.read_text()) or {}

@@ -7,6 +7,7 @@ or a bad value is a :class:`UsageError` naming the key and what it accepts.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import math
@@ -175,7 +176,7 @@ def flatten_run_config(data: dict[str, Any]) -> dict[str, Any]:
     """A run's resolved ``config.yaml`` (``task_params`` and ``hp`` nested) as one flat layer, so that
     ``fbo run --config results/<task>/<algo>/<run-id>/config.yaml`` repeats that run; a flat file is
     returned as it is."""
-    out = {k: v for k, v in data.items() if k not in ("task_params", "hp")}
+    out = {k: v for k, v in data.items() if k not in ("task_params", "hp", "device_used")}
     for group in ("task_params", "hp"):
         nested = data.get(group)
         if nested is None:
@@ -216,8 +217,10 @@ def resolve(task: str, algo: str, *layers: dict[str, Any]) -> RunConfig:
                 break
         else:
             allowed = sorted(set().union(*[set(h) for h in hints]))
-            raise UsageError(f"unknown key '{key}' for task '{task}' with algorithm '{algo}'; "
-                             f"allowed keys: {', '.join(allowed)}")
+            near = difflib.get_close_matches(str(key), allowed, n=1)
+            raise UsageError(f"unknown key '{key}' for task '{task}' with algorithm '{algo}'"
+                             + (f" (did you mean '{near[0]}'?)" if near else "")
+                             + f"; allowed keys: {', '.join(allowed)} (`fbo show {algo} --task {task}` explains them)")
     run = replace(RunSettings(), **groups[0][1])
     tparams = replace(tcls.Params(), **groups[1][1])
     hp = replace(entry.cls.HP(), **groups[2][1])

@@ -277,7 +277,9 @@ def _run_ray(cells, address, cpus_per_run, gpus_per_run, console, rerun, title, 
                         if "config.yaml" in files:  # the driver's paths, not the worker's temporary out_dir
                             import yaml
 
-                            files["config.yaml"] = yaml.safe_dump(c.cfg.as_dict(), sort_keys=False).encode()
+                            used = (yaml.safe_load(files["config.yaml"]) or {}).get("device_used")
+                            files["config.yaml"] = yaml.safe_dump({**c.cfg.as_dict(), "device_used": used},
+                                                                  sort_keys=False).encode()
                         _land(c.cfg.run_dir, files, c.cfg.run.keep_checkpoint)
                     except Exception as e:  # the worker died twice, or the task raised
                         s = {"status": "failed", "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}

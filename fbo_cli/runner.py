@@ -243,7 +243,7 @@ def _execute(cfg: RunConfig, on_eval, write: bool, log) -> dict:
                 log(f"resuming {run_dir} from its checkpoint at outer iteration {led.iterations} "
                     f"(round {led.rounds})")
     if write:
-        write_yaml(run_dir / "config.yaml", cfg.as_dict())
+        write_yaml(run_dir / "config.yaml", {**cfg.as_dict(), "device_used": str(b.device)})
         if rows:
             write_csv(run_dir / "metrics.csv", rows)
     if on_eval and rows:

@@ -54,9 +54,22 @@ def test_a_runs_config_yaml_repeats_it(tmp_path):
     assert again.name == first.name
     cols = lambda d: pd.read_csv(d / "metrics.csv").drop(columns="train_time")  # noqa: E731
     pd.testing.assert_frame_equal(cols(first), cols(again))
+    r = run("run", "--config", str(first / "config.yaml"), "--out-dir", str(tmp_path / "d"), "--quiet")
+    assert r.exit_code == 0, r.output  # TASK and --algo come from the file
+    assert _run_dir(tmp_path / "d").name == first.name
     r = run("run", "hyperrep", "--algo", "aggitd", "--config", str(first / "config.yaml"),
-            "--out-dir", str(tmp_path / "c"), "--quiet")
-    assert r.exit_code == 2 and "'algo' cannot be set" in r.output
+            "--out-dir", str(tmp_path / "c"), "--quiet")  # one run's config seeds another algorithm's run
+    assert r.exit_code == 0, r.output
+    assert "replaces the file's fednest" in r.output and "T, local_hypergrad, neumann" in " ".join(r.output.split())
+    import yaml
+
+    c = yaml.safe_load((_run_dir(tmp_path / "c") / "config.yaml").read_text())
+    assert c["algo"] == "aggitd" and c["hp"]["tau"] == 2 and c["task_params"]["hidden"] == 50
+    assert c["device_used"] == "cpu"
+    r = run("run", "--config", str(first / "config.yaml"), "--set", "tua=3", "--dry-run")
+    assert r.exit_code == 2 and "did you mean 'tau'" in " ".join(r.output.split())
+    r = run("run", "--config", str(first / "config.yaml"), "--dry-run", "--out-dir", str(tmp_path / "e"))
+    assert r.exit_code == 0 and "outer_lr:" in r.output and not (tmp_path / "e").exists()
 
 
 def test_same_seed_same_metrics(tmp_path):
