@@ -56,14 +56,17 @@ def run(
                                        "with --config of a run's config.yaml, whose algorithm it replaces."),
     dataset: Optional[str] = typer.Option(None, help="Dataset; default: the task's offline default."),
     partition: Optional[str] = typer.Option(None, help="Client partition: iid | shards | dirichlet | class-disjoint."),
-    clients: Optional[int] = typer.Option(None, help="Number of clients m. \\[default: the task's; `fbo show ALGO --task TASK`]"),
-    participation: Optional[float] = typer.Option(None, help="Fraction of clients per round C. \\[default: the task's]"),
+    clients: Optional[int] = typer.Option(None, help="Number of clients m. \\[default: the task's; see "
+                                          "`fbo show ALGO --task TASK`]"),
+    participation: Optional[float] = typer.Option(None, help="Fraction of clients per round C. "
+                                                  "\\[default: the task's]"),
     alpha: Optional[float] = typer.Option(None, help="Dirichlet concentration (partition dirichlet). \\[default: 0.5]"),
     lower: Optional[str] = typer.Option(None, help="Lower level: global | local (a head per client)."),
     rounds: Optional[int] = typer.Option(None, help="Budget in communication rounds. \\[default: the task's]"),
     max_iters: Optional[int] = typer.Option(None, help="Optional budget in outer iterations."),
     time_limit: Optional[float] = typer.Option(None, help="Optional budget in seconds of training."),
-    eval_every: Optional[int] = typer.Option(None, help="Evaluate every this many outer iterations. \\[default: the task's]"),
+    eval_every: Optional[int] = typer.Option(None, help="Evaluate every this many outer iterations. "
+                                             "\\[default: the task's]"),
     target: Optional[float] = typer.Option(None, help="Target of the headline metric for 'rounds to target'."),
     seed: Optional[int] = typer.Option(None, help="Random seed (partition, init, sampling). \\[default: 0]"),
     device: Optional[str] = typer.Option(None, help="auto | cpu | cuda. \\[default: auto]"),
