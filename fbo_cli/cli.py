@@ -227,6 +227,8 @@ def compare(
             except ValueError:
                 raise UsageError(f"--seeds expects comma-separated integers, got '{seeds}'") from None
         exp = cmp.load_spec(spec, overrides, seed_list)
+        if (short := cmp.tuning_budget_note(exp)) and not no_run:
+            err.print(f"[yellow]{short.replace('**', '')}[/yellow]", highlight=False)
         if exp.tuned is None and any(a.get("tune") for a in exp.algorithms) and not no_run:
             err.print(f"[yellow]{spec} has tuning grids but no tuned.yaml yet: these runs use the spec's own "
                       f"values; `fbo tune {spec}` first chooses them on validation data[/yellow]")

@@ -475,6 +475,18 @@ def write_report(exp: Experiment, outdir: Path, no_run: bool = False, warn=None)
         plot_experiment(replace(exp, x=xa), curves, outdir / f"curves_{xa}.png", runs)
 
 
+def tuning_budget_note(exp: Experiment) -> str:
+    """'' when the tuning ran at the evaluation budget, else a warning that says both budgets."""
+    if not exp.tuned or not isinstance(exp.tuned.get("rounds"), int):
+        return ""
+    budgets = sorted({c.cfg.run.rounds for c in exp.cells})
+    if exp.tuned["rounds"] >= budgets[-1]:
+        return ""
+    return (f"**Tuned at {exp.tuned['rounds']} rounds, evaluated at {', '.join(map(str, budgets))}**: the ranking "
+            f"of the grid was not checked at the evaluation budget, so a late instability or a late change of "
+            f"order may be missed.")
+
+
 def tuned_note(exp: Experiment) -> str:
     """What the table's hyperparameters are and how they were chosen (Markdown)."""
     from .tune import edge_note, tuned_entry, tuned_layer
@@ -496,7 +508,8 @@ def tuned_note(exp: Experiment) -> str:
         return ""
     out = [""]
     if exp.tuned:
-        out += [f"**Hyperparameters.** Tuned by `fbo tune`: {exp.tuned.get('procedure', '')}.", ""]
+        out += [f"**Hyperparameters.** Tuned by `fbo tune`: {exp.tuned.get('procedure', '')}."
+                + (f" {short}" if (short := tuning_budget_note(exp)) else ""), ""]
     else:
         out += ["**Hyperparameters.**", ""]
     out += ["| algorithm | setting | values | how chosen |", "|---|---|---|---|"]
