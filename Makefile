@@ -6,7 +6,7 @@ TORCH   ?= torch==2.14.1 torchvision==0.29.1
 DEVICE  ?= cpu
 BENCH_ARGS ?=
 
-.PHONY: setup venv data run report report-collect report-check reproduce-all reproduce-quick test lint bench reproduce-aggitd reproduce-aggitd-short reproduce-aggitd-mnist reproduce-codasca reproduce-codasca-controls reproduce-codasca-cifar100 reproduce-zohfl reproduce-zohfl-all reproduce-fedbio reproduce-fedbio-quick reproduce-fedbio-mnist reproduce-fedbio-local reproduce-adafbio reproduce-adafbio-quick clean
+.PHONY: setup venv data run report report-collect report-check reproduce-all reproduce-quick test lint bench reproduce-aggitd reproduce-aggitd-fmnist reproduce-aggitd-short reproduce-codasca reproduce-codasca-controls reproduce-codasca-cifar100 reproduce-zohfl reproduce-zohfl-all reproduce-fedbio reproduce-fedbio-quick reproduce-fedbio-mnist reproduce-fedbio-local reproduce-adafbio reproduce-adafbio-quick clean
 
 setup: venv data  ## virtual environment with pinned versions, plus the offline MNIST and Fashion-MNIST
 
@@ -41,6 +41,10 @@ report-check:  ## open the HTML report in headless Chromium and save a screensho
 	@echo "screenshot: results/report/report.png"
 
 reproduce-all:  ## every paper's reproduction at its budget (tuning first where the spec has a grid), then the report (many hours on 2 cores)
+	$(FBO) tune experiments/aggitd_table2.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/aggitd_table2.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/aggitd_fig3_mnist.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/aggitd_fig4_mnist.yaml --jobs $(JOBS)
 	$(FBO) tune experiments/aggitd_table2_fmnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/aggitd_table2_fmnist.yaml --jobs $(JOBS)
 	$(FBO) tune experiments/fedbio_hyperclean_fmnist.yaml --jobs $(JOBS)
@@ -53,9 +57,13 @@ reproduce-all:  ## every paper's reproduction at its budget (tuning first where 
 	$(FBO) compare experiments/adafbio_hyperrep.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/codasca_fig1_synth.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/codasca_fig1_fmnist.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/zohfl_table1_mnist.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/zohfl_table1_mnist_x0zero.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1_fmnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1_fmnist_x0zero.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_fig2.yaml --jobs $(JOBS)
+	$(FBO) figure zohfl-fig1 mnist --alpha 0.1
+	$(FBO) figure zohfl-fig1 fashion-mnist --alpha 0.1
 	$(FBO) report --collect results
 
 reproduce-quick:  ## the reduced reproductions reported in docs/results.md (tuned; a few hours on 2 cores)
@@ -81,15 +89,18 @@ lint:
 bench:  ## s / outer iteration, GFLOP/s against sgemm, fast vs generic, growth, memory (results/bench/); DEVICE=cuda, BENCH_ARGS=--quick
 	$(PY) -m fbo_cli.bench --device $(DEVICE) $(BENCH_ARGS)
 
-reproduce-aggitd:        ## Table 2 of Xiao & Ji (ICML 2023) on the offline Fashion-MNIST twin (tuned, 2,000 rounds, 3 seeds; ~35 min on 2 idle cores)
+reproduce-aggitd:        ## Xiao & Ji (ICML 2023) on the full MNIST: Table 2 (paper's and tuned steps, 2,000 rounds, 3 seeds), Figs. 3 and 4 (~2 h on 2 idle cores)
+	$(FBO) tune experiments/aggitd_table2.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/aggitd_table2.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/aggitd_fig3_mnist.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/aggitd_fig4_mnist.yaml --jobs $(JOBS)
+
+reproduce-aggitd-fmnist: ## Table 2 of Xiao & Ji (ICML 2023) on the Fashion-MNIST twin (tuned, 2,000 rounds, target 80%, 3 seeds; ~35 min on 2 idle cores)
 	$(FBO) tune experiments/aggitd_table2_fmnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/aggitd_table2_fmnist.yaml --jobs $(JOBS)
 
-reproduce-aggitd-short:  ## the same grid with a 500-round budget and a 70% target (about 10 min on 2 idle cores)
+reproduce-aggitd-short:  ## the Fashion-MNIST twin with a 500-round budget and a 70% target (about 10 min on 2 idle cores)
 	$(FBO) compare experiments/aggitd_table2_fmnist_500.yaml --jobs $(JOBS)
-
-reproduce-aggitd-mnist:  ## Table 2 of Xiao & Ji (ICML 2023) on MNIST (needs MNIST in data/ or network)
-	$(FBO) compare experiments/aggitd_table2.yaml --jobs $(JOBS)
 
 reproduce-codasca:          ## Analog of Figure 1 of Yuan, Guo, Xu, Ying & Yang (ICML 2021) (AUC vs window I, I_max table) on synth-c100 and Fashion-MNIST (3 seeds)
 	$(FBO) compare experiments/codasca_fig1_synth.yaml --jobs $(JOBS)
@@ -106,16 +117,18 @@ reproduce-codasca-cifar100: ## Figure 1 of Yuan, Guo, Xu, Ying & Yang (ICML 2021
 	$(FBO) compare experiments/codasca_fig1_cifar100.yaml --jobs $(JOBS)
 	$(FBO) figure codasca-imax results/compare/codasca_fig1_cifar100
 
-reproduce-zohfl:     ## Table I of Qiu, Kim & Yousefian (arXiv 2504.01839) (Fashion-MNIST column, 3 seeds, with and without server pre-training), Fig. 2 (tau sweep) and Fig. 1, offline
+reproduce-zohfl:     ## Table I of Qiu, Kim & Yousefian (arXiv 2504.01839): MNIST and Fashion-MNIST columns from the pre-trained x0 and from x0 = 0 (3 seeds), Fig. 2 (tau sweep), Fig. 1 (partition), offline
+	$(FBO) compare experiments/zohfl_table1_mnist.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/zohfl_table1_mnist_x0zero.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1_fmnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1_fmnist_x0zero.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_fig2.yaml --jobs $(JOBS)
 	$(FBO) figure zohfl-fig2 results/compare/zohfl_fig2
+	$(FBO) figure zohfl-fig1 mnist --alpha 0.1
 	$(FBO) figure zohfl-fig1 fashion-mnist --alpha 0.1
 
-reproduce-zohfl-all: ## Table I of Qiu, Kim & Yousefian (arXiv 2504.01839) on MNIST, Fashion-MNIST and CIFAR-10 (MNIST, CIFAR-10 need data/ or network)
+reproduce-zohfl-all: ## Table I of Qiu, Kim & Yousefian (arXiv 2504.01839) on MNIST, Fashion-MNIST and CIFAR-10 (CIFAR-10 needs data/ or network)
 	$(FBO) compare experiments/zohfl_table1.yaml --jobs $(JOBS)
-	$(FBO) figure zohfl-fig1 mnist --alpha 0.1
 
 reproduce-fedbio:       ## FedBiO/AdaFBiO hyper-cleaning on Fashion-MNIST, noise 0.2/0.4/0.6, every bilevel method + FedAvg bounds, tuned (3 seeds; long)
 	$(FBO) tune experiments/fedbio_hyperclean_fmnist.yaml --jobs $(JOBS)
