@@ -2,6 +2,7 @@
 numbers, missing runs, evidence)."""
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -223,6 +224,16 @@ def test_report_from_evidence_shows_verdicts_paper_numbers_and_missing_runs(tmp_
     md = (tmp_path / "r.md").read_text()
     assert stats["missing"] == 2 and "**Partial**: 2 of 4 runs missing" in md
     assert "AggITD beats FedNest" in md and any(v in md for v in ("holds in every seed", "does not hold"))
-    assert "| AggITD | iid | final | 0.5 |" in md
+    # no reference_on: the paper's number stands as context, never with a verdict
+    assert "| AggITD | iid | final | 0.5 |" in md and "context: the spec does not name the paper's dataset" in md
+    assert "## Summary: the papers' claims and their verdicts" in md and "[t](#" in md
     html = (tmp_path / "r.html").read_text()
     assert "<table>" in html and "data:image/png;base64," in html
+    assert '<nav><b>Contents</b>' in html and 'id="summary-the-papers-claims-and-their-verdicts"' in html
+    assert not re.search(r"<h[1-3][^>]*>[^<]*`", html)  # headings render code, not backticks
+    # like with like: on the paper's dataset a verdict; on another dataset context
+    for on, expect in (("{dataset: digits}", r"\| AggITD \| iid \| final \| 0.5 \| [0-9.]+ \| (within|above|below) \|"),
+                       ("{dataset: mnist}", r"context: the paper's number is on mnist, ours on digits")):
+        p3 = spec(tmp_path, seeds="[0]", extra=f"reference_on: {on}")
+        build_report(ev, tmp_path / "r.md", tmp_path / "r.html", specs=[str(p3)])
+        assert re.search(expect, (tmp_path / "r.md").read_text()), on
