@@ -211,6 +211,8 @@ def compare(
     set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="Override a key in every run (repeatable)."),
     rerun: bool = typer.Option(False, help="Run again even the runs that are already done."),
     no_run: bool = typer.Option(False, "--no-run", help="Only aggregate the runs already done."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Say how many runs are left and what they cost "
+                                 "(core-minutes, from finished runs of the same kind); run nothing."),
 ) -> None:
     """Run an experiment grid (algorithms x settings x seeds), reusing finished runs and resuming partial
     ones, then write results/compare/<name>/{table.md, table.csv, runs.csv, curves.png}. Exit 1 when a run
@@ -227,6 +229,10 @@ def compare(
             except ValueError:
                 raise UsageError(f"--seeds expects comma-separated integers, got '{seeds}'") from None
         exp = cmp.load_spec(spec, overrides, seed_list)
+        if dry_run:
+            todo = list({c.cfg.run_dir: c for c in exp.cells if rerun or not cmp._done(c.cfg)}.values())
+            out.print(f"{exp.name}: {len(exp.cells)} cells; {cmp.cost_line(todo, jobs)}", highlight=False)
+            return
         if (short := cmp.tuning_budget_note(exp)) and not no_run:
             err.print(f"[yellow]{short.replace('**', '')}[/yellow]", highlight=False)
         if exp.tuned is None and any(a.get("tune") for a in exp.algorithms) and not no_run:
@@ -259,6 +265,8 @@ def tune(
     data_dir: Optional[Path] = typer.Option(None, help="Dataset directory. \\[default: data]"),
     set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="Override a key in every run (repeatable)."),
     rerun: bool = typer.Option(False, help="Run again even the tuning runs that are already done."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Say how many tuning runs are left and what they cost "
+                                 "(before any grid extension); run nothing."),
 ) -> None:
     """Choose every algorithm's hyperparameters on validation data: run the spec's grids on the tuning
     seeds with a short budget, reject diverging or oscillating runs, pick the best validation score,
@@ -269,6 +277,16 @@ def tune(
     with user_errors():
         check_executor(jobs, executor, address, cpus_per_run, gpus_per_run)
         overrides = grid_overrides(set_, out_dir, data_dir)
+        if dry_run:
+            from .compare import _done, cost_line, load_spec
+            from .config import load_config_file
+            from .tune import parse_tune, tune_cells
+
+            exp = load_spec(spec, overrides, use_tuned=False)
+            cells = tune_cells(exp, parse_tune(load_config_file(spec), exp, str(spec)), overrides)
+            todo = list({c.cfg.run_dir: c for c, _ in cells if rerun or not _done(c.cfg)}.values())
+            out.print(f"{exp.name} tuning: {len(cells)} grid runs; {cost_line(todo, jobs)}", highlight=False)
+            return
         try:
             outdir = run_tuning(spec, overrides, jobs=jobs, rerun=rerun, console=err, executor=executor,
                                 address=address, cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run)

@@ -168,7 +168,7 @@ def tune_cells(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any],
 def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, rerun: bool = False,
                console=None, executor: str | None = None, address: str | None = None, cpus_per_run: int = 1,
                gpus_per_run: float = 0) -> Path:
-    from .compare import _done, check_metrics, claim_folder
+    from .compare import _done, check_metrics, claim_folder, cost_line
     from .executors import run_cells
 
     exp = load_spec(spec_path, overrides, use_tuned=False)
@@ -179,6 +179,8 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
     while True:  # run the grid; while a choice sits at an edge, run one more point beyond it
         cells = tune_cells(exp, ts, overrides, extended)
         todo = list({c.cfg.run_dir: c for c, _ in cells if rerun or not _done(c.cfg)}.values())
+        if todo and console is not None:
+            console.print(f"{exp.name}: tuning, {cost_line(todo, jobs)}", highlight=False)
         if todo:
             if not checked:
                 check_metrics(replace(exp, metrics=[ts.score]))

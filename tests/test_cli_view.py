@@ -62,3 +62,20 @@ def test_show_prints_every_setting_with_the_tasks_default():
     assert "γ, lower (y) step" in text and "η, upper (x) step" in text  # meaning and the paper's symbol
     r = runner.invoke(app, ["show", "fedbioac-local"])
     assert r.exit_code == 2 and "did you mean 'fedbioacc-local'" in " ".join(r.output.split())
+
+
+def test_compare_and_tune_dry_runs_say_the_cost_and_run_nothing(tmp_path):
+    spec = tmp_path / "exp.yaml"
+    spec.write_text(f"""
+name: dry
+task: hyperrep
+seeds: [0, 1]
+base: {{dataset: digits, clients: 4, participation: 0.5, rounds: 4, out_dir: {tmp_path / "out"}}}
+tune: {{seeds: [100], rounds: 4}}
+algorithms: [{{name: A, algo: aggitd, tune: {{outer_lr: [0.01, 0.1]}}}}]
+""")
+    r = runner.invoke(app, ["compare", str(spec), "--dry-run"])
+    assert r.exit_code == 0 and "2 run(s) to do" in " ".join(r.stdout.split()), r.output
+    r = runner.invoke(app, ["tune", str(spec), "--dry-run"])
+    assert r.exit_code == 0 and "2 grid runs" in r.stdout, r.output
+    assert not (tmp_path / "out").exists()
