@@ -576,6 +576,7 @@ def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFram
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     settings = [s["name"] for s in exp.settings]
     n = len(settings)
@@ -621,15 +622,19 @@ def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFram
             ax.axhline(exp.target, color="0.5", ls=":", lw=1, label=f"target {exp.target:g}")
         ax.set_title(s, fontsize=10)
         ax.set_xlabel(X_AXES[exp.x])
+        if exp.x in ("samples", "floats_up"):  # counts over decades: a linear axis puts every curve in its first 5%
+            ax.set_xscale("symlog", linthresh=1.0)
+        elif exp.x in ("rounds", "iterations"):
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if k % ncol == 0:
             ax.set_ylabel(METRIC_LABELS.get(exp.metric, exp.metric))
         ax.grid(alpha=0.3)
         ax.spines[["top", "right"]].set_visible(False)
-        ax.legend(fontsize=8, frameon=False, loc="lower right")
+        ax.legend(fontsize=9 if n > 1 else 10, frameon=False, loc="lower right")
     for k in range(n, nrow * ncol):
         axes[k // ncol][k % ncol].set_visible(False)
-    fig.suptitle(f"{exp.title or exp.name}\nlines: mean over the seeds' done runs; bands: min-max over them",
-                 fontsize=10)
+    fig.suptitle(f"{exp.title or exp.name}\nlines: mean over the seeds' done runs; shaded bands: min to max over "
+                 f"those seeds; dashed with x: a diverged run", fontsize=10)
     save_figure(fig, path)
 
 
