@@ -230,7 +230,9 @@ def compare(
                 raise UsageError(f"--seeds expects comma-separated integers, got '{seeds}'") from None
         exp = cmp.load_spec(spec, overrides, seed_list)
         if dry_run:
-            todo = list({c.cfg.run_dir: c for c in exp.cells if rerun or not cmp._done(c.cfg)}.values())
+            from .results import todo_runs
+
+            todo = todo_runs(exp.cells, rerun)
             out.print(f"{exp.name}: {len(exp.cells)} cells; {cmp.cost_line(todo, jobs)}", highlight=False)
             return
         if (short := cmp.tuning_budget_note(exp)) and not no_run:
@@ -278,13 +280,15 @@ def tune(
         check_executor(jobs, executor, address, cpus_per_run, gpus_per_run)
         overrides = grid_overrides(set_, out_dir, data_dir)
         if dry_run:
-            from .compare import _done, cost_line, load_spec
+            from .compare import cost_line, load_spec
             from .config import load_config_file
             from .tune import parse_tune, tune_cells
 
             exp = load_spec(spec, overrides, use_tuned=False)
             cells = tune_cells(exp, parse_tune(load_config_file(spec), exp, str(spec)), overrides)
-            todo = list({c.cfg.run_dir: c for c, _ in cells if rerun or not _done(c.cfg)}.values())
+            from .results import todo_runs
+
+            todo = todo_runs([c for c, _ in cells], rerun)
             out.print(f"{exp.name} tuning: {len(cells)} grid runs; {cost_line(todo, jobs)}", highlight=False)
             return
         try:

@@ -34,6 +34,7 @@ from .results import (
     rounds_to_target,
     run_status,
     save_figure,
+    todo_runs,
 )
 from .tasks import TASKS
 
@@ -379,7 +380,7 @@ def run_experiment(exp: Experiment, jobs: int = 1, rerun: bool = False, no_run: 
     if not no_run:
         claim_folder(exp, outdir)
         check_metrics(exp)
-        todo = list({c.cfg.run_dir: c for c in exp.cells if rerun or not _done(c.cfg)}.values())  # one per run
+        todo = todo_runs(exp.cells, rerun)
         if todo and console is not None:
             console.print(f"{exp.name}: {cost_line(todo, jobs)}", highlight=False)
         if todo:
@@ -389,11 +390,6 @@ def run_experiment(exp: Experiment, jobs: int = 1, rerun: bool = False, no_run: 
             exp.outcomes.update({c.cfg.run_dir: r for c, r in zip(todo, res)})
     write_report(exp, outdir, no_run=no_run)
     return outdir
-
-
-def _done(cfg: RunConfig) -> bool:
-    state, s, _ = run_status(cfg.run_dir)
-    return state == "finished" and s.get("status") in ("done", "diverged")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -126,6 +126,18 @@ def run_status(run_dir: Path) -> tuple[str, dict[str, Any] | None, str]:
     return "missing", None, ""
 
 
+def is_finished(run_dir: Path) -> bool:
+    """A run with its completion record and an ending (done or diverged): reused, never run again."""
+    state, s, _ = run_status(run_dir)
+    return state == "finished" and s.get("status") in ("done", "diverged")
+
+
+def todo_runs(cells: list, rerun: bool = False) -> list:
+    """The cells (objects with ``.cfg``) still to run, one per run directory (two rows of a grid may be
+    the same run)."""
+    return list({c.cfg.run_dir: c for c in cells if rerun or not is_finished(c.cfg.run_dir)}.values())
+
+
 def read_metrics(path: Path) -> pd.DataFrame | None:
     """``metrics.csv`` as a frame, or None when it is empty, binary or cut mid-row."""
     try:

@@ -168,8 +168,9 @@ def tune_cells(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any],
 def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, rerun: bool = False,
                console=None, executor: str | None = None, address: str | None = None, cpus_per_run: int = 1,
                gpus_per_run: float = 0) -> Path:
-    from .compare import _done, check_metrics, claim_folder, cost_line
+    from .compare import check_metrics, claim_folder, cost_line
     from .executors import run_cells
+    from .results import todo_runs
 
     exp = load_spec(spec_path, overrides, use_tuned=False)
     ts = parse_tune(load_config_file(spec_path), exp, str(spec_path))
@@ -178,7 +179,7 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
     checked = False
     while True:  # run the grid; while a choice sits at an edge, run one more point beyond it
         cells = tune_cells(exp, ts, overrides, extended)
-        todo = list({c.cfg.run_dir: c for c, _ in cells if rerun or not _done(c.cfg)}.values())
+        todo = todo_runs([c for c, _ in cells], rerun)
         if todo and console is not None:
             console.print(f"{exp.name}: tuning, {cost_line(todo, jobs)}", highlight=False)
         if todo:
