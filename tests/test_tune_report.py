@@ -237,3 +237,21 @@ def test_report_from_evidence_shows_verdicts_paper_numbers_and_missing_runs(tmp_
         p3 = spec(tmp_path, seeds="[0]", extra=f"reference_on: {on}")
         build_report(ev, tmp_path / "r.md", tmp_path / "r.html", specs=[str(p3)])
         assert re.search(expect, (tmp_path / "r.md").read_text()), on
+
+
+def test_a_tuned_row_may_share_its_runs_with_the_papers_row(tmp_path):
+    def write(algos):
+        p = tmp_path / "same.yaml"
+        p.write_text(f"name: same\ntask: hyperrep\nseeds: [0]\nalgorithms: {algos}\n"
+                     f"base: {{dataset: digits, clients: 4, participation: 0.5, rounds: 4, out_dir: {tmp_path}}}\n")
+        return p
+
+    p = write("[{name: paper, algo: aggitd}, {name: tuned, algo: aggitd, tune: {outer_lr: [0.01, 0.1]}}]")
+    exp = load_spec(p)  # before tuning both rows are the paper's values: the same run, shown twice
+    assert len({c.cfg.run_dir for c in exp.cells}) == 1
+    r = runner.invoke(app, ["compare", str(p)])
+    assert r.exit_code == 0, r.output
+    table = pd.read_csv(tmp_path / "compare" / "same" / "table.csv")
+    assert list(table.algorithm) == ["paper", "tuned"] and list(table.seeds) == [1, 1]
+    r = runner.invoke(app, ["compare", str(write("[{name: a, algo: aggitd}, {name: b, algo: aggitd}]"))])
+    assert r.exit_code == 2 and "are the same runs" in " ".join(r.output.split())
