@@ -33,7 +33,9 @@ def user_errors():
     try:
         yield
     except UsageError as e:
-        err.print(f"[bold red]Error:[/bold red] {e}", highlight=False)
+        from rich.markup import escape
+
+        err.print(f"[bold red]Error:[/bold red] {escape(str(e))}", highlight=False)  # '[ray]' stays '[ray]'
         raise typer.Exit(2) from None
 
 

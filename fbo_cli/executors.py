@@ -31,7 +31,7 @@ from typing import Any, Protocol, Sequence
 from .errors import UsageError
 
 EXECUTORS = ("serial", "processes", "ray")
-RAY_HINT = "pip install 'fbo-cli[ray]' (or: make setup)"
+RAY_HINT = "pip install -e '.[ray]' in the repository (make setup does it)"
 
 
 class CellLike(Protocol):  # compare.Cell
@@ -226,6 +226,19 @@ def _land(run_dir: Path, files: dict[str, bytes], keep_checkpoint: bool) -> None
         (run_dir / CHECKPOINT).unlink(missing_ok=True)
 
 
+def _check_reachable(address: str, timeout: float = 5.0) -> None:
+    """A Ray address HOST:PORT that does not answer within ``timeout`` seconds is bad input, not a hang."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout):
+            pass
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--address {address}: no Ray cluster answers there ({e.strerror or e}); start one with "
+                         f"`ray start --head`, or leave --address out for a local Ray") from None
+
+
 def _run_ray(cells, address, cpus_per_run, gpus_per_run, console, rerun, title, jobs) -> list[dict]:
     import time
 
@@ -234,9 +247,19 @@ def _run_ray(cells, address, cpus_per_run, gpus_per_run, console, rerun, title, 
     ray = _import_ray()
     if cpus_per_run < 1 or gpus_per_run < 0:
         raise UsageError(f"--cpus-per-run must be >= 1 and --gpus-per-run >= 0, got {cpus_per_run}, {gpus_per_run}")
-    if not ray.is_initialized():  # a local Ray (--jobs runs at a time when > 1), or the cluster at --address
+    started = not ray.is_initialized()
+    if started:  # a local Ray (--jobs runs at a time when > 1), or the cluster at --address
+        if address and address != "auto":
+            _check_reachable(address)
         kw = {"address": address} if address else ({"num_cpus": jobs * cpus_per_run} if jobs > 1 else {})
         ray.init(log_to_driver=False, include_dashboard=False, configure_logging=False, **kw)
+    have = ray.cluster_resources()
+    for what, need in (("CPU", cpus_per_run), ("GPU", gpus_per_run)):
+        if need and have.get(what, 0) < need:  # Ray would wait for them for ever
+            if started:
+                ray.shutdown()
+            raise UsageError(f"each run asks for {need:g} {what}(s) (--{what.lower()}s-per-run), but the Ray cluster "
+                             f"has {have.get(what, 0):g}")
     remote = ray.remote(num_cpus=cpus_per_run, num_gpus=gpus_per_run, max_retries=1)(_ray_task)
     out: list[dict | None] = [None] * len(cells)
     pending = list(range(len(cells)))

@@ -1,5 +1,5 @@
 """The Ray executor on a local Ray with 2 CPUs: same tables as the serial executor; a dead worker's run
-is retried, then recorded as failed. Skipped when Ray is not installed (pip install 'fbo-cli[ray]')."""
+is retried, then recorded as failed. Skipped when Ray is not installed (pip install -e '.[ray]')."""
 
 import pandas as pd
 import pytest
@@ -64,3 +64,18 @@ def test_ray_worker_death_is_retried_then_failed(tmp_path, local_ray, monkeypatc
     err = out[0]["error"]
     assert out[0]["status"] == "failed" and ("Worker" in err or "died" in err), err
     assert len(calls.read_text()) == 2  # tried, then retried once
+
+
+def test_resources_the_cluster_lacks_and_a_dead_address_fail_at_once(tmp_path, local_ray):
+    import time
+
+    from fbo_cli.errors import UsageError
+    from fbo_cli.executors import _check_reachable
+
+    exp = cmp.load_spec(_spec(tmp_path, "gpu"))
+    t = time.time()
+    with pytest.raises(UsageError, match="asks for 1 GPU"):
+        run_cells(exp.cells, executor="ray", gpus_per_run=1)
+    with pytest.raises(UsageError, match="no Ray cluster answers there"):
+        _check_reachable("127.0.0.1:1", timeout=2)
+    assert time.time() - t < 30
