@@ -471,6 +471,28 @@ def show(
         view.print(t)
 
 
+@app.command()
+def clean(
+    out_dir: Path = typer.Option(Path("results"), help="Results root to clean."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List what would go; remove nothing."),
+) -> None:
+    """Remove what interrupted work left behind: temporary files of atomic writes, .lock files nobody
+    holds, and the directories they leave empty. Finished and partial runs (checkpoints) stay."""
+    import shutil
+
+    from .results import leftovers
+
+    with user_errors():
+        if not out_dir.is_dir():
+            raise UsageError(f"--out-dir: no results folder at {out_dir}")
+        found = leftovers(out_dir)
+    for p in found:
+        typer.echo(f"{'would remove' if dry_run else 'removed'} {p}{'/' if p.is_dir() else ''}")
+        if not dry_run:
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+    out.print(f"{len(found)} leftover(s) {'found' if dry_run else 'removed'} under {out_dir}", highlight=False)
+
+
 @app.command("list")
 def list_() -> None:
     """Tasks, algorithms, datasets and experiment specs."""

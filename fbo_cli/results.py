@@ -93,6 +93,41 @@ def run_lock(run_dir: Path, wait: bool = True) -> Iterator[bool]:
         os.close(fd)
 
 
+def leftovers(root: Path) -> list[Path]:
+    """What interrupted work left under a results root: temporary files of atomic writes
+    (``.<name>.<random>``), ``.lock`` files nobody holds, and directories left empty. Live files
+    (``.spec`` marks, held locks) are kept."""
+    root = Path(root)
+    found: list[Path] = []
+    if not root.is_dir():
+        return found
+    for p in sorted(root.rglob(".*")):
+        if not p.is_file() or p.name == ".spec":
+            continue
+        if p.name == ".lock":
+            fd = os.open(p, os.O_RDWR)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nobody holds it
+            except BlockingIOError:
+                continue
+            finally:
+                os.close(fd)
+        found.append(p)
+    gone = set(found)
+    for d in sorted((d for d in root.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)):
+        if all(c in gone for c in d.iterdir()):
+            found.append(d)
+            gone.add(d)
+    return found
+
+
+def remove_temp_files(run_dir: Path) -> None:
+    """Remove the temporary files a killed atomic write left in one run directory (not ``.lock``)."""
+    for p in Path(run_dir).glob(".*"):
+        if p.is_file() and p.name not in (".lock", ".spec"):
+            p.unlink(missing_ok=True)
+
+
 def run_status(run_dir: Path) -> tuple[str, dict[str, Any] | None, str]:
     """``(state, summary, reason)``; state is ``finished`` (summary.json is the completion record of
     the metrics.csv beside it), ``partial`` (a checkpoint to resume), ``missing`` (nothing, or only

@@ -42,6 +42,7 @@ from .results import (
     file_sha256,
     make_dirs,
     plot_run,
+    remove_temp_files,
     rounds_to_target,
     run_lock,
     run_status,
@@ -217,6 +218,7 @@ def _execute(cfg: RunConfig, on_eval, write: bool, log) -> dict:
     ck_path = run_dir / CHECKPOINT
     if write:
         make_dirs(run_dir)
+        remove_temp_files(run_dir)  # what a killed atomic write left behind (we hold the lock)
         (run_dir / "summary.json").unlink(missing_ok=True)  # no summary may vouch for this attempt's metrics
     b = build(cfg)
     algo, led = b.algo, b.ledger

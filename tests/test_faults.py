@@ -143,3 +143,32 @@ def test_a_copied_or_linked_run_directory_is_refused_and_redone(tmp_path):
     assert run_status(other.run_dir)[0] == "corrupt"
     s = execute(b, reuse=True)
     assert s["run_id"] == b.run_id and s["seed"] == 1  # redone as itself
+
+
+def test_leftovers_of_kills_are_removed_on_the_next_start_and_by_fbo_clean(tmp_path):
+    import fcntl
+    import os
+
+    cfg = _cfg(tmp_path / "out")
+    cfg.run_dir.mkdir(parents=True)
+    (cfg.run_dir / ".metrics.csv.ab12cd").write_text("half")  # a SIGKILL between write and rename
+    execute(cfg)
+    assert not (cfg.run_dir / ".metrics.csv.ab12cd").exists()
+    empty = tmp_path / "out" / "hyperrep" / "fednest" / "digits-iid-s0-0000000000"
+    empty.mkdir(parents=True)
+    (empty / ".lock").write_text("")
+    (tmp_path / "out" / "compare" / "x").mkdir(parents=True)
+    (tmp_path / "out" / "compare" / "x" / ".curves.png.q1w2.png").write_bytes(b"")
+    held = cfg.run_dir / ".lock"
+    fd = os.open(held, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # a run in progress: its lock stays
+    try:
+        r = runner.invoke(app, ["clean", "--out-dir", str(tmp_path / "out"), "--dry-run"])
+        assert r.exit_code == 0 and "would remove" in r.stdout and empty.exists()
+        r = runner.invoke(app, ["clean", "--out-dir", str(tmp_path / "out")])
+        assert r.exit_code == 0, r.output
+    finally:
+        os.close(fd)
+    assert not empty.exists() and not (tmp_path / "out" / "compare" / "x").exists()
+    assert held.exists() and (cfg.run_dir / "summary.json").is_file()
+    assert "removed" in r.stdout and str(empty) in r.stdout
