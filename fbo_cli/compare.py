@@ -119,14 +119,16 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
         raise UsageError(f"{where}: 'base' must be a mapping")
     x = spec.get("x", "rounds")
     x_also = spec.get("x_also") or []
-    for xa in [x, *x_also] if isinstance(x_also, list) else [x_also]:
+    if not isinstance(x_also, list):
+        raise UsageError(f"{where}: 'x_also' must be a list of x axes, e.g. [samples], got {x_also!r}")
+    for xa in [x, *x_also]:
         if xa not in X_AXES:
             raise UsageError(f"{where}: x and x_also must be among {', '.join(X_AXES)}, got '{xa}'")
     seed_list = seeds if seeds is not None else spec.get("seeds", [0])
     if not isinstance(seed_list, list) or not all(isinstance(s, int) for s in seed_list) or not seed_list:
         raise UsageError(f"{where}: 'seeds' must be a non-empty list of integers")
-    if any(s < 0 for s in seed_list) or len(set(seed_list)) != len(seed_list):
-        raise UsageError(f"{where}: seeds must be distinct integers >= 0, got {seed_list}")
+    if any(s < 0 or s >= 2**63 for s in seed_list) or len(set(seed_list)) != len(seed_list):
+        raise UsageError(f"{where}: seeds must be distinct integers in [0, 2^63), got {seed_list}")
     exp = Experiment(
         name=check_name(spec.get("name") or Path(path).stem, f"{where}: 'name'"),
         title=str(spec.get("title", "")), task=task,

@@ -276,8 +276,8 @@ def _validate(run: RunSettings, tcls) -> None:
         raise UsageError(f"eval_every must be >= 1, got {run.eval_every}")
     if run.alpha <= 0:
         raise UsageError(f"alpha must be > 0, got {run.alpha}")
-    if run.seed < 0:
-        raise UsageError(f"seed must be >= 0, got {run.seed}")
+    if not 0 <= run.seed < 2**63:
+        raise UsageError(f"seed must be in [0, 2^63), got {run.seed}")
     if run.threads is not None and run.threads < 1:
         raise UsageError(f"threads must be >= 1 (or none), got {run.threads}")
     if run.shards_per_client < 1:

@@ -374,7 +374,20 @@ def load_tuned(exp: Experiment) -> dict | None:
     p = exp.out_root / "compare" / exp.name / "tuned.yaml"
     if not p.is_file():
         return None
-    return load_config_file(p)
+    t = load_config_file(p)
+    chosen = t.get("chosen") or {}
+    ok = isinstance(chosen, dict) and all(
+        isinstance(per, dict) and all(isinstance(v, dict) for v in per.values()) for per in chosen.values())
+    if not ok:
+        raise UsageError(f"{p}: 'chosen' must map algorithm -> setting -> {{key: value}}, got {chosen!r:.120}; "
+                         f"run `fbo tune` again to rewrite it (or delete the file)")
+    for algo, per in chosen.items():
+        for setting, vals in per.items():
+            for k, v in vals.items():
+                if not k.startswith("_") and not isinstance(v, (int, float, str, bool)):
+                    raise UsageError(f"{p}: chosen value {algo} / {setting} / {k} must be a number or a word, "
+                                     f"got {v!r}")
+    return t
 
 
 def tuned_entry(tuned: dict | None, algorithm: str, setting: str) -> dict[str, Any]:

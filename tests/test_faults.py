@@ -172,3 +172,25 @@ def test_leftovers_of_kills_are_removed_on_the_next_start_and_by_fbo_clean(tmp_p
     assert not empty.exists() and not (tmp_path / "out" / "compare" / "x").exists()
     assert held.exists() and (cfg.run_dir / "summary.json").is_file()
     assert "removed" in r.stdout and str(empty) in r.stdout
+
+
+@pytest.mark.parametrize("chosen", ["5", "{A: [1]}", "{A: {default: {outer_lr: [1, 2]}}}"])
+def test_a_malformed_tuned_yaml_names_the_file(tmp_path, chosen):
+    p = _spec(tmp_path / "s.yaml", "tiny")
+    (tmp_path / "out" / "compare" / "tiny").mkdir(parents=True)
+    (tmp_path / "out" / "compare" / "tiny" / "tuned.yaml").write_text(f"chosen: {chosen}\n")
+    r = runner.invoke(app, ["compare", str(p), "--out-dir", str(tmp_path / "out")])
+    assert r.exit_code == 2 and "uned.yaml: 'chosen'" in r.output.replace("\n", "") or "uned.yaml: chosen" in r.output.replace("\n", ""), r.output
+    assert "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("args, what", [(["--seeds", "99999999999999999999"], "seeds must be"),
+                                        (["--set", "x_also=iterations"], None)])
+def test_bad_grid_input_fails_before_any_run(tmp_path, args, what):
+    p = _spec(tmp_path / "s.yaml", "tiny")
+    if what is None:  # x_also given as a word in the spec, not a list
+        p.write_text(p.read_text() + "x_also: iterations\n")
+        args, what = [], "'x_also' must be a list"
+    r = runner.invoke(app, ["compare", str(p), "--out-dir", str(tmp_path / "out"), *args])
+    assert r.exit_code == 2 and what in " ".join(r.output.split()) and "Traceback" not in r.output, r.output
+    assert not (tmp_path / "out").exists()
