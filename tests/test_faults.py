@@ -180,7 +180,8 @@ def test_a_malformed_tuned_yaml_names_the_file(tmp_path, chosen):
     (tmp_path / "out" / "compare" / "tiny").mkdir(parents=True)
     (tmp_path / "out" / "compare" / "tiny" / "tuned.yaml").write_text(f"chosen: {chosen}\n")
     r = runner.invoke(app, ["compare", str(p), "--out-dir", str(tmp_path / "out")])
-    assert r.exit_code == 2 and "uned.yaml: 'chosen'" in r.output.replace("\n", "") or "uned.yaml: chosen" in r.output.replace("\n", ""), r.output
+    flat = r.output.replace("\n", "")
+    assert r.exit_code == 2 and ("uned.yaml: 'chosen'" in flat or "uned.yaml: chosen" in flat), r.output
     assert "Traceback" not in r.output
 
 
