@@ -17,7 +17,9 @@ disk space).
 
 from __future__ import annotations
 
+import contextlib
 import io
+import logging
 import math
 import os
 import platform
@@ -164,11 +166,46 @@ def execute(cfg: RunConfig, on_eval: Callable[[dict[str, Any]], None] | None = N
         state, summary, why = run_status(run_dir)
         if reuse and state == "finished" and summary.get("status") in ("done", "diverged"):
             return summary
-        if state == "corrupt" and log:
-            log(f"{run_dir}: {why}; running it again")
-        if fresh:
-            (run_dir / CHECKPOINT).unlink(missing_ok=True)
-        return _execute(cfg, on_eval, True, log)
+        with _run_log(run_dir, log) as note:
+            if state == "corrupt":
+                note(f"{run_dir}: {why}; running it again")
+            if fresh:
+                (run_dir / CHECKPOINT).unlink(missing_ok=True)
+            note(f"start: {cfg.task}/{cfg.algo} {cfg.run_id}")
+            try:
+                s = _execute(cfg, on_eval, True, note)
+            except Interrupted as e:
+                note(str(e))
+                raise
+            except Exception as e:
+                note(f"failed: {type(e).__name__}: {e}")
+                raise
+            note(f"end: {s['status']}" + (f" ({s['diverged_because']})" if s.get("diverged_because") else "")
+                 + f", {s['ledger']['rounds']} rounds, final {s['metric']} {s['final']}")
+            return s
+
+
+@contextlib.contextmanager
+def _run_log(run_dir, log: Callable[[str], None] | None):
+    """A ``note(msg)`` that logs to ``run_dir/run.log`` (appended, timestamped, through :mod:`logging`)
+    and passes the message on to ``log`` (the CLI prints it)."""
+    logger = logging.getLogger(f"fbo.run.{run_dir.name}")
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    handler = logging.FileHandler(run_dir / "run.log", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    logger.addHandler(handler)
+
+    def note(msg: str) -> None:
+        logger.info(msg)
+        if log:
+            log(msg)
+
+    try:
+        yield note
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
 
 
 def _save_checkpoint(path, cfg, b: Built, base, rows, train_time, eval_time) -> None:

@@ -54,6 +54,8 @@ def test_a_planted_pickle_checkpoint_executes_nothing_and_the_run_starts_over(tm
     assert not marker.exists()
     assert s["status"] == "done" and (cfg.run_dir / "checkpoint.bad").is_file()
     assert any("malformed" in m and "starting from round 0" in m for m in logs), logs
+    text = (cfg.run_dir / "run.log").read_text()  # what the run said, kept beside its metrics
+    assert "malformed" in text and "start: hyperrep/aggitd" in text and "end: done" in text
     a, b = (pd.read_csv(c.run_dir / "metrics.csv").drop(columns="train_time") for c in (clean, cfg))
     pd.testing.assert_frame_equal(a, b)  # from round 0: the same run as one that never saw the file
 
