@@ -232,8 +232,8 @@ def _check_claims(where: str, claims: Any, algos: list, settings: list) -> None:
             if c[side] not in names:
                 raise UsageError(f"{where}: claim '{c['text']}': '{c[side]}' is not an algorithm of the spec; "
                                  f"choose from: {', '.join(sorted(names))}")
-        if c.get("mode", "max") not in ("min", "max"):
-            raise UsageError(f"{where}: claim '{c['text']}': mode must be min or max")
+        if c.get("mode", "max") not in ("min", "max", "equal"):
+            raise UsageError(f"{where}: claim '{c['text']}': mode must be min, max or equal")
 
 
 def _check_reference(where: str, ref: Any, algos: list, settings: list) -> None:

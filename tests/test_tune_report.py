@@ -169,6 +169,10 @@ def test_claim_verdict_rule():
     runs.loc[runs.algorithm == "B", "final"] = [0.897, 0.897, 0.897]  # ahead by 0.003 < the 0.005 margin
     assert claim_verdict(runs, claim, "s")[0] == "does not hold"
     assert claim_verdict(runs, {**claim, "margin": 0.001}, "s")[0] == "holds in every seed"
+    equal = {**claim, "mode": "equal"}  # B at 0.897 vs A at 0.9: within the 0.005 margin in every seed
+    v, nums = claim_verdict(runs, equal, "s")
+    assert v == "holds in every seed" and "within 0.005 in 3/3" in nums
+    assert claim_verdict(runs, {**equal, "margin": 0.001}, "s")[0] == "does not hold"
     runs.loc[(runs.algorithm == "A") & (runs.seed == 2), "status"] = "diverged"  # the method's worst outcome
     v, nums = claim_verdict(runs, {**claim, "margin": 0.001}, "s")
     assert v == "does not hold" and "2/3" in nums

@@ -13,7 +13,8 @@ experiment specs it aggregates the runs exactly as ``fbo compare`` does, and wri
 
 Claims are data in the specs (``claims:``): ``{text, metric, better, than, mode}`` says that
 algorithm ``better`` beats ``than`` on ``metric`` (a column of ``runs.csv``: ``final``,
-``rounds_to_target``, ...; ``mode: min`` or ``max``) in every setting of the spec. The rule: per
+``rounds_to_target``, ...; ``mode: min`` or ``max``) in every setting of the spec; ``mode: equal``
+says that the two end within the margin of each other (a finding of no difference). The rule: per
 setting, the pairs of runs with the same random seed are compared (a pair is a win when ``better``
 is ahead by more than a margin: 0.005 for metrics that are fractions, 0 for rounds or iterations to
 the target; a claim may set ``margin``); the claim **holds in every seed** when ``better`` wins
@@ -176,9 +177,15 @@ def claim_verdict(runs: pd.DataFrame, claim: dict, setting: str) -> tuple[str, s
     def beats(u: float, v: float) -> bool:  # equal values (e.g. both never reach the target) are no win
         return u != v and sign * (u - v) > margin
 
-    wins = int(sum(beats(a[s], b[s]) for s in common))
     center = (lambda v: v.median()) if counts else (lambda v: v.mean())
     ma, mb = center(a), center(b)
+    if mode == "equal":  # a finding of no difference: every pair within the margin
+        near = int(sum(abs(a[s] - b[s]) <= margin for s in common))
+        detail = f"{_fmt(ma)} vs {_fmt(mb)}; within {margin:g} in {near}/{len(common)} seeds"
+        if len(common) and near == len(common):
+            return "holds in every seed", detail
+        return ("holds in the mean" if abs(ma - mb) <= margin else "does not hold"), detail
+    wins = int(sum(beats(a[s], b[s]) for s in common))
     detail = f"{_fmt(ma)} vs {_fmt(mb)}; wins {wins}/{len(common)} seeds"
     if len(common) and wins == len(common):
         return "holds in every seed", detail
@@ -342,7 +349,9 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
            "the claim *holds in every seed* when the first algorithm wins every "
            "pair, *holds in the mean* when it wins on the mean over seeds only (the median for rounds or "
            "iterations to the target), and *does not hold* "
-           "otherwise; *no data* when a side has no finished run. A run that never reaches the target counts "
+           "otherwise; *no data* when a side has no finished run. A claim of no difference (*equal*) holds in "
+           "every seed when every pair ends within the margin, in the mean when the means do. "
+           "A run that never reaches the target counts "
            "as never (+∞ rounds); a diverged run counts as the worst value and loses its pair. "
            "**Paper numbers** get a verdict only like with like: when our runs are on the paper's dataset and "
            "model and, for rounds to a target, with the paper's target; elsewhere they stand as *context*, with no "
