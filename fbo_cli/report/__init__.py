@@ -72,6 +72,7 @@ PAPERS: tuple[Paper, ...] = (
           "CODA+ and CODASCA"),
     Paper("zohfl", "ZO-HFL: Qiu, Kim & Yousefian, arXiv 2504.01839",
           ("experiments/zohfl_table1_mnist.yaml", "experiments/zohfl_table1_mnist_x0zero.yaml",
+           "experiments/zohfl_probe_mnist.yaml",
            "experiments/zohfl_table1_fmnist.yaml", "experiments/zohfl_table1_fmnist_x0zero.yaml",
            "experiments/zohfl_fig2.yaml"),
           "ZO-HFL (Qiu", counts=("figures/zohfl_fig1_mnist_a0.1.csv", "figures/zohfl_fig1_fashion-mnist_a0.1.csv")),
