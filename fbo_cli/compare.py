@@ -303,9 +303,10 @@ def identity(exp: Experiment) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def claim_folder(exp: Experiment, outdir: Path) -> None:
+def claim_folder(exp: Experiment, outdir: Path, write: bool = True) -> None:
     """Mark ``outdir`` (``<out>/compare/<name>``) as this spec's; a folder already marked by a different
-    spec of the same name is a UsageError, so two specs never share tables or ``tuned.yaml``."""
+    spec of the same name is a UsageError, so two specs never share tables or ``tuned.yaml``. With
+    ``write`` False it only checks (before anything is validated, nothing is written)."""
     from .results import make_dirs
 
     mark = outdir / ".spec"
@@ -317,8 +318,9 @@ def claim_folder(exp: Experiment, outdir: Path) -> None:
             raise UsageError(f"{outdir} holds the results of {other}, a different spec with the same name "
                              f"'{exp.name}': give {exp.path or 'this spec'} its own 'name:'")
         return
-    make_dirs(outdir)
-    atomic_write(mark, mine)
+    if write:
+        make_dirs(outdir)
+        atomic_write(mark, mine)
 
 
 def estimate_cost(cells: list[Cell], roots: tuple[Path, ...] = (Path("docs/results"),)) -> tuple[float, int]:
@@ -380,8 +382,9 @@ def run_experiment(exp: Experiment, jobs: int = 1, rerun: bool = False, no_run: 
 
     outdir = exp.out_root / "compare" / exp.name
     if not no_run:
-        claim_folder(exp, outdir)
+        claim_folder(exp, outdir, write=False)
         check_metrics(exp)
+        claim_folder(exp, outdir)
         todo = todo_runs(exp.cells, rerun)
         if todo and console is not None:
             console.print(f"{exp.name}: {cost_line(todo, jobs)}", highlight=False)

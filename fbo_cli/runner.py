@@ -177,6 +177,10 @@ def execute(cfg: RunConfig, on_eval: Callable[[dict[str, Any]], None] | None = N
             except Interrupted as e:
                 note(str(e))
                 raise
+            except UsageError:  # bad input found while building: nothing of this attempt stays
+                if not (run_dir / "metrics.csv").exists():
+                    (run_dir / "run.log").unlink(missing_ok=True)
+                raise
             except Exception as e:
                 note(f"failed: {type(e).__name__}: {e}")
                 raise

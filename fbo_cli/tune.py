@@ -174,7 +174,7 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
 
     exp = load_spec(spec_path, overrides, use_tuned=False)
     ts = parse_tune(load_config_file(spec_path), exp, str(spec_path))
-    claim_folder(exp, exp.out_root / "compare" / exp.name)
+    claim_folder(exp, exp.out_root / "compare" / exp.name, write=False)
     extended: dict[tuple[str, str], list[dict]] = {}
     checked = False
     while True:  # run the grid; while a choice sits at an edge, run one more point beyond it
@@ -201,6 +201,7 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
                 console.print(f"{exp.name}: {key[0]}, {key[1]}: the choice is at the grid's edge; trying "
                               + ", ".join(f"{k}={v:g}" for k, v in point.items() if isinstance(v, (int, float))))
     outdir = exp.out_root / "compare" / exp.name
+    claim_folder(exp, outdir)
     atomic_write(outdir / "tuning.csv", table.to_csv(index=False))
     write_yaml(outdir / "tuned.yaml", {
         "spec": str(spec_path), "procedure": procedure_text(ts), "score": ts.score, "mode": ts.mode,
