@@ -276,6 +276,7 @@ def tune(
     seeds with a short budget, reject diverging or oscillating runs, pick the best validation score,
     and write results/compare/<name>/{tuned.yaml, tuning.csv, tuning.png}. `fbo compare` then uses
     the chosen values."""
+    from .results import fmt_num
     from .tune import edge_note, run_tuning
 
     with user_errors():
@@ -307,7 +308,7 @@ def tune(
         t.add_column(c, overflow="fold")
     for algo, per in (tuned.get("chosen") or {}).items():
         for setting, vals in per.items():
-            t.add_row(algo, setting, ", ".join(f"{k}={v}" for k, v in vals.items() if not k.startswith("_")),
+            t.add_row(algo, setting, ", ".join(f"{k}={fmt_num(v)}" for k, v in vals.items() if not k.startswith("_")),
                       vals.get("_none") or edge_note(vals))
     out.print(t)
     out.print(f"written: {outdir}/tuned.yaml, tuning.csv, tuning.png")

@@ -29,6 +29,7 @@ from .results import (
     METRIC_LABELS,
     X_AXES,
     atomic_write,
+    fmt_num,
     lower_is_better,
     read_metrics,
     rounds_to_target,
@@ -498,7 +499,8 @@ def _to_markdown(df: pd.DataFrame) -> str:
     cols = list(df.columns)
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
     for _, r in df.iterrows():
-        lines.append("| " + " | ".join("" if (isinstance(v, float) and math.isnan(v)) else str(v) for v in r) + " |")
+        cells = ("" if (isinstance(v, float) and math.isnan(v)) else fmt_num(v) for v in r)
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -552,10 +554,11 @@ def tuned_note(exp: Experiment) -> str:
             if vals:
                 edge = edge_note(tuned_entry(exp.tuned, a["name"], s["name"]))
                 how = "tuned" + (f" ({edge})" if edge else "")
-                rows.append((a["name"], s["name"], ", ".join(f"{k}={v}" for k, v in vals.items()), how))
+                rows.append((a["name"], s["name"], ", ".join(f"{k}={fmt_num(v)}" for k, v in vals.items()), how))
             elif keys:
                 fixed = {k: v for k, v in (a.get("set") or {}).items()}
-                rows.append((a["name"], s["name"], ", ".join(f"{k}={v}" for k, v in fixed.items()) or "defaults",
+                text = ", ".join(f"{k}={fmt_num(v)}" for k, v in fixed.items()) or "defaults"
+                rows.append((a["name"], s["name"], text,
                              "not tuned yet (run `fbo tune`)"))
     if not rows:
         return ""

@@ -16,11 +16,13 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
+import numpy as np
 import pandas as pd
 import yaml
 
@@ -213,6 +215,20 @@ def read_summary(run_dir: Path) -> dict[str, Any] | None:
     except (json.JSONDecodeError, UnicodeDecodeError, OSError):
         return None
     return s if isinstance(s, dict) else None
+
+
+def fmt_num(v: Any) -> str:
+    """A number as a person reads it: whole floats as integers (1630, not 1630.0), very large or small
+    values in short scientific notation (3e7, 3e-5), others as %g; anything else as str."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        return str(v)
+    v = float(v)
+    if not math.isfinite(v):
+        return str(v)
+    if v != 0 and (abs(v) >= 1e5 or abs(v) < 1e-3):
+        m, e = f"{v:.3g}".split("e") if "e" in f"{v:.3g}" else (f"{v:.3g}", "0")
+        return f"{m}e{int(e)}"
+    return str(int(v)) if v.is_integer() else f"{v:g}"
 
 
 def lower_is_better(metric: str) -> bool:

@@ -44,7 +44,7 @@ import pandas as pd
 from .compare import Cell, Experiment, load_spec
 from .config import load_config_file, resolve
 from .errors import UsageError
-from .results import atomic_write, save_figure, write_yaml
+from .results import atomic_write, fmt_num, save_figure, write_yaml
 from .tasks import TASKS
 
 TUNE_KEYS = {"seeds", "rounds", "score", "mode", "setting", "tail", "tolerance", "set"}
@@ -199,7 +199,7 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
             extended.setdefault(key, []).append(point)
             if console is not None:
                 console.print(f"{exp.name}: {key[0]}, {key[1]}: the choice is at the grid's edge; trying "
-                              + ", ".join(f"{k}={v:g}" for k, v in point.items() if isinstance(v, (int, float))))
+                              + ", ".join(f"{k}={fmt_num(v)}" for k, v in point.items()), highlight=False)
     outdir = exp.out_root / "compare" / exp.name
     claim_folder(exp, outdir)
     atomic_write(outdir / "tuning.csv", table.to_csv(index=False))
@@ -330,8 +330,8 @@ def choose(df: pd.DataFrame, ts: TuneSpec) -> dict[str, dict[str, dict[str, Any]
                     beyond = beyond[beyond[k] == vals[k]]
             if len(beyond) and beyond.rejected.any():
                 why = next(r for r in beyond.reason if r)
-                vals.setdefault("_stable_edge", []).append(f"{key}={v:g} is the {side} stable value: "
-                                                           f"{key}={nxt:g} {why}")
+                vals.setdefault("_stable_edge", []).append(f"{key}={fmt_num(v)} is the {side} stable value: "
+                                                           f"{key}={fmt_num(nxt)} {why}")
             else:  # beyond the edge: not tried yet (or the extension limit, or no next value)
                 vals.setdefault("_at_grid_edge", []).append(key)
         for k in ("_stable_edge", "_at_grid_edge"):
