@@ -531,8 +531,9 @@ def render_html(markdown: str, sections: dict[str, list[Section]], counts_figs: 
            "h2{border-bottom:2px solid #444;margin-top:2em}code{background:#f5f5f5;padding:0 3px}"
            "nav{background:#fafafa;border:1px solid #ddd;padding:.5em 1em;margin:1em 0}nav ul{margin:.3em 0}"
            "nav li.h3{margin-left:1.5em;font-size:13px}")
+    cut = body.find("</h1>") + len("</h1>") if "</h1>" in body else 0  # the title, then the contents
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>fbo results</title><style>{css}</style>"
-            f"</head><body>{nav}{body}</body></html>\n")
+            f"</head><body>{body[:cut]}{nav}{body[cut:]}</body></html>\n")
 
 
 def build_report(root: Path, md_path: Path, html_path: Path, command: str = "fbo report",
