@@ -367,7 +367,8 @@ def procedure_text(ts: TuneSpec) -> str:
             f"{ts.rounds} communication rounds each; score: {ts.mode} of the mean {ts.score} over the last "
             f"{ts.tail:.0%} of evaluations, at least 3 (validation data, never the test set), averaged over "
             f"the tuning seeds; rejected: failed or diverged runs, non-finite scores, no progress over the first "
-            f"evaluation{oscillation}")
+            f"evaluation{oscillation}; a choice at a grid's edge is extended geometrically, one value at a time "
+            f"(at most {MAX_EXTENSIONS}), until it is interior or the value beyond it is rejected")
 
 
 def load_tuned(exp: Experiment) -> dict | None:
