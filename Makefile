@@ -95,7 +95,7 @@ lint:
 	.venv/bin/ruff check fbo_cli tests
 
 bench:  ## s / outer iteration, GFLOP/s against sgemm, fast vs generic, growth, memory (results/bench/); DEVICE=cuda, BENCH_ARGS=--quick
-	$(PY) -m fbo_cli.bench --device $(DEVICE) $(BENCH_ARGS)
+	$(FBO) bench --device $(DEVICE) $(BENCH_ARGS)
 
 reproduce-aggitd:        ## Xiao & Ji (ICML 2023) on the full MNIST: Table 2 (paper's and tuned steps, 2,000 rounds, 3 seeds), Figs. 3 and 4 (~2 h on 2 idle cores)
 	$(FBO) tune experiments/aggitd_table2.yaml --jobs $(JOBS)

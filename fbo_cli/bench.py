@@ -21,7 +21,7 @@ hold 600 examples in all; ``sample+gather`` times drawing the clients and gather
 For scale, a per-client-loop FedNest iteration written like the public FedNest code.
 
 Writes ``results/bench/bench.csv``, ``growth.csv`` and ``bench.md`` (in ``results/bench/cuda/`` with
-``--device cuda``). Usage: ``python -m fbo_cli.bench [--quick] [--device cpu|cuda] [--threads N]
+``--device cuda``). Usage: ``fbo bench [--quick] [--device cpu|cuda] [--threads N]
 [--only SUBSTRINGS] [--profile]``. ``--profile`` times nothing: it writes ``profile.md``, the
 ``torch.profiler`` table (self time by operator and input shapes) of one outer iteration of FedNest,
 FBO-AggITD (Xiao & Ji, ICML 2023 setting, C = 0.1, fast path), FedBiO (hyper-cleaning) and CoDA-SCA

@@ -494,6 +494,56 @@ def clean(
     out.print(f"{len(found)} leftover(s) {'found' if dry_run else 'removed'} under {out_dir}", highlight=False)
 
 
+@app.command()
+def bench(
+    quick: bool = typer.Option(False, help="The FedNest and FBO-AggITD cases and the growth sweeps only (minutes)."),
+    only: str = typer.Option("", help="Comma-separated substrings of case names to run."),
+    device: str = typer.Option("cpu", help="cpu | cuda."),
+    threads: int = typer.Option(1, help="torch CPU threads (1: one core per run, as compare --jobs 2 uses)."),
+    iters: int = typer.Option(3, help="Timed outer iterations per case and path (the minimum is kept)."),
+    min_seconds: float = typer.Option(4.0, help="Keep timing a case (up to 4x --iters) this many seconds."),
+    cases: Path = typer.Option(Path("experiments/bench.yaml"), help="The cases."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Output folder. \\[default: results/bench, "
+                                           "results/bench/cuda for cuda]"),
+    profile: bool = typer.Option(False, help="No timing: torch.profiler tables of one iteration of the main cases."),
+) -> None:
+    """Cost per outer iteration and per round of every algorithm (`make bench`): seconds, GFLOP/s against
+    the machine's sgemm rate, fast vs generic path, growth with the clients, peak memory."""
+    from . import bench as b
+
+    with user_errors():
+        if device not in ("cpu", "cuda") or threads < 1 or iters < 1:
+            raise UsageError(f"--device must be cpu or cuda, --threads and --iters >= 1; got {device}, {threads}, "
+                             f"{iters}")
+        if not cases.is_file():
+            raise UsageError(f"--cases: no file at {cases}")
+    argv = ["--device", device, "--threads", str(threads), "--iters", str(iters), "--min-seconds", str(min_seconds),
+            "--cases", str(cases), *(["--quick"] if quick else []), *(["--only", only] if only else []),
+            *(["--out", str(out_dir)] if out_dir else []), *(["--profile"] if profile else [])]
+    b.main(argv)
+
+
+diagnose_app = typer.Typer(no_args_is_help=True, help="Diagnostics behind choices recorded in docs/fidelity.md.")
+app.add_typer(diagnose_app, name="diagnose")
+
+
+@diagnose_app.command("truncation")
+def diagnose_truncation(
+    dataset: str = typer.Option("fashion-mnist", help="Dataset of the per-client-head setting."),
+    grid: bool = typer.Option(False, help="A grid of Neumann steps and Q instead of each algorithm's defaults."),
+    rounds: int = typer.Option(0, help="Train this many FedBiO-Local rounds first."),
+    max_examples: int = typer.Option(1000, help="Examples per client and split."),
+) -> None:
+    """How much of the implicit hypergradient term the local-lower-level estimators keep (FedBiO-Local,
+    FedBiOAcc-Local, AdaFBiO), against the exact one, on the per-client-head setting."""
+    from .diagnostics import truncation
+
+    with user_errors():
+        if rounds < 0 or max_examples < 1:
+            raise UsageError(f"--rounds must be >= 0 and --max-examples >= 1, got {rounds}, {max_examples}")
+        truncation(dataset, grid, rounds, max_examples, echo=typer.echo)
+
+
 @app.command("list")
 def list_() -> None:
     """Tasks, algorithms, datasets and experiment specs."""

@@ -16,7 +16,7 @@ Q = K - 1) has the full-batch mean
 We report the cosine of (1/m) Σ_i ĥ_i with the exact gradient, beside the cosine of the direct part
 (1/m) Σ_i ∇_x f_i alone, and the share of the implicit vector's norm the truncated series keeps.
 
-``python -m fbo_cli.diagnostics`` prints the table for the per-client-head Fashion-MNIST setting.
+``fbo diagnose truncation`` prints the table for the per-client-head Fashion-MNIST setting.
 """
 
 from __future__ import annotations
@@ -119,18 +119,15 @@ def truncation_report(task, x: torch.Tensor, Y: torch.Tensor, settings: list[tup
     return out
 
 
-def _main() -> None:
-    import argparse
+def truncation(dataset: str = "fashion-mnist", grid: bool = False, rounds: int = 0, max_examples: int = 1000,
+               echo=print) -> None:
+    """How much of the implicit term each local-lower-level estimator keeps (``fbo diagnose truncation``)."""
+    from types import SimpleNamespace
 
     from .config import resolve
     from .runner import build
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dataset", default="fashion-mnist")
-    ap.add_argument("--grid", action="store_true", help="a grid of steps and Q instead of the defaults")
-    ap.add_argument("--rounds", type=int, default=0, help="train this many FedBiO-Local rounds first")
-    ap.add_argument("--max-examples", type=int, default=1000, help="examples per client and split")
-    a = ap.parse_args()
+    a = SimpleNamespace(dataset=dataset, grid=grid, rounds=rounds, max_examples=max_examples)
     cfg = resolve("hyperrep", "fedbio-local", {"dataset": a.dataset, "clients": 10, "participation": 1.0,
                                                 "partition": "dirichlet", "alpha": 0.5, "lower": "local",
                                                 "dropout": 0.0, "reg": "l2", "reg_coef": 0.01, "device": "cpu"})
@@ -153,14 +150,11 @@ def _main() -> None:
             else:
                 settings.append((name, hp.neumann_step, hp.Q))
     rep = truncation_report(task, x, Y, settings, max_examples=a.max_examples)
-    print(f"after {a.rounds} rounds of FedBiO-Local at its defaults; {a.max_examples} examples per client")
-    print(f"L = {rep['L']:.2f}, direct-gradient cosine = {rep['direct']:.3f}, "
-          f"max ||grad_y g|| after solve = {rep['residual_grad_y']:.2e}")
+    echo(f"after {a.rounds} rounds of FedBiO-Local at its defaults; {a.max_examples} examples per client")
+    echo(f"L = {rep['L']:.2f}, direct-gradient cosine = {rep['direct']:.3f}, "
+         f"max ||grad_y g|| after solve = {rep['residual_grad_y']:.2e}")
     for name, step, Q in settings:
         r = rep[name]
-        print(f"{name:24s} step={step:<7g} Q={Q:<3d} cos={r['cos']:.3f} implicit kept={r['implicit_kept']:.3f} "
+        echo(f"{name:24s} step={step:<7g} Q={Q:<3d} cos={r['cos']:.3f} implicit kept={r['implicit_kept']:.3f} "
               f"implicit cos={r['implicit_cos']:.3f}")
 
-
-if __name__ == "__main__":
-    _main()

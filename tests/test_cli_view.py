@@ -79,3 +79,15 @@ algorithms: [{{name: A, algo: aggitd, tune: {{outer_lr: [0.01, 0.1]}}}}]
     r = runner.invoke(app, ["tune", str(spec), "--dry-run"])
     assert r.exit_code == 0 and "2 grid runs" in r.stdout, r.output
     assert not (tmp_path / "out").exists()
+
+
+def test_side_tools_are_subcommands_with_checked_options():
+    for args, what in ((["bench", "--device", "tpu"], "--device must be cpu or cuda"),
+                       (["diagnose", "truncation", "--rounds", "-1"], "--rounds must be >= 0"),
+                       (["figure", "zohfl-fig2", "/nonexistent"], "no runs.csv"),
+                       (["figure", "codasca-imax", "/nonexistent"], "no runs.csv")):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 2 and what in " ".join(r.output.split()) and "Traceback" not in r.output, args
+    for cmd in (["bench"], ["diagnose", "truncation"], ["figure", "zohfl-fig1"]):
+        r = runner.invoke(app, [*cmd, "--help"])
+        assert r.exit_code == 0 and "[default:" in r.stdout, cmd

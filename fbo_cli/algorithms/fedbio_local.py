@@ -38,7 +38,7 @@ Neumann
 largest eigenvalue is L_g ≈ 5 at the start and ≈ 17 after 30 rounds on Fashion-MNIST, and
 τ(Q + 1) = 0.55 keeps about 60% of the implicit term (cosine with the exact hypergradient 0.69-0.73
 against 0.52 for the direct gradient alone), where the previous τ = 0.01, Q = 5 kept about 27%
-(``python -m fbo_cli.diagnostics``; docs/fidelity.md).
+(``fbo diagnose truncation``; docs/fidelity.md).
 """
 
 from __future__ import annotations

@@ -374,7 +374,7 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
     bench = root / BENCH_FILES[0]
     if papers is PAPERS:
         out += ["## Cost per round: `make bench`", ""]
-        out += ([f"`{bench}` as `python -m fbo_cli.bench` wrote it:", "", bench.read_text().strip(), ""]
+        out += ([f"`{bench}` as `fbo bench` wrote it:", "", bench.read_text().strip(), ""]
                 if bench.is_file() else ["Not measured yet (`make bench`, then `fbo report --collect results`).", ""])
         gpu = root / BENCH_FILES[1]
         out += ["### On a GPU: `make bench DEVICE=cuda`", ""]
