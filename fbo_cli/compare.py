@@ -64,6 +64,7 @@ class Experiment:
     reference: dict[str, dict[str, dict[str, Any]]]
     reference_on: dict[str, Any] = field(default_factory=dict)  # what ``reference`` was measured on
     description: str = ""  # what the experiment is, in the spec's words (shown in the report)
+    band: str = "minmax"  # the plots' shaded band: minmax | std | ci95
     path: str = ""  # the spec file
     cells: list[Cell] = field(default_factory=list)
     out_root: Path = Path("results")
@@ -92,7 +93,7 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
     spec = load_config_file(path)
     where = str(path)
     known = {"name", "title", "task", "metric", "metrics", "target", "x", "seeds", "base", "algorithms", "settings",
-             "reference", "reference_on", "description", "tune", "claims", "tolerance", "x_also", "derived"}
+             "reference", "reference_on", "description", "tune", "claims", "tolerance", "x_also", "derived", "band"}
     unknown = set(spec) - known
     if unknown:
         raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(known))}")
@@ -136,7 +137,10 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
         metric=metric, metrics=list(metrics), target=target, x=x, seeds=seed_list, algorithms=algos,
         settings=settings, reference=spec.get("reference") or {}, base=base, x_also=list(x_also),
         reference_on=_check_reference_on(where, spec.get("reference_on")),
-        description=" ".join(str(spec.get("description") or "").split()), path=str(path))
+        description=" ".join(str(spec.get("description") or "").split()), path=str(path),
+        band=spec.get("band", "minmax"))
+    if exp.band not in BANDS:
+        raise UsageError(f"{where}: 'band' must be one of {', '.join(BANDS)}, got {exp.band!r}")
     overrides = overrides or {}
     if "algo" in overrides or "task" in overrides:
         raise UsageError("'algo' and 'task' cannot be set with --set in compare: they come from the spec's "
@@ -573,6 +577,11 @@ def tuned_note(exp: Experiment) -> str:
     return "\n".join(out) + "\n"
 
 
+BANDS = {"minmax": "min to max over those seeds", "std": "mean ± one standard deviation over those seeds",
+         "ci95": "95% confidence interval of the mean over those seeds (t distribution)"}
+T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}  # two-sided t quantiles
+
+
 def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFrame | None = None) -> None:
     """Mean over the done runs with a min-max band; a diverged run is drawn thin, ending in an x at
     its divergence point; a panel without any finished run says so."""
@@ -616,6 +625,10 @@ def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFram
             with warnings.catch_warnings():  # a grid point no run reached (all NaN) stays a gap
                 warnings.simplefilter("ignore", RuntimeWarning)
                 mean, lo, hi = np.nanmean(ys, 0), np.nanmin(ys, 0), np.nanmax(ys, 0)
+                if exp.band != "minmax" and len(done) > 1:  # ± one std, or a 95% t-interval of the mean
+                    half = np.nanstd(ys, 0, ddof=1) * (1.0 if exp.band == "std" else
+                                                       T95.get(len(done) - 1, 1.96) / np.sqrt(len(done)))
+                    lo, hi = mean - half, mean + half
             ax.plot(grid, mean, color=f"C{j}", lw=1.6,
                     label=f"{a['name']} (n={len(done)}" + (f", {note})" if note else ")"))
             if len(done) > 1:
@@ -637,8 +650,8 @@ def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFram
         ax.legend(fontsize=9 if n > 1 else 10, frameon=False, loc="lower right")
     for k in range(n, nrow * ncol):
         axes[k // ncol][k % ncol].set_visible(False)
-    fig.suptitle(f"{exp.title or exp.name}\nlines: mean over the seeds' done runs; shaded bands: min to max over "
-                 f"those seeds; dashed with x: a diverged run", fontsize=10)
+    fig.suptitle(f"{exp.title or exp.name}\nlines: mean over the seeds' done runs; shaded bands: {BANDS[exp.band]}; "
+                 f"dashed with x: a diverged run", fontsize=10)
     save_figure(fig, path)
 
 

@@ -91,3 +91,15 @@ def test_side_tools_are_subcommands_with_checked_options():
     for cmd in (["bench"], ["diagnose", "truncation"], ["figure", "zohfl-fig1"]):
         r = runner.invoke(app, [*cmd, "--help"])
         assert r.exit_code == 0 and "[default:" in r.stdout, cmd
+
+
+def test_plot_bands_are_chosen_and_checked(tmp_path):
+    for band, code in (("ci95", 0), ("bogus", 2)):
+        spec = tmp_path / f"{band}.yaml"
+        spec.write_text(f"name: b{band}\ntask: hyperrep\nseeds: [0, 1]\nband: {band}\n"
+                        f"base: {{dataset: digits, clients: 4, participation: 0.5, rounds: 4, out_dir: {tmp_path}}}\n"
+                        f"algorithms: [{{name: A, algo: aggitd}}]\n")
+        r = runner.invoke(app, ["compare", str(spec)])
+        assert r.exit_code == code, r.output
+    assert (tmp_path / "compare" / "bci95" / "curves.png").stat().st_size > 1000
+    assert "'band' must be one of minmax, std, ci95" in " ".join(r.output.split())
