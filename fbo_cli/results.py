@@ -26,7 +26,9 @@ import numpy as np
 import pandas as pd
 import yaml
 
-METRIC_LABELS = {"test_acc": "test accuracy", "test_auc": "test AUC", "test_loss": "test loss"}
+METRIC_LABELS = {"test_acc": "test accuracy", "test_auc": "test AUC", "test_loss": "test loss",
+                 "f1": "F1 of the kept examples (hyper-cleaning)", "global_loss": "global loss (ZO-HFL)",
+                 "server_loss": "server loss"}
 X_AXES = {"rounds": "communication rounds", "iterations": "outer iterations", "samples": "samples",
           "floats_up": "floats sent up", "train_time": "training time (s)"}
 
@@ -250,12 +252,15 @@ def plot_run(path: Path, df: pd.DataFrame, title: str, metric: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
-    cols = [c for c in (metric, "test_loss") if c in df]
+    # the headline metric, the test loss and the task's own quantities (hyper-cleaning's F1, ZO-HFL's loss)
+    cols = list(dict.fromkeys(c for c in (metric, "test_loss", "f1", "global_loss", "server_loss") if c in df))
     fig, axes = plt.subplots(1, len(cols), figsize=(5.2 * len(cols), 3.8), squeeze=False)
     for ax, c in zip(axes[0], cols):
         ax.plot(df["rounds"], df[c], color="C0", lw=1.6)
         ax.set_xlabel(X_AXES["rounds"])
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(METRIC_LABELS.get(c, c))
         ax.grid(alpha=0.3)
         ax.spines[["top", "right"]].set_visible(False)

@@ -171,7 +171,7 @@ def execute(cfg: RunConfig, on_eval: Callable[[dict[str, Any]], None] | None = N
                 note(f"{run_dir}: {why}; running it again")
             if fresh:
                 (run_dir / CHECKPOINT).unlink(missing_ok=True)
-            note(f"start: {cfg.task}/{cfg.algo} {cfg.run_id}")
+            note(f"start: {cfg.task}/{cfg.algo} {cfg.run_id}", show=False)
             try:
                 s = _execute(cfg, on_eval, True, note)
             except Interrupted as e:
@@ -185,7 +185,7 @@ def execute(cfg: RunConfig, on_eval: Callable[[dict[str, Any]], None] | None = N
                 note(f"failed: {type(e).__name__}: {e}")
                 raise
             note(f"end: {s['status']}" + (f" ({s['diverged_because']})" if s.get("diverged_because") else "")
-                 + f", {s['ledger']['rounds']} rounds, final {s['metric']} {s['final']}")
+                 + f", {s['ledger']['rounds']} rounds, final {s['metric']} {s['final']}", show=False)
             return s
 
 
@@ -200,9 +200,9 @@ def _run_log(run_dir, log: Callable[[str], None] | None):
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
     logger.addHandler(handler)
 
-    def note(msg: str) -> None:
+    def note(msg: str, show: bool = True) -> None:
         logger.info(msg)
-        if log:
+        if log and show:
             log(msg)
 
     try:
