@@ -79,6 +79,8 @@ def run(
     set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="Override any key: --set tau=5 (repeatable)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the fully resolved config and exit; runs nothing."),
+    tensorboard: bool = typer.Option(False, "--tensorboard", help="Also write TensorBoard scalars into "
+                                     "<run>/tensorboard/ (pip install -e '.[tensorboard]')."),
 ) -> None:
     """Run one algorithm on one task and write results/<task>/<algo>/<run-id>/. Options left out take the
     task's and the algorithm's defaults: `fbo show ALGO --task TASK` lists them, `--dry-run` shows the
@@ -89,6 +91,12 @@ def run(
     from .runner import Interrupted, execute
 
     with user_errors():
+        if tensorboard:
+            try:
+                import tensorboard as _  # noqa: F401
+            except ImportError:
+                raise UsageError("--tensorboard needs the tensorboard package: "
+                                 "pip install -e '.[tensorboard]'") from None
         task, algo, file_layer = config_layer(load_config_file(config) if config else {}, task, algo)
         cli_layer = {k: v for k, v in dict(
             dataset=dataset, partition=partition, clients=clients, participation=participation, alpha=alpha,
@@ -122,6 +130,11 @@ def run(
             except Interrupted as e:
                 err.print(f"[yellow]{e}[/yellow]", highlight=False)
                 raise typer.Exit(130) from None
+    if tensorboard:
+        from .export import to_tensorboard
+
+        with user_errors():
+            err.print(f"TensorBoard: {to_tensorboard(cfg.run_dir)}", highlight=False)
     status = summary["status"]
     best = summary["best"]
     out.print(f"[bold]{status}[/bold]: {summary['label']} on {task}/{cfg.run.dataset}, "
@@ -470,6 +483,25 @@ def show(
         for f in fields(obj):
             t.add_row(f.name, repr(getattr(obj, f.name)), notes.get(f.name, ""))
         view.print(t)
+
+
+@app.command(no_args_is_help=True)
+def export(
+    run_dirs: list[Path] = typer.Argument(..., help="Run directories (results/<task>/<algo>/<run-id>)."),
+    tensorboard: bool = typer.Option(True, "--tensorboard/--no-tensorboard",
+                                     help="Write TensorBoard scalars into <run>/tensorboard/."),
+) -> None:
+    """Export finished runs' metrics for other tools: TensorBoard scalars per metric, stepped by rounds
+    (`tensorboard --logdir results`; needs pip install -e '.[tensorboard]')."""
+    from .export import to_tensorboard
+
+    with user_errors():
+        for d in run_dirs:
+            if not (d / "metrics.csv").is_file():
+                raise UsageError(f"{d}: not a run directory (no metrics.csv)")
+        if tensorboard:
+            for d in run_dirs:
+                out.print(f"written: {to_tensorboard(d)}", highlight=False)
 
 
 @app.command()

@@ -185,3 +185,19 @@ def test_list_and_entry_point():
     p = subprocess.run([sys.executable, "-m", "fbo_cli.cli", "run", "hyperrep", "--algo", "nope"],
                        capture_output=True, text=True)
     assert p.returncode == 2 and "Traceback" not in p.stderr and "unknown algorithm" in p.stderr
+
+
+def test_tensorboard_export_of_a_run(tmp_path):
+    pytest.importorskip("tensorboard")
+    r = run("run", "hyperrep", "--algo", "fednest", "--out-dir", str(tmp_path), *TINY, "--tensorboard")
+    assert r.exit_code == 0, r.output
+    d = _run_dir(tmp_path)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(d / "tensorboard"))
+    acc.Reload()
+    m = pd.read_csv(d / "metrics.csv")
+    got = [e.value for e in acc.Scalars("test_acc")]
+    assert got == pytest.approx(list(m.test_acc)) and [e.step for e in acc.Scalars("test_acc")] == list(m.rounds)
+    r = run("export", str(tmp_path / "nope"))
+    assert r.exit_code == 2 and "not a run directory" in " ".join(r.output.split())
