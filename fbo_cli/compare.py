@@ -529,7 +529,10 @@ def write_report(exp: Experiment, outdir: Path, no_run: bool = False, warn=None)
     atomic_write(outdir / "table.md", "\n".join(head) + "\n" + _to_markdown(table) + "\n" + tuned_note(exp))
     atomic_write(outdir / "table.csv", numbers.to_csv(index=False))
     atomic_write(outdir / "runs.csv", runs.to_csv(index=False))
-    plot_experiment(exp, curves, outdir / "curves.png", runs)
+    if plot_experiment(exp, curves, outdir / "curves.png", runs) < ZOOM_BELOW:  # ends squeezed together
+        plot_experiment(exp, curves, outdir / "curves_zoom.png", runs, tail=0.5)
+    else:
+        (outdir / "curves_zoom.png").unlink(missing_ok=True)
     for xa in exp.x_also:
         plot_experiment(replace(exp, x=xa), curves, outdir / f"curves_{xa}.png", runs)
 
@@ -577,14 +580,19 @@ def tuned_note(exp: Experiment) -> str:
     return "\n".join(out) + "\n"
 
 
+ZOOM_BELOW = 0.15  # a second figure of the last half when the lines' ends span less than this share of the axis
 BANDS = {"minmax": "min to max over those seeds", "std": "mean ± one standard deviation over those seeds",
          "ci95": "95% confidence interval of the mean over those seeds (t distribution)"}
 T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}  # two-sided t quantiles
 
 
-def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFrame | None = None) -> None:
-    """Mean over the done runs with a min-max band; a diverged run is drawn thin, ending in an x at
-    its divergence point; a panel without any finished run says so."""
+def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFrame | None = None,
+                    tail: float | None = None) -> float:
+    """Mean over the done runs with a band (``exp.band``); a diverged run is drawn thin, ending in an x
+    at its divergence point; a panel without any finished run says so. ``tail``: only the last part of
+    the x axis (from that share of its end), each panel's y axis fitted to it. Returns how squeezed the
+    ends are: the smallest, over panels with two or more lines, of the spread of the lines' last values
+    over the panel's y range (1.0 when there is nothing to compare)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -595,10 +603,13 @@ def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFram
     n = len(settings)
     ncol = min(n, 3 if n != 4 else 2)
     nrow = math.ceil(n / ncol)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(max(5.0 * ncol, 9.0), 3.7 * nrow + 0.4), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(max(5.0 * ncol, 9.0), 3.7 * nrow + 0.4), squeeze=False,
+                             sharey=tail is None)
+    squeeze = 1.0
     for k, s in enumerate(settings):
         ax = axes[k // ncol][k % ncol]
         drawn = False
+        lines: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # (x, mean, lo, hi)
         for j, a in enumerate(exp.algorithms):
             st = {} if runs is None or runs.empty else {
                 int(r.seed): r.status for r in runs[(runs.algorithm == a["name"]) & (runs.setting == s)].itertuples()}
@@ -629,12 +640,25 @@ def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFram
                     half = np.nanstd(ys, 0, ddof=1) * (1.0 if exp.band == "std" else
                                                        T95.get(len(done) - 1, 1.96) / np.sqrt(len(done)))
                     lo, hi = mean - half, mean + half
+            lines.append((grid, mean, lo, hi))
             ax.plot(grid, mean, color=f"C{j}", lw=1.6,
                     label=f"{a['name']} (n={len(done)}" + (f", {note})" if note else ")"))
             if len(done) > 1:
                 ax.fill_between(grid, lo, hi, color=f"C{j}", alpha=0.18, lw=0)
         if not drawn:
             ax.text(0.5, 0.5, "no finished runs", transform=ax.transAxes, ha="center", va="center", color="0.4")
+        ends = [m[np.isfinite(m)][-1] for _, m, _, _ in lines if np.isfinite(m).any()]
+        if len(ends) > 1:
+            span = np.ptp(np.concatenate([np.r_[lo[np.isfinite(lo)], hi[np.isfinite(hi)]] for _, _, lo, hi in lines]))
+            squeeze = min(squeeze, float(np.ptp(ends) / span) if span > 0 else 1.0)
+        if tail is not None and lines:  # the last part only, y fitted to what is visible there
+            cut = tail * max(float(np.nanmax(x)) for x, _, _, _ in lines)
+            seen = np.concatenate([np.r_[m[x >= cut], lo[x >= cut], hi[x >= cut]] for x, m, lo, hi in lines])
+            seen = seen[np.isfinite(seen)]
+            if len(seen):
+                pad = 0.08 * max(float(np.ptp(seen)), 1e-6)
+                ax.set_ylim(float(seen.min()) - pad, float(seen.max()) + pad)
+            ax.set_xlim(left=cut)
         if exp.target is not None:
             ax.axhline(exp.target, color="0.5", ls=":", lw=1, label=f"target {exp.target:g}")
         ax.set_title(s, fontsize=10)
@@ -647,11 +671,14 @@ def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFram
             ax.set_ylabel(METRIC_LABELS.get(exp.metric, exp.metric))
         ax.grid(alpha=0.3)
         ax.spines[["top", "right"]].set_visible(False)
-        ax.legend(fontsize=9 if n > 1 else 10, frameon=False, loc="lower right")
+        ax.legend(fontsize=9 if n > 1 else 10, frameon=tail is not None, framealpha=0.85,
+                  loc="lower right" if tail is None else "best")
     for k in range(n, nrow * ncol):
         axes[k // ncol][k % ncol].set_visible(False)
-    fig.suptitle(f"{exp.title or exp.name}\nlines: mean over the seeds' done runs; shaded bands: {BANDS[exp.band]}; "
-                 f"dashed with x: a diverged run", fontsize=10)
+    zoom = f" (zoom: the last {1 - tail:.0%} of the x axis)" if tail is not None else ""
+    fig.suptitle(f"{exp.title or exp.name}{zoom}\nlines: mean over the seeds' done runs; shaded bands: "
+                 f"{BANDS[exp.band]}; dashed with x: a diverged run", fontsize=10)
     save_figure(fig, path)
+    return squeeze
 
 

@@ -271,7 +271,7 @@ def build_section(spec: str, root: Path, work: Path) -> Section:
     out = work / exp.name
     write_report(exp, out)
     sec.table_md = (out / "table.md").read_text().split("\n", 2)[2]  # drop the title line
-    sec.figures = [out / "curves.png", *[out / f"curves_{xa}.png" for xa in exp.x_also]]
+    sec.figures = [out / "curves.png", *[out / f"curves_{xa}.png" for xa in ("zoom", *exp.x_also)]]
     secs = runs.get("train_time_s", pd.Series(dtype=float)).fillna(0).sum()
     devices = sorted(set(str(d) for d in _summaries(runs, "device")))
     sec.compute = f"{len(runs)} runs, {secs / 60:.1f} min of training in all, on {', '.join(devices) or 'cpu'}"
