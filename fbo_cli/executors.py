@@ -55,10 +55,19 @@ def _progress(console):
         TimeElapsedColumn,
         TimeRemainingColumn,
     )
+    from rich.table import Column
 
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TextColumn("left"),
-                    TimeRemainingColumn(), console=console)
+    # the bar, the count and the times keep their room at 80 columns; the last run's note comes last and
+    # is cut first (never wrapped)
+    keep = lambda w: Column(no_wrap=True, min_width=w)  # noqa: E731
+    return Progress(TextColumn("[bold]{task.description}", table_column=Column(no_wrap=True, overflow="ellipsis",
+                                                                               max_width=24)),
+                    BarColumn(bar_width=16, table_column=keep(16)), MofNCompleteColumn(table_column=keep(7)),
+                    TimeElapsedColumn(table_column=keep(7)), TextColumn("left", table_column=keep(4)),
+                    TimeRemainingColumn(table_column=keep(7)),
+                    TextColumn("{task.fields[info]}", table_column=Column(no_wrap=True, overflow="ellipsis",
+                                                                          max_width=40)),
+                    console=console)
 
 
 def run_cells(cells: Sequence[CellLike], executor: str = "processes", jobs: int = 1, address: str | None = None,
