@@ -31,6 +31,7 @@ from .results import (
     atomic_write,
     fmt_num,
     lower_is_better,
+    md_row,
     read_metrics,
     rounds_to_target,
     run_status,
@@ -501,10 +502,9 @@ def summarize(exp: Experiment, runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.Dat
 
 def _to_markdown(df: pd.DataFrame) -> str:
     cols = list(df.columns)
-    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    lines = [md_row(cols), "|" + "|".join("---" for _ in cols) + "|"]
     for _, r in df.iterrows():
-        cells = ("" if (isinstance(v, float) and math.isnan(v)) else fmt_num(v) for v in r)
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append(md_row("" if (isinstance(v, float) and math.isnan(v)) else fmt_num(v) for v in r))
     return "\n".join(lines)
 
 
@@ -576,7 +576,7 @@ def tuned_note(exp: Experiment) -> str:
     else:
         out += ["**Hyperparameters.**", ""]
     out += ["| algorithm | setting | values | how chosen |", "|---|---|---|---|"]
-    out += [f"| {a} | {s} | {v} | {h} |" for a, s, v, h in rows]
+    out += [md_row(r) for r in rows]
     return "\n".join(out) + "\n"
 
 

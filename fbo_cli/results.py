@@ -219,6 +219,11 @@ def read_summary(run_dir: Path) -> dict[str, Any] | None:
     return s if isinstance(s, dict) else None
 
 
+def md_row(cells) -> str:
+    """One Markdown table row; a '|' inside a cell is escaped, so that it cannot split the cell."""
+    return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+
+
 def fmt_num(v: Any) -> str:
     """A number as a person reads it: whole floats as integers (1630, not 1630.0), very large or small
     values in short scientific notation (3e7, 3e-5), others as %g; anything else as str."""

@@ -43,6 +43,7 @@ import pandas as pd
 from ..compare import Experiment, collect, load_spec, write_report
 from ..config import load_config_file
 from ..errors import UsageError
+from ..results import md_row
 
 
 @dataclass(frozen=True)
@@ -421,12 +422,12 @@ def summary_md(sections: dict[str, list[Section]], papers: tuple[Paper, ...]) ->
             if not sec.verdicts:
                 why = "no claims in the spec" if not sec.missing or len(sec.missing) < len(sec.exp.cells) \
                     else "not run yet"
-                out.append(f"| {paper.title} | {link} | – | {why} |")
+                out.append(md_row((paper.title, link, "–", why)))
                 continue
             for claim in dict.fromkeys(c for c, *_ in sec.verdicts):
                 vs = [v for c, _, v, _ in sec.verdicts if c == claim]
                 counts = ", ".join(f"**{v}** {vs.count(v)}" for v in VERDICTS if vs.count(v))
-                out.append(f"| {paper.title} | {link} | {claim.replace('|', '/')} | {counts} |")
+                out.append(md_row((paper.title, link, claim, counts)))
     return out + [""]
 
 
@@ -465,7 +466,7 @@ def _render_section_md(sec: Section) -> list[str]:
         lines += [sec.derived_md.strip(), ""]
     if sec.verdicts:
         lines += ["| claim | setting | verdict | ours (mean) and seeds won |", "|---|---|---|---|"]
-        lines += [f"| {c} | {s} | **{v}** | {n} |" for c, s, v, n in sec.verdicts]
+        lines += [md_row((c, s, f"**{v}**", n)) for c, s, v, n in sec.verdicts]
         lines.append("")
     if sec.paper_rows:
         on = exp.reference_on or {}
@@ -473,7 +474,7 @@ def _render_section_md(sec: Section) -> list[str]:
         ds = ", ".join(ds) if isinstance(ds, list) else (ds or "dataset not named")
         lines += [f"| algorithm | setting | quantity | paper ({ds}) | ours ({_datasets(exp)}; mean ± std, done runs) "
                   f"| verdict |", "|---|---|---|---|---|---|"]
-        lines += [f"| {a} | {s} | {k} | {v} | {o} | {m} |" for a, s, k, v, o, m in sec.paper_rows]
+        lines += [md_row(r) for r in sec.paper_rows]
         lines.append("")
     return lines
 
@@ -495,8 +496,8 @@ def _render_counts_md(path: Path) -> list[str]:
              f"From `{path}` (`fbo figure zohfl-fig1`, seed 0, after the test and server shares). Each row is a "
              f"client; its two largest classes hold {top2.mean():.0%} of its examples on average "
              f"(min {top2.min():.0%}). The HTML report draws it as the paper's bubble chart.", ""]
-    lines += ["| " + " | ".join(df.columns) + " |", "|" + "---|" * len(df.columns)]
-    lines += ["| " + " | ".join(str(v) for v in r) + " |" for r in df.itertuples(index=False)]
+    lines += [md_row(df.columns), "|" + "---|" * len(df.columns)]
+    lines += [md_row(r) for r in df.itertuples(index=False)]
     return lines + [""]
 
 
