@@ -187,10 +187,18 @@ def flatten_run_config(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def unknown(what: str, name: Any, choices) -> UsageError:
+    """'unknown <what> 'x' (did you mean 'y'?); choose one of: ...'"""
+    choices = list(choices)
+    near = difflib.get_close_matches(str(name), choices, n=1)
+    return UsageError(f"unknown {what} '{name}'" + (f" (did you mean '{near[0]}'?)" if near else "")
+                      + f"; choose one of: {', '.join(choices)}")
+
+
 def resolve(task: str, algo: str, *layers: dict[str, Any]) -> RunConfig:
     """Build a validated :class:`RunConfig` from override layers (later layers win)."""
     if task not in TASKS:
-        raise UsageError(f"unknown task '{task}'; choose one of: {', '.join(TASKS)}")
+        raise unknown("task", task, TASKS)
     user: dict[str, Any] = {}
     for layer in layers:
         user.update({k: v for k, v in layer.items() if v is not None or k in ("target", "max_iters")})
@@ -199,7 +207,7 @@ def resolve(task: str, algo: str, *layers: dict[str, Any]) -> RunConfig:
         if key in user and user.pop(key) != (algo if key == "algo" else task):
             raise UsageError(f"'{key}' cannot be set with --set or in a config file; use {what}")
     if algo not in REGISTRY:
-        raise UsageError(f"unknown algorithm '{algo}'; choose one of: {', '.join(REGISTRY)}")
+        raise unknown("algorithm", algo, REGISTRY)
     entry = REGISTRY[algo]
     tcls = TASKS[task]
     # defaults < the task's run defaults < the algorithm's run defaults < the user's layers
@@ -254,12 +262,12 @@ def _name_the_key(msg: str, hp: Any) -> str:
 
 def _validate(run: RunSettings, tcls) -> None:
     if run.dataset not in LOADERS:
-        raise UsageError(f"unknown dataset '{run.dataset}'; choose one of: {', '.join(LOADERS)}")
+        raise unknown("dataset", run.dataset, LOADERS)
     if tcls.datasets and run.dataset not in tcls.datasets:
         raise UsageError(f"task '{tcls.name}' does not support dataset '{run.dataset}'; "
                          f"choose one of: {', '.join(tcls.datasets)}")
     if run.partition not in PARTITIONS:
-        raise UsageError(f"unknown partition '{run.partition}'; choose one of: {', '.join(PARTITIONS)}")
+        raise unknown("partition", run.partition, PARTITIONS)
     if run.device not in DEVICES:
         raise UsageError(f"device must be one of {', '.join(DEVICES)}; got '{run.device}'")
     if run.rounds <= 0:

@@ -89,6 +89,9 @@ def test_same_seed_same_metrics(tmp_path):
 @pytest.mark.parametrize("args,msg", [
     (["run", "hyperrep", "--algo", "nope"], "unknown algorithm 'nope'"),
     (["run", "nope", "--algo", "aggitd"], "unknown task 'nope'"),
+    (["run", "hyperrep", "--algo", "fedbioac"], "unknown algorithm 'fedbioac' (did you mean 'fedbioacc'?)"),
+    (["run", "hyperep", "--algo", "aggitd"], "unknown task 'hyperep' (did you mean 'hyperrep'?)"),
+    (["run", "hyperrep", "--algo", "aggitd", "--dataset", "mnsit"], "(did you mean 'mnist'?)"),
     (["run", "hyperrep", "--algo", "aggitd", "--set", "bogus=1"], "unknown key 'bogus'"),
     (["run", "hyperrep", "--algo", "aggitd", "--set", "tau=abc"], "'tau' expects int"),
     (["run", "hyperrep", "--algo", "aggitd", "--set", "lower_solver=adam"], "lower_solver must be svrg or sgd"),
