@@ -452,12 +452,16 @@ def collect(exp: Experiment, warn=None) -> tuple[pd.DataFrame, dict[tuple[str, s
 
 def _ms(v: pd.Series) -> str:
     """``mean ± std`` over seeds as text (fractions stay fractions, as in metrics.csv); ``-`` when empty."""
-    v = v.dropna()
+    v = v.dropna().astype(float)
     if v.empty:
         return "-"
-    if len(v) == 1:
-        return f"{v.iloc[0]:.4g}"
-    return f"{v.mean():.4g} ± {v.std(ddof=1):.2g}"
+    if (v == v.round()).all() and v.abs().max() >= 10:  # counts (rounds, iterations): whole numbers
+        f = lambda x: f"{x:.0f}"  # noqa: E731
+    elif v.abs().max() < 10:  # fractions and losses: four decimals, mean and spread alike
+        f = lambda x: f"{x:.4f}"  # noqa: E731
+    else:
+        f = lambda x: f"{x:.4g}"  # noqa: E731
+    return f(v.iloc[0]) if len(v) == 1 else f"{f(v.mean())} ± {f(v.std(ddof=1))}"
 
 
 def summarize(exp: Experiment, runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
