@@ -371,6 +371,8 @@ def yaml_model(path: Path) -> str | None:
 
 
 def cost_line(todo: list[Cell], jobs: int) -> str:
+    if not todo:
+        return "nothing left to run (every run is finished)"
     secs, unknown = estimate_cost(todo)
     known = len(todo) - unknown
     est = (f"about {secs / 60:.0f} core-minutes ({secs / 60 / max(jobs, 1):.0f} min of wall time with {jobs} "
