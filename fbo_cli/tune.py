@@ -426,7 +426,7 @@ def plot_tuning(df: pd.DataFrame, ts: TuneSpec, path: Path, title: str) -> None:
     settings = list(dict.fromkeys(df.setting))
     ncol = min(4, len(keys))  # panels wrap after 4 keys; one block of rows per setting
     rows = math.ceil(len(keys) / ncol)
-    fig, axes = plt.subplots(rows * len(settings), ncol, figsize=(4.4 * ncol, 3.4 * rows * len(settings)),
+    fig, axes = plt.subplots(rows * len(settings), ncol, figsize=(max(4.4 * ncol, 8.0), 3.4 * rows * len(settings)),
                              squeeze=False)
     for ax in axes.flat[len(keys) * len(settings):]:
         ax.set_visible(False)
