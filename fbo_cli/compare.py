@@ -289,9 +289,14 @@ def check_metrics(exp: Experiment, columns: set[str] | None = None) -> None:
         from .runner import build
 
         columns = set()
-        firsts = {c.algorithm: c for c in reversed(exp.cells)}
-        for c in firsts.values():
-            b = build(c.cfg)
+        # one build of every (algorithm, setting): bad input in any setting fails here, named, before any run,
+        # wherever the setting stands in the grid
+        firsts = {(c.algorithm, c.setting): c for c in reversed(exp.cells)}
+        for (a, s), c in firsts.items():
+            try:
+                b = build(c.cfg)
+            except UsageError as e:
+                raise UsageError(f"algorithm '{a}', setting '{s}': {e}") from None
             columns |= set(Ledger().as_dict()) | {"train_time"} | set(b.algo.evaluate()) | set(b.algo.step_metrics)
     for m in [exp.metric, *exp.metrics]:
         if m not in columns:

@@ -197,3 +197,17 @@ def test_bad_grid_input_fails_before_any_run(tmp_path, args, what):
     r = runner.invoke(app, ["compare", str(p), "--out-dir", str(tmp_path / "out"), *args])
     assert r.exit_code == 2 and what in " ".join(r.output.split()) and "Traceback" not in r.output, r.output
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("order", ["first", "last"])
+def test_a_failing_setting_fails_the_grid_the_same_wherever_it_stands(tmp_path, order):
+    bad = '{name: "too many clients", set: {clients: 5000}}'
+    good = '{name: ok, set: {}}'
+    settings = f"[{bad}, {good}]" if order == "first" else f"[{good}, {bad}]"
+    p = _spec(tmp_path / "s.yaml", "grid")
+    p.write_text(p.read_text() + f"settings: {settings}\n")
+    r = runner.invoke(app, ["compare", str(p), "--out-dir", str(tmp_path / "out")])
+    text = " ".join(r.output.split())
+    assert r.exit_code == 2 and "setting 'too many clients'" in text and "Traceback" not in r.output, r.output
+    assert not any(p.is_file() for p in (tmp_path / "out").rglob("*") if p.name != ".lock") \
+        if (tmp_path / "out").exists() else True
