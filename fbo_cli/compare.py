@@ -406,7 +406,8 @@ def run_experiment(exp: Experiment, jobs: int = 1, rerun: bool = False, no_run: 
                       address=address, cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run, console=console,
                       rerun=rerun, title=f"{exp.name}: runs")
             exp.outcomes.update({c.cfg.run_dir: r for c, r in zip(todo, res)})
-    write_report(exp, outdir, no_run=no_run)
+    write_report(exp, outdir, no_run=no_run,  # a corrupt run directory is named with the reason it is not counted
+                 warn=(lambda m: console.print(f"[yellow]{m}[/yellow]", highlight=False)) if console else None)
     return outdir
 
 
