@@ -97,8 +97,18 @@ def test_interrupted_rerun_leaves_no_stale_summary(done, tmp_path, monkeypatch):
     assert r.exit_code == 0 and table(tmp_path).final.iloc[0] == final
 
 
-def test_failed_and_diverged_are_counted_not_averaged(tmp_path):
-    p = spec(tmp_path, settings="[{name: ok, set: {}}, {name: bad, set: {clients: 5000}}, "
+def test_failed_and_diverged_are_counted_not_averaged(tmp_path, monkeypatch):
+    import fbo_cli.runner as rn
+
+    real = rn._loop
+
+    def crash_on_bad(algo, *a, **k):  # a run that fails while running (bad input fails before the grid)
+        if algo.hp.outer_lr == 0.123:
+            raise RuntimeError("a bug in the middle of a run")
+        return real(algo, *a, **k)
+
+    monkeypatch.setattr(rn, "_loop", crash_on_bad)
+    p = spec(tmp_path, settings="[{name: ok, set: {}}, {name: bad, set: {outer_lr: 0.123}}, "
                                 "{name: boom, set: {outer_lr: 1.0e+30}}]", seeds="[0, 1]")
     r = compare(p)
     assert r.exit_code == 1, r.output  # a failed run: the table is written, the exit code says so
