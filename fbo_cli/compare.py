@@ -367,11 +367,12 @@ def estimate_cost(cells: list[Cell], roots: tuple[Path, ...] = (Path("docs/resul
 
 
 def yaml_model(path: Path) -> str | None:
-    try:
-        import yaml
+    """The ``model`` task parameter recorded in a run's config.yaml (None when absent or unreadable)."""
+    import yaml
 
+    try:
         return ((yaml.safe_load(path.read_text()) or {}).get("task_params") or {}).get("model")
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, yaml.YAMLError):
         return None
 
 
