@@ -311,7 +311,9 @@ def paper_rows(exp: Experiment, runs: pd.DataFrame, tol: float) -> list[tuple[st
     rows = []
     for a, per in (exp.reference or {}).items():
         for s, vals in (per or {}).items():
-            g = runs[(runs.algorithm == a) & (runs.setting == s) & (runs.status == "done")]
+            cell = runs[(runs.algorithm == a) & (runs.setting == s)]
+            g = cell[cell.status == "done"]
+            lost = ", ".join(f"{n} {k}" for k in ("diverged", "failed") if (n := int((cell.status == k).sum())))
             ours_ds = datasets.get((a, s), "?")
             for k, v in vals.items():
                 c = PAPER_KEYS.get(k, k)
@@ -341,7 +343,7 @@ def paper_rows(exp: Experiment, runs: pd.DataFrame, tol: float) -> list[tuple[st
                 else:
                     m = match_paper(ours, float(v), tol)
                     verdict = {"above": "above (slower)", "below": "below (faster)"}.get(m, m) if counts else m
-                rows.append((a, s, what, f"{v:g}", text, verdict))
+                rows.append((a, s, what, f"{v:g}", text + (f"; {lost}, left out" if lost else ""), verdict))
     return rows
 
 
