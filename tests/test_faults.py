@@ -61,20 +61,10 @@ def test_a_planted_pickle_checkpoint_executes_nothing_and_the_run_starts_over(tm
 
 
 @pytest.mark.parametrize("damage", ["drop gen", "rows not a list", "wrong shape", "foreign class"])
-def test_a_malformed_checkpoint_of_this_run_is_moved_aside_and_the_run_redone(tmp_path, monkeypatch, damage):
-    import fbo_cli.runner as r
-
+def test_a_malformed_checkpoint_of_this_run_is_moved_aside_and_the_run_redone(tmp_path, stop_after_checkpoint,
+                                                                              damage):
     cfg = _cfg(tmp_path)
-    real = r._save_checkpoint
-
-    def save_then_die(path, c, b, *a):
-        real(path, c, b, *a)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(r, "_save_checkpoint", save_then_die)
-    with pytest.raises(KeyboardInterrupt):
-        execute(cfg)
-    monkeypatch.setattr(r, "_save_checkpoint", real)
+    stop_after_checkpoint(cfg)
     ck = cfg.run_dir / CHECKPOINT
     c = torch.load(ck, weights_only=True)
     if damage == "drop gen":

@@ -41,23 +41,11 @@ def _metrics(cfg):
 
 
 @pytest.mark.parametrize("algo", list(REGISTRY))
-def test_every_algorithm_resumes_bit_for_bit(algo, tmp_path, monkeypatch):
+def test_every_algorithm_resumes_bit_for_bit(algo, tmp_path, stop_after_checkpoint):
     full = _cfg(algo, tmp_path / "full")
     execute(full)
     part = _cfg(algo, tmp_path / "part")
-    # stop right after the checkpoint at iteration 3, as SIGKILL would (no summary written)
-    import fbo_cli.runner as runner
-
-    real = runner._save_checkpoint
-
-    def save_then_die(path, cfg, b, *a):
-        real(path, cfg, b, *a)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(runner, "_save_checkpoint", save_then_die)
-    with pytest.raises(KeyboardInterrupt):
-        execute(part)
-    monkeypatch.setattr(runner, "_save_checkpoint", real)
+    stop_after_checkpoint(part)  # right after the checkpoint at iteration 3, as SIGKILL would
     assert run_status(part.run_dir)[0] == "partial"
     s = execute(part)
     assert s["resumed_from_iteration"] == 3
