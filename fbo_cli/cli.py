@@ -457,15 +457,11 @@ def show(
     from dataclasses import fields
 
     from .algorithms import REGISTRY
-    from .config import RunSettings, resolve
+    from .config import RunSettings, resolve, unknown
 
     with user_errors():
         if algo not in REGISTRY:
-            import difflib
-
-            near = difflib.get_close_matches(algo, list(REGISTRY), n=1)
-            raise UsageError(f"unknown algorithm '{algo}'" + (f" (did you mean '{near[0]}'?)" if near else "")
-                             + f"; choose one of: {', '.join(REGISTRY)}")
+            raise unknown("algorithm", algo, REGISTRY)
         e = REGISTRY[algo]
         task = task or e.tasks[0]
         cfg = resolve(task, algo)

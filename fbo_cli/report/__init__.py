@@ -572,6 +572,8 @@ def build_report(root: Path, md_path: Path, html_path: Path, command: str = "fbo
             raise UsageError(f"no finished runs under {root} for {'these specs' if specs else 'any reproduction spec'}"
                              f": nothing to report (run them, or --from the folder that holds them)")
         md = render_markdown(sections, root, command, papers)
+        import torch
+
         from ..results import atomic_write
         from ..tasks.hfl import plot_partition
 
@@ -581,7 +583,7 @@ def build_report(root: Path, md_path: Path, html_path: Path, command: str = "fbo
                 if (root / f).is_file():
                     c = pd.read_csv(root / f).drop(columns="client").to_numpy()
                     png = work / (Path(f).stem + ".png")
-                    counts_figs[counts_title(root / f)] = [plot_partition(__import__("torch").as_tensor(c), png,
+                    counts_figs[counts_title(root / f)] = [plot_partition(torch.as_tensor(c), png,
                                                                            counts_title(root / f))]
         atomic_write(md_path, md)
         fid = os.path.relpath(md_path.parent / "fidelity.md", html_path.parent)  # links work from the HTML too
