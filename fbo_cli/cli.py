@@ -39,6 +39,15 @@ def user_errors():
         raise typer.Exit(2) from None
 
 
+def interrupted_note(e: KeyboardInterrupt) -> str:
+    """What Ctrl-C left: the Ray executor says which runs came home; the runner of the other executors
+    writes each run's checkpoint on SIGINT."""
+    from rich.markup import escape
+
+    return escape(str(e)) if str(e) else ("interrupted: the runs in progress wrote their checkpoints; run the "
+                                          "same command again to continue")
+
+
 def run_progress(console: Console) -> Progress:
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TextColumn("rounds  {task.fields[metric]}"), TimeElapsedColumn(), TextColumn("left"),
@@ -87,7 +96,7 @@ def run(
     resolved config."""
     from .config import load_config_file, parse_sets, resolve
     from .data import load_dataset
-    from .results import make_dirs
+    from .results import make_dirs, prune_empty_run
     from .runner import Interrupted, execute
 
     with user_errors():
@@ -111,7 +120,11 @@ def run(
             typer.echo(yaml.safe_dump(cfg.as_dict(), sort_keys=False).rstrip("\n"))
             return
         make_dirs(cfg.run_dir)  # an unwritable --out-dir fails before the data is loaded
-        load_dataset(cfg.run.dataset, cfg.run.data_dir, cfg.run.download)  # fail before the progress bar
+        try:
+            load_dataset(cfg.run.dataset, cfg.run.data_dir, cfg.run.download)  # fail before the progress bar
+        except UsageError:
+            prune_empty_run(cfg.run_dir)  # nothing half-made stays
+            raise
         budget = cfg.run.rounds
         label = f"{cfg.entry.label or cfg.algo} · {cfg.run.dataset}"
         with (contextlib.nullcontext() if quiet else run_progress(err)) as prog:
@@ -258,9 +271,8 @@ def compare(
         try:
             outdir = cmp.run_experiment(exp, jobs=jobs, rerun=rerun, no_run=no_run, console=err, executor=executor,
                                         address=address, cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run)
-        except KeyboardInterrupt:
-            err.print("[yellow]interrupted: the runs in progress wrote their checkpoints; run the same command "
-                      "again to continue[/yellow]")
+        except KeyboardInterrupt as e:
+            err.print(f"[yellow]{interrupted_note(e)}[/yellow]", highlight=False)
             raise typer.Exit(130) from None
     typer.echo((outdir / "table.md").read_text().rstrip("\n"))  # plain: no markup, no wrap at 80 columns
     out.print(f"written: {outdir}/table.md, table.csv, runs.csv, curves.png")
@@ -310,8 +322,8 @@ def tune(
         try:
             outdir = run_tuning(spec, overrides, jobs=jobs, rerun=rerun, console=err, executor=executor,
                                 address=address, cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run)
-        except KeyboardInterrupt:
-            err.print("[yellow]interrupted: run the same command again to continue[/yellow]")
+        except KeyboardInterrupt as e:
+            err.print(f"[yellow]{interrupted_note(e)}[/yellow]", highlight=False)
             raise typer.Exit(130) from None
     import yaml
 
@@ -506,20 +518,33 @@ def clean(
     dry_run: bool = typer.Option(False, "--dry-run", help="List what would go; remove nothing."),
 ) -> None:
     """Remove what interrupted work left behind: temporary files of atomic writes, .lock files nobody
-    holds, and the directories they leave empty. Finished and partial runs (checkpoints) stay."""
+    holds, the directories they leave empty, the temporary folders of killed Ray workers (fbo-ray-*),
+    and the Ray processes a killed local Ray left running. Finished and partial runs (checkpoints) stay."""
+    import os
     import shutil
+    import signal
 
+    from .executors import orphaned_ray, stale_temp_folders
     from .results import leftovers
 
     with user_errors():
         if not out_dir.is_dir():
             raise UsageError(f"--out-dir: no results folder at {out_dir}")
         found = leftovers(out_dir)
+    found += stale_temp_folders()
     for p in found:
         typer.echo(f"{'would remove' if dry_run else 'removed'} {p}{'/' if p.is_dir() else ''}")
         if not dry_run:
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
-    out.print(f"{len(found)} leftover(s) {'found' if dry_run else 'removed'} under {out_dir}", highlight=False)
+    procs = orphaned_ray()
+    for pid, name, rss in procs:
+        typer.echo(f"{'would stop' if dry_run else 'stopped'} Ray process {pid} {name} ({rss // 1024} MB), left by a "
+                   f"local Ray whose driver was killed")
+        if not dry_run:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    out.print(f"{len(found)} leftover(s) (under {out_dir} and Ray workers' temporary folders) and {len(procs)} "
+              f"orphaned Ray process(es) {'found' if dry_run else 'removed'}", highlight=False)
 
 
 @app.command()

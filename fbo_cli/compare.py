@@ -177,6 +177,10 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
                 and not {c.algorithm, seen[c.cfg.run_dir].algorithm} & tuned_rows:
             raise UsageError(f"{where}: algorithms '{seen[c.cfg.run_dir].algorithm}' and '{c.algorithm}' are the same "
                              f"runs (same algo and settings); remove one")
+        if c.cfg.run_dir in seen and seen[c.cfg.run_dir].setting != c.setting \
+                and seen[c.cfg.run_dir].algorithm == c.algorithm:
+            raise UsageError(f"{where}: settings '{seen[c.cfg.run_dir].setting}' and '{c.setting}' are the same runs "
+                             f"(they set the same values); remove one")
         seen[c.cfg.run_dir] = c
     return exp
 

@@ -14,6 +14,15 @@ Ray: the worker runs in a temporary ``out_dir`` on its node and returns the run 
 last; a partial run's checkpoint travels to the worker the same way. No shared file system is
 needed; the driver holds the run's lock while its task is in flight. A task whose worker dies is
 retried once by Ray, then recorded as failed with its error.
+
+Ray under interruption: Ctrl-C cancels the tasks in flight gently (Ray delivers SIGINT to the worker,
+whose run writes its checkpoint and returns), waits for them, and lands each checkpoint in its run
+directory; :class:`GridInterrupted` then says which runs came home and which were lost (a second
+Ctrl-C, or a worker that does not answer in time). The worker's temporary folder
+(``fbo-ray-<pid>-*``) goes on every exit path of the task; the folders of workers that were killed
+outright are removed by the next task on that node. A local Ray whose driver was killed (``kill -9``)
+leaves agents behind that ignore SIGTERM; the next local start reaps them (:func:`reap_orphaned_ray`),
+and says so, as ``fbo clean`` does.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import contextlib
 import ctypes
 import fcntl
 import os
+import re
 import signal
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
@@ -32,6 +42,10 @@ from .errors import UsageError
 
 EXECUTORS = ("serial", "processes", "ray")
 RAY_HINT = "pip install -e '.[ray]' in the repository (make setup does it)"
+
+
+class GridInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a Ray grid; ``str()`` says truthfully what became of the runs in flight."""
 
 
 class CellLike(Protocol):  # compare.Cell
@@ -121,9 +135,12 @@ def _run_serial(cells, console, rerun, title) -> list[dict]:
     return out  # type: ignore[return-value]
 
 
-def _report(prog, overall, c, s) -> None:
+def _report(prog, overall, c, s, say_resume: bool = False) -> None:
     if s["status"] == "failed":
         prog.console.print(f"[red]{_label(c)}: failed: {s.get('error')}[/red]", highlight=False)
+    elif say_resume and s.get("resumed_from_iteration") is not None and not s.get("reused"):
+        prog.console.print(f"{_label(c)}: resumed from its checkpoint at outer iteration "
+                           f"{s['resumed_from_iteration']}", highlight=False)
     prog.update(overall, advance=1, info=f"last: {c.algorithm} · {c.setting} · s{c.seed}: {s['status']}")
 
 
@@ -173,7 +190,7 @@ def _run_processes(cells, jobs, console, rerun, title) -> list[dict]:
                     if s["status"] == "interrupted":
                         raise KeyboardInterrupt
                     if s["status"] != "busy":
-                        _report(prog, overall, cells[i], s)
+                        _report(prog, overall, cells[i], s, say_resume=True)
     return out  # type: ignore[return-value]
 
 
@@ -198,16 +215,91 @@ def _ray_task(task: str, algo: str, layers: tuple, threads: int, files_in: dict[
     import torch
 
     from .config import resolve
+    from .runner import STOP
 
+    STOP.clear()  # Ray's gentle cancel is a SIGINT: from here on it asks the run to checkpoint and return
+    signal.signal(signal.SIGINT, lambda *_: STOP.set())
     torch.set_num_threads(threads)
-    with tempfile.TemporaryDirectory(prefix="fbo-ray-") as tmp:
+    _reap_temp_folders()
+    with tempfile.TemporaryDirectory(prefix=f"fbo-ray-{os.getpid()}-") as tmp:
         cfg = resolve(task, algo, *layers, {"out_dir": tmp, "threads": threads})
         cfg.run_dir.mkdir(parents=True, exist_ok=True)
         for name, data in files_in.items():
             (cfg.run_dir / name).write_bytes(data)
         s = _one(cfg, rerun, True)
         files = {p.name: p.read_bytes() for p in cfg.run_dir.iterdir() if p.is_file() and p.name != ".lock"}
+    import ray
+
+    node = ray.get_runtime_context().get_node_id()
+    if "run.log" in files:  # where it ran, for the record (run.log's own time format)
+        import datetime
+
+        now = datetime.datetime.now().isoformat(sep=" ", timespec="milliseconds").replace(".", ",")
+        files["run.log"] += f"{now} ran on Ray node {node[:12]} ({os.uname().nodename}, pid {os.getpid()})\n".encode()
     return s, files
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stale_temp_folders() -> list[Path]:
+    """The ``fbo-ray-<pid>-*`` folders of this node's workers that died without cleaning up."""
+    import tempfile
+
+    return [d for d in sorted(Path(tempfile.gettempdir()).glob("fbo-ray-*-*"))
+            if (m := re.fullmatch(r"fbo-ray-(\d+)-.*", d.name)) and d.is_dir() and d.stat().st_uid == os.getuid()
+            and not _alive(int(m.group(1)))]
+
+
+def _reap_temp_folders() -> None:
+    import shutil
+
+    for d in stale_temp_folders():
+        shutil.rmtree(d, ignore_errors=True)
+
+
+_SESSION = re.compile(r"/session_\d{4}-\d\d-\d\d_[\d-]+_\d+_(\d+)(/|$)")
+
+
+def orphaned_ray() -> list[tuple[int, str, int]]:
+    """Ray processes of this user left by a local Ray whose driver died: orphans (parent 1) with a file
+    open in a Ray session folder whose creator (the pid that ends its name) is gone. (pid, name, RSS kB)."""
+    found = []
+    uid = os.getuid()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            st = (proc / "status").read_text()
+            if f"Uid:\t{uid}\t" not in st or "\nPPid:\t1\n" not in st or "\nState:\tZ" in st:
+                continue
+            name = (proc / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+            if "ray" not in name:
+                continue
+            drivers = {int(m.group(1)) for fd in (proc / "fd").iterdir()
+                       if (m := _SESSION.search(os.readlink(fd)))}
+        except OSError:
+            continue
+        if drivers and not any(_alive(p) for p in drivers):
+            rss = re.search(r"VmRSS:\s+(\d+)", st)
+            found.append((int(proc.name), name, int(rss.group(1)) if rss else 0))
+    return found
+
+
+def reap_orphaned_ray() -> list[tuple[int, str, int]]:
+    """SIGKILL what :func:`orphaned_ray` finds (they ignore SIGTERM); returns them."""
+    found = orphaned_ray()
+    for pid, _, _ in found:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    return found
 
 
 def _try_lock(run_dir: Path):
@@ -260,6 +352,10 @@ def _run_ray(cells, address, cpus_per_run, gpus_per_run, console, rerun, title, 
     if started:  # a local Ray (--jobs runs at a time when > 1), or the cluster at --address
         if address and address != "auto":
             _check_reachable(address)
+        if not address and (reaped := reap_orphaned_ray()) and console is not None:
+            console.print(f"reaped {len(reaped)} Ray process(es) ({sum(r for *_, r in reaped) // 1024} MB) left by an "
+                          f"earlier local Ray whose driver was killed: "
+                          f"{', '.join(f'{n} ({p})' for p, n, _ in reaped)}", highlight=False)
         kw = {"address": address} if address else ({"num_cpus": jobs * cpus_per_run} if jobs > 1 else {})
         ray.init(log_to_driver=False, include_dashboard=False, configure_logging=False, **kw)
     have = ray.cluster_resources()
@@ -303,27 +399,62 @@ def _run_ray(cells, address, cpus_per_run, gpus_per_run, console, rerun, title, 
                 done, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0)
                 for ref in done:
                     i = inflight.pop(ref)
-                    c = cells[i]
-                    try:
-                        s, files = ray.get(ref)
-                        if "config.yaml" in files:  # the driver's paths, not the worker's temporary out_dir
-                            import yaml
-
-                            used = (yaml.safe_load(files["config.yaml"]) or {}).get("device_used")
-                            files["config.yaml"] = yaml.safe_dump({**c.cfg.as_dict(), "device_used": used},
-                                                                  sort_keys=False).encode()
-                        _land(c.cfg.run_dir, files, c.cfg.run.keep_checkpoint)
-                    except Exception as e:  # the worker died twice, or the task raised
-                        s = {"status": "failed", "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
-                    finally:
-                        os.close(locks.pop(i))
-                    out[i] = s
-                    _report(prog, overall, c, s)
+                    out[i] = s = _collect(ray, ref, cells[i], locks.pop(i))
+                    _report(prog, overall, cells[i], s, say_resume=True)
         except KeyboardInterrupt:
-            for ref in inflight:
-                ray.cancel(ref, force=True)
-            raise
+            raise GridInterrupted(_bring_home(ray, inflight, locks, cells, prog)) from None
         finally:
             for fd in locks.values():
                 os.close(fd)
     return out  # type: ignore[return-value]
+
+
+def _collect(ray, ref, c, lock_fd: int) -> dict:
+    """A finished (or interrupted) task's summary; its files land in the run directory."""
+    try:
+        s, files = ray.get(ref)
+        if "config.yaml" in files:  # the driver's paths, not the worker's temporary out_dir
+            import yaml
+
+            used = (yaml.safe_load(files["config.yaml"]) or {}).get("device_used")
+            files["config.yaml"] = yaml.safe_dump({**c.cfg.as_dict(), "device_used": used}, sort_keys=False).encode()
+        _land(c.cfg.run_dir, files, c.cfg.run.keep_checkpoint)
+    except Exception as e:  # the worker died twice, or the task raised
+        s = {"status": "failed", "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
+    finally:
+        os.close(lock_fd)
+    return s
+
+
+def _bring_home(ray, inflight: dict, locks: dict, cells, prog, patience: float = 120.0) -> str:
+    """After Ctrl-C: ask every task in flight to stop (SIGINT in its worker: the run writes its checkpoint
+    and returns), land what comes back within ``patience`` seconds, force-cancel the rest. What happened,
+    in one sentence."""
+    import time
+
+    home: list[str] = []
+    lost: list[str] = []  # cancelled before the run took the signal over, or no answer in time
+    for ref in inflight:
+        ray.cancel(ref, force=False)
+    prog.console.print(f"interrupted: bringing home the checkpoints of {len(inflight)} run(s) in flight "
+                       f"(Ctrl-C again to give them up)", highlight=False)
+    deadline = time.monotonic() + patience
+    try:
+        while inflight and time.monotonic() < deadline:
+            done, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0)
+            for ref in done:
+                i = inflight.pop(ref)
+                s = _collect(ray, ref, cells[i], locks.pop(i))
+                (lost if s["status"] == "failed" else home).append(_label(cells[i]))
+    except KeyboardInterrupt:
+        pass
+    lost += [_label(cells[i]) for i in inflight.values()]
+    for ref in inflight:
+        ray.cancel(ref, force=True)
+    inflight.clear()
+    msg = (f"interrupted: {len(home)} run(s) in flight wrote their checkpoints into their run directories"
+           if home else "interrupted")
+    if lost:
+        names = ", ".join(lost[:4]) + (", ..." if len(lost) > 4 else "")
+        msg += f"; what {len(lost)} run(s) did since their last checkpoint is lost ({names})"
+    return msg + "; run the same command again to continue"

@@ -132,6 +132,20 @@ def remove_temp_files(run_dir: Path) -> None:
             p.unlink(missing_ok=True)
 
 
+def prune_empty_run(run_dir: Path) -> None:
+    """Remove a run directory that holds nothing but its ``.lock`` (bad input found while building the
+    run), and its algorithm and task folders when that leaves them empty: nothing half-made stays."""
+    d = Path(run_dir)
+    if not d.is_dir() or any(p.name != ".lock" for p in d.iterdir()):
+        return
+    (d / ".lock").unlink(missing_ok=True)
+    for x in (d, d.parent, d.parent.parent):
+        try:
+            x.rmdir()
+        except OSError:
+            break
+
+
 def run_status(run_dir: Path) -> tuple[str, dict[str, Any] | None, str]:
     """``(state, summary, reason)``; state is ``finished`` (summary.json is the completion record of
     the metrics.csv beside it), ``partial`` (a checkpoint to resume), ``missing`` (nothing, or only

@@ -44,6 +44,7 @@ from .results import (
     file_sha256,
     make_dirs,
     plot_run,
+    prune_empty_run,
     remove_temp_files,
     rounds_to_target,
     run_lock,
@@ -126,12 +127,21 @@ def diverged(row: dict[str, Any], first: dict[str, Any]) -> str | None:
     return None
 
 
+STOP = threading.Event()
+"""Set by a SIGINT that arrives before a run's loop has taken the signal over (a Ray worker's task
+installs a handler that sets it, since Ray delivers its gentle cancel as SIGINT): the loop stops at
+its first check."""
+
+
 class _Stop:
     """SIGINT/SIGTERM set a flag the loop checks after each outer iteration (main thread only)."""
 
     def __init__(self):
-        self.flag = False
         self.old: dict[int, Any] = {}
+
+    @property
+    def flag(self) -> bool:
+        return STOP.is_set()
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
@@ -140,11 +150,12 @@ class _Stop:
         return self
 
     def _set(self, signum, frame):
-        self.flag = True
+        STOP.set()
 
     def __exit__(self, *exc):
         for sig, h in self.old.items():
             signal.signal(sig, h)
+        STOP.clear()  # this run has answered it
 
 
 def execute(cfg: RunConfig, on_eval: Callable[[dict[str, Any]], None] | None = None, write: bool = True,
@@ -159,13 +170,23 @@ def execute(cfg: RunConfig, on_eval: Callable[[dict[str, Any]], None] | None = N
     checkpoint, then raise :class:`Interrupted`."""
     if not write:
         return _execute(cfg, on_eval, False, log)
+    try:
+        return _execute_locked(cfg, on_eval, reuse, wait, log, fresh)
+    except RunBusy:
+        raise
+    except UsageError:
+        prune_empty_run(cfg.run_dir)
+        raise
+
+
+def _execute_locked(cfg: RunConfig, on_eval, reuse: bool, wait: bool, log, fresh: bool) -> dict:
     run_dir = cfg.run_dir
     with run_lock(run_dir, wait=wait) as got:
         if not got:
             raise RunBusy(f"run directory {run_dir} is in use by another fbo process")
         state, summary, why = run_status(run_dir)
         if reuse and state == "finished" and summary.get("status") in ("done", "diverged"):
-            return summary
+            return {**summary, "reused": True}
         with _run_log(run_dir, log) as note:
             if state == "corrupt":
                 note(f"{run_dir}: {why}; running it again")

@@ -201,3 +201,30 @@ def test_a_failing_setting_fails_the_grid_the_same_wherever_it_stands(tmp_path, 
     assert r.exit_code == 2 and "setting 'too many clients'" in text and "Traceback" not in r.output, r.output
     assert not any(p.is_file() for p in (tmp_path / "out").rglob("*") if p.name != ".lock") \
         if (tmp_path / "out").exists() else True
+
+
+@pytest.mark.parametrize("download", ["true", "false"])
+def test_a_missing_dataset_leaves_no_folder_behind(tmp_path, monkeypatch, download):
+    import urllib.error
+
+    import torchvision.datasets.mnist as tv
+
+    def offline(*a, **k):  # the download fails as it does without network
+        raise urllib.error.URLError("no network")
+
+    monkeypatch.setattr(tv, "download_and_extract_archive", offline)
+    data = tmp_path / "data"
+    data.mkdir()
+    r = runner.invoke(app, ["run", "hyperrep", "--algo", "aggitd", "--dataset", "mnist", "--rounds", "2",
+                            "--data-dir", str(data), "--out-dir", str(tmp_path / "out"), "--set",
+                            f"download={download}"])
+    assert r.exit_code == 2 and "dataset 'mnist' not found" in " ".join(r.output.split())
+    assert list(data.iterdir()) == [] and not any((tmp_path / "out").rglob("*"))
+
+
+def test_two_settings_with_the_same_values_are_refused(tmp_path):
+    p = _spec(tmp_path / "s.yaml", "dup")
+    p.write_text(p.read_text() + "settings: [{name: one, set: {tau: 1}}, {name: two, set: {tau: 1}}]\n")
+    r = runner.invoke(app, ["compare", str(p), "--out-dir", str(tmp_path / "out")])
+    assert r.exit_code == 2 and "settings 'one' and 'two' are the same runs" in " ".join(r.output.split())
+    assert not (tmp_path / "out").exists()

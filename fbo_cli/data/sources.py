@@ -9,6 +9,7 @@ we looked and how to get it; there is never a silent switch to another dataset.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import shutil
 from dataclasses import dataclass
@@ -55,9 +56,16 @@ def _torchvision(cls_name: str, folder: str, name: str, data_dir: Path, download
                              f"file? delete the folder to get it again): {str(e).splitlines()[0][:200]}") from None
         if not download:
             raise DatasetMissing(name, [data_dir / folder], hint) from None
+    made = [d for d in (data_dir, data_dir / folder) if not d.exists()]
     try:
         return cls(str(data_dir), train=True, download=True), cls(str(data_dir), train=False, download=True)
-    except Exception as e:  # no network, refused checksum, ...
+    except Exception as e:  # no network, refused checksum, ...: the folders the attempt made go if empty
+        for d in made:
+            for sub in sorted((p for p in d.rglob("*") if p.is_dir()), reverse=True):
+                with contextlib.suppress(OSError):
+                    sub.rmdir()
+            with contextlib.suppress(OSError):
+                d.rmdir()
         raise DatasetMissing(name, [data_dir / folder], hint, cause=str(e)) from None
 
 
