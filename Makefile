@@ -6,7 +6,7 @@ TORCH   ?= torch==2.14.1 torchvision==0.29.1
 DEVICE  ?= cpu
 BENCH_ARGS ?=
 
-.PHONY: setup venv data browser run report report-collect report-check reproduce-all reproduce-quick test lint bench reproduce-aggitd reproduce-aggitd-fmnist reproduce-aggitd-short reproduce-codasca reproduce-codasca-controls reproduce-codasca-cifar100 reproduce-zohfl reproduce-zohfl-all reproduce-fedbio reproduce-fedbio-quick reproduce-fedbio-mnist reproduce-fedbio-local reproduce-adafbio reproduce-adafbio-quick clean
+.PHONY: setup venv data browser run report report-collect report-check reproduce-all reproduce-quick test lint probe bench reproduce-aggitd reproduce-aggitd-fmnist reproduce-aggitd-short reproduce-codasca reproduce-codasca-controls reproduce-codasca-cifar100 reproduce-zohfl reproduce-zohfl-all reproduce-fedbio reproduce-fedbio-quick reproduce-fedbio-mnist reproduce-fedbio-local reproduce-adafbio reproduce-adafbio-quick clean
 
 setup: venv data browser  ## virtual environment with pinned versions, the offline MNIST and Fashion-MNIST, and Chromium for make report-check where apt is available
 
@@ -93,6 +93,9 @@ test:
 
 lint:
 	.venv/bin/ruff check fbo_cli tests
+
+probe:  ## the fault probe: the safety issue's bad inputs, planted files and kills against the CLI, with its count (about 2 min)
+	$(PY) tests/fault_probe.py
 
 bench:  ## s / outer iteration, GFLOP/s against sgemm, fast vs generic, growth, memory (results/bench/); DEVICE=cuda, BENCH_ARGS=--quick
 	$(FBO) bench --device $(DEVICE) $(BENCH_ARGS)

@@ -520,11 +520,9 @@ def clean(
     """Remove what interrupted work left behind: temporary files of atomic writes, .lock files nobody
     holds, the directories they leave empty, the temporary folders of killed Ray workers (fbo-ray-*),
     and the Ray processes a killed local Ray left running. Finished and partial runs (checkpoints) stay."""
-    import os
     import shutil
-    import signal
 
-    from .executors import orphaned_ray, stale_temp_folders
+    from .executors import orphaned_ray, reap_orphaned_ray, stale_temp_folders
     from .results import leftovers
 
     with user_errors():
@@ -536,13 +534,10 @@ def clean(
         typer.echo(f"{'would remove' if dry_run else 'removed'} {p}{'/' if p.is_dir() else ''}")
         if not dry_run:
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
-    procs = orphaned_ray()
+    procs = orphaned_ray() if dry_run else reap_orphaned_ray()
     for pid, name, rss in procs:
         typer.echo(f"{'would stop' if dry_run else 'stopped'} Ray process {pid} {name} ({rss // 1024} MB), left by a "
                    f"local Ray whose driver was killed")
-        if not dry_run:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
     out.print(f"{len(found)} leftover(s) (under {out_dir} and Ray workers' temporary folders) and {len(procs)} "
               f"orphaned Ray process(es) {'found' if dry_run else 'removed'}", highlight=False)
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .config import RunConfig, load_config_file, resolve
+from .config import RunConfig, check_path, load_config_file, resolve
 from .errors import UsageError
 from .results import (
     METRIC_LABELS,
@@ -133,7 +133,7 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
     if any(s < 0 or s >= 2**63 for s in seed_list) or len(set(seed_list)) != len(seed_list):
         raise UsageError(f"{where}: seeds must be distinct integers in [0, 2^63), got {seed_list}")
     exp = Experiment(
-        name=check_name(spec.get("name") or Path(path).stem, f"{where}: 'name'"),
+        name=check_name(spec["name"] if "name" in spec else Path(path).stem, f"{where}: 'name'"),
         title=str(spec.get("title", "")), task=task,
         metric=metric, metrics=list(metrics), target=target, x=x, seeds=seed_list, algorithms=algos,
         settings=settings, reference=spec.get("reference") or {}, base=base, x_also=list(x_also),
@@ -154,6 +154,7 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
     if not isinstance(derived, list) or set(derived) - set(DERIVED):
         raise UsageError(f"{where}: 'derived' must be a list among: {', '.join(DERIVED)}")
     exp.out_root = Path(str(overrides.get("out_dir") or base.get("out_dir") or "results"))
+    check_path("out_dir", exp.out_root)
     if use_tuned:
         from .tune import load_tuned
 

@@ -91,6 +91,14 @@ class RunConfig:
         return Path(self.run.out_dir) / self.task / self.algo / self.run_id
 
 
+def check_path(key: str, value: str) -> None:
+    """A folder path the file system can hold: no component over 255 bytes, at most 4,096 in all."""
+    parts = Path(str(value)).parts
+    if len(str(value).encode()) > 4096 or any(len(c.encode()) > 255 for c in parts):
+        raise UsageError(f"{key}: a path component is longer than the 255 bytes a file name may have: "
+                         f"{str(value)[:80]}...")
+
+
 def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp)).replace("typing.", "")
 
@@ -294,5 +302,7 @@ def _validate(run: RunSettings, tcls) -> None:
         raise UsageError(f"val_frac must be in (0, 1), got {run.val_frac}")
     if run.checkpoint_every < 1:
         raise UsageError(f"checkpoint_every must be >= 1, got {run.checkpoint_every}")
+    for key in ("out_dir", "data_dir"):
+        check_path(key, getattr(run, key))
     if run.target is not None and not math.isfinite(run.target):
         raise UsageError(f"target must be a finite number, got {run.target}")

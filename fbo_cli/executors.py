@@ -294,11 +294,20 @@ def orphaned_ray() -> list[tuple[int, str, int]]:
 
 
 def reap_orphaned_ray() -> list[tuple[int, str, int]]:
-    """SIGKILL what :func:`orphaned_ray` finds (they ignore SIGTERM); returns them."""
-    found = orphaned_ray()
-    for pid, _, _ in found:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
+    """SIGKILL what :func:`orphaned_ray` finds (they ignore SIGTERM), again while their children become
+    orphans in turn; returns them."""
+    import time
+
+    found: list[tuple[int, str, int]] = []
+    for _ in range(10):
+        more = orphaned_ray()
+        if not more:
+            break
+        for pid, _, _ in more:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        found += more
+        time.sleep(0.5)
     return found
 
 

@@ -94,7 +94,7 @@ def _spec(path, name, algos="[{name: A, algo: aggitd}]"):
     return path
 
 
-@pytest.mark.parametrize("name", ["/tmp/fbo-escape", "../../escape", ".", "[a, b]", "a/b", "x" * 101, "'a b'"])
+@pytest.mark.parametrize("name", ["/tmp/fbo-escape", "../../escape", ".", "[a, b]", "a/b", "x" * 101, "'a b'", "''"])
 def test_a_spec_name_is_never_a_path(tmp_path, name):
     out = tmp_path / "out" / "a"
     r = runner.invoke(app, ["compare", str(_spec(tmp_path / "s.yaml", name)), "--out-dir", str(out)])
@@ -228,3 +228,12 @@ def test_two_settings_with_the_same_values_are_refused(tmp_path):
     r = runner.invoke(app, ["compare", str(p), "--out-dir", str(tmp_path / "out")])
     assert r.exit_code == 2 and "settings 'one' and 'two' are the same runs" in " ".join(r.output.split())
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("cmd", ["compare", "run"])
+def test_a_path_component_too_long_for_the_file_system_is_bad_input(tmp_path, cmd):
+    out = str(tmp_path / ("d" * 300))
+    args = ["compare", str(_spec(tmp_path / "s.yaml", "long"))] if cmd == "compare" else \
+        ["run", "hyperrep", "--algo", "aggitd", "--dataset", "digits", "--rounds", "2"]
+    r = runner.invoke(app, [*args, "--out-dir", out])
+    assert r.exit_code == 2 and "longer than the 255 bytes" in " ".join(r.output.split()), r.output
