@@ -53,7 +53,7 @@ TUNE_KEYS = {"seeds", "rounds", "score", "mode", "setting", "tail", "tolerance",
 @dataclass
 class TuneSpec:
     seeds: list[int]
-    rounds: int
+    rounds: int | None  # None ("budget" in the spec): each setting's own evaluation budget
     score: str
     mode: str
     setting: str | None
@@ -89,8 +89,10 @@ def parse_tune(spec: dict, exp: Experiment, where: str) -> TuneSpec:
     tail, tol = t.get("tail", 0.25), t.get("tolerance", 0.05)
     if tol is False or tol == "off":  # no oscillation check (YAML reads a bare off as False)
         tol = math.inf
-    if not isinstance(rounds, int) or rounds < 1:
-        raise UsageError(f"{where}: tune.rounds must be an integer >= 1, got {rounds!r}")
+    if rounds == "budget":  # each setting at its own evaluation budget (settings with different budgets)
+        rounds = None
+    elif not isinstance(rounds, int) or rounds < 1:
+        raise UsageError(f"{where}: tune.rounds must be an integer >= 1 or 'budget', got {rounds!r}")
     if not (isinstance(tail, (int, float)) and 0 < tail <= 1):
         raise UsageError(f"{where}: tune.tail must be in (0, 1], got {tail!r}")
     if not (isinstance(tol, (int, float)) and not isinstance(tol, bool) and tol >= 0) or math.isnan(tol):
@@ -155,7 +157,8 @@ def tune_cells(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any],
                     continue
                 for point in grid_points(ts.grids[a["name"]]) + (extended or {}).get((a["name"], s["name"]), []):
                     layers = (base, s.get("set") or {}, a.get("set") or {}, point, ts.extra,
-                              {"seed": seed, "rounds": ts.rounds, "target": None}, overrides)
+                              {"seed": seed, "target": None, **({"rounds": ts.rounds} if ts.rounds else {})},
+                              overrides)
                     try:
                         cfg = resolve(exp.task, a["algo"], *layers)
                     except UsageError as e:
@@ -205,7 +208,7 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
     atomic_write(outdir / "tuning.csv", table.to_csv(index=False))
     write_yaml(outdir / "tuned.yaml", {
         "spec": str(spec_path), "procedure": procedure_text(ts), "score": ts.score, "mode": ts.mode,
-        "seeds": ts.seeds, "rounds": ts.rounds, "tail": ts.tail,
+        "seeds": ts.seeds, "rounds": ts.rounds or "budget", "tail": ts.tail,
         "tolerance": ts.tolerance if math.isfinite(ts.tolerance) else "off",
         "setting": ts.setting, "grids": ts.grids,
         "extended": {f"{a} | {s}": pts for (a, s), pts in extended.items()}, "chosen": chosen})
@@ -291,7 +294,7 @@ def collect_tuning(cells: list[tuple[Cell, dict]], ts: TuneSpec,
         sc, osc, start = float("nan"), float("nan"), float("nan")
         if status in ("done", "diverged") and mpath.is_file():
             m = pd.read_csv(mpath)
-            sc, osc = score_run(m, ts.score, ts.tail, ts.rounds)
+            sc, osc = score_run(m, ts.score, ts.tail, ts.rounds or c.cfg.run.rounds)
             start = float(m[ts.score].iloc[0]) if ts.score in m and len(m) else float("nan")
         rows.append({"algorithm": c.algorithm, "setting": c.setting, "seed": c.seed,
                      "point": ", ".join(f"{k}={v}" for k, v in point.items()), **point,
@@ -359,12 +362,13 @@ def _plain(v):
 
 
 def procedure_text(ts: TuneSpec) -> str:
+    budget = f"{ts.rounds} communication rounds" if ts.rounds else "the setting's own evaluation budget"
     where = f"on setting '{ts.setting}' (values used for every setting)" if ts.setting else "per setting"
     oscillation = (f", and scores oscillating by more than {ts.tolerance:g} (relative up-and-down movement "
                    "beyond the trend) over that window" if math.isfinite(ts.tolerance)
                    else " (no oscillation check: tolerance off)")
     return (f"grid search {where}, tuning seeds {ts.seeds} (disjoint from the evaluation seeds), "
-            f"{ts.rounds} communication rounds each; score: {ts.mode} of the mean {ts.score} over the last "
+            f"{budget} each; score: {ts.mode} of the mean {ts.score} over the last "
             f"{ts.tail:.0%} of evaluations, at least 3 (validation data, never the test set), averaged over "
             f"the tuning seeds; rejected: failed or diverged runs, non-finite scores, no progress over the first "
             f"evaluation{oscillation}; a choice at a grid's edge is extended geometrically, one value at a time "

@@ -70,6 +70,26 @@ def test_class_disjoint_imbalanced_data():
     assert len(task.ytest) == 5000
 
 
+def test_holdout_splits_the_same_rows_and_scores_validation_only():
+    """holdout: the training rows and the validation rows are disjoint and together are exactly the
+    rows a client trains on without holdout (the same imbalance subsampling); val_auc is the AUC of
+    the model's scores on the validation rows, computed by its definition (scikit-learn)."""
+    full = make(clients=8, imratio=0.1).task
+    held = make(clients=8, imratio=0.1, val_frac=0.2, holdout=True).task
+    plain = make(clients=8, imratio=0.1, val_frac=0.2).task
+    for k in range(8):
+        train = set(held.idx[k][held.mask[k]].tolist())
+        assert train and train < set(plain.idx[k][plain.mask[k]].tolist())
+    union = set(held.idx[held.mask].tolist()) | set(held.val_rows.tolist())
+    assert union == set(plain.idx[plain.mask].tolist())
+    assert not set(held.idx[held.mask].tolist()) & set(held.val_rows.tolist())
+    assert "val_auc" not in full.evaluate(torch.zeros(full.dw + 3))
+    v = torch.randn(held.dw + 3, generator=torch.Generator().manual_seed(0))
+    out = held.evaluate(v)
+    scores = held.score(v[:held.dw], held.data.X[held.val_rows]).numpy()
+    assert out["val_auc"] == pytest.approx(roc_auc_score(held.ybin[held.val_rows].numpy(), scores), abs=1e-12)
+
+
 # --------------------------------------------------------------------------------------------------
 # losses
 

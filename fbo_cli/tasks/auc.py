@@ -41,7 +41,10 @@ Models (pure functions of a flat parameter vector, vmapped over clients by the a
 * ``auto``: resnet20 for 3x32x32, cnn for other 1-channel images, mlp otherwise.
 
 Metric: ``test_auc`` = the Mann-Whitney U statistic with ties counted 1/2 (= scikit-learn's
-``roc_auc_score``) of the model's scores on the test set.
+``roc_auc_score``) of the model's scores on the test set. With ``holdout: true`` each client's
+validation part (``val_frac`` of its rows, after the same imbalance subsampling) is not trained on,
+and ``val_auc``, the AUC on their union, is the tuning score (``fbo tune``'s default for this task):
+test AUC is reported, never tuned on.
 """
 
 from __future__ import annotations
@@ -101,6 +104,7 @@ class AUC(Task):
     # CODASCA's setting: every client takes part, clients share no class; one round = I local iterations
     run_defaults: ClassVar[dict] = {"clients": 16, "partition": "class-disjoint", "participation": 1.0,
                                     "rounds": 64, "eval_every": 8}
+    tune_metric: ClassVar[tuple[str, str]] = ("val_auc", "max")  # needs holdout: true
     datasets: ClassVar[tuple[str, ...]] = ("synth-c100", "fashion-mnist", "mnist", "mnist5k", "cifar10",
                                            "cifar100", "digits", "breast-cancer", "synthetic")
 
@@ -115,6 +119,9 @@ class AUC(Task):
         hidden: int = 64  # MLP width / CNN fully connected width
         channels: int = 16  # CNN first conv channels (the second has twice as many)
         norm_groups: int = 8  # resnet20 GroupNorm groups
+        # hold each client's validation part (val_frac of its rows) out of training: their union gives
+        # val_auc, the tuning score; off, each client trains on all its rows and there is no val_auc
+        holdout: bool = False
 
     def __init__(self, params: "AUC.Params", data):
         super().__init__(params, data)
@@ -157,7 +164,15 @@ class AUC(Task):
                 k = int(round(len(idx) * want / n_pos))
                 drop = rs.permutation(idx)[k:]
                 keep[drop] = False
-        rows = [np.sort(r[keep[r]]) for r in rows]
+        if self.p.holdout:  # the same subsampling; the validation parts are not trained on
+            val = [np.sort(v[m][keep[v[m]]]) for v, m in zip(data.val_idx.cpu().numpy(), data.val_mask.cpu().numpy())]
+            rows = [np.sort(t[m][keep[t[m]]]) for t, m in zip(data.train_idx.cpu().numpy(),
+                                                            data.train_mask.cpu().numpy())]
+            self.val_rows = torch.as_tensor(np.concatenate(val), device=data.X.device)
+            if len(self.val_rows) == 0 or len(np.unique(ypool[np.concatenate(val)] >= C // 2)) < 2:
+                raise UsageError("holdout: the clients' validation parts hold fewer than two classes; raise val_frac")
+        else:
+            rows = [np.sort(r[keep[r]]) for r in rows]
         if min(len(r) for r in rows) == 0:
             raise UsageError("after the imbalance subsampling some client holds no training example; "
                              "use fewer clients or a larger imratio")
@@ -322,4 +337,10 @@ class AUC(Task):
 
     @torch.no_grad()
     def evaluate(self, v: torch.Tensor) -> dict[str, float]:
-        return {"test_auc": auc_score(self.test_scores(v[:self.dw]), self.ytest)}
+        out = {"test_auc": auc_score(self.test_scores(v[:self.dw]), self.ytest)}
+        if self.p.holdout:  # the tuning score: the clients' held-out rows, never the test set
+            X = self.data.X[self.val_rows]
+            chunk = 2000 if self.model_kind != "mlp" else 20000
+            sc = torch.cat([self.score(v[:self.dw], X[i:i + chunk]) for i in range(0, len(X), chunk)])
+            out["val_auc"] = auc_score(sc, self.ybin[self.val_rows] > 0.5)
+        return out
