@@ -164,8 +164,9 @@ def main() -> int:
          out=o / "d")
     # 11. smaller
     (ROOT / "empty").mkdir()
-    case("report from an empty folder", ["report", "--from", str(ROOT / "empty"), "--md", str(ROOT / "r.md"),
-                                         "--html", str(ROOT / "r.html")], says="no finished runs", outside=ROOT / "r.md")
+    case("report from an empty folder",
+         ["report", "--from", str(ROOT / "empty"), "--md", str(ROOT / "r.md"), "--html", str(ROOT / "r.html")],
+         says="no finished runs", outside=ROOT / "r.md")
     same = "settings: [{name: one, set: {tau: 1}}, {name: two, set: {tau: 1}}]\n"
     case("two settings with the same values", ["compare", str(spec("dup", extra=same)), "--out-dir", str(o / "dup")],
          says="are the same runs", out=o / "dup")
