@@ -258,10 +258,10 @@ def compare(
                 raise UsageError(f"--seeds expects comma-separated integers, got '{seeds}'") from None
         exp = cmp.load_spec(spec, overrides, seed_list)
         if dry_run:
-            from .results import todo_runs
+            from .results import cost_line, todo_runs
 
             todo = todo_runs(exp.cells, rerun)
-            out.print(f"{exp.name}: {len(exp.cells)} cells; {cmp.cost_line(todo, jobs)}", highlight=False)
+            out.print(f"{exp.name}: {len(exp.cells)} cells; {cost_line(todo, jobs)}", highlight=False)
             return
         if (short := cmp.tuning_budget_note(exp)) and not no_run:
             err.print(f"[yellow]{short.replace('**', '')}[/yellow]", highlight=False)
@@ -302,19 +302,19 @@ def tune(
     and write results/compare/<name>/{tuned.yaml, tuning.csv, tuning.png}. `fbo compare` then uses
     the chosen values."""
     from .results import fmt_num
-    from .tune import edge_note, run_tuning
+    from .spec import edge_note
+    from .tune import run_tuning
 
     with user_errors():
         check_executor(jobs, executor, address, cpus_per_run, gpus_per_run)
         overrides = grid_overrides(set_, out_dir, data_dir)
         if dry_run:
-            from .compare import cost_line, load_spec
-            from .config import load_config_file
-            from .tune import parse_tune, tune_cells
+            from .results import cost_line, todo_runs
+            from .spec import load_spec
+            from .tune import tune_cells, tune_spec
 
             exp = load_spec(spec, overrides, use_tuned=False)
-            cells = tune_cells(exp, parse_tune(load_config_file(spec), exp, str(spec)), overrides)
-            from .results import todo_runs
+            cells = tune_cells(exp, tune_spec(exp), overrides)
 
             todo = todo_runs([c for c, _ in cells], rerun)
             out.print(f"{exp.name} tuning: {len(cells)} grid runs; {cost_line(todo, jobs)}", highlight=False)

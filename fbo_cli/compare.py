@@ -14,21 +14,19 @@ spec's x axis: one line per algorithm, mean over seeds with a min-max band, a pa
 from __future__ import annotations
 
 import math
-import re
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from .config import RunConfig, check_path, load_config_file, resolve
 from .errors import UsageError
 from .results import (
     METRIC_LABELS,
     X_AXES,
     atomic_write,
+    cost_line,
     fmt_num,
     lower_is_better,
     md_row,
@@ -38,358 +36,17 @@ from .results import (
     save_figure,
     todo_runs,
 )
-from .tasks import TASKS
-
-
-@dataclass
-class Cell:
-    algorithm: str  # display name from the spec
-    setting: str
-    seed: int
-    cfg: RunConfig
-    layers: tuple[dict[str, Any], ...]
-
-
-@dataclass
-class Experiment:
-    name: str
-    title: str
-    task: str
-    metric: str
-    metrics: list[str]
-    target: float | None
-    x: str
-    seeds: list[int]
-    algorithms: list[dict[str, Any]]
-    settings: list[dict[str, Any]]
-    reference: dict[str, dict[str, dict[str, Any]]]
-    reference_on: dict[str, Any] = field(default_factory=dict)  # what ``reference`` was measured on
-    description: str = ""  # what the experiment is, in the spec's words (shown in the report)
-    band: str = "minmax"  # the plots' shaded band: minmax | std | ci95
-    path: str = ""  # the spec file
-    cells: list[Cell] = field(default_factory=list)
-    out_root: Path = Path("results")
-    base: dict[str, Any] = field(default_factory=dict)
-    tuned: dict[str, Any] | None = None  # the tuned.yaml of ``fbo tune``, when present
-    x_also: list[str] = field(default_factory=list)  # more x axes: one more curves_<x>.png each
-    incomplete: int = 0  # cells failed or not run at the last report
-    outcomes: dict[Path, dict] = field(default_factory=dict)  # run_dir -> what run_cells returned this time
-
-
-def _need(d: dict, key: str, kind, where: str):
-    if key not in d:
-        raise UsageError(f"{where}: missing required key '{key}'")
-    if not isinstance(d[key], kind):
-        raise UsageError(f"{where}: '{key}' must be a {kind.__name__ if isinstance(kind, type) else 'list'}")
-    return d[key]
-
-
-def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: list[int] | None = None,
-              use_tuned: bool = True) -> Experiment:
-    """The experiment of a spec file, its cells resolved (and validated). With ``use_tuned``, the values
-    chosen by ``fbo tune`` (``<out>/compare/<name>/tuned.yaml``) override the spec's for the keys they
-    name."""
-    from .tune import tuned_layer
-
-    spec = load_config_file(path)
-    where = str(path)
-    known = {"name", "title", "task", "metric", "metrics", "target", "x", "seeds", "base", "algorithms", "settings",
-             "reference", "reference_on", "description", "tune", "claims", "tolerance", "x_also", "derived", "band"}
-    unknown = set(spec) - known
-    if unknown:
-        raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(known))}")
-    task = _need(spec, "task", str, where)
-    if task not in TASKS:
-        raise UsageError(f"{where}: unknown task '{task}'; choose one of: {', '.join(TASKS)}")
-    algos = _need(spec, "algorithms", list, where)
-    if not algos:
-        raise UsageError(f"{where}: 'algorithms' is empty: list at least one algorithm")
-    settings = spec.get("settings", [{"name": "default", "set": {}}])
-    if not isinstance(settings, list):
-        raise UsageError(f"{where}: 'settings' must be a list")
-    if not settings:
-        raise UsageError(f"{where}: 'settings' is empty: leave the key out for one default setting, or list some")
-    metric = spec.get("metric") or TASKS[task].metric
-    metrics = spec.get("metrics") or []
-    if not isinstance(metric, str) or not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
-        raise UsageError(f"{where}: 'metric' must be a name and 'metrics' a list of names")
-    target = spec.get("target")
-    if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float))
-                               or not math.isfinite(target)):
-        raise UsageError(f"{where}: 'target' must be a finite number, got {target!r}")
-    base = spec.get("base") or {}
-    if not isinstance(base, dict):
-        raise UsageError(f"{where}: 'base' must be a mapping")
-    x = spec.get("x", "rounds")
-    x_also = spec.get("x_also") or []
-    if not isinstance(x_also, list):
-        raise UsageError(f"{where}: 'x_also' must be a list of x axes, e.g. [samples], got {x_also!r}")
-    for xa in [x, *x_also]:
-        if xa not in X_AXES:
-            raise UsageError(f"{where}: x and x_also must be among {', '.join(X_AXES)}, got '{xa}'")
-    seed_list = seeds if seeds is not None else spec.get("seeds", [0])
-    if not isinstance(seed_list, list) or not all(isinstance(s, int) for s in seed_list) or not seed_list:
-        raise UsageError(f"{where}: 'seeds' must be a non-empty list of integers")
-    if any(s < 0 or s >= 2**63 for s in seed_list) or len(set(seed_list)) != len(seed_list):
-        raise UsageError(f"{where}: seeds must be distinct integers in [0, 2^63), got {seed_list}")
-    exp = Experiment(
-        name=check_name(spec["name"] if "name" in spec else Path(path).stem, f"{where}: 'name'"),
-        title=str(spec.get("title", "")), task=task,
-        metric=metric, metrics=list(metrics), target=target, x=x, seeds=seed_list, algorithms=algos,
-        settings=settings, reference=spec.get("reference") or {}, base=base, x_also=list(x_also),
-        reference_on=_check_reference_on(where, spec.get("reference_on")),
-        description=" ".join(str(spec.get("description") or "").split()), path=str(path),
-        band=spec.get("band", "minmax"))
-    if exp.band not in BANDS:
-        raise UsageError(f"{where}: 'band' must be one of {', '.join(BANDS)}, got {exp.band!r}")
-    overrides = overrides or {}
-    if "algo" in overrides or "task" in overrides:
-        raise UsageError("'algo' and 'task' cannot be set with --set in compare: they come from the spec's "
-                         "'algorithms' list and 'task'")
-    _check_entries(where, algos, {"algo", "name", "set", "tune"}, "algorithm", "algo")
-    _check_entries(where, settings, {"name", "set"}, "setting", "name")
-    _check_reference(where, exp.reference, algos, settings)
-    _check_claims(where, spec.get("claims"), algos, settings)
-    derived = spec.get("derived") or []
-    if not isinstance(derived, list) or set(derived) - set(DERIVED):
-        raise UsageError(f"{where}: 'derived' must be a list among: {', '.join(DERIVED)}")
-    exp.out_root = Path(str(overrides.get("out_dir") or base.get("out_dir") or "results"))
-    check_path("out_dir", exp.out_root)
-    if use_tuned:
-        from .tune import load_tuned
-
-        exp.tuned = load_tuned(exp)
-    for seed in seed_list:  # seed-major: a first complete picture of the grid arrives early
-        for s in settings:
-            for a in algos:
-                tuned = tuned_layer(exp.tuned, a["name"], s["name"]) if exp.tuned else {}
-                layers = (base, s.get("set") or {}, a.get("set") or {}, tuned,
-                          {"seed": seed, "target": exp.target}, overrides)
-                try:
-                    cfg = resolve(task, a["algo"], *layers)
-                except UsageError as e:
-                    raise UsageError(f"{where}: algorithm '{a['name']}', setting '{s['name']}': {e}") from None
-                exp.cells.append(Cell(a["name"], s["name"], seed, cfg, layers))
-    seen: dict[Path, Cell] = {}
-    tuned_rows = {a["name"] for a in algos if a.get("tune")}
-    for c in exp.cells:
-        # a tuned row may land on another row's values (e.g. the paper's step): the same runs, shown twice
-        if c.cfg.run_dir in seen and seen[c.cfg.run_dir].algorithm != c.algorithm \
-                and not {c.algorithm, seen[c.cfg.run_dir].algorithm} & tuned_rows:
-            raise UsageError(f"{where}: algorithms '{seen[c.cfg.run_dir].algorithm}' and '{c.algorithm}' are the same "
-                             f"runs (same algo and settings); remove one")
-        if c.cfg.run_dir in seen and seen[c.cfg.run_dir].setting != c.setting \
-                and seen[c.cfg.run_dir].algorithm == c.algorithm:
-            raise UsageError(f"{where}: settings '{seen[c.cfg.run_dir].setting}' and '{c.setting}' are the same runs "
-                             f"(they set the same values); remove one")
-        seen[c.cfg.run_dir] = c
-    return exp
-
-
-NAME_CHARS = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-
-
-def check_name(name: Any, what: str) -> str:
-    """A spec's name is data, never a path: one path component of letters, digits, '.', '_' and '-',
-    starting with a letter or digit, at most 100 characters (so '/tmp/x', '../y', '.' and lists fail)."""
-    if not isinstance(name, str) or not NAME_CHARS.fullmatch(name):
-        raise UsageError(f"{what} must be 1-100 characters of letters, digits, '.', '_', '-' starting with a letter "
-                         f"or digit (it names a folder under --out-dir/compare/), got {name!r}")
-    return name
-
-
-def _check_entries(where: str, items: list, allowed: set[str], what: str, key: str) -> None:
-    names: set[str] = set()
-    for a in items:
-        if not isinstance(a, dict) or key not in a:
-            raise UsageError(f"{where}: each {what} needs a '{key}' key, got {a!r}")
-        bad = set(a) - allowed
-        if bad:
-            raise UsageError(f"{where}: {what} {a.get('name', a[key])!r}: unknown key(s) {', '.join(sorted(bad))}; "
-                             f"allowed: {', '.join(sorted(allowed))}")
-        if not isinstance(a.get("set") or {}, dict):
-            raise UsageError(f"{where}: {what} {a.get('name', a[key])!r}: 'set' must be a mapping of key: value")
-        a.setdefault("name", a[key])
-        a["name"] = str(a["name"])
-        if a["name"] in names:
-            raise UsageError(f"{where}: two {what}s are named '{a['name']}'; give each a distinct 'name'")
-        names.add(a["name"])
-
-
-# tables a report derives from a spec's runs (``derived:``): name -> what it is
-DERIVED = {"imax": "the largest communication window I whose final AUC stays within 0.01 of I = 1, per "
-                   "algorithm, client count K and seed (fbo_cli/report/codasca.py); claims on metric I_max"}
-
-
-def _check_claims(where: str, claims: Any, algos: list, settings: list) -> None:
-    """``claims:`` (read by ``fbo report``): a list of {text, metric, better, than, mode, margin,
-    settings}; ``settings`` (optional) names the settings the claim is about (default: all)."""
-    if claims is None:
-        return
-    names = {a["name"] for a in algos}
-    snames = {s["name"] for s in settings}
-    if not isinstance(claims, list):
-        raise UsageError(f"{where}: 'claims' must be a list of mappings")
-    for c in claims:
-        if not isinstance(c, dict) or set(c) - {"text", "metric", "better", "than", "mode", "margin", "settings"} \
-                or not {"text", "metric", "better", "than"} <= set(c):
-            raise UsageError(f"{where}: each claim needs text, metric, better, than (optional: mode, margin, "
-                             f"settings); got {c!r}")
-        bad = [s for s in c.get("settings") or [] if s not in snames]
-        if not isinstance(c.get("settings") or [], list) or bad:
-            raise UsageError(f"{where}: claim '{c['text']}': 'settings' must list setting names of the spec; "
-                             f"unknown: {', '.join(map(str, bad))}")
-        for side in ("better", "than"):
-            if c[side] not in names:
-                raise UsageError(f"{where}: claim '{c['text']}': '{c[side]}' is not an algorithm of the spec; "
-                                 f"choose from: {', '.join(sorted(names))}")
-        if c.get("mode", "max") not in ("min", "max", "equal"):
-            raise UsageError(f"{where}: claim '{c['text']}': mode must be min, max or equal")
-
-
-def _check_reference(where: str, ref: Any, algos: list, settings: list) -> None:
-    """``reference: {algorithm name: {setting name: {column: number or text}}}``."""
-    shape = "reference must map algorithm name -> setting name -> {column: value}"
-    if not isinstance(ref, dict):
-        raise UsageError(f"{where}: {shape}, got a {type(ref).__name__}")
-    anames, snames = {a["name"] for a in algos}, {s["name"] for s in settings}
-    for a, per in ref.items():
-        if a not in anames:
-            raise UsageError(f"{where}: reference names algorithm '{a}', not in the spec ({', '.join(sorted(anames))})")
-        if not isinstance(per, dict):
-            raise UsageError(f"{where}: reference['{a}']: {shape}")
-        for sname, cols in per.items():
-            if sname not in snames:
-                raise UsageError(f"{where}: reference['{a}'] names setting '{sname}', not in the spec "
-                                 f"({', '.join(sorted(snames))})")
-            if not isinstance(cols, dict) or not all(isinstance(v, (int, float, str)) for v in cols.values()):
-                raise UsageError(f"{where}: reference['{a}']['{sname}']: {shape}")
-
-
-REFERENCE_ON_KEYS = {"dataset", "target", "model", "metric"}
-
-
-def _check_reference_on(where: str, on: Any) -> dict[str, Any]:
-    """``reference_on: {dataset, target, model, metric}``: what the paper's numbers in ``reference`` were
-    measured on. ``fbo report`` gives them a verdict only where the spec's runs match it; elsewhere
-    they are context."""
-    if on is None:  # the paper's numbers then stand as context only, never with a verdict
-        return {}
-    ds = on.get("dataset") if isinstance(on, dict) else None
-    if not isinstance(on, dict) or set(on) - REFERENCE_ON_KEYS or not (
-            isinstance(ds, str) or (isinstance(ds, list) and ds and all(isinstance(d, str) for d in ds))):
-        raise UsageError(f"{where}: 'reference_on' must be a mapping with 'dataset' (a name, or the list of the "
-                         f"settings' datasets) and optional "
-                         f"{', '.join(sorted(REFERENCE_ON_KEYS - {'dataset'}))}), got {on!r}")
-    return dict(on)
-
-
-def check_metrics(exp: Experiment, columns: set[str] | None = None) -> None:
-    """The spec's ``metric``, ``metrics`` and ``x`` must be columns of the task's ``metrics.csv``. The
-    columns come from ``columns`` or, by default, from one evaluation of the first run of each
-    algorithm at its initial point (cheap: data loading and one evaluation), plus the metrics the
-    algorithm declares that its steps add (``step_metrics``, e.g. ZO-HFL's ``global_loss``)."""
-    if columns is None:
-        from .federation import Ledger
-        from .runner import build
-
-        columns = set()
-        # one build of every (algorithm, setting): bad input in any setting fails here, named, before any run,
-        # wherever the setting stands in the grid
-        firsts = {(c.algorithm, c.setting): c for c in reversed(exp.cells)}
-        for (a, s), c in firsts.items():
-            try:
-                b = build(c.cfg)
-            except UsageError as e:
-                raise UsageError(f"algorithm '{a}', setting '{s}': {e}") from None
-            columns |= set(Ledger().as_dict()) | {"train_time"} | set(b.algo.evaluate()) | set(b.algo.step_metrics)
-    for m in [exp.metric, *exp.metrics]:
-        if m not in columns:
-            raise UsageError(f"metric '{m}' is not a metric of task '{exp.task}' with these algorithms; "
-                             f"choose from: {', '.join(sorted(columns))}")
-    if exp.x not in columns:
-        raise UsageError(f"x '{exp.x}' is not a column of task '{exp.task}'s metrics")
-
-
-def identity(exp: Experiment) -> str:
-    """What makes a spec's results folder its own: the task, the algorithms and the settings by name."""
-    import hashlib
-
-    key = repr((exp.task, [(a["name"], a["algo"]) for a in exp.algorithms], [s["name"] for s in exp.settings]))
-    return hashlib.sha256(key.encode()).hexdigest()[:16]
-
-
-def claim_folder(exp: Experiment, outdir: Path, write: bool = True) -> None:
-    """Mark ``outdir`` (``<out>/compare/<name>``) as this spec's; a folder already marked by a different
-    spec of the same name is a UsageError, so two specs never share tables or ``tuned.yaml``. With
-    ``write`` False it only checks (before anything is validated, nothing is written)."""
-    from .results import make_dirs
-
-    mark = outdir / ".spec"
-    mine = f"{identity(exp)} {exp.path}\n"
-    if mark.is_file():
-        held = mark.read_text()
-        if held.split(" ")[0] != identity(exp):
-            other = held.partition(" ")[2].strip() or "another spec"
-            raise UsageError(f"{outdir} holds the results of {other}, a different spec with the same name "
-                             f"'{exp.name}': give {exp.path or 'this spec'} its own 'name:'")
-        return
-    if write:
-        make_dirs(outdir)
-        atomic_write(mark, mine)
-
-
-def estimate_cost(cells: list[Cell], roots: tuple[Path, ...] = (Path("docs/results"),)) -> tuple[float, int]:
-    """(core-seconds, runs without a basis) of running ``cells``: each run's budget in rounds times the
-    median seconds per round (training and evaluation) of finished runs of the same task, algorithm,
-    dataset and model (else of any dataset) under ``roots`` (the committed evidence, and the results
-    folder). A rough guide: evaluation cadence and participation change the cost too."""
-    import json
-
-    per: dict[tuple, list[float]] = {}
-    for root in {*roots, *(c.cfg.run.out_dir for c in cells)}:
-        for f in Path(root).glob("*/*/*/summary.json"):
-            try:
-                s = json.loads(f.read_text())
-                rounds = s["ledger"]["rounds"]
-                secs = (s.get("train_time_s") or 0) + (s.get("eval_time_s") or 0)
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
-            if rounds:
-                model = yaml_model(f.parent / "config.yaml")
-                per.setdefault((s.get("task"), s.get("algo"), s.get("dataset"), model), []).append(secs / rounds)
-                per.setdefault((s.get("task"), s.get("algo"), None, model), []).append(secs / rounds)
-    total, unknown = 0.0, 0
-    for c in cells:
-        model = getattr(c.cfg.task_params, "model", None)
-        seen = per.get((c.cfg.task, c.cfg.algo, c.cfg.run.dataset, model)) or \
-            per.get((c.cfg.task, c.cfg.algo, None, model))  # the same algorithm on another dataset
-        if seen:
-            total += float(np.median(seen)) * c.cfg.run.rounds
-        else:
-            unknown += 1
-    return total, unknown
-
-
-def yaml_model(path: Path) -> str | None:
-    """The ``model`` task parameter recorded in a run's config.yaml (None when absent or unreadable)."""
-    import yaml
-
-    try:
-        return ((yaml.safe_load(path.read_text()) or {}).get("task_params") or {}).get("model")
-    except (OSError, ValueError, AttributeError, yaml.YAMLError):
-        return None
-
-
-def cost_line(todo: list[Cell], jobs: int) -> str:
-    if not todo:
-        return "nothing left to run (every run is finished)"
-    secs, unknown = estimate_cost(todo)
-    known = len(todo) - unknown
-    est = (f"about {secs / 60:.0f} core-minutes ({secs / 60 / max(jobs, 1):.0f} min of wall time with {jobs} "
-           f"job{'s' if jobs > 1 else ''}) for the {known} whose kind has run before" if known else "no estimate")
-    return (f"{len(todo)} run(s) to do: {est}" + (f"; {unknown} of a kind never run here (no estimate)"
-                                                   if unknown and known else ""))
+from .spec import (  # noqa: F401  (load_spec, check_metrics: the public API compare has always had)
+    BANDS,
+    Cell,
+    Experiment,
+    check_metrics,
+    claim_folder,
+    edge_note,
+    load_spec,
+    tuned_entry,
+    tuned_layer,
+)
 
 
 def run_experiment(exp: Experiment, jobs: int = 1, rerun: bool = False, no_run: bool = False, console=None,
@@ -571,8 +228,6 @@ def tuning_budget_note(exp: Experiment) -> str:
 
 def tuned_note(exp: Experiment) -> str:
     """What the table's hyperparameters are and how they were chosen (Markdown)."""
-    from .tune import edge_note, tuned_entry, tuned_layer
-
     rows = []
     for a in exp.algorithms:
         for s in exp.settings:
@@ -601,8 +256,6 @@ def tuned_note(exp: Experiment) -> str:
 
 
 ZOOM_BELOW = 0.15  # a second figure of the last half when the lines' ends span less than this share of the axis
-BANDS = {"minmax": "min to max over those seeds", "std": "mean ± one standard deviation over those seeds",
-         "ci95": "95% confidence interval of the mean over those seeds (t distribution)"}
 T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}  # two-sided t quantiles
 
 

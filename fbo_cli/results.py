@@ -305,3 +305,56 @@ def save_figure(fig, path: Path) -> None:
         raise
     finally:
         plt.close(fig)
+
+
+def estimate_cost(cells: list, roots: tuple[Path, ...] = (Path("docs/results"),)) -> tuple[float, int]:
+    """(core-seconds, runs without a basis) of running ``cells``: each run's budget in rounds times the
+    median seconds per round (training and evaluation) of finished runs of the same task, algorithm,
+    dataset and model (else of any dataset) under ``roots`` (the committed evidence, and the results
+    folder). A rough guide: evaluation cadence and participation change the cost too."""
+    import json
+
+    per: dict[tuple, list[float]] = {}
+    for root in {*roots, *(c.cfg.run.out_dir for c in cells)}:
+        for f in Path(root).glob("*/*/*/summary.json"):
+            try:
+                s = json.loads(f.read_text())
+                rounds = s["ledger"]["rounds"]
+                secs = (s.get("train_time_s") or 0) + (s.get("eval_time_s") or 0)
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if rounds:
+                model = yaml_model(f.parent / "config.yaml")
+                per.setdefault((s.get("task"), s.get("algo"), s.get("dataset"), model), []).append(secs / rounds)
+                per.setdefault((s.get("task"), s.get("algo"), None, model), []).append(secs / rounds)
+    total, unknown = 0.0, 0
+    for c in cells:
+        model = getattr(c.cfg.task_params, "model", None)
+        seen = per.get((c.cfg.task, c.cfg.algo, c.cfg.run.dataset, model)) or \
+            per.get((c.cfg.task, c.cfg.algo, None, model))  # the same algorithm on another dataset
+        if seen:
+            total += float(np.median(seen)) * c.cfg.run.rounds
+        else:
+            unknown += 1
+    return total, unknown
+
+
+def yaml_model(path: Path) -> str | None:
+    """The ``model`` task parameter recorded in a run's config.yaml (None when absent or unreadable)."""
+    import yaml
+
+    try:
+        return ((yaml.safe_load(path.read_text()) or {}).get("task_params") or {}).get("model")
+    except (OSError, ValueError, AttributeError, yaml.YAMLError):
+        return None
+
+
+def cost_line(todo: list, jobs: int) -> str:
+    if not todo:
+        return "nothing left to run (every run is finished)"
+    secs, unknown = estimate_cost(todo)
+    known = len(todo) - unknown
+    est = (f"about {secs / 60:.0f} core-minutes ({secs / 60 / max(jobs, 1):.0f} min of wall time with {jobs} "
+           f"job{'s' if jobs > 1 else ''}) for the {known} whose kind has run before" if known else "no estimate")
+    return (f"{len(todo)} run(s) to do: {est}" + (f"; {unknown} of a kind never run here (no estimate)"
+                                                   if unknown and known else ""))

@@ -34,85 +34,17 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from .compare import Cell, Experiment, load_spec
-from .config import load_config_file, resolve
+from .config import resolve
 from .errors import UsageError
 from .results import atomic_write, fmt_num, save_figure, write_yaml
-from .tasks import TASKS
-
-TUNE_KEYS = {"seeds", "rounds", "score", "mode", "setting", "tail", "tolerance", "set"}
-
-
-@dataclass
-class TuneSpec:
-    seeds: list[int]
-    rounds: int | None  # None ("budget" in the spec): each setting's own evaluation budget
-    score: str
-    mode: str
-    setting: str | None
-    tail: float
-    tolerance: float
-    extra: dict[str, Any]
-    grids: dict[str, dict[str, list]]  # algorithm display name -> {key (maybe "a,b"): values}
-
-
-def parse_tune(spec: dict, exp: Experiment, where: str) -> TuneSpec:
-    t = spec.get("tune")
-    if not isinstance(t, dict):
-        raise UsageError(f"{where}: no 'tune:' block (a mapping); see `fbo tune --help`")
-    unknown = set(t) - TUNE_KEYS
-    if unknown:
-        raise UsageError(f"{where}: unknown key(s) in tune: {', '.join(sorted(unknown))}; "
-                         f"allowed: {', '.join(sorted(TUNE_KEYS))}")
-    seeds = t.get("seeds", [100])
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
-        raise UsageError(f"{where}: tune.seeds must be a non-empty list of integers >= 0")
-    clash = set(seeds) & set(exp.seeds)
-    if clash:
-        raise UsageError(f"{where}: tuning seeds {sorted(clash)} are also evaluation seeds; use disjoint seeds")
-    default_score, default_mode = TASKS[exp.task].tune_metric
-    score, mode = t.get("score", default_score), t.get("mode", default_mode)
-    if not score:
-        raise UsageError(f"{where}: task '{exp.task}' has no default validation score; set tune.score")
-    if score.startswith("test"):
-        raise UsageError(f"{where}: tune.score '{score}' is a test-set metric; tune on validation data")
-    if mode not in ("min", "max"):
-        raise UsageError(f"{where}: tune.mode must be min or max, got '{mode}'")
-    rounds = t.get("rounds", 40)
-    tail, tol = t.get("tail", 0.25), t.get("tolerance", 0.05)
-    if tol is False or tol == "off":  # no oscillation check (YAML reads a bare off as False)
-        tol = math.inf
-    if rounds == "budget":  # each setting at its own evaluation budget (settings with different budgets)
-        rounds = None
-    elif not isinstance(rounds, int) or rounds < 1:
-        raise UsageError(f"{where}: tune.rounds must be an integer >= 1 or 'budget', got {rounds!r}")
-    if not (isinstance(tail, (int, float)) and 0 < tail <= 1):
-        raise UsageError(f"{where}: tune.tail must be in (0, 1], got {tail!r}")
-    if not (isinstance(tol, (int, float)) and not isinstance(tol, bool) and tol >= 0) or math.isnan(tol):
-        raise UsageError(f"{where}: tune.tolerance must be a number >= 0 or off, got {tol!r}")
-    setting = t.get("setting")
-    names = [s["name"] for s in exp.settings]
-    if setting is not None and setting not in names:
-        raise UsageError(f"{where}: tune.setting '{setting}' is not a setting; choose one of: {', '.join(names)}")
-    extra = t.get("set") or {}
-    if not isinstance(extra, dict):
-        raise UsageError(f"{where}: tune.set must be a mapping")
-    grids = {}
-    for a in exp.algorithms:
-        g = a.get("tune") or {}
-        if not isinstance(g, dict) or not all(isinstance(v, list) and v for v in g.values()):
-            raise UsageError(f"{where}: algorithm '{a['name']}': tune must map keys to non-empty lists of values")
-        grids[a["name"]] = g
-    if not any(grids.values()):
-        raise UsageError(f"{where}: no algorithm declares a 'tune:' grid")
-    return TuneSpec(seeds, rounds, score, mode, setting, float(tail), float(tol), extra, grids)
+from .spec import Cell, Experiment, TuneSpec, check_metrics, claim_folder, load_spec
 
 
 def grid_points(grid: dict[str, list]) -> list[dict[str, Any]]:
@@ -143,6 +75,13 @@ def score_run(m: pd.DataFrame, score: str, tail: float, budget: int) -> tuple[fl
     return float(np.mean(w)), osc
 
 
+def tune_spec(exp: Experiment) -> TuneSpec:
+    """The spec's tune block (parsed and validated by :func:`fbo_cli.spec.load_spec`)."""
+    if exp.tune is None:
+        raise UsageError(f"{exp.path}: no 'tune:' block (a mapping); see `fbo tune --help`")
+    return exp.tune
+
+
 def tune_cells(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any],
                extended: dict[tuple[str, str], list[dict]] | None = None) -> list[tuple[Cell, dict]]:
     """The tuning runs: every grid point, plus the points ``extended`` beyond a grid's edge, per
@@ -171,12 +110,11 @@ def tune_cells(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any],
 def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, rerun: bool = False,
                console=None, executor: str | None = None, address: str | None = None, cpus_per_run: int = 1,
                gpus_per_run: float = 0) -> Path:
-    from .compare import check_metrics, claim_folder, cost_line
     from .executors import run_cells
-    from .results import todo_runs
+    from .results import cost_line, todo_runs
 
     exp = load_spec(spec_path, overrides, use_tuned=False)
-    ts = parse_tune(load_config_file(spec_path), exp, str(spec_path))
+    ts = tune_spec(exp)
     claim_folder(exp, exp.out_root / "compare" / exp.name, write=False)
     extended: dict[tuple[str, str], list[dict]] = {}
     checked = False
@@ -373,51 +311,6 @@ def procedure_text(ts: TuneSpec) -> str:
             f"the tuning seeds; rejected: failed or diverged runs, non-finite scores, no progress over the first "
             f"evaluation{oscillation}; a choice at a grid's edge is extended geometrically, one value at a time "
             f"(at most {MAX_EXTENSIONS}), until it is interior or the value beyond it is rejected")
-
-
-def load_tuned(exp: Experiment) -> dict | None:
-    """The ``tuned.yaml`` beside the experiment's results, if any."""
-    p = exp.out_root / "compare" / exp.name / "tuned.yaml"
-    if not p.is_file():
-        return None
-    t = load_config_file(p)
-    chosen = t.get("chosen") or {}
-    ok = isinstance(chosen, dict) and all(
-        isinstance(per, dict) and all(isinstance(v, dict) for v in per.values()) for per in chosen.values())
-    if not ok:
-        raise UsageError(f"{p}: 'chosen' must map algorithm -> setting -> {{key: value}}, got {chosen!r:.120}; "
-                         f"run `fbo tune` again to rewrite it (or delete the file)")
-    for algo, per in chosen.items():
-        for setting, vals in per.items():
-            for k, v in vals.items():
-                if not k.startswith("_") and not isinstance(v, (int, float, str, bool)):
-                    raise UsageError(f"{p}: chosen value {algo} / {setting} / {k} must be a number or a word, "
-                                     f"got {v!r}")
-    return t
-
-
-def tuned_entry(tuned: dict | None, algorithm: str, setting: str) -> dict[str, Any]:
-    """The ``chosen`` entry of one (algorithm, setting) in a ``tuned.yaml``: the setting's own, or the
-    one tuned setting's; with its notes (keys starting with ``_``)."""
-    if not tuned:
-        return {}
-    per = (tuned.get("chosen") or {}).get(algorithm) or {}
-    return per.get(setting) or (per.get(tuned["setting"]) if tuned.get("setting") else None) or {}
-
-
-def edge_note(entry: dict[str, Any]) -> str:
-    """How a chosen value relates to its grid's edge, in words ('' when interior)."""
-    notes = []
-    if entry.get("_stable_edge"):
-        notes.append(f"at the grid's edge: {entry['_stable_edge']}")
-    if entry.get("_at_grid_edge"):
-        notes.append(f"at the grid's edge, not resolved: {entry['_at_grid_edge']}")
-    return "; ".join(notes)
-
-
-def tuned_layer(tuned: dict | None, algorithm: str, setting: str) -> dict[str, Any]:
-    """The chosen values of one (algorithm, setting), notes left out: a config layer."""
-    return {k: v for k, v in tuned_entry(tuned, algorithm, setting).items() if not k.startswith("_")}
 
 
 def plot_tuning(df: pd.DataFrame, ts: TuneSpec, path: Path, title: str) -> None:

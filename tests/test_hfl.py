@@ -360,8 +360,8 @@ def test_server_only_is_sgd_with_the_zohfl_schedule_and_sends_nothing():
 def test_a_spec_may_name_the_metrics_an_algorithm_adds_after_its_first_step(tmp_path):
     """Fig. 2's ``global_loss`` (ZO-HFL's own metric, present once clients have reported f2) passes the
     spec check, which evaluates at the initial point; an unknown metric is still refused."""
-    from fbo_cli.compare import check_metrics, load_spec
     from fbo_cli.errors import UsageError
+    from fbo_cli.spec import check_metrics, load_spec
 
     def spec(metric):
         p = tmp_path / f"{metric}.yaml"

@@ -11,8 +11,8 @@ import yaml
 from typer.testing import CliRunner
 
 from fbo_cli.cli import app
-from fbo_cli.compare import load_spec
 from fbo_cli.report import build_report, claim_verdict, collect_evidence, match_paper, prune_evidence
+from fbo_cli.spec import load_spec
 from fbo_cli.tune import grid_points, score_run
 
 runner = CliRunner()
@@ -68,7 +68,8 @@ def test_bad_tune_blocks_are_usage_errors(tmp_path):
 
 def test_tolerance_off_keeps_oscillating_runs_and_says_so(tmp_path):
     from fbo_cli.config import load_config_file
-    from fbo_cli.tune import parse_tune, procedure_text
+    from fbo_cli.spec import parse_tune
+    from fbo_cli.tune import procedure_text
 
     def parsed(tune):
         p = spec(tmp_path, tune=tune)
@@ -136,7 +137,8 @@ def _tuning_rows(points):
 
 
 def test_an_edge_choice_is_extended_until_interior_or_its_neighbour_fails():
-    from fbo_cli.tune import TuneSpec, choose, extensions
+    from fbo_cli.spec import TuneSpec
+    from fbo_cli.tune import choose, extensions
 
     ts = TuneSpec([100], 10, "val_loss", "min", None, 0.25, math.inf, {}, {"A": {"outer_lr": [0.01, 0.1]}})
     two = _tuning_rows([(0.01, 0.5, "done"), (0.1, 0.4, "done")])  # a two-point grid: both ends are edges

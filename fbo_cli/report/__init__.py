@@ -40,10 +40,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..compare import Experiment, collect, load_spec, write_report
-from ..config import load_config_file
+from ..compare import collect, write_report
 from ..errors import UsageError
 from ..results import md_row
+from ..spec import Experiment, load_spec
 
 
 @dataclass(frozen=True)
@@ -274,7 +274,6 @@ def build_section(spec: str, root: Path, work: Path) -> Section:
         sec.error = str(e)
         return sec
     sec.exp = exp
-    raw = load_config_file(spec)
     runs, _ = collect(exp)
     gone = runs[runs.status == "not run"]
     sec.missing = [f"{a} · {s} · seed {k}" for a, s, k in zip(gone.algorithm, gone.setting, gone.seed)]
@@ -289,7 +288,7 @@ def build_section(spec: str, root: Path, work: Path) -> Section:
     devices = sorted(set(str(d) for d in _summaries(runs, "device")))
     sec.compute = f"{len(runs)} runs, {secs / 60:.1f} min of training in all, on {', '.join(devices) or 'cpu'}"
     derived = {}
-    if "imax" in (raw.get("derived") or []):
+    if "imax" in exp.derived:
         from .codasca import imax_per_seed, imax_table, windows
 
         imax_table(out, expected=windows(exp.settings))
@@ -297,14 +296,14 @@ def build_section(spec: str, root: Path, work: Path) -> Section:
         sec.figures.append(out / "imax.png")
         derived["I_max"] = (imax_per_seed(runs, windows(exp.settings)),
                             [f"K={k}" for k in sorted(windows(exp.settings), reverse=True)])
-    for claim in raw.get("claims") or []:
+    for claim in exp.claims:
         table, names = derived.get(claim["metric"], (runs, [s["name"] for s in exp.settings]))
         for s in names:
             if claim.get("settings") and s not in claim["settings"]:
                 continue
             v, nums = claim_verdict(table, claim, s)
             sec.verdicts.append((claim["text"], s, v, nums))
-    sec.paper_rows = paper_rows(exp, runs, raw.get("tolerance", 0.02))
+    sec.paper_rows = paper_rows(exp, runs, exp.tolerance)
     return sec
 
 
@@ -479,7 +478,7 @@ def _render_section_md(sec: Section) -> list[str]:
     exp = sec.exp
     title = exp.title or exp.name
     lines = [f"### {title}", "", f"Spec `{sec.spec}`; regenerate with `fbo compare {sec.spec}`"
-             + (" after `fbo tune` of the same spec" if (load_config_file(sec.spec).get("tune")) else "")
+             + (" after `fbo tune` of the same spec" if sec.exp.tune else "")
              + f". Budget {_budget(exp)}; seeds {exp.seeds}.", ""]
     if exp.description:
         lines += [exp.description, ""]

@@ -1,0 +1,444 @@
+"""The experiment spec, typed: what ``fbo compare``, ``fbo tune`` and ``fbo report`` read.
+
+A spec file (YAML) names a paper's experiment: the task, the algorithms (display name, registry key,
+fixed values, a tuning grid), the settings, the seeds, the paper's numbers (``reference`` and what
+they were measured on, ``reference_on``), the paper's claims, derived tables and the tuning block.
+:func:`load_spec` validates all of it before anything runs (unknown keys, names, the claims' and
+the reference's shape, each cell's resolved config) with errors that name the file, the key and the
+allowed values, and resolves the cells. This module is the only one that reads a spec's YAML; it
+also reads and validates ``tuned.yaml`` (what ``fbo tune`` chose). ``compare`` runs and aggregates,
+``tune`` tunes, ``report`` renders: each imports this module, none imports another of them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .config import RunConfig, check_path, load_config_file, resolve
+from .errors import UsageError
+from .results import X_AXES, atomic_write
+from .tasks import TASKS
+
+BANDS = {"minmax": "min to max over those seeds", "std": "mean ± one standard deviation over those seeds",
+         "ci95": "95% confidence interval of the mean over those seeds (t distribution)"}
+
+@dataclass
+class Cell:
+    algorithm: str  # display name from the spec
+    setting: str
+    seed: int
+    cfg: RunConfig
+    layers: tuple[dict[str, Any], ...]
+
+
+@dataclass
+class Experiment:
+    name: str
+    title: str
+    task: str
+    metric: str
+    metrics: list[str]
+    target: float | None
+    x: str
+    seeds: list[int]
+    algorithms: list[dict[str, Any]]
+    settings: list[dict[str, Any]]
+    reference: dict[str, dict[str, dict[str, Any]]]
+    reference_on: dict[str, Any] = field(default_factory=dict)  # what ``reference`` was measured on
+    description: str = ""  # what the experiment is, in the spec's words (shown in the report)
+    band: str = "minmax"  # the plots' shaded band: minmax | std | ci95
+    path: str = ""  # the spec file
+    cells: list[Cell] = field(default_factory=list)
+    out_root: Path = Path("results")
+    base: dict[str, Any] = field(default_factory=dict)
+    tuned: dict[str, Any] | None = None  # the tuned.yaml of ``fbo tune``, when present
+    x_also: list[str] = field(default_factory=list)  # more x axes: one more curves_<x>.png each
+    claims: list[dict[str, Any]] = field(default_factory=list)  # the paper's claims, checked by the report
+    derived: list[str] = field(default_factory=list)  # derived tables (DERIVED)
+    tolerance: float = 0.02  # how far ours may sit from a paper's fraction and still be "within"
+    tune: TuneSpec | None = None  # the tune block, parsed (None: the spec has none)
+    incomplete: int = 0  # cells failed or not run at the last report
+    outcomes: dict[Path, dict] = field(default_factory=dict)  # run_dir -> what run_cells returned this time
+
+
+def _need(d: dict, key: str, kind, where: str):
+    if key not in d:
+        raise UsageError(f"{where}: missing required key '{key}'")
+    if not isinstance(d[key], kind):
+        raise UsageError(f"{where}: '{key}' must be a {kind.__name__ if isinstance(kind, type) else 'list'}")
+    return d[key]
+
+
+def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: list[int] | None = None,
+              use_tuned: bool = True) -> Experiment:
+    """The experiment of a spec file, its cells resolved (and validated). With ``use_tuned``, the values
+    chosen by ``fbo tune`` (``<out>/compare/<name>/tuned.yaml``) override the spec's for the keys they
+    name."""
+    spec = load_config_file(path)
+    where = str(path)
+    known = {"name", "title", "task", "metric", "metrics", "target", "x", "seeds", "base", "algorithms", "settings",
+             "reference", "reference_on", "description", "tune", "claims", "tolerance", "x_also", "derived", "band"}
+    unknown = set(spec) - known
+    if unknown:
+        raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(known))}")
+    task = _need(spec, "task", str, where)
+    if task not in TASKS:
+        raise UsageError(f"{where}: unknown task '{task}'; choose one of: {', '.join(TASKS)}")
+    algos = _need(spec, "algorithms", list, where)
+    if not algos:
+        raise UsageError(f"{where}: 'algorithms' is empty: list at least one algorithm")
+    settings = spec.get("settings", [{"name": "default", "set": {}}])
+    if not isinstance(settings, list):
+        raise UsageError(f"{where}: 'settings' must be a list")
+    if not settings:
+        raise UsageError(f"{where}: 'settings' is empty: leave the key out for one default setting, or list some")
+    metric = spec.get("metric") or TASKS[task].metric
+    metrics = spec.get("metrics") or []
+    if not isinstance(metric, str) or not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
+        raise UsageError(f"{where}: 'metric' must be a name and 'metrics' a list of names")
+    target = spec.get("target")
+    if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float))
+                               or not math.isfinite(target)):
+        raise UsageError(f"{where}: 'target' must be a finite number, got {target!r}")
+    base = spec.get("base") or {}
+    if not isinstance(base, dict):
+        raise UsageError(f"{where}: 'base' must be a mapping")
+    x = spec.get("x", "rounds")
+    x_also = spec.get("x_also") or []
+    if not isinstance(x_also, list):
+        raise UsageError(f"{where}: 'x_also' must be a list of x axes, e.g. [samples], got {x_also!r}")
+    for xa in [x, *x_also]:
+        if xa not in X_AXES:
+            raise UsageError(f"{where}: x and x_also must be among {', '.join(X_AXES)}, got '{xa}'")
+    seed_list = seeds if seeds is not None else spec.get("seeds", [0])
+    if not isinstance(seed_list, list) or not all(isinstance(s, int) for s in seed_list) or not seed_list:
+        raise UsageError(f"{where}: 'seeds' must be a non-empty list of integers")
+    if any(s < 0 or s >= 2**63 for s in seed_list) or len(set(seed_list)) != len(seed_list):
+        raise UsageError(f"{where}: seeds must be distinct integers in [0, 2^63), got {seed_list}")
+    exp = Experiment(
+        name=check_name(spec["name"] if "name" in spec else Path(path).stem, f"{where}: 'name'"),
+        title=str(spec.get("title", "")), task=task,
+        metric=metric, metrics=list(metrics), target=target, x=x, seeds=seed_list, algorithms=algos,
+        settings=settings, reference=spec.get("reference") or {}, base=base, x_also=list(x_also),
+        reference_on=_check_reference_on(where, spec.get("reference_on")),
+        description=" ".join(str(spec.get("description") or "").split()), path=str(path),
+        band=spec.get("band", "minmax"))
+    if exp.band not in BANDS:
+        raise UsageError(f"{where}: 'band' must be one of {', '.join(BANDS)}, got {exp.band!r}")
+    overrides = overrides or {}
+    if "algo" in overrides or "task" in overrides:
+        raise UsageError("'algo' and 'task' cannot be set with --set in compare: they come from the spec's "
+                         "'algorithms' list and 'task'")
+    _check_entries(where, algos, {"algo", "name", "set", "tune"}, "algorithm", "algo")
+    _check_entries(where, settings, {"name", "set"}, "setting", "name")
+    _check_reference(where, exp.reference, algos, settings)
+    _check_claims(where, spec.get("claims"), algos, settings)
+    derived = spec.get("derived") or []
+    if not isinstance(derived, list) or set(derived) - set(DERIVED):
+        raise UsageError(f"{where}: 'derived' must be a list among: {', '.join(DERIVED)}")
+    exp.out_root = Path(str(overrides.get("out_dir") or base.get("out_dir") or "results"))
+    check_path("out_dir", exp.out_root)
+    exp.claims = list(spec.get("claims") or [])
+    exp.derived = list(derived)
+    exp.tolerance = float(spec.get("tolerance", 0.02))
+    if spec.get("tune") is not None:
+        exp.tune = parse_tune(spec, exp, where)
+    if use_tuned:
+        exp.tuned = load_tuned(exp)
+    for seed in seed_list:  # seed-major: a first complete picture of the grid arrives early
+        for s in settings:
+            for a in algos:
+                tuned = tuned_layer(exp.tuned, a["name"], s["name"]) if exp.tuned else {}
+                layers = (base, s.get("set") or {}, a.get("set") or {}, tuned,
+                          {"seed": seed, "target": exp.target}, overrides)
+                try:
+                    cfg = resolve(task, a["algo"], *layers)
+                except UsageError as e:
+                    raise UsageError(f"{where}: algorithm '{a['name']}', setting '{s['name']}': {e}") from None
+                exp.cells.append(Cell(a["name"], s["name"], seed, cfg, layers))
+    seen: dict[Path, Cell] = {}
+    tuned_rows = {a["name"] for a in algos if a.get("tune")}
+    for c in exp.cells:
+        # a tuned row may land on another row's values (e.g. the paper's step): the same runs, shown twice
+        if c.cfg.run_dir in seen and seen[c.cfg.run_dir].algorithm != c.algorithm \
+                and not {c.algorithm, seen[c.cfg.run_dir].algorithm} & tuned_rows:
+            raise UsageError(f"{where}: algorithms '{seen[c.cfg.run_dir].algorithm}' and '{c.algorithm}' are the same "
+                             f"runs (same algo and settings); remove one")
+        if c.cfg.run_dir in seen and seen[c.cfg.run_dir].setting != c.setting \
+                and seen[c.cfg.run_dir].algorithm == c.algorithm:
+            raise UsageError(f"{where}: settings '{seen[c.cfg.run_dir].setting}' and '{c.setting}' are the same runs "
+                             f"(they set the same values); remove one")
+        seen[c.cfg.run_dir] = c
+    return exp
+
+
+NAME_CHARS = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def check_name(name: Any, what: str) -> str:
+    """A spec's name is data, never a path: one path component of letters, digits, '.', '_' and '-',
+    starting with a letter or digit, at most 100 characters (so '/tmp/x', '../y', '.' and lists fail)."""
+    if not isinstance(name, str) or not NAME_CHARS.fullmatch(name):
+        raise UsageError(f"{what} must be 1-100 characters of letters, digits, '.', '_', '-' starting with a letter "
+                         f"or digit (it names a folder under --out-dir/compare/), got {name!r}")
+    return name
+
+
+def _check_entries(where: str, items: list, allowed: set[str], what: str, key: str) -> None:
+    names: set[str] = set()
+    for a in items:
+        if not isinstance(a, dict) or key not in a:
+            raise UsageError(f"{where}: each {what} needs a '{key}' key, got {a!r}")
+        bad = set(a) - allowed
+        if bad:
+            raise UsageError(f"{where}: {what} {a.get('name', a[key])!r}: unknown key(s) {', '.join(sorted(bad))}; "
+                             f"allowed: {', '.join(sorted(allowed))}")
+        if not isinstance(a.get("set") or {}, dict):
+            raise UsageError(f"{where}: {what} {a.get('name', a[key])!r}: 'set' must be a mapping of key: value")
+        a.setdefault("name", a[key])
+        a["name"] = str(a["name"])
+        if a["name"] in names:
+            raise UsageError(f"{where}: two {what}s are named '{a['name']}'; give each a distinct 'name'")
+        names.add(a["name"])
+
+
+# tables a report derives from a spec's runs (``derived:``): name -> what it is
+DERIVED = {"imax": "the largest communication window I whose final AUC stays within 0.01 of I = 1, per "
+                   "algorithm, client count K and seed (fbo_cli/report/codasca.py); claims on metric I_max"}
+
+
+def _check_claims(where: str, claims: Any, algos: list, settings: list) -> None:
+    """``claims:`` (read by ``fbo report``): a list of {text, metric, better, than, mode, margin,
+    settings}; ``settings`` (optional) names the settings the claim is about (default: all)."""
+    if claims is None:
+        return
+    names = {a["name"] for a in algos}
+    snames = {s["name"] for s in settings}
+    if not isinstance(claims, list):
+        raise UsageError(f"{where}: 'claims' must be a list of mappings")
+    for c in claims:
+        if not isinstance(c, dict) or set(c) - {"text", "metric", "better", "than", "mode", "margin", "settings"} \
+                or not {"text", "metric", "better", "than"} <= set(c):
+            raise UsageError(f"{where}: each claim needs text, metric, better, than (optional: mode, margin, "
+                             f"settings); got {c!r}")
+        bad = [s for s in c.get("settings") or [] if s not in snames]
+        if not isinstance(c.get("settings") or [], list) or bad:
+            raise UsageError(f"{where}: claim '{c['text']}': 'settings' must list setting names of the spec; "
+                             f"unknown: {', '.join(map(str, bad))}")
+        for side in ("better", "than"):
+            if c[side] not in names:
+                raise UsageError(f"{where}: claim '{c['text']}': '{c[side]}' is not an algorithm of the spec; "
+                                 f"choose from: {', '.join(sorted(names))}")
+        if c.get("mode", "max") not in ("min", "max", "equal"):
+            raise UsageError(f"{where}: claim '{c['text']}': mode must be min, max or equal")
+
+
+def _check_reference(where: str, ref: Any, algos: list, settings: list) -> None:
+    """``reference: {algorithm name: {setting name: {column: number or text}}}``."""
+    shape = "reference must map algorithm name -> setting name -> {column: value}"
+    if not isinstance(ref, dict):
+        raise UsageError(f"{where}: {shape}, got a {type(ref).__name__}")
+    anames, snames = {a["name"] for a in algos}, {s["name"] for s in settings}
+    for a, per in ref.items():
+        if a not in anames:
+            raise UsageError(f"{where}: reference names algorithm '{a}', not in the spec ({', '.join(sorted(anames))})")
+        if not isinstance(per, dict):
+            raise UsageError(f"{where}: reference['{a}']: {shape}")
+        for sname, cols in per.items():
+            if sname not in snames:
+                raise UsageError(f"{where}: reference['{a}'] names setting '{sname}', not in the spec "
+                                 f"({', '.join(sorted(snames))})")
+            if not isinstance(cols, dict) or not all(isinstance(v, (int, float, str)) for v in cols.values()):
+                raise UsageError(f"{where}: reference['{a}']['{sname}']: {shape}")
+
+
+REFERENCE_ON_KEYS = {"dataset", "target", "model", "metric"}
+
+
+def _check_reference_on(where: str, on: Any) -> dict[str, Any]:
+    """``reference_on: {dataset, target, model, metric}``: what the paper's numbers in ``reference`` were
+    measured on. ``fbo report`` gives them a verdict only where the spec's runs match it; elsewhere
+    they are context."""
+    if on is None:  # the paper's numbers then stand as context only, never with a verdict
+        return {}
+    ds = on.get("dataset") if isinstance(on, dict) else None
+    if not isinstance(on, dict) or set(on) - REFERENCE_ON_KEYS or not (
+            isinstance(ds, str) or (isinstance(ds, list) and ds and all(isinstance(d, str) for d in ds))):
+        raise UsageError(f"{where}: 'reference_on' must be a mapping with 'dataset' (a name, or the list of the "
+                         f"settings' datasets) and optional "
+                         f"{', '.join(sorted(REFERENCE_ON_KEYS - {'dataset'}))}), got {on!r}")
+    return dict(on)
+
+
+def check_metrics(exp: Experiment, columns: set[str] | None = None) -> None:
+    """The spec's ``metric``, ``metrics`` and ``x`` must be columns of the task's ``metrics.csv``. The
+    columns come from ``columns`` or, by default, from one evaluation of the first run of each
+    algorithm at its initial point (cheap: data loading and one evaluation), plus the metrics the
+    algorithm declares that its steps add (``step_metrics``, e.g. ZO-HFL's ``global_loss``)."""
+    if columns is None:
+        from .federation import Ledger
+        from .runner import build
+
+        columns = set()
+        # one build of every (algorithm, setting): bad input in any setting fails here, named, before any run,
+        # wherever the setting stands in the grid
+        firsts = {(c.algorithm, c.setting): c for c in reversed(exp.cells)}
+        for (a, s), c in firsts.items():
+            try:
+                b = build(c.cfg)
+            except UsageError as e:
+                raise UsageError(f"algorithm '{a}', setting '{s}': {e}") from None
+            columns |= set(Ledger().as_dict()) | {"train_time"} | set(b.algo.evaluate()) | set(b.algo.step_metrics)
+    for m in [exp.metric, *exp.metrics]:
+        if m not in columns:
+            raise UsageError(f"metric '{m}' is not a metric of task '{exp.task}' with these algorithms; "
+                             f"choose from: {', '.join(sorted(columns))}")
+    if exp.x not in columns:
+        raise UsageError(f"x '{exp.x}' is not a column of task '{exp.task}'s metrics")
+
+
+def identity(exp: Experiment) -> str:
+    """What makes a spec's results folder its own: the task, the algorithms and the settings by name."""
+    import hashlib
+
+    key = repr((exp.task, [(a["name"], a["algo"]) for a in exp.algorithms], [s["name"] for s in exp.settings]))
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def claim_folder(exp: Experiment, outdir: Path, write: bool = True) -> None:
+    """Mark ``outdir`` (``<out>/compare/<name>``) as this spec's; a folder already marked by a different
+    spec of the same name is a UsageError, so two specs never share tables or ``tuned.yaml``. With
+    ``write`` False it only checks (before anything is validated, nothing is written)."""
+    from .results import make_dirs
+
+    mark = outdir / ".spec"
+    mine = f"{identity(exp)} {exp.path}\n"
+    if mark.is_file():
+        held = mark.read_text()
+        if held.split(" ")[0] != identity(exp):
+            other = held.partition(" ")[2].strip() or "another spec"
+            raise UsageError(f"{outdir} holds the results of {other}, a different spec with the same name "
+                             f"'{exp.name}': give {exp.path or 'this spec'} its own 'name:'")
+        return
+    if write:
+        make_dirs(outdir)
+        atomic_write(mark, mine)
+
+
+
+TUNE_KEYS = {"seeds", "rounds", "score", "mode", "setting", "tail", "tolerance", "set"}
+
+
+@dataclass
+class TuneSpec:
+    seeds: list[int]
+    rounds: int | None  # None ("budget" in the spec): each setting's own evaluation budget
+    score: str
+    mode: str
+    setting: str | None
+    tail: float
+    tolerance: float
+    extra: dict[str, Any]
+    grids: dict[str, dict[str, list]]  # algorithm display name -> {key (maybe "a,b"): values}
+
+
+def parse_tune(spec: dict, exp: Experiment, where: str) -> TuneSpec:
+    t = spec.get("tune")
+    if not isinstance(t, dict):
+        raise UsageError(f"{where}: no 'tune:' block (a mapping); see `fbo tune --help`")
+    unknown = set(t) - TUNE_KEYS
+    if unknown:
+        raise UsageError(f"{where}: unknown key(s) in tune: {', '.join(sorted(unknown))}; "
+                         f"allowed: {', '.join(sorted(TUNE_KEYS))}")
+    seeds = t.get("seeds", [100])
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
+        raise UsageError(f"{where}: tune.seeds must be a non-empty list of integers >= 0")
+    clash = set(seeds) & set(exp.seeds)
+    if clash:
+        raise UsageError(f"{where}: tuning seeds {sorted(clash)} are also evaluation seeds; use disjoint seeds")
+    default_score, default_mode = TASKS[exp.task].tune_metric
+    score, mode = t.get("score", default_score), t.get("mode", default_mode)
+    if not score:
+        raise UsageError(f"{where}: task '{exp.task}' has no default validation score; set tune.score")
+    if score.startswith("test"):
+        raise UsageError(f"{where}: tune.score '{score}' is a test-set metric; tune on validation data")
+    if mode not in ("min", "max"):
+        raise UsageError(f"{where}: tune.mode must be min or max, got '{mode}'")
+    rounds = t.get("rounds", 40)
+    tail, tol = t.get("tail", 0.25), t.get("tolerance", 0.05)
+    if tol is False or tol == "off":  # no oscillation check (YAML reads a bare off as False)
+        tol = math.inf
+    if rounds == "budget":  # each setting at its own evaluation budget (settings with different budgets)
+        rounds = None
+    elif not isinstance(rounds, int) or rounds < 1:
+        raise UsageError(f"{where}: tune.rounds must be an integer >= 1 or 'budget', got {rounds!r}")
+    if not (isinstance(tail, (int, float)) and 0 < tail <= 1):
+        raise UsageError(f"{where}: tune.tail must be in (0, 1], got {tail!r}")
+    if not (isinstance(tol, (int, float)) and not isinstance(tol, bool) and tol >= 0) or math.isnan(tol):
+        raise UsageError(f"{where}: tune.tolerance must be a number >= 0 or off, got {tol!r}")
+    setting = t.get("setting")
+    names = [s["name"] for s in exp.settings]
+    if setting is not None and setting not in names:
+        raise UsageError(f"{where}: tune.setting '{setting}' is not a setting; choose one of: {', '.join(names)}")
+    extra = t.get("set") or {}
+    if not isinstance(extra, dict):
+        raise UsageError(f"{where}: tune.set must be a mapping")
+    grids = {}
+    for a in exp.algorithms:
+        g = a.get("tune") or {}
+        if not isinstance(g, dict) or not all(isinstance(v, list) and v for v in g.values()):
+            raise UsageError(f"{where}: algorithm '{a['name']}': tune must map keys to non-empty lists of values")
+        grids[a["name"]] = g
+    if not any(grids.values()):
+        raise UsageError(f"{where}: no algorithm declares a 'tune:' grid")
+    return TuneSpec(seeds, rounds, score, mode, setting, float(tail), float(tol), extra, grids)
+
+
+
+def load_tuned(exp: Experiment) -> dict | None:
+    """The ``tuned.yaml`` beside the experiment's results, if any."""
+    p = exp.out_root / "compare" / exp.name / "tuned.yaml"
+    if not p.is_file():
+        return None
+    t = load_config_file(p)
+    chosen = t.get("chosen") or {}
+    ok = isinstance(chosen, dict) and all(
+        isinstance(per, dict) and all(isinstance(v, dict) for v in per.values()) for per in chosen.values())
+    if not ok:
+        raise UsageError(f"{p}: 'chosen' must map algorithm -> setting -> {{key: value}}, got {chosen!r:.120}; "
+                         f"run `fbo tune` again to rewrite it (or delete the file)")
+    for algo, per in chosen.items():
+        for setting, vals in per.items():
+            for k, v in vals.items():
+                if not k.startswith("_") and not isinstance(v, (int, float, str, bool)):
+                    raise UsageError(f"{p}: chosen value {algo} / {setting} / {k} must be a number or a word, "
+                                     f"got {v!r}")
+    return t
+
+
+def tuned_entry(tuned: dict | None, algorithm: str, setting: str) -> dict[str, Any]:
+    """The ``chosen`` entry of one (algorithm, setting) in a ``tuned.yaml``: the setting's own, or the
+    one tuned setting's; with its notes (keys starting with ``_``)."""
+    if not tuned:
+        return {}
+    per = (tuned.get("chosen") or {}).get(algorithm) or {}
+    return per.get(setting) or (per.get(tuned["setting"]) if tuned.get("setting") else None) or {}
+
+
+def edge_note(entry: dict[str, Any]) -> str:
+    """How a chosen value relates to its grid's edge, in words ('' when interior)."""
+    notes = []
+    if entry.get("_stable_edge"):
+        notes.append(f"at the grid's edge: {entry['_stable_edge']}")
+    if entry.get("_at_grid_edge"):
+        notes.append(f"at the grid's edge, not resolved: {entry['_at_grid_edge']}")
+    return "; ".join(notes)
+
+
+def tuned_layer(tuned: dict | None, algorithm: str, setting: str) -> dict[str, Any]:
+    """The chosen values of one (algorithm, setting), notes left out: a config layer."""
+    return {k: v for k, v in tuned_entry(tuned, algorithm, setting).items() if not k.startswith("_")}

@@ -1,0 +1,57 @@
+"""The package's shape: no import cycle inside ``fbo_cli`` (module-level or deferred imports alike),
+``compare`` and ``tune`` do not import each other, and only ``spec`` reads an experiment spec's YAML
+(``config`` reads run configs for ``fbo run --config``)."""
+
+import ast
+from pathlib import Path
+
+import fbo_cli
+
+ROOT = Path(fbo_cli.__file__).parent
+
+
+def _graph() -> dict[str, set[str]]:
+    mods: dict[str, set[str]] = {}
+    for f in ROOT.rglob("*.py"):
+        rel = f.relative_to(ROOT.parent).with_suffix("")
+        name = ".".join(rel.parts).removesuffix(".__init__")
+        pkg = name if f.name == "__init__.py" else name.rsplit(".", 1)[0]
+        deps = set()
+        for n in ast.walk(ast.parse(f.read_text())):
+            if isinstance(n, ast.ImportFrom) and n.level:
+                base = pkg.split(".")[:len(pkg.split(".")) - (n.level - 1)]
+                mod = ".".join(base + ([n.module] if n.module else []))
+                deps |= {mod} | {f"{mod}.{a.name}" for a in n.names}
+            elif isinstance(n, ast.ImportFrom) and (n.module or "").startswith("fbo_cli"):
+                deps |= {n.module} | {f"{n.module}.{a.name}" for a in n.names}
+        mods[name] = deps
+    return {m: {d for d in ds if d in mods and d != m} for m, ds in mods.items()}
+
+
+def test_no_import_cycle():
+    g = _graph()
+    state: dict[str, int] = {}
+
+    def visit(m, path):
+        state[m] = 1
+        for d in g[m]:
+            assert state.get(d) != 1, f"import cycle: {' -> '.join(path + [d])}"
+            if d not in state:
+                visit(d, path + [d])
+        state[m] = 2
+
+    for m in g:
+        if m not in state:
+            visit(m, [m])
+
+
+def test_compare_and_tune_do_not_import_each_other():
+    g = _graph()
+    assert "fbo_cli.tune" not in g["fbo_cli.compare"] and "fbo_cli.compare" not in g["fbo_cli.tune"]
+
+
+def test_only_spec_reads_a_spec():
+    readers = {str(f.relative_to(ROOT)) for f in ROOT.rglob("*.py") if "load_config_file(" in f.read_text()}
+    assert readers <= {"config.py", "spec.py", "cli.py"}, readers
+    cli = (ROOT / "cli.py").read_text()
+    assert cli.count("load_config_file(") == 1 and "load_config_file(config)" in cli  # fbo run --config only
