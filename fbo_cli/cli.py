@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -224,17 +224,21 @@ JOBS_HELP = "Runs in parallel (processes; with --executor ray on a local Ray: th
 EXECUTOR_HELP = "serial | processes | ray. \\[default: serial for --jobs 1, else processes]"
 ADDRESS_HELP = "Ray cluster to join: auto or HOST:PORT. \\[default: a local Ray]"
 
+# the options fbo compare and fbo tune share: how a grid runs, and where
+Jobs = Annotated[int, typer.Option("--jobs", "-j", help=JOBS_HELP)]
+Executor = Annotated[Optional[str], typer.Option(help=EXECUTOR_HELP)]
+Address = Annotated[Optional[str], typer.Option(help=ADDRESS_HELP)]
+CpusPerRun = Annotated[int, typer.Option(help="Ray: CPUs per run (its torch threads).")]
+GpusPerRun = Annotated[float, typer.Option(help="Ray: GPUs per run.")]
+OutDir = Annotated[Optional[Path], typer.Option(help="Results root. \\[default: results]")]
+DataDir = Annotated[Optional[Path], typer.Option(help="Dataset directory. \\[default: data]")]
+
 
 @app.command(no_args_is_help=True)
 def compare(
     spec: Path = typer.Argument(..., help="Experiment spec (YAML), e.g. experiments/aggitd_table2_fmnist.yaml."),
-    jobs: int = typer.Option(1, "--jobs", "-j", help=JOBS_HELP),
-    executor: Optional[str] = typer.Option(None, help=EXECUTOR_HELP),
-    address: Optional[str] = typer.Option(None, help=ADDRESS_HELP),
-    cpus_per_run: int = typer.Option(1, help="Ray: CPUs per run (its torch threads)."),
-    gpus_per_run: float = typer.Option(0.0, help="Ray: GPUs per run."),
-    out_dir: Optional[Path] = typer.Option(None, help="Results root. \\[default: results]"),
-    data_dir: Optional[Path] = typer.Option(None, help="Dataset directory. \\[default: data]"),
+    jobs: Jobs = 1, executor: Executor = None, address: Address = None,  # the grid options (above)
+    cpus_per_run: CpusPerRun = 1, gpus_per_run: GpusPerRun = 0.0, out_dir: OutDir = None, data_dir: DataDir = None,
     seeds: Optional[str] = typer.Option(None, help="Override the spec's seeds, e.g. 0,1."),
     set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="Override a key in every run (repeatable)."),
     rerun: bool = typer.Option(False, help="Run again even the runs that are already done."),
@@ -285,13 +289,8 @@ def compare(
 @app.command(no_args_is_help=True)
 def tune(
     spec: Path = typer.Argument(..., help="Experiment spec (YAML) with a 'tune:' block and per-algorithm grids."),
-    jobs: int = typer.Option(1, "--jobs", "-j", help=JOBS_HELP),
-    executor: Optional[str] = typer.Option(None, help=EXECUTOR_HELP),
-    address: Optional[str] = typer.Option(None, help=ADDRESS_HELP),
-    cpus_per_run: int = typer.Option(1, help="Ray: CPUs per run (its torch threads)."),
-    gpus_per_run: float = typer.Option(0.0, help="Ray: GPUs per run."),
-    out_dir: Optional[Path] = typer.Option(None, help="Results root. \\[default: results]"),
-    data_dir: Optional[Path] = typer.Option(None, help="Dataset directory. \\[default: data]"),
+    jobs: Jobs = 1, executor: Executor = None, address: Address = None,  # the grid options (above)
+    cpus_per_run: CpusPerRun = 1, gpus_per_run: GpusPerRun = 0.0, out_dir: OutDir = None, data_dir: DataDir = None,
     set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="Override a key in every run (repeatable)."),
     rerun: bool = typer.Option(False, help="Run again even the tuning runs that are already done."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Say how many tuning runs are left and what they cost "

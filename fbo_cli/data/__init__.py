@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from ..errors import UsageError
-from .partition import PARTITIONS, make_partition
+from .partition import PARTITIONS, make_partition, split_shares
 from .sources import LOADERS, Dataset, load_dataset
 from .split import Batch, Split, take_rows
 
@@ -154,14 +154,7 @@ def build_federated(dataset: Dataset, partition: str, clients: int, seed: int, d
     labels = dataset.y_train.numpy()
     parts = make_partition(partition, labels, clients, seed, alpha=alpha, shards_per_client=shards_per_client)
     rs = np.random.RandomState(seed + 7919)
-    tr, va = [], []
-    for p in parts:
-        p = rs.permutation(p)
-        n_val = max(1, int(round(val_frac * len(p)))) if len(p) > 1 else 0
-        va.append(np.sort(p[:n_val]))
-        tr.append(np.sort(p[n_val:]))
-    if min(len(p) for p in tr) == 0:
-        raise UsageError(f"some client got no training examples ({clients} clients on {len(labels)} examples)")
+    tr, va = split_shares(parts, val_frac, rs, min_one=True, total=len(labels))
     train_idx, train_mask = _table(tr, device)
     val_idx, val_mask = _table(va, device)
     spec = {"partition": partition, "clients": clients, "seed": seed, "alpha": alpha,

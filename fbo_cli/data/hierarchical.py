@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from ..errors import UsageError
-from .partition import make_partition
+from .partition import make_partition, split_shares
 from .sources import Dataset
 
 
@@ -56,14 +56,7 @@ def build_hierarchical(dataset: Dataset, partition: str, clients: int, seed: int
         raise UsageError(f"clients ({clients}) exceeds the {len(rest)} examples left to the clients")
     parts = [rest[p] for p in make_partition(partition, y.numpy()[rest], clients, seed, alpha=alpha,
                                              shards_per_client=shards_per_client)]
-    tr_parts, ho_parts = [], []
-    for p in parts:
-        p = rs.permutation(p)
-        k = int(round(holdout_frac * len(p))) if len(p) > 1 else 0
-        ho_parts.append(np.sort(p[:k]))
-        tr_parts.append(np.sort(p[k:]))
-    if min(len(p) for p in tr_parts) == 0:
-        raise UsageError(f"some client got no training examples ({clients} clients on {len(rest)} examples)")
+    tr_parts, ho_parts = split_shares(parts, holdout_frac, rs, min_one=False, total=len(rest))
     train_idx, train_mask = _table(tr_parts, device)
     val_idx, val_mask = _table(ho_parts, device)
     spec = {"partition": partition, "clients": clients, "seed": seed, "alpha": alpha,

@@ -91,3 +91,21 @@ def make_partition(kind: str, labels: np.ndarray, m: int, seed: int, alpha: floa
     if kind == "class-disjoint":
         return class_disjoint(labels, m, rs)
     raise UsageError(f"unknown partition '{kind}'; choose one of: {', '.join(PARTITIONS)}")
+
+
+def split_shares(parts: list[np.ndarray], frac: float, rs: np.random.RandomState, min_one: bool,
+                 total: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Each client's share, shuffled by ``rs``, split into a held-out part (``frac`` of it, rounded; at
+    least one example when ``min_one`` and the share has two) and a training part, both sorted:
+    ``(train, held)``. A client left without training data is bad input (``total``: the examples
+    shared out, for the message)."""
+    train, held = [], []
+    for p in parts:
+        p = rs.permutation(p)
+        k = int(round(frac * len(p))) if len(p) > 1 else 0
+        k = max(1, k) if min_one and len(p) > 1 else k
+        held.append(np.sort(p[:k]))
+        train.append(np.sort(p[k:]))
+    if min(len(p) for p in train) == 0:
+        raise UsageError(f"some client got no training examples ({len(parts)} clients on {total} examples)")
+    return train, held
