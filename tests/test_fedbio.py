@@ -11,7 +11,7 @@ import torch
 
 from fbo_cli.algorithms.base import Fed
 from fbo_cli.algorithms.fedbio import Draw, FedBiO, FedBiOAcc
-from fbo_cli.algorithms.rows import RowSampler
+from fbo_cli.algorithms.pool_sampler import RowSampler
 from fbo_cli.algorithms.storm import step_factor, storm
 from fbo_cli.config import resolve
 from fbo_cli.data import Dataset, FederatedData

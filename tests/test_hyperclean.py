@@ -7,7 +7,7 @@ import pytest
 import torch
 from sklearn.metrics import f1_score, precision_score, recall_score
 
-from fbo_cli.algorithms.rows import RowSampler
+from fbo_cli.algorithms.pool_sampler import RowSampler
 from fbo_cli.config import resolve
 from fbo_cli.data import build_federated, load_dataset
 from fbo_cli.errors import UsageError

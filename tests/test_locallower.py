@@ -10,7 +10,7 @@ from quad_locallower import make
 
 from fbo_cli.algorithms.fedbio_local import FedBiOLocal
 from fbo_cli.algorithms.fedbioacc_local import FedBiOAccLocal
-from fbo_cli.algorithms.storm import neumann_hypergrad
+from fbo_cli.algorithms.neumann import neumann_hypergrad
 from fbo_cli.config import resolve
 from fbo_cli.data import build_federated, load_dataset, split_test_like
 from fbo_cli.errors import UsageError

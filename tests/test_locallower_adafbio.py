@@ -173,7 +173,7 @@ def test_storm_corrections_use_the_old_point():
 def test_encoded_hessians_give_the_same_estimator_with_the_full_scale():
     """On hyperrep the Hessian batches are encoded once and only max(k) of them are computed; the
     estimate must equal eq. (13) evaluated directly, with the scale K ϑ of the full K."""
-    from fbo_cli.algorithms.storm import neumann_hypergrad
+    from fbo_cli.algorithms.neumann import neumann_hypergrad
 
     over = {"clients": 3, "participation": 1, "dataset": "digits", "rounds": 2, "threads": 1, "hidden": 16,
             "dropout": 0.0, "partition": "shards", "out_dir": "/tmp/fbo-test-adafbio", "K": 6, "batch_size": 8}

@@ -71,7 +71,7 @@ from typing import ClassVar
 import torch
 
 from ..errors import UsageError
-from .fedbio_local import ClientStateAlgorithm
+from ._client_state import ClientStateAlgorithm
 from .storm import pair, storm, twice, unpair
 
 ADAPTIVE = ("adam", "adabelief", "none")

@@ -43,7 +43,7 @@ from typing import ClassVar
 import torch
 
 from ..errors import UsageError
-from .hflbase import HFLAlgorithm
+from ._hfl import HFLAlgorithm
 
 
 class FedAvg(HFLAlgorithm):

@@ -35,7 +35,7 @@ import torch
 
 from ..errors import UsageError
 from .base import BilevelAlgorithm, mean
-from .rows import RowSampler
+from .pool_sampler import RowSampler
 
 
 class FedAvgBound(BilevelAlgorithm):

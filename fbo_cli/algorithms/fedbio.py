@@ -69,7 +69,7 @@ import torch
 from ..errors import UsageError
 from ..federation import Batch
 from .base import BilevelAlgorithm, mean
-from .rows import RowSampler
+from .pool_sampler import RowSampler
 from .storm import check_schedule, step_factor, storm
 
 

@@ -48,7 +48,7 @@ from typing import ClassVar
 import torch
 
 from ..errors import UsageError
-from .fedbio_local import ClientStateAlgorithm, check_common
+from ._client_state import ClientStateAlgorithm, check_common
 from .storm import check_schedule, pair, step_factor, storm, twice, unpair
 
 

@@ -21,7 +21,7 @@ from typing import ClassVar
 
 import torch
 
-from .hflbase import HFLAlgorithm
+from ._hfl import HFLAlgorithm
 
 
 class ServerOnly(HFLAlgorithm):

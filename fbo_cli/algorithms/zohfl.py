@@ -44,7 +44,7 @@ from typing import ClassVar
 import torch
 
 from ..errors import UsageError
-from .hflbase import HFLAlgorithm
+from ._hfl import HFLAlgorithm
 
 
 def zo_gradient(f_plus: torch.Tensor, f_minus: torch.Tensor, v: torch.Tensor, eta: float,

@@ -1,0 +1,106 @@
+"""The family of algorithms that keep a copy of every variable on every client (FedBiO-Local,
+FedBiOAcc-Local, AdaFBiO): the shared state, the per-client oracles and the local Neumann
+hypergradient (FedBiO eq. (6), AdaFBiO eq. (13)), and the checks their hyperparameters share.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+
+from ..errors import UsageError
+from ..federation import Batch, per_client_grad
+from .base import Algorithm
+from .neumann import neumann_hypergrad
+
+
+class ClientStateAlgorithm(Algorithm):
+    """Base of the algorithms that keep a copy of every variable on every client (all clients in
+    every round): ``x [M, dx]`` copies of the upper variable and the lower state ``y [M, dy]``
+    (a personal head per client when the task has ``local_lower``, else copies of the shared y).
+    Provides fixed minibatch draws with honest sample accounting and charged vectorized oracles."""
+
+    tasks: ClassVar[tuple[str, ...]] = ("hyperrep",)
+    needs_local_lower: ClassVar[bool] = True
+    # run settings these algorithms assume (full participation); the runner does not read this
+    run_defaults: ClassVar[dict] = {"participation": 1.0}
+
+    def __init__(self, task, hp, fed):
+        if fed.participation < 1.0:
+            raise UsageError(f"'{self.name}' runs every client in every round (the paper samples no "
+                             f"clients): set participation=1 (got {fed.participation})")
+        local = bool(getattr(task, "local_lower", False))
+        if self.needs_local_lower and not local:
+            raise UsageError(f"'{self.name}' solves a lower level per client (FedBiO eq. 5): run it with "
+                             f"lower=local (per-client heads)")
+        super().__init__(task, hp, fed)
+        self.local = local
+        data = fed.data
+        self.M = data.num_clients
+        x, y = task.init(fed.gen)
+        self.x = x.expand(self.M, -1).clone()
+        self.y = y.clone() if y.dim() == 2 else y.expand(self.M, -1).clone()
+        self.train, self.val = data.split("train"), data.split("val")
+        self.t = 0  # local iterations done
+
+    # data ----------------------------------------------------------------------------------------
+    def draw(self, which: str, batch_size: int) -> Batch:
+        """One fresh minibatch per client (with the task's random masks, frozen in the batch so that
+        both STORM points see the same ones); its data points are charged to ``samples``."""
+        split = self.train if which == "train" else self.val
+        b = self.task.noise(self.fed.gen, split.sample(self.fed.gen, batch_size))
+        self.ledger.samples += int((b["w"] > 0).sum())
+        return b
+
+    def charge(self, kind: str, calls: int) -> None:
+        self.ledger.oracle(kind, calls)
+
+    def encode(self, x: torch.Tensor, batches: list[Batch]) -> list[Batch]:
+        """The batches with ``X`` replaced by each client's features under its own ``x [M, dx]``
+        (tasks with ``reuse``: g depends on x only through them), encoded in one call."""
+        n = [b["X"].shape[1] for b in batches]
+        X = torch.cat([b["X"] for b in batches], 1)
+        H = torch.vmap(self.task.encode)(x, X)
+        return [{**b, "X": h} for b, h in zip(batches, H.split(n, 1), strict=True)]
+
+    def grad_y(self, x, y, b: Batch) -> torch.Tensor:
+        self.charge("grads", x.shape[0])
+        if self.task.reuse:  # g depends on x only through the encoded batch
+            fn, a, b = self.task.g_enc, x.new_zeros(0), self.encode(x, [b])[0]
+        else:
+            fn, a = self.task.g, x
+        fast = self.task.fast_oracle("grad", fn, 1)  # the task's closed form, where it has one
+        return fast(a, y, b) if fast else per_client_grad(fn, 1, a, y, b)
+
+    def neumann(self, x, y, bx: dict, step: float, mode: str = "sum", k=None) -> torch.Tensor:
+        H, fn, arg = bx["H"], None, None
+        K = len(H) + 1  # eq. (13)'s K: the scale K ϑ, even when only max(k) factors are computed
+        if mode == "random":  # only the factors some client reaches are computed (none when all k = 0)
+            H = H[:int(k.max())]
+        if self.task.reuse and H:
+            H, fn, arg = self.encode(x, H), self.task.g_enc, x.new_zeros(0)
+        return neumann_hypergrad(self.task.f, self.task.g, x, y, bx["f"], bx["g"], H, step, mode, k,
+                                 charge=self.charge, hess_fn=fn, hess_arg=arg, K=K, fast=self.task.fast_oracle)
+
+    # evaluation ----------------------------------------------------------------------------------
+    def x_bar(self) -> torch.Tensor:
+        return self.x.mean(0)
+
+    def heads(self) -> torch.Tensor:
+        return self.y if self.local else self.y.mean(0)
+
+    def evaluate(self) -> dict[str, float]:
+        return self.task.evaluate(self.x_bar(), self.heads())
+
+    def state(self) -> dict[str, torch.Tensor]:
+        return {"x": self.x, "y": self.y}
+
+    def rounds_per_iteration(self) -> int:
+        return 1
+
+
+def check_common(hp) -> None:
+    by_bad = hp.batch_size_y is not None and hp.batch_size_y < 1
+    if hp.local_steps < 1 or hp.batch_size < 1 or by_bad or hp.Q < 0:
+        raise UsageError("need local_steps >= 1, batch_size >= 1, batch_size_y >= 1 (or none), Q >= 0")

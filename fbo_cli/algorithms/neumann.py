@@ -1,0 +1,97 @@
+"""The per-client Neumann-series hypergradient of the local-lower-level estimators (FedBiO eq. (6);
+AdaFBiO eq. (13)): each client inverts its own lower Hessian by a truncated Neumann series, with no
+communication. ``head_hvp`` is its Hessian-vector product (reverse-over-reverse, for the small heads
+these estimators apply it to; :func:`fbo_cli.federation.per_client_hvp` is the forward-over-reverse
+one of the global-lower-level methods).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import UsageError
+
+
+def head_hvp(fn, a: torch.Tensor, y: torch.Tensor, b: dict, v: torch.Tensor) -> torch.Tensor:
+    """``[M, dy]``: ``∇²_y fn(a_i, y_i; b_i) v_i`` by reverse-over-reverse autograd (``∇_y ⟨∇_y fn, v⟩``,
+    the Hessian is symmetric); on this CPU it is faster than forward-over-reverse for the small
+    heads the estimators apply it to. ``a`` is stacked ``[M, da]`` or shared (any other rank)."""
+    from torch.func import grad, vmap
+
+    def one(a_, y_, b_, v_):
+        return grad(lambda yy: (grad(fn, argnums=1)(a_, yy, b_) * v_).sum())(y_)
+
+    return vmap(one, in_dims=(0 if a.dim() == 2 else None, 0, 0, 0))(a, y, b, v)
+
+
+def neumann_hypergrad(f, g, x: torch.Tensor, y: torch.Tensor, bf: dict, bj: dict, hess: list[dict],
+                      step: float, mode: str = "sum", k: torch.Tensor | None = None,
+                      charge=None, hess_fn=None, hess_arg: torch.Tensor | None = None,
+                      K: int | None = None, fast=None) -> torch.Tensor:
+    """Per-client local hypergradient estimate ``[M, dx]`` at stacked points ``x [M, dx]``,
+    ``y [M, dy]`` with a Neumann series of the client's own lower Hessian (no communication):
+
+    * ``mode="sum"`` (FedBiO eq. (6)): ``Φ = ∇_x f(ξ_f) - τ ∇_xy g(ξ_g) Σ_{q=0}^{Q} Π_{j≤q}
+      (I - τ ∇²_yy g(ξ_j)) ∇_y f(ξ_f)``, with Q = ``len(hess)`` independent Hessian batches;
+    * ``mode="random"`` (AdaFBiO eq. (13)): ``∇_x f(ξ) - ∇_xy g(ζ_0) K ϑ Π_{i=1}^{k}
+      (I - ϑ ∇²_yy g(ζ_i)) ∇_y f(ξ)`` with K = ``len(hess) + 1`` and a per-client index
+      ``k [M]`` ∈ {0..K-1}; client i applies only its first k_i Hessian factors. ``K`` given: the
+      scale K ϑ uses it (then ``hess`` may hold just the first max(k) batches).
+
+    ``bf`` = ξ_f (upper batch, used for both ∇_x f and ∇_y f), ``bj`` = ξ_g / ζ_0 (the Jacobian batch),
+    ``hess`` = the Hessian batches; every batch carries the client dimension. ``charge(kind, calls)``
+    records oracle calls (one per client per call). Hessian- and Jacobian-vector products are
+    forward-over-reverse / reverse-over-reverse autograd; no matrix is formed.
+
+    ``hess_fn(hess_arg, y, b)`` (optional) is the lower loss the HVPs use instead of ``g(x, y, b)``,
+    for batches ``hess`` already encoded at x (a task's ``g_enc``, see ``BilevelTask.lower_view``):
+    the same Hessian in y, without re-running the representation inside every HVP.
+
+    ``fast(kind, fn, argnum)`` (optional, a task's ``fast_oracle``): where it returns a closed-form
+    oracle, that oracle computes the product instead of ``torch.func`` (the same values up to rounding).
+    """
+    from ..federation import per_client_cross, per_client_grad
+
+    M = x.shape[0]
+    charge = charge or (lambda kind, calls: None)
+    look = fast or (lambda kind, fn, argnum=None: None)
+    fx, fy, fh, fc = look("grad", f, 0), look("grad", f, 1), look("hvp", hess_fn or g), look("cross", g)
+
+    def hvp(fn, a, b, batch, v):  # the closed form where the task has one
+        return fh(a, b, batch, v) if fh else head_hvp(fn, a, b, batch, v)
+
+    gx, gy = (fx(x, y, bf), fy(x, y, bf)) if fx and fy else per_client_grad(f, (0, 1), x, y, bf)
+    charge("grads", M)
+    v = gy
+    gh, xh = (g, x) if hess_fn is None else (hess_fn, hess_arg)
+    if mode == "sum":
+        acc = v
+        for b in hess:
+            v = v - step * hvp(gh, xh, y, b, v)
+            acc = acc + v
+            charge("hvps", M)
+        s = step * acc
+    elif mode == "random":
+        if k is None:
+            raise ValueError("mode='random' needs the per-client Neumann index k")
+        K = len(hess) + 1 if K is None else K
+        if len(hess) < int(k.max()):
+            raise ValueError("mode='random' needs at least max(k) Hessian batches")
+        for i, b in enumerate(hess, start=1):
+            live = k >= i
+            n = int(live.sum())
+            if n == 0:
+                break
+            if n == M:
+                v = v - step * hvp(gh, xh, y, b, v)
+            else:  # only the clients whose k_i reaches this factor do the work
+                sel = live.nonzero().squeeze(1)
+                bs = {key: t[sel] for key, t in b.items()}
+                xs = xh[sel] if xh.dim() == 2 else xh
+                v = v.index_put((sel,), v[sel] - step * hvp(gh, xs, y[sel], bs, v[sel]))
+            charge("hvps", n)
+        s = K * step * v
+    else:
+        raise UsageError(f"neumann must be sum or random; got '{mode}'")
+    charge("jvps", M)
+    return gx - (fc(x, y, bj, s) if fc else per_client_cross(g, x, y, bj, s))
