@@ -44,9 +44,10 @@ def _children(v: Any):
 
 
 def _ignored(v: Any) -> bool:
-    from .algorithms.base import Fed
+    from .algorithms.base import FederationView
 
-    return isinstance(v, (Task, Fed, FederatedData, Ledger)) or (callable(v) and not isinstance(v, torch.Tensor))
+    return isinstance(v, (Task, FederationView, FederatedData, Ledger)) or (callable(v)
+                                                                           and not isinstance(v, torch.Tensor))
 
 
 def baseline(obj: Any) -> dict[tuple, tuple]:

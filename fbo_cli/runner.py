@@ -33,7 +33,7 @@ import torch
 
 from . import __version__
 from . import checkpoint as ckpt
-from .algorithms.base import Fed
+from .algorithms.base import FederationView
 from .config import RunConfig, _name_the_key
 from .data import build_federated, load_dataset
 from .errors import UsageError
@@ -88,7 +88,7 @@ def build(cfg: RunConfig) -> Built:
     gen = torch.Generator(device=device).manual_seed(r.seed)
     ledger = Ledger()
     try:
-        algo = cfg.entry.cls(task, cfg.hp, Fed(data, r.participation, gen, ledger))
+        algo = cfg.entry.cls(task, cfg.hp, FederationView(data, r.participation, gen, ledger))
     except UsageError as e:  # name the failing key and value
         raise UsageError(_name_the_key(str(e), cfg.hp)) from None
     return Built(cfg, task, algo, ledger, device)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fbo_cli.algorithms.base import Fed
+from fbo_cli.algorithms.base import FederationView
 from fbo_cli.data import build_federated
 from fbo_cli.data.sources import Dataset
 from fbo_cli.federation import Ledger
@@ -89,7 +89,7 @@ class Quad(BilevelTask):
 def make(clients: int = 4, n: int = 160, dx: int = 3, dy: int = 4, local: bool = True, seed: int = 0,
          het: float = 1.0):
     """A tiny heterogeneous federation (iid partition of rows whose scale depends on the client's
-    label block) with the quadratic task, and a Fed for it."""
+    label block) with the quadratic task, and a FederationView for it."""
     g = torch.Generator().manual_seed(seed)
     lab = torch.arange(n) % clients
     a = torch.randn(n, dy, generator=g) / dy ** 0.5 * (1 + het * lab[:, None] / clients)
@@ -99,7 +99,7 @@ def make(clients: int = 4, n: int = 160, dx: int = 3, dy: int = 4, local: bool =
     part = "class-disjoint" if clients <= 10 else "iid"
     data = build_federated(ds, part, clients, seed, torch.device("cpu"), val_frac=0.5)
     task = Quad(data, dx, dy, local)
-    fed = Fed(data, 1.0, torch.Generator().manual_seed(seed), Ledger())
+    fed = FederationView(data, 1.0, torch.Generator().manual_seed(seed), Ledger())
     return task, fed
 
 

@@ -8,14 +8,14 @@ import torch
 
 from fbo_cli.algorithms import REGISTRY
 from fbo_cli.algorithms.aggitd import AggITD
-from fbo_cli.algorithms.base import Fed
+from fbo_cli.algorithms.base import FederationView
 from fbo_cli.algorithms.fednest import FedNest
 from fbo_cli.federation import Ledger
 from fbo_cli.testing import Quadratic
 
 
 def make(cls, task, participation=1.0, **hp):
-    fed = Fed(task.data, participation, torch.Generator().manual_seed(0), Ledger())
+    fed = FederationView(task.data, participation, torch.Generator().manual_seed(0), Ledger())
     base = dict(batch_size=1, inner_lr=0.15, lower_epochs=5, lam=0.3, outer_lr=1.0, tau=1)
     return cls(task, replace(cls.HP(), **{**base, **hp}), fed)
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from fbo_cli.algorithms.base import Fed
+from fbo_cli.algorithms.base import FederationView
 from fbo_cli.algorithms.fedbio import Draw, FedBiO, FedBiOAcc
 from fbo_cli.algorithms.pool_sampler import RowSampler
 from fbo_cli.algorithms.storm import step_factor, storm
@@ -104,7 +104,7 @@ def _closed_form(task: Quad, data: FederatedData, x: torch.Tensor):
 
 def _algo(cls, **hp):
     data, task = _quad_fed()
-    fed = Fed(data, 1.0, torch.Generator().manual_seed(0), Ledger())
+    fed = FederationView(data, 1.0, torch.Generator().manual_seed(0), Ledger())
     base = dict(local_steps=1, batch_size=NT, upper_batch_size=NT, lower_lr=0.35, aux_lr=0.35, upper_lr=0.0)
     base.update(hp)
     return cls(task, cls.HP(**base), fed), task, data

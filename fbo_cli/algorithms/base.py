@@ -20,7 +20,7 @@ from ..tasks.base import BilevelTask
 
 
 @dataclass
-class Fed:
+class FederationView:
     """What an algorithm sees of the federation: the data, the participation ratio, the run's
     generator and the ledger."""
 
@@ -45,7 +45,7 @@ class Algorithm:
     class HP:
         pass
 
-    def __init__(self, task: Any, hp: Any, fed: Fed):
+    def __init__(self, task: Any, hp: Any, fed: FederationView):
         self.task, self.hp, self.fed = task, hp, fed
         self.ledger = fed.ledger
 
@@ -77,7 +77,7 @@ class BilevelAlgorithm(Algorithm):
     tasks: ClassVar[tuple[str, ...]] = ("hyperrep",)
     task: BilevelTask
 
-    def __init__(self, task: BilevelTask, hp: Any, fed: Fed):
+    def __init__(self, task: BilevelTask, hp: Any, fed: FederationView):
         if getattr(task, "local_lower", False):
             raise UsageError(f"'{self.name}' solves a global lower level (one shared y); this task has "
                              f"a lower level per client (lower=local): use lower=global, or an algorithm "
