@@ -1,0 +1,62 @@
+"""The committed evidence (docs/results/) stays what the code computes:
+
+- every committed run directory's name is the id its own config.yaml resolves to today, so a change
+  to the configuration's identity (a new key, a renamed default) cannot silently orphan the evidence
+  behind the report;
+- a few committed runs, re-run from their config.yaml over a short budget, give their committed
+  metrics.csv rows bit for bit (training time aside): refactors change no number. Runs on MNIST or
+  Fashion-MNIST are skipped where those datasets are absent.
+"""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from fbo_cli.config import flatten_run_config, resolve
+from fbo_cli.runner import execute
+
+EVIDENCE = Path(__file__).resolve().parents[1] / "docs" / "results"
+
+
+def _cfg(run_dir: Path, **over):
+    data = yaml.safe_load((run_dir / "config.yaml").read_text())
+    layer = flatten_run_config(data)
+    task, algo = layer.pop("task"), layer.pop("algo")
+    layer.pop("device_used", None)
+    return resolve(task, algo, layer, over)
+
+
+def test_every_committed_run_keeps_its_id():
+    dirs = sorted(p.parent for p in EVIDENCE.glob("*/*/*/config.yaml"))
+    assert len(dirs) > 100
+    moved = [str(d.relative_to(EVIDENCE)) for d in dirs if _cfg(d).run_id != d.name]
+    assert not moved, f"{len(moved)} committed runs no longer resolve to their own id, e.g. {moved[:3]}"
+
+
+CASES = [  # (a committed run, the rounds to re-run)
+    ("auc/codasca/synth-c100-class-disjoint-s0-d1e3b1a6ab", 1024),
+    ("hyperrep/aggitd", 40),
+    ("hfl/zohfl", 20),
+]
+
+
+@pytest.mark.parametrize("where, rounds", CASES)
+def test_committed_runs_recompute_bit_for_bit(tmp_path, where, rounds):
+    d = EVIDENCE / where
+    if not (d / "config.yaml").is_file():  # a family: its first MNIST run
+        d = next((p.parent for p in sorted(d.glob("mnist-*/config.yaml"))), None)
+        assert d is not None, where
+    cfg = _cfg(d, out_dir=str(tmp_path), rounds=rounds, data_dir=str(Path("data").resolve()), download=False)
+    try:
+        execute(cfg)
+    except Exception as e:  # noqa: BLE001
+        if "not found" in str(e):
+            pytest.skip(f"{cfg.run.dataset} is not in data/ here")
+        raise
+    ours = pd.read_csv(cfg.run_dir / "metrics.csv").drop(columns="train_time")
+    theirs = pd.read_csv(d / "metrics.csv").drop(columns="train_time")
+    theirs = theirs[theirs.rounds <= ours.rounds.max()].reset_index(drop=True)
+    assert len(ours) >= 2 and len(ours) == len(theirs)
+    pd.testing.assert_frame_equal(ours, theirs, check_exact=True)
