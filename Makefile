@@ -113,7 +113,10 @@ reproduce-aggitd-fmnist: ## Table 2 of Xiao & Ji (ICML 2023) on the Fashion-MNIS
 reproduce-aggitd-short:  ## the Fashion-MNIST twin with a 500-round budget and a 70% target (about 10 min on 2 idle cores)
 	$(FBO) compare experiments/aggitd_table2_fmnist_500.yaml --jobs $(JOBS)
 
-reproduce-codasca:          ## Analog of Figure 1 of Yuan, Guo, Xu, Ying & Yang (ICML 2021) (AUC vs window I, I_max table) on synth-c100 and Fashion-MNIST (3 seeds)
+reproduce-codasca:          ## Analog of Figure 1 of Yuan, Guo, Xu, Ying & Yang (ICML 2021) (AUC vs window I, I_max table): eta tuned per method on validation AUC (synth-c100), then the earlier synth-c100 and Fashion-MNIST grids (3 seeds)
+	$(FBO) tune experiments/codasca_fig1_synth_val.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/codasca_fig1_synth_val.yaml --jobs $(JOBS)
+	$(FBO) figure codasca-imax results/compare/codasca_fig1_synth_val
 	$(FBO) compare experiments/codasca_fig1_synth.yaml --jobs $(JOBS)
 	$(FBO) figure codasca-imax results/compare/codasca_fig1_synth
 	$(FBO) compare experiments/codasca_fig1_fmnist.yaml --jobs $(JOBS)
