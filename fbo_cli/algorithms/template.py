@@ -1,0 +1,87 @@
+"""Template of an algorithm: copy this file to add one (as benchopt's ``template_solver.py``).
+
+Adding an algorithm is this file plus its registry line in ``algorithms/__init__.py``, plus a spec in
+``experiments/`` when it belongs to a paper (``tests/test_registry_links.py`` fails until the
+registry entry has a spec and a case in ``experiments/bench.yaml``, or an exemption with its reason).
+The report picks the spec up through its ``PAPERS`` entry; ``docs/fidelity.md`` gets the choices the
+paper left open.
+
+The contract (``base.Algorithm``):
+
+* ``HP``: a dataclass of the hyperparameters with the paper's defaults (the CLI, ``fbo show`` and the
+  config layers read it; ``--set key=value`` overrides a field).
+* ``__init__(task, hp, fed)``: build the state from ``task`` (data and oracles) and ``fed`` (the
+  :class:`~fbo_cli.algorithms.base.FederationView`: the run's generator and its ledger); client state
+  is stacked on a leading client dimension, and the per-client work is vectorized (``vmap`` or batched
+  tensors): a Python loop over clients is a bug.
+* ``step()``: one outer iteration. Charge every communication to ``self.ledger.comm(clients, floats)``
+  (one call per round) and every oracle call to ``self.ledger.oracle(kind, clients, samples)``.
+* ``rounds_per_iteration()``: the rounds the paper gives for one outer iteration (tests check the
+  ledger against it).
+* ``evaluate()``: the task's metrics at the current iterate.
+* ``state()``: the tensors that define the iterate (checkpoints and the divergence rule).
+
+Checkpoints need no code: the runner snapshots the whole object (tensors, numbers, strings and fbo
+classes, loaded with ``weights_only=True``) and restores it bit for bit.
+
+This template is a working algorithm, kept out of the registry: **minibatch SGD on the average of the
+clients' gradients** for the ``auc`` task's binary cross-entropy (FedSGD: McMahan et al., AISTATS
+2017, with one local step), all clients taking part. One step:
+
+1. every client k draws a minibatch and computes ``g_k = ∇_w BCE(w; batch_k)`` (in one vectorized
+   pass);
+2. the server averages them and steps ``w <- w - eta * mean_k g_k`` (one round, ``dw`` floats up and
+   down per client).
+
+Hyperparameters: eta = 0.1, batch_size = 32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch.func import vmap
+
+from ..errors import UsageError
+from .base import Algorithm
+from .codasca import EpochSampler, per_client_grads
+
+
+class TemplateFedSGD(Algorithm):
+    paper: ClassVar[str] = "McMahan et al., AISTATS 2017 (FedSGD), as the template"
+    tasks: ClassVar[tuple[str, ...]] = ("auc",)
+    rounds: ClassVar[str] = "1"
+
+    @dataclass
+    class HP:
+        eta: float = 0.1  # step size
+        batch_size: int = 32  # per client
+
+    def __init__(self, task, hp, fed):
+        super().__init__(task, hp, fed)
+        if hp.eta <= 0 or hp.batch_size < 1:
+            raise UsageError("need eta > 0 and batch_size >= 1")
+        self.K = task.idx.shape[0]
+        v, self.alpha = task.init(fed.gen)
+        self.v = v
+        self.sampler = EpochSampler(task.mask, hp.batch_size, fed.gen)
+        self._loss = vmap(task.bce)
+
+    def rounds_per_iteration(self) -> int:
+        return 1
+
+    def step(self) -> None:
+        pos, valid = self.sampler.next()  # 1. every client's minibatch, [K, B]
+        batch = self.task.batch(pos, valid)
+        self.ledger.oracle("grads", self.K, int(valid.sum()))
+        g = per_client_grads(self._loss, self.v.expand(self.K, -1), self.alpha.expand(self.K, -1), batch)[0]
+        self.v = self.v - self.hp.eta * g.mean(0)  # 2. the server's step on the mean gradient
+        self.ledger.comm(self.K, self.task.dw)
+
+    def evaluate(self) -> dict[str, float]:
+        return self.task.evaluate(self.v)
+
+    def state(self) -> dict[str, torch.Tensor]:
+        return {"v": self.v}
