@@ -185,15 +185,11 @@ def _to_markdown(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def write_report(exp: Experiment, outdir: Path, no_run: bool = False, warn=None) -> None:
-    runs, curves = collect(exp, warn)
-    exp.incomplete = int(runs.status.isin(["failed", "not run"]).sum())
-    if no_run and not (runs.status != "not run").any():
-        raise UsageError(f"no finished runs for experiment '{exp.name}' (run it without --no-run)")
-    table, numbers = summarize(exp, runs)
+def table_markdown(exp: Experiment, table: pd.DataFrame) -> str:
+    """The table's Markdown without its title: what the columns and the rule mean, the table, and how
+    the hyperparameters were chosen (``table.md`` is this under the experiment's title)."""
     low = lower_is_better(exp.metric)
-    head = [f"# {exp.title or exp.name}", "",
-            f"Task `{exp.task}`, metric `{exp.metric}` "
+    head = [f"Task `{exp.task}`, metric `{exp.metric}` "
             + ("(lower is better)" if low else "(a fraction, as in metrics.csv)")
             + f", seeds {exp.seeds}; mean ± standard deviation over seeds. 'final' is the last evaluation within the "
               f"round budget; 'best' the best evaluation (the {'lowest' if low else 'highest'})."
@@ -203,7 +199,19 @@ def write_report(exp: Experiment, outdir: Path, no_run: bool = False, warn=None)
             + " Rule: means, spreads and 'seeds' count only the runs that finished with status done; diverged runs "
               "(a NaN/inf, or a loss above 1000 x max(its first value, 1)), failed runs and runs not run are left "
               "out of them and counted in their columns; a cell without a done run shows '-'.", ""]
-    atomic_write(outdir / "table.md", "\n".join(head) + "\n" + _to_markdown(table) + "\n" + tuned_note(exp))
+    return "\n".join(head) + "\n" + _to_markdown(table) + "\n" + tuned_note(exp)
+
+
+def write_report(exp: Experiment, outdir: Path, no_run: bool = False, warn=None) -> str:
+    """Write the experiment's table, runs and figures into ``outdir``; returns the table's Markdown
+    (without its title)."""
+    runs, curves = collect(exp, warn)
+    exp.incomplete = int(runs.status.isin(["failed", "not run"]).sum())
+    if no_run and not (runs.status != "not run").any():
+        raise UsageError(f"no finished runs for experiment '{exp.name}' (run it without --no-run)")
+    table, numbers = summarize(exp, runs)
+    md = table_markdown(exp, table)
+    atomic_write(outdir / "table.md", f"# {exp.title or exp.name}\n\n" + md)
     atomic_write(outdir / "table.csv", numbers.to_csv(index=False))
     atomic_write(outdir / "runs.csv", runs.to_csv(index=False))
     if plot_experiment(exp, curves, outdir / "curves.png", runs) < ZOOM_BELOW:  # ends squeezed together
@@ -212,6 +220,7 @@ def write_report(exp: Experiment, outdir: Path, no_run: bool = False, warn=None)
         (outdir / "curves_zoom.png").unlink(missing_ok=True)
     for xa in exp.x_also:
         plot_experiment(replace(exp, x=xa), curves, outdir / f"curves_{xa}.png", runs)
+    return md
 
 
 def tuning_budget_note(exp: Experiment) -> str:

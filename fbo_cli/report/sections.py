@@ -1,0 +1,69 @@
+"""One experiment's part of the report, built from its runs: the table, the claims' verdicts, the
+paper's numbers, compute, missing runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from ..compare import collect, write_report
+from ..errors import UsageError
+from ..spec import Experiment, load_spec
+from .verdicts import _summaries, claim_verdict, paper_rows
+
+
+@dataclass
+class Section:
+    spec: str
+    exp: Experiment | None
+    table_md: str = ""
+    verdicts: list[tuple[str, str, str, str]] | None = None  # (claim, setting, verdict, numbers)
+    paper_rows: list[tuple[str, str, str, str, str, str]] | None = None
+    missing: list[str] | None = None
+    figures: list[Path] | None = None
+    compute: str = ""
+    error: str = ""
+    derived_md: str = ""  # tables derived from the runs (``derived:`` in the spec)
+
+
+def build_section(spec: str, root: Path, work: Path) -> Section:
+    sec = Section(spec, None, verdicts=[], paper_rows=[], missing=[], figures=[])
+    try:
+        exp = load_spec(spec, {"out_dir": str(root)})
+    except UsageError as e:
+        sec.error = str(e)
+        return sec
+    sec.exp = exp
+    runs, _ = collect(exp)
+    gone = runs[runs.status == "not run"]
+    sec.missing = [f"{a} · {s} · seed {k}" for a, s, k in zip(gone.algorithm, gone.setting, gone.seed)]
+    runs = runs[runs.status != "not run"]
+    if runs.empty:
+        return sec
+    out = work / exp.name
+    sec.table_md = write_report(exp, out)  # the figures go into ``work``; the table comes back as data
+    sec.figures = [out / "curves.png", *[out / f"curves_{xa}.png" for xa in ("zoom", *exp.x_also)]]
+    secs = runs.get("train_time_s", pd.Series(dtype=float)).fillna(0).sum()
+    devices = sorted(set(str(d) for d in _summaries(runs, "device")))
+    sec.compute = f"{len(runs)} runs, {secs / 60:.1f} min of training in all, on {', '.join(devices) or 'cpu'}"
+    derived = {}
+    if "imax" in exp.derived:
+        from .codasca import imax_per_seed, imax_table, windows
+
+        imax_table(out, expected=windows(exp.settings))
+        sec.derived_md = (out / "imax.md").read_text().replace("# I_max", "**I_max**", 1)
+        sec.figures.append(out / "imax.png")
+        derived["I_max"] = (imax_per_seed(runs, windows(exp.settings)),
+                            [f"K={k}" for k in sorted(windows(exp.settings), reverse=True)])
+    for claim in exp.claims:
+        table, names = derived.get(claim["metric"], (runs, [s["name"] for s in exp.settings]))
+        for s in names:
+            if claim.get("settings") and s not in claim["settings"]:
+                continue
+            v, nums = claim_verdict(table, claim, s)
+            sec.verdicts.append((claim["text"], s, v, nums))
+    sec.paper_rows = paper_rows(exp, runs, exp.tolerance)
+    return sec
