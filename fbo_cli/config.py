@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from .algorithms import REGISTRY, Entry
+from .algorithms.base import check_hp
 from .data import LOADERS, PARTITIONS
 from .errors import UsageError
 from .tasks import TASKS
@@ -254,24 +255,9 @@ def resolve(task: str, algo: str, *layers: dict[str, Any]) -> RunConfig:
             v = getattr(obj, f.name)
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0:
                 raise UsageError(f"'{f.name}' must be >= 0, got {v}")
-    try:
-        entry.cls.check(hp)
-    except UsageError as e:
-        raise UsageError(_name_the_key(str(e), hp)) from None
+    check_hp(hp)  # the declared bounds, before any data loads
+    entry.cls.check(hp)  # what ties several keys together
     return RunConfig(task, algo, run, tparams, hp)
-
-
-def _name_the_key(msg: str, hp: Any) -> str:
-    """Turn a check's list of constraints ("need tau >= 1, batch_size >= 1") into the one that fails,
-    with its key and value."""
-    import re
-
-    for name, op, bound in re.findall(r"\b(\w+) (>=|>) (-?\d+(?:\.\d+)?)", msg):
-        v = getattr(hp, name, None)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and (v < float(bound) if op == ">=" else
-                                                                          v <= float(bound)):
-            return f"'{name}' must be {op} {bound}, got {v}"
-    return msg
 
 
 def _validate(run: RunSettings, tcls) -> None:

@@ -34,7 +34,7 @@ import torch
 from . import __version__
 from . import checkpoint as ckpt
 from .algorithms.base import FederationView
-from .config import RunConfig, _name_the_key
+from .config import RunConfig
 from .data import build_federated, load_dataset
 from .errors import UsageError
 from .federation import Ledger
@@ -87,10 +87,7 @@ def build(cfg: RunConfig) -> Built:
     task = TASKS[cfg.task](cfg.task_params, data)
     gen = torch.Generator(device=device).manual_seed(r.seed)
     ledger = Ledger()
-    try:
-        algo = cfg.entry.cls(task, cfg.hp, FederationView(data, r.participation, gen, ledger))
-    except UsageError as e:  # name the failing key and value
-        raise UsageError(_name_the_key(str(e), cfg.hp)) from None
+    algo = cfg.entry.cls(task, cfg.hp, FederationView(data, r.participation, gen, ledger))
     return Built(cfg, task, algo, ledger, device)
 
 

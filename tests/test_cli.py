@@ -94,7 +94,7 @@ def test_same_seed_same_metrics(tmp_path):
     (["run", "hyperrep", "--algo", "aggitd", "--dataset", "mnsit"], "(did you mean 'mnist'?)"),
     (["run", "hyperrep", "--algo", "aggitd", "--set", "bogus=1"], "unknown key 'bogus'"),
     (["run", "hyperrep", "--algo", "aggitd", "--set", "tau=abc"], "'tau' expects int"),
-    (["run", "hyperrep", "--algo", "aggitd", "--set", "lower_solver=adam"], "lower_solver must be svrg or sgd"),
+    (["run", "hyperrep", "--algo", "aggitd", "--set", "lower_solver=adam"], "'lower_solver' must be one of svrg, sgd; got 'adam'"),
     (["run", "hyperrep", "--algo", "aggitd", "--rounds", "0"], "rounds (the budget) must be > 0"),
     (["run", "hyperrep", "--algo", "aggitd", "--rounds", "-5"], "must be > 0"),
     (["run", "hyperrep", "--algo", "aggitd", "--partition", "zebra"], "unknown partition"),

@@ -98,9 +98,3 @@ class ClientStateAlgorithm(Algorithm):
 
     def rounds_per_iteration(self) -> int:
         return 1
-
-
-def check_common(hp) -> None:
-    by_bad = hp.batch_size_y is not None and hp.batch_size_y < 1
-    if hp.local_steps < 1 or hp.batch_size < 1 or by_bad or hp.Q < 0:
-        raise UsageError("need local_steps >= 1, batch_size >= 1, batch_size_y >= 1 (or none), Q >= 0")

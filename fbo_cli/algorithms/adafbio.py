@@ -72,6 +72,7 @@ import torch
 
 from ..errors import UsageError
 from ._client_state import ClientStateAlgorithm
+from .base import bounded
 from .storm import pair, storm, twice, unpair
 
 ADAPTIVE = ("adam", "adabelief", "none")
@@ -86,38 +87,27 @@ class AdaFBiO(ClientStateAlgorithm):
 
     @dataclass
     class HP:
-        q: int = 5  # local iterations per round (sync when t mod q = 0)
-        batch_size: int = 64  # b: every minibatch (ξ, ζ_0..ζ_{K-1}, ζ)
-        K: int = 10  # Neumann order: k ~ U{0..K-1}
+        q: int = bounded(5, ge=1)  # local iterations per round (sync when t mod q = 0)
+        batch_size: int = bounded(64, ge=1)  # b: every minibatch (ξ, ζ_0..ζ_{K-1}, ζ)
+        K: int = bounded(10, ge=1)  # Neumann order: k ~ U{0..K-1}
         neumann_step: float = 0.05  # ϑ (replaces 1/L_g; first choice 1e-2; docs/fidelity.md)
-        neumann: str = "random"  # random (eq. 13) | sum (deterministic truncation, ablation)
+        # random (eq. 13) | sum (deterministic truncation, ablation)
+        neumann: str = bounded("random", choices=("random", "sum"))
         gamma_x: float = 3e-4  # γ, x step (tuning grid 1e-3..3e-2)
         lambda_y: float = 3e-2  # λ, y step (tuning grid 1e-2..3e-1)
-        adaptive: str = "adam"  # adam | adabelief | none
-        rho_decay: float = 0.9  # ϱ, second-moment decay (constant)
+        adaptive: str = bounded("adam", choices=ADAPTIVE)  # adam | adabelief | none
+        rho_decay: float = bounded(0.9, ge=0, lt=1)  # ϱ, second-moment decay (constant)
         rho_floor: float = 1e-2  # ρ (tuning grid 1e-4..1e-2)
-        eta_k: float = 1.0  # η_t = eta_k / (eta_n + t)^(1/3)
-        eta_n: float = 27.0
+        eta_k: float = bounded(1.0, gt=0)  # η_t = eta_k / (eta_n + t)^(1/3)
+        eta_n: float = bounded(27.0, gt=-1)
         c1: float = 4.5  # α_{t+1} = min(1, c1 η_t²): momentum weight of v
         c2: float = 4.5  # β_{t+1} = min(1, c2 η_t²): momentum weight of w
         sync_estimators: bool = True  # v, w restart from their averages at a sync (docs/fidelity.md)
-        init_matrices: str = "average"  # average (one extra round) | identity
+        init_matrices: str = bounded("average", choices=("average", "identity"))  # average (one extra round) | identity
 
     def __init__(self, task, hp, fed):
-        if hp.adaptive not in ADAPTIVE:
-            raise UsageError(f"adaptive must be one of {', '.join(ADAPTIVE)}; got '{hp.adaptive}'")
-        if hp.neumann not in ("random", "sum"):
-            raise UsageError(f"neumann must be random or sum; got '{hp.neumann}'")
-        if hp.init_matrices not in ("average", "identity"):
-            raise UsageError(f"init_matrices must be average or identity; got '{hp.init_matrices}'")
-        if hp.q < 1 or hp.K < 1 or hp.batch_size < 1:
-            raise UsageError("need q >= 1, K >= 1, batch_size >= 1")
-        if not 0.0 <= hp.rho_decay < 1.0:
-            raise UsageError(f"rho_decay must be in [0, 1), got {hp.rho_decay}")
         if hp.rho_floor <= 0 and hp.adaptive != "none":
             raise UsageError(f"rho_floor must be > 0, got {hp.rho_floor}")
-        if hp.eta_k <= 0 or hp.eta_n + 1 <= 0:
-            raise UsageError("need eta_k > 0 and eta_n > -1")
         super().__init__(task, hp, fed)
         self.v: torch.Tensor | None = None
         self.w: torch.Tensor | None = None

@@ -40,8 +40,7 @@ from typing import ClassVar
 
 import torch
 
-from ..errors import UsageError
-from .base import BilevelAlgorithm, mean
+from .base import BilevelAlgorithm, bounded, mean
 
 
 class AggITD(BilevelAlgorithm):
@@ -52,21 +51,14 @@ class AggITD(BilevelAlgorithm):
 
     @dataclass
     class HP:
-        N: int = 1  # lower-level federated rounds per outer iteration
+        N: int = bounded(1, ge=0)  # lower-level federated rounds per outer iteration
         lam: float = 0.01  # λ, the HessIV (Neumann) step
         inner_lr: float = 0.003  # β, lower-level local step size
         outer_lr: float = 0.01  # α, upper-level local step size
-        lower_epochs: int = 5  # local epochs of One-Round-Lower
-        batch_size: int = 64
-        tau: int = 1  # local upper steps ("Outer_ep")
-        lower_solver: str = "svrg"  # svrg (Alg. 2) | sgd (FedAvg)
-
-    @classmethod
-    def check(cls, hp) -> None:
-        if hp.lower_solver not in ("svrg", "sgd"):
-            raise UsageError(f"lower_solver must be svrg or sgd, got '{hp.lower_solver}'")
-        if hp.N < 0 or hp.tau < 1 or hp.lower_epochs < 1 or hp.batch_size < 1:
-            raise UsageError("need N >= 0, tau >= 1, lower_epochs >= 1, batch_size >= 1")
+        lower_epochs: int = bounded(5, ge=1)  # local epochs of One-Round-Lower
+        batch_size: int = bounded(64, ge=1)
+        tau: int = bounded(1, ge=1)  # local upper steps ("Outer_ep")
+        lower_solver: str = bounded("svrg", choices=("svrg", "sgd"))  # svrg (Alg. 2) | sgd (FedAvg)
 
     def rounds_per_iteration(self) -> int:
         return (2 if self.hp.lower_solver == "svrg" else 1) * self.hp.N + 3

@@ -7,7 +7,7 @@ The registry (``algorithms/__init__.py``) maps CLI names to (class, preset overr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, ClassVar
 
 import torch
@@ -31,6 +31,30 @@ class FederationView:
 
     def sample(self) -> torch.Tensor:
         return sample_clients(self.gen, self.data.num_clients, self.participation, self.data.X.device)
+
+
+def bounded(default: Any, *, ge: float | None = None, gt: float | None = None, lt: float | None = None,
+       choices: tuple[str, ...] | None = None) -> Any:
+    """An ``HP`` field with its bounds, declared once: ``N: int = bounded(1, ge=0)``, ``solver: str =
+    bounded("svrg", choices=("svrg", "sgd"))``. :func:`check_hp` enforces them before any data loads
+    (``None`` always passes: it means "the default rule", e.g. "= batch_size")."""
+    meta = {k: v for k, v in (("ge", ge), ("gt", gt), ("lt", lt), ("choices", choices)) if v is not None}
+    return field(default=default, metadata=meta)
+
+
+def check_hp(params: Any) -> None:
+    """The one check of declared bounds: the first field out of its bounds is a UsageError that names
+    the key, the rule and the value."""
+    for f in fields(params):
+        v, m = getattr(params, f.name), f.metadata
+        if v is None or not m:
+            continue
+        if "choices" in m and v not in m["choices"]:
+            raise UsageError(f"'{f.name}' must be one of {', '.join(m['choices'])}; got {v!r}")
+        for op, bad in (("ge", lambda a, b: a < b), ("gt", lambda a, b: a <= b), ("lt", lambda a, b: a >= b)):
+            if op in m and bad(v, m[op]):
+                sym = {"ge": ">=", "gt": ">", "lt": "<"}[op]
+                raise UsageError(f"'{f.name}' must be {sym} {m[op]:g}, got {v}")
 
 
 class Algorithm:

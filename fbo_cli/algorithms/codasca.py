@@ -64,7 +64,7 @@ import torch
 from torch.func import vmap
 
 from ..errors import UsageError
-from .base import Algorithm
+from .base import Algorithm, bounded
 
 OUTPUTS = ("average", "random_round", "last", "paper")
 RESTARTS = ("last", "output")
@@ -119,29 +119,22 @@ class CodaPlus(Algorithm):
 
     @dataclass
     class HP:
-        eta: float = 0.1  # step size (CODASCA: eta_l), primal and dual
-        I: int = 32  # communication window: local iterations per round
-        T0: int = 2000  # stage length in local iterations
-        decay: float = 3.0  # the step is divided by this at every stage
+        eta: float = bounded(0.1, gt=0)  # step size (CODASCA: eta_l), primal and dual
+        I: int = bounded(32, ge=1)  # communication window: local iterations per round
+        T0: int = bounded(2000, ge=1)  # stage length in local iterations
+        decay: float = bounded(3.0, gt=0)  # the step is divided by this at every stage
         gamma: float = 2e-3  # proximal coefficient gamma of eq. 5 (1/500)
         inv_gamma: float | None = None  # paper-style 1/gamma (500, 700, 1000); overrides gamma
-        batch_size: int = 32  # local minibatch
-        stage_output: str = "average"  # average | random_round | last | paper
-        stage_restart: str = "last"  # last | output
-        dual_grad: str | None = None  # autograd | closed_form (None: the task preset's)
+        batch_size: int = bounded(32, ge=1)  # local minibatch
+        stage_output: str = bounded("average", choices=OUTPUTS)  # average | random_round | last | paper
+        stage_restart: str = bounded("last", choices=RESTARTS)  # last | output
+        # autograd | closed_form (None: the task preset's)
+        dual_grad: str | None = bounded(None, choices=("autograd", "closed_form"))
         grad_clip: float | None = None  # elementwise clip of the model gradient, 0 = off (None: preset)
         weight_decay: float | None = None  # decoupled weight decay on w (None: preset)
 
     def __init__(self, task, hp, fed):
         super().__init__(task, hp, fed)
-        if hp.I < 1 or hp.T0 < 1 or hp.batch_size < 1:
-            raise UsageError("need I >= 1, T0 >= 1, batch_size >= 1")
-        if hp.eta <= 0 or hp.decay <= 0:
-            raise UsageError(f"eta and decay must be > 0; got eta={hp.eta}, decay={hp.decay}")
-        if hp.stage_output not in OUTPUTS:
-            raise UsageError(f"stage_output must be one of {', '.join(OUTPUTS)}; got '{hp.stage_output}'")
-        if hp.stage_restart not in RESTARTS:
-            raise UsageError(f"stage_restart must be one of {', '.join(RESTARTS)}; got '{hp.stage_restart}'")
         pre = task.preset
         self.dual_grad = hp.dual_grad or pre["dual_grad"]
         if self.dual_grad not in ("autograd", "closed_form"):
@@ -261,14 +254,11 @@ class Codasca(CodaPlus):
 
     @dataclass
     class HP(CodaPlus.HP):
-        eta_g: float = 1.0  # global (server) step; > 1 extrapolates
-        control: str = "eq7"  # eq7 (mean of the round's gradients) | eq6 (difference form)
+        eta_g: float = bounded(1.0, gt=0)  # global (server) step; > 1 extrapolates
+        # eq7 (mean of the round's gradients) | eq6 (difference form)
+        control: str = bounded("eq7", choices=("eq6", "eq7"))
 
     def __init__(self, task, hp, fed):
-        if hp.control not in ("eq6", "eq7"):
-            raise UsageError(f"control must be eq6 or eq7; got '{hp.control}'")
-        if hp.eta_g <= 0:
-            raise UsageError(f"eta_g must be > 0, got {hp.eta_g}")
         super().__init__(task, hp, fed)
 
     def step(self) -> None:

@@ -44,6 +44,7 @@ import torch
 
 from ..errors import UsageError
 from ._hfl import HFLAlgorithm
+from .base import bounded
 
 
 class FedAvg(HFLAlgorithm):
@@ -52,21 +53,17 @@ class FedAvg(HFLAlgorithm):
 
     @dataclass
     class HP:
-        tau: float = 20.0  # τ: K_r = ceil(τ √(r+1)) local steps
-        steps_multiplier: int = 1  # 2 matches ZO-HFL's two Alg. 2 calls (docs/fidelity.md)
+        tau: float = bounded(20.0, gt=0)  # τ: K_r = ceil(τ √(r+1)) local steps
+        steps_multiplier: int = bounded(1, ge=1)  # 2 matches ZO-HFL's two Alg. 2 calls (docs/fidelity.md)
         local_lr: float = 0.1  # γ̃
         Gamma: float = 1.0  # Γ
-        lr_schedule: str = "decay"  # decay (γ̃/(t+Γ)) | constant (γ̃)
+        lr_schedule: str = bounded("decay", choices=("decay", "constant"))  # decay (γ̃/(t+Γ)) | constant (γ̃)
         batch_size: int = 64  # B (0: full local data)
         server_lr: float = 1.0  # η_g
         mu_prox: float = 0.0  # FedProx's μ (0: FedAvg)
         server_client: bool = False  # ablation: the server's data as one more client
 
     def __init__(self, task, hp, fed):
-        if hp.lr_schedule not in ("decay", "constant"):
-            raise UsageError(f"lr_schedule must be one of decay, constant; got '{hp.lr_schedule}'")
-        if hp.tau <= 0 or hp.steps_multiplier < 1:
-            raise UsageError("need tau > 0 and steps_multiplier >= 1")
         super().__init__(task, hp, fed)
 
     def local_steps(self, r: int) -> int:

@@ -34,7 +34,7 @@ from typing import ClassVar
 import torch
 
 from ..errors import UsageError
-from .base import BilevelAlgorithm, mean
+from .base import BilevelAlgorithm, bounded, mean
 from .pool_sampler import RowSampler
 
 
@@ -46,17 +46,13 @@ class FedAvgBound(BilevelAlgorithm):
 
     @dataclass
     class HP:
-        data: str = "noisy"  # noisy: all training examples | clean: the clean ones only (oracle)
-        local_steps: int = 5  # I
-        batch_size: int = 64  # b
+        # noisy: all training examples | clean: the clean ones only (oracle)
+        data: str = bounded("noisy", choices=("noisy", "clean"))
+        local_steps: int = bounded(5, ge=1)  # I
+        batch_size: int = bounded(64, ge=1)  # b
         lower_lr: float = 0.03  # γ
 
     def __init__(self, task, hp, fed):
-        if hp.data not in ("noisy", "clean"):
-            raise UsageError(f"data must be one of noisy, clean; got '{hp.data}'")
-        if hp.local_steps < 1 or hp.batch_size < 1:
-            raise UsageError(f"need local_steps >= 1 and batch_size >= 1; "
-                             f"got {hp.local_steps}, {hp.batch_size}")
         if not hasattr(task, "noisy"):
             raise UsageError("the FedAvg bounds need the hyperclean task's noise mask")
         super().__init__(task, hp, fed)

@@ -27,8 +27,7 @@ from typing import ClassVar
 import torch
 from torch.func import vmap
 
-from ..errors import UsageError
-from .base import Algorithm
+from .base import Algorithm, bounded
 from .codasca import EpochSampler, per_client_grads
 
 
@@ -40,17 +39,15 @@ class FedAvgCE(Algorithm):
 
     @dataclass
     class HP:
-        eta: float = 0.1
-        I: int = 32
-        T0: int = 2000
-        decay: float = 3.0
-        batch_size: int = 32
+        eta: float = bounded(0.1, gt=0)
+        I: int = bounded(32, ge=1)
+        T0: int = bounded(2000, ge=1)
+        decay: float = bounded(3.0, gt=0)
+        batch_size: int = bounded(32, ge=1)
         weight_decay: float | None = None  # None: 0
 
     def __init__(self, task, hp, fed):
         super().__init__(task, hp, fed)
-        if hp.I < 1 or hp.T0 < 1 or hp.batch_size < 1 or hp.eta <= 0 or hp.decay <= 0:
-            raise UsageError("need I >= 1, T0 >= 1, batch_size >= 1, eta > 0, decay > 0")
         self.K = task.idx.shape[0]
         v0, self.a0 = task.init(fed.gen)
         self.vk = v0.expand(self.K, -1).clone()

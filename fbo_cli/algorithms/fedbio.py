@@ -68,7 +68,7 @@ import torch
 
 from ..errors import UsageError
 from ..federation import Batch
-from .base import BilevelAlgorithm, mean
+from .base import BilevelAlgorithm, bounded, mean
 from .pool_sampler import RowSampler
 from .storm import check_schedule, step_factor, storm
 
@@ -91,12 +91,6 @@ class _GlobalLowerBase(BilevelAlgorithm):
     run_defaults: ClassVar[dict] = {"participation": 1.0}  # the paper: every client in every round
 
     def __init__(self, task, hp, fed):
-        if hp.local_steps < 1 or hp.batch_size < 1:
-            raise UsageError(f"need local_steps >= 1 and batch_size >= 1; "
-                             f"got {hp.local_steps}, {hp.batch_size}")
-        if hp.upper_batch_size is not None and hp.upper_batch_size < 1:
-            raise UsageError(f"upper_batch_size must be >= 1 (or none: = batch_size), "
-                             f"got {hp.upper_batch_size}")
         check_schedule(hp.schedule, hp.delta, hp.u0)
         if getattr(task, "local_lower", False):
             raise UsageError(f"'{self.name}' solves problem (1) with a global lower level; "
@@ -153,9 +147,10 @@ class FedBiO(_GlobalLowerBase):
 
     @dataclass
     class HP:
-        local_steps: int = 5  # I, local iterations between averaging rounds
-        batch_size: int = 64  # b = b_y of B_y (and b_x unless upper_batch_size is set)
-        upper_batch_size: int | None = None  # b_x of B_x = {B_g1, B_g2, B_f1, B_f2} (None: = batch_size)
+        local_steps: int = bounded(5, ge=1)  # I, local iterations between averaging rounds
+        batch_size: int = bounded(64, ge=1)  # b = b_y of B_y (and b_x unless upper_batch_size is set)
+        # b_x of B_x = {B_g1, B_g2, B_f1, B_f2} (None: = batch_size)
+        upper_batch_size: int | None = bounded(None, ge=1)
         lower_lr: float = 0.03  # γ (stable for the lower Hessian's L ≲ 60; docs/fidelity.md)
         upper_lr: float = 100.0  # η
         aux_lr: float = 0.03  # τ, step of the quadratic (4) in u (needs τL < 2 like γ)
@@ -187,10 +182,10 @@ class FedBiOAcc(_GlobalLowerBase):
 
     @dataclass
     class HP:
-        local_steps: int = 5  # I
-        batch_size: int = 64  # b
-        upper_batch_size: int | None = None  # b_x of B_x (None: = batch_size)
-        first_batch: int | None = None  # b_1 of the initial estimators (None: 4 b)
+        local_steps: int = bounded(5, ge=1)  # I
+        batch_size: int = bounded(64, ge=1)  # b
+        upper_batch_size: int | None = bounded(None, ge=1)  # b_x of B_x (None: = batch_size)
+        first_batch: int | None = bounded(None, ge=1)  # b_1 of the initial estimators (None: 4 b)
         lower_lr: float = 0.03  # γ (stable for the lower Hessian's L ≲ 60; docs/fidelity.md)
         upper_lr: float = 100.0  # η
         aux_lr: float = 0.03  # τ
@@ -210,8 +205,6 @@ class FedBiOAcc(_GlobalLowerBase):
             if c * a1 * a1 > 1:
                 raise UsageError(f"'{key}' * alpha_1^2 = {c * a1 * a1:.3g} > 1: the momentum weight "
                                  f"1 - c alpha_t^2 must lie in [0, 1] (lower {key} or delta)")
-        if hp.first_batch is not None and hp.first_batch < 1:
-            raise UsageError(f"first_batch must be >= 1 (or none: 4 x batch_size), got {hp.first_batch}")
         self.om = self.nu = self.q = None  # global momenta after the first round
 
     def state(self) -> dict[str, torch.Tensor]:

@@ -46,7 +46,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ._client_state import ClientStateAlgorithm, check_common
+from ._client_state import ClientStateAlgorithm
+from .base import bounded
 
 
 class FedBiOLocal(ClientStateAlgorithm):
@@ -56,17 +57,13 @@ class FedBiOLocal(ClientStateAlgorithm):
 
     @dataclass
     class HP:
-        local_steps: int = 5  # I, local iterations per communication round
-        batch_size: int = 64  # b = b_x: every upper-side minibatch (ξ_f, ξ_g, ξ_j)
-        batch_size_y: int | None = None  # b_y of B_y (None: = batch_size)
+        local_steps: int = bounded(5, ge=1)  # I, local iterations per communication round
+        batch_size: int = bounded(64, ge=1)  # b = b_x: every upper-side minibatch (ξ_f, ξ_g, ξ_j)
+        batch_size_y: int | None = bounded(None, ge=1)  # b_y of B_y (None: = batch_size)
         lower_lr: float = 0.05  # γ, lower (y) step (recommended 0.1; needs γ < 2/L_g; docs/fidelity.md)
         upper_lr: float = 0.003  # η, upper (x) step (recommended 0.05; docs/fidelity.md)
         neumann_step: float = 0.05  # τ of eq. (6) (first tried: 0.1; must be < 2/L_g; docs/fidelity.md)
-        Q: int = 10  # Neumann terms (Hessian samples) of eq. (6) (first tried: 5; docs/fidelity.md)
-
-    def __init__(self, task, hp, fed):
-        check_common(hp)
-        super().__init__(task, hp, fed)
+        Q: int = bounded(10, ge=0)  # Neumann terms (Hessian samples) of eq. (6) (first tried: 5; docs/fidelity.md)
 
     def draw_x(self, b: int) -> dict:
         """B_x = {ξ_f, ξ_g, ξ_1..ξ_Q} (eq. 6), mutually independent."""

@@ -47,8 +47,8 @@ from typing import ClassVar
 
 import torch
 
-from ..errors import UsageError
-from ._client_state import ClientStateAlgorithm, check_common
+from ._client_state import ClientStateAlgorithm
+from .base import bounded
 from .storm import check_schedule, pair, step_factor, storm, twice, unpair
 
 
@@ -59,26 +59,23 @@ class FedBiOAccLocal(ClientStateAlgorithm):
 
     @dataclass
     class HP:
-        local_steps: int = 5  # I, local iterations per communication round
-        batch_size: int = 64  # b = b_x
-        batch_size_y: int | None = None  # b_y (None: = batch_size, or batch_size * M with by_scale_M)
+        local_steps: int = bounded(5, ge=1)  # I, local iterations per communication round
+        batch_size: int = bounded(64, ge=1)  # b = b_x
+        batch_size_y: int | None = bounded(None, ge=1)  # b_y (None: = batch_size, or batch_size * M with by_scale_M)
         by_scale_M: bool = False  # Thm 4: b_y = b M
-        first_batch: int | None = None  # b_1 of the initialization (None: 4 b)
+        first_batch: int | None = bounded(None, ge=1)  # b_1 of the initialization (None: 4 b)
         lower_lr: float = 0.05  # γ, lower (y) step (recommended 0.1; needs γ < 2/L_g; docs/fidelity.md)
         upper_lr: float = 0.003  # η, upper (x) step (recommended 0.05; docs/fidelity.md)
         neumann_step: float = 0.05  # τ of eq. (6) (first tried: 0.1; must be < 2/L_g; docs/fidelity.md)
-        Q: int = 10  # Neumann terms of eq. (6) (first tried: 5; docs/fidelity.md)
+        Q: int = bounded(10, ge=0)  # Neumann terms of eq. (6) (first tried: 5; docs/fidelity.md)
         schedule: str = "const"  # α_t: const (= delta) | cbrt (delta / (u0 + t)^(1/3))
         delta: float = 1.0
         u0: float = 0.0
-        c_omega: float = 0.1  # c_ω: momentum weight c_ω α_t² of ω
-        c_nu: float = 0.1  # c_ν: momentum weight c_ν α_t² of ν
+        c_omega: float = bounded(0.1, ge=0)  # c_ω: momentum weight c_ω α_t² of ω
+        c_nu: float = bounded(0.1, ge=0)  # c_ν: momentum weight c_ν α_t² of ν
 
     def __init__(self, task, hp, fed):
-        check_common(hp)
         check_schedule(hp.schedule, hp.delta, hp.u0)
-        if hp.c_omega < 0 or hp.c_nu < 0 or (hp.first_batch is not None and hp.first_batch < 1):
-            raise UsageError("need c_omega >= 0, c_nu >= 0 and first_batch >= 1 (or none)")
         super().__init__(task, hp, fed)
         self.omega: torch.Tensor | None = None
         self.nu: torch.Tensor | None = None

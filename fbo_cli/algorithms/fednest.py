@@ -40,8 +40,7 @@ from typing import ClassVar
 
 import torch
 
-from ..errors import UsageError
-from .base import BilevelAlgorithm, mean
+from .base import BilevelAlgorithm, bounded, mean
 
 
 class FedNest(BilevelAlgorithm):
@@ -52,26 +51,18 @@ class FedNest(BilevelAlgorithm):
 
     @dataclass
     class HP:
-        N: int = 1  # FedInn rounds per outer iteration
-        T: int = 5  # Neumann terms / HessIV rounds
+        N: int = bounded(1, ge=0)  # FedInn rounds per outer iteration
+        T: int = bounded(5, ge=0)  # Neumann terms / HessIV rounds
         lam: float = 0.01  # λ, Neumann step
         inner_lr: float = 0.003  # β
         outer_lr: float = 0.01  # α
-        lower_epochs: int = 5
-        batch_size: int = 64
-        tau: int = 1  # local upper steps
-        lower_solver: str = "svrg"  # svrg | sgd
+        lower_epochs: int = bounded(5, ge=1)
+        batch_size: int = bounded(64, ge=1)
+        tau: int = bounded(1, ge=1)  # local upper steps
+        lower_solver: str = bounded("svrg", choices=("svrg", "sgd"))  # svrg | sgd
         local_hypergrad: bool = False  # True: LFedNest
-        neumann: str = "sum"  # sum (deterministic, paper's FedIHGP) | random (Ghadimi-Wang) | code (public repo)
-
-    @classmethod
-    def check(cls, hp) -> None:
-        if hp.lower_solver not in ("svrg", "sgd"):
-            raise UsageError(f"lower_solver must be svrg or sgd, got '{hp.lower_solver}'")
-        if hp.neumann not in ("sum", "random", "code"):
-            raise UsageError(f"neumann must be sum, random or code, got '{hp.neumann}'")
-        if hp.N < 0 or hp.T < 0 or hp.tau < 1 or hp.lower_epochs < 1 or hp.batch_size < 1:
-            raise UsageError("need N >= 0, T >= 0, tau >= 1, lower_epochs >= 1, batch_size >= 1")
+        # sum (deterministic, the paper's FedIHGP) | random (Ghadimi-Wang) | code (the public repository's)
+        neumann: str = bounded("sum", choices=("sum", "random", "code"))
 
     def rounds_per_iteration(self) -> int | None:
         hp = self.hp

@@ -9,7 +9,9 @@ paper left open.
 The contract (``base.Algorithm``):
 
 * ``HP``: a dataclass of the hyperparameters with the paper's defaults (the CLI, ``fbo show`` and the
-  config layers read it; ``--set key=value`` overrides a field).
+  config layers read it; ``--set key=value`` overrides a field). Bounds are declared on the field,
+  ``bounded(default, ge=..., gt=..., lt=..., choices=...)``, and checked before any data loads; a
+  rule that ties several keys together goes in the ``check(hp)`` classmethod.
 * ``__init__(task, hp, fed)``: build the state from ``task`` (data and oracles) and ``fed`` (the
   :class:`~fbo_cli.algorithms.base.FederationView`: the run's generator and its ledger); client state
   is stacked on a leading client dimension, and the per-client work is vectorized (``vmap`` or batched
@@ -44,8 +46,7 @@ from typing import ClassVar
 import torch
 from torch.func import vmap
 
-from ..errors import UsageError
-from .base import Algorithm
+from .base import Algorithm, bounded
 from .codasca import EpochSampler, per_client_grads
 
 
@@ -56,13 +57,11 @@ class TemplateFedSGD(Algorithm):
 
     @dataclass
     class HP:
-        eta: float = 0.1  # step size
-        batch_size: int = 32  # per client
+        eta: float = bounded(0.1, gt=0)  # step size; bounds are declared once, checked before data loads
+        batch_size: int = bounded(32, ge=1)  # per client
 
     def __init__(self, task, hp, fed):
         super().__init__(task, hp, fed)
-        if hp.eta <= 0 or hp.batch_size < 1:
-            raise UsageError("need eta > 0 and batch_size >= 1")
         self.K = task.idx.shape[0]
         v, self.alpha = task.init(fed.gen)
         self.v = v

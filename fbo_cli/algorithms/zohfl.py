@@ -43,8 +43,8 @@ from typing import ClassVar
 
 import torch
 
-from ..errors import UsageError
 from ._hfl import HFLAlgorithm
+from .base import bounded
 
 
 def zo_gradient(f_plus: torch.Tensor, f_minus: torch.Tensor, v: torch.Tensor, eta: float,
@@ -68,26 +68,21 @@ class ZOHFL(HFLAlgorithm):
 
     @dataclass
     class HP:
-        tau: float = 20.0  # τ: H_r = ceil(τ √(r+1)) local steps per Alg. 2 call
+        tau: float = bounded(20.0, gt=0)  # τ: H_r = ceil(τ √(r+1)) local steps per Alg. 2 call
         server_lr: float = 0.01  # γ: server step γ_r = γ/√(r+1)
         local_lr: float = 0.1  # γ̃: local step γ̃_t = γ̃/(t+Γ)
         Gamma: float = 1.0  # Γ
-        lr_schedule: str = "decay"  # decay (γ̃/(t+Γ), the paper) | constant (γ̃)
-        eta: float = 0.1  # η, smoothing radius
-        num_dirs: int = 1  # q, directions per client per round (paper: 1)
+        lr_schedule: str = bounded("decay", choices=("decay", "constant"))  # decay (γ̃/(t+Γ), the paper) | constant (γ̃)
+        eta: float = bounded(0.1, gt=0)  # η, smoothing radius
+        num_dirs: int = bounded(1, ge=1)  # q, directions per client per round (paper: 1)
         batch_size: int = 64  # B of the clients' minibatches ζ (0: full local data)
         server_batch: int = 64  # B of the server's minibatch ξ (0: full server data)
         crn: bool = True  # same minibatches for the + and - calls (docs/fidelity.md)
-        aggregate: str = "sum"  # sum (non-participants give 0) | unbiased (x m/|S_r|)
+        # sum (non-participants give 0) | unbiased (x m/|S_r|)
+        aggregate: str = bounded("sum", choices=("sum", "unbiased"))
         warm_start: bool = False  # start Alg. 2 from the client's previous y± (docs/fidelity.md)
 
     def __init__(self, task, hp, fed):
-        if hp.lr_schedule not in ("decay", "constant"):
-            raise UsageError(f"lr_schedule must be one of decay, constant; got '{hp.lr_schedule}'")
-        if hp.aggregate not in ("sum", "unbiased"):
-            raise UsageError(f"aggregate must be one of sum, unbiased; got '{hp.aggregate}'")
-        if hp.num_dirs < 1 or hp.eta <= 0 or hp.tau <= 0:
-            raise UsageError("need num_dirs >= 1, eta > 0, tau > 0")
         super().__init__(task, hp, fed)
         self.prev = None
         if hp.warm_start:
