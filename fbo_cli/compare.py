@@ -253,6 +253,12 @@ def tuned_note(exp: Experiment) -> str:
                              "not tuned yet (run `fbo tune`)"))
     if not rows:
         return ""
+    if exp.tuned and exp.tuned.get("setting") and len(exp.settings) > 1:  # tuned once: one row per algorithm
+        per: dict[str, set] = {}
+        for r in rows:
+            per.setdefault(r[0], set()).add(r[2:])
+        if all(len(v) == 1 for v in per.values()):
+            rows = [(a, f"every setting (tuned at {exp.tuned['setting']})", *next(iter(v))) for a, v in per.items()]
     out = [""]
     if exp.tuned:
         out += [f"**Hyperparameters.** Tuned by `fbo tune`: {exp.tuned.get('procedure', '')}."
