@@ -124,10 +124,27 @@ def diverged(row: dict[str, Any], first: dict[str, Any]) -> str | None:
     return None
 
 
-STOP = threading.Event()
-"""Set by a SIGINT that arrives before a run's loop has taken the signal over (a Ray worker's task
-installs a handler that sets it, since Ray delivers its gentle cancel as SIGINT): the loop stops at
-its first check."""
+class _Flag:
+    """A flag a signal handler may set: a plain attribute, no lock (a ``threading.Event`` takes a lock
+    that the interrupted code may hold)."""
+
+    def __init__(self):
+        self.on = False
+
+    def set(self) -> None:
+        self.on = True
+
+    def clear(self) -> None:
+        self.on = False
+
+    def is_set(self) -> bool:
+        return self.on
+
+
+STOP = _Flag()
+"""Set by SIGINT/SIGTERM during a run, and by a SIGINT that arrives before a run's loop has taken the
+signal over (a Ray worker's task installs a handler that sets it, since Ray delivers its gentle
+cancel as SIGINT): the loop stops at its next check."""
 
 
 class _Stop:

@@ -164,7 +164,7 @@ algorithms: [{{name: F, algo: fednest}}]
 
     _kill_when(p, mid_and_workers)
     t0 = time.time()
-    while any(_alive(w) for w in workers) and time.time() - t0 < 20:
+    while any(_alive(w) for w in workers) and time.time() - t0 < 60:  # (a loaded machine is slow)
         time.sleep(0.1)
     assert not any(_alive(w) for w in workers), "workers outlived their SIGKILLed parent"
     r = subprocess.run(CLI + ["compare", str(kill / "exp.yaml"), "--jobs", "2"],
