@@ -59,13 +59,13 @@ PAPERS: tuple[Paper, ...] = (
           "ZO-HFL (Qiu",
           numbers="Paper numbers: Table I (final test accuracy, MNIST, Fashion-MNIST and CIFAR-10 columns); each "
                   "gets a verdict against ours on the same dataset. Figs. 1-2 are a partition plot and loss curves.",
-          finding="ZO-HFL ends where server-only SGD ends: in these settings the clients' signal does not move "
-                  "the server's model x. The clients reach x only through a zeroth-order estimate of their "
+          finding="ZO-HFL ends where server-only SGD ends: in the paper's settings the clients' signal does not "
+                  "move the server's model x. The clients reach x only through a zeroth-order estimate of their "
                   "penalty's gradient, one random direction per client and round (q = 1) in d = 7,840 dimensions "
                   "(a 784 x 10 linear model), smoothing radius eta = 0.1, penalty weight lambda = 1: an unbiased "
                   "estimate of the smoothed gradient whose variance grows with d (Alg. 1 of the paper; "
                   "docs/fidelity.md). The probe section below asks whether a 10x larger penalty weight, a 10x "
-                  "larger radius, or both, let the clients help (from x0 = 0).",
+                  "larger radius, or both, let the clients help (from x0 = 0); its verdicts are computed there.",
           finding_claims="the finding: ZO-HFL ends where server-only SGD ends",
           counts=("figures/zohfl_fig1_mnist_a0.1.csv", "figures/zohfl_fig1_fashion-mnist_a0.1.csv")),
 )
