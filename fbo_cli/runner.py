@@ -87,7 +87,9 @@ def build(cfg: RunConfig) -> Built:
     task = TASKS[cfg.task](cfg.task_params, data)
     gen = torch.Generator(device=device).manual_seed(r.seed)
     ledger = Ledger()
-    algo = cfg.entry.cls(task, cfg.hp, FederationView(data, r.participation, gen, ledger))
+    algo = cfg.entry.cls.__new__(cfg.entry.cls)
+    algo.name = cfg.algo  # the registry key is the name, also in the messages __init__ may raise
+    algo.__init__(task, cfg.hp, FederationView(data, r.participation, gen, ledger))
     return Built(cfg, task, algo, ledger, device)
 
 

@@ -79,7 +79,6 @@ ADAPTIVE = ("adam", "adabelief", "none")
 
 
 class AdaFBiO(ClientStateAlgorithm):
-    name: ClassVar[str] = "adafbio"
     paper: ClassVar[str] = "Huang, arXiv 2211.01122 (2022), Alg. 1 (AdaFBiO)"
     rounds: ClassVar[str] = "1 per q local iterations (+1 at the start with init_matrices=average)"
     tasks: ClassVar[tuple[str, ...]] = ("hyperrep", "hyperclean")

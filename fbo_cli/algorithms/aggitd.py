@@ -44,7 +44,6 @@ from .base import BilevelAlgorithm, bounded, mean
 
 
 class AggITD(BilevelAlgorithm):
-    name: ClassVar[str] = "aggitd"
     paper: ClassVar[str] = "Xiao & Ji, ICML 2023 (FBO-AggITD)"
     rounds: ClassVar[str] = "2N+3 (svrg lower), N+3 (sgd lower)"
     tasks: ClassVar[tuple[str, ...]] = ("hyperrep", "hyperclean")

@@ -58,7 +58,9 @@ def check_hp(params: Any) -> None:
 
 
 class Algorithm:
-    name: ClassVar[str] = ""
+    # the registry key, which is the name: the runner sets it before ``__init__`` (so "aggitd-sgd" reports
+    # itself as such); empty for an algorithm built by hand
+    name: str = ""
     paper: ClassVar[str] = ""
     tasks: ClassVar[tuple[str, ...]] = ()
     rounds: ClassVar[str] = ""  # communication rounds per outer iteration, as the paper writes it

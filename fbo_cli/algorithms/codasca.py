@@ -111,7 +111,6 @@ class EpochSampler:
 
 
 class CodaPlus(Algorithm):
-    name: ClassVar[str] = "codaplus"
     paper: ClassVar[str] = "Yuan, Guo, Xu, Ying & Yang, ICML 2021 (CODASCA), Alg. 1/2"
     tasks: ClassVar[tuple[str, ...]] = ("auc",)
     rounds: ClassVar[str] = "1 round of I local iterations"
@@ -248,7 +247,6 @@ class CodaPlus(Algorithm):
 
 
 class Codasca(CodaPlus):
-    name: ClassVar[str] = "codasca"
     paper: ClassVar[str] = "Yuan, Guo, Xu, Ying & Yang, ICML 2021 (CODASCA), Alg. 3/4"
     scaffold: ClassVar[bool] = True
 

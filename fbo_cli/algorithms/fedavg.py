@@ -48,7 +48,6 @@ from .base import bounded
 
 
 class FedAvg(HFLAlgorithm):
-    name: ClassVar[str] = "fedavg"
     paper: ClassVar[str] = "McMahan et al., AISTATS 2017 (baseline of ZO-HFL)"
 
     @dataclass
@@ -90,7 +89,6 @@ class FedAvg(HFLAlgorithm):
 
 
 class FedProx(FedAvg):
-    name: ClassVar[str] = "fedprox"
     paper: ClassVar[str] = "Li et al., MLSys 2020 (baseline of ZO-HFL)"
 
     @dataclass
@@ -99,7 +97,6 @@ class FedProx(FedAvg):
 
 
 class Scaffold(FedAvg):
-    name: ClassVar[str] = "scaffold"
     paper: ClassVar[str] = "Karimireddy et al., ICML 2020, option II (baseline of ZO-HFL)"
 
     def __init__(self, task, hp, fed):

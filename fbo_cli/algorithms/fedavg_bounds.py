@@ -39,7 +39,6 @@ from .pool_sampler import RowSampler
 
 
 class FedAvgBound(BilevelAlgorithm):
-    name: ClassVar[str] = "fedavg-noisy"
     paper: ClassVar[str] = "McMahan et al., AISTATS 2017 (baseline of AdaFBiO and FedBiO hyper-cleaning)"
     rounds: ClassVar[str] = "1"
     tasks: ClassVar[tuple[str, ...]] = ("hyperclean",)

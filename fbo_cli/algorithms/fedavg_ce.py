@@ -32,7 +32,6 @@ from .codasca import EpochSampler, per_client_grads
 
 
 class FedAvgCE(Algorithm):
-    name: ClassVar[str] = "fedavg-ce"
     paper: ClassVar[str] = "McMahan et al., AISTATS 2017 (extra baseline for CODASCA)"
     tasks: ClassVar[tuple[str, ...]] = ("auc",)
     rounds: ClassVar[str] = "1 round of I local iterations"

@@ -141,7 +141,6 @@ class _GlobalLowerBase(BilevelAlgorithm):
 
 
 class FedBiO(_GlobalLowerBase):
-    name: ClassVar[str] = "fedbio"
     paper: ClassVar[str] = "Li, Huang & Huang, arXiv 2302.06701 / NeurIPS 2023 (FedBiO), Alg. 1"
     rounds: ClassVar[str] = "1 per I local iterations (T/I in all)"
 
@@ -176,7 +175,6 @@ class FedBiO(_GlobalLowerBase):
 
 
 class FedBiOAcc(_GlobalLowerBase):
-    name: ClassVar[str] = "fedbioacc"
     paper: ClassVar[str] = "Li, Huang & Huang, arXiv 2302.06701 / NeurIPS 2023 (FedBiO), Alg. 2"
     rounds: ClassVar[str] = "1 per I local iterations (T/I in all)"
 

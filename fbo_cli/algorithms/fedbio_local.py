@@ -51,7 +51,6 @@ from .base import bounded
 
 
 class FedBiOLocal(ClientStateAlgorithm):
-    name: ClassVar[str] = "fedbio-local"
     paper: ClassVar[str] = "Li, Huang & Huang, arXiv 2302.06701 / NeurIPS 2023, Alg. 3 (FedBiO)"
     rounds: ClassVar[str] = "1 per I local iterations"
 

@@ -53,7 +53,6 @@ from .storm import check_schedule, pair, step_factor, storm, twice, unpair
 
 
 class FedBiOAccLocal(ClientStateAlgorithm):
-    name: ClassVar[str] = "fedbioacc-local"
     paper: ClassVar[str] = "Li, Huang & Huang, arXiv 2302.06701 / NeurIPS 2023, Alg. 4 (FedBiO)"
     rounds: ClassVar[str] = "1 per I local iterations"
 

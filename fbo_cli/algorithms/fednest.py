@@ -44,7 +44,6 @@ from .base import BilevelAlgorithm, bounded, mean
 
 
 class FedNest(BilevelAlgorithm):
-    name: ClassVar[str] = "fednest"
     paper: ClassVar[str] = "Tarzanagh et al., ICML 2022 (baseline of FBO-AggITD)"
     rounds: ClassVar[str] = "2N+T+3 (svrg), N+T+3 (sgd); local: 2N+1, N+1"
     tasks: ClassVar[tuple[str, ...]] = ("hyperrep", "hyperclean")

@@ -25,7 +25,6 @@ from ._hfl import HFLAlgorithm
 
 
 class ServerOnly(HFLAlgorithm):
-    name: ClassVar[str] = "server-only"
     paper: ClassVar[str] = "yardstick: ZO-HFL's server step without clients (Qiu, Kim & Yousefian, arXiv 2504.01839)"
     rounds: ClassVar[str] = "1 (nothing sent)"
 

@@ -62,7 +62,6 @@ def unit_directions(gen: torch.Generator, shape: tuple[int, ...], device=None) -
 
 
 class ZOHFL(HFLAlgorithm):
-    name: ClassVar[str] = "zohfl"
     paper: ClassVar[str] = "Qiu, Kim & Yousefian, arXiv 2504.01839 (ZO-HFL)"
     step_metrics: ClassVar[tuple[str, ...]] = ("global_loss", "f2_hat", "g1_norm", "gzo_norm")  # Fig. 2's loss
 
