@@ -7,7 +7,7 @@ in a top-level ``tune:`` block how to search it:
 ```yaml
 tune:
   seeds: [100]        # tuning seeds, disjoint from the evaluation seeds
-  rounds: 40          # the short budget of every tuning run (communication rounds)
+  rounds: 40          # every tuning run's budget (communication rounds); budget: each setting's own
   score: upper_loss   # default: the task's validation quantity (held-out training data, never the test set)
   mode: min           # min | max (default: the task's)
   setting: "p=0.4"    # optional: tune on this setting only and use the values for every setting

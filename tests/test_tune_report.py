@@ -80,6 +80,17 @@ def test_tolerance_off_keeps_oscillating_runs_and_says_so(tmp_path):
     assert "oscillating by more than 0.05" in procedure_text(parsed("{seeds: [100], rounds: 20}"))
 
 
+def test_tuning_at_each_settings_own_budget(tmp_path):
+    from fbo_cli.tune import procedure_text, tune_cells
+
+    p = spec(tmp_path, tune="{seeds: [100], rounds: budget}",
+             extra="settings: [{name: iid, set: {rounds: 10}}, {name: long, set: {rounds: 30}}]")
+    exp = load_spec(p)
+    assert exp.tune.rounds is None and "own evaluation budget" in procedure_text(exp.tune)
+    budgets = {c.setting: c.cfg.run.rounds for c, _ in tune_cells(exp, exp.tune, {})}
+    assert budgets == {"iid": 10, "long": 30}
+
+
 def test_compare_before_tune_says_the_values_are_not_tuned(tmp_path):
     r = runner.invoke(app, ["compare", str(spec(tmp_path)), "--seeds", "0", "--set", "rounds=2"])
     assert r.exit_code == 0, r.output

@@ -12,7 +12,7 @@ import pandas as pd
 from ..compare import collect, write_report
 from ..errors import UsageError
 from ..spec import Experiment, load_spec
-from .verdicts import _summaries, claim_verdict, paper_rows
+from .verdicts import claim_verdict, paper_rows, run_summaries
 
 
 @dataclass
@@ -47,7 +47,7 @@ def build_section(spec: str, root: Path, work: Path) -> Section:
     sec.table_md = write_report(exp, out)  # the figures go into ``work``; the table comes back as data
     sec.figures = [out / "curves.png", *[out / f"curves_{xa}.png" for xa in ("zoom", *exp.x_also)]]
     secs = runs.get("train_time_s", pd.Series(dtype=float)).fillna(0).sum()
-    devices = sorted(set(str(d) for d in _summaries(runs, "device")))
+    devices = sorted(set(str(d) for d in run_summaries(runs, "device")))
     sec.compute = f"{len(runs)} runs, {secs / 60:.1f} min of training in all, on {', '.join(devices) or 'cpu'}"
     derived = {}
     if "imax" in exp.derived:

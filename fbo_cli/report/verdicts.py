@@ -137,7 +137,7 @@ def paper_rows(exp: Experiment, runs: pd.DataFrame, tol: float) -> list[tuple[st
 VERDICTS = ("holds in every seed", "holds in the mean", "does not hold", "no data")
 
 
-def _summaries(runs: pd.DataFrame, key: str):
+def run_summaries(runs: pd.DataFrame, key: str):
     from ..results import read_summary
 
     for d in runs.run_dir:
