@@ -58,7 +58,7 @@ _NOT_IDENTITY = {"data_dir", "out_dir", "download", "threads", "target", "checkp
 _NOT_IDENTITY_TASK = {"fast"}
 # keys added after runs of their task were committed as evidence: they enter a run's identity only
 # when set away from this default, so that the older runs keep their ids (and stay reused)
-_IDENTITY_UNLESS_DEFAULT = {("auc", "holdout"): False}
+_IDENTITY_UNLESS_DEFAULT = {("auc", "holdout"): False, ("hyperrep", "eval"): "test,val"}
 
 
 @dataclass
@@ -85,7 +85,7 @@ class RunConfig:
         for k in _NOT_IDENTITY_TASK:
             d["task_params"].pop(k, None)
         for (task, k), default in _IDENTITY_UNLESS_DEFAULT.items():
-            if task == self.task and d["task_params"].get(k, default) is default:
+            if task == self.task and d["task_params"].get(k, default) == default:
                 d["task_params"].pop(k, None)
         return hashlib.sha1(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:10]
 

@@ -52,6 +52,7 @@ from ..federation import Batch
 from .base import BilevelTask, Layout, weighted_ce
 from .softmax import SoftmaxHead
 
+EVAL_SPLITS = ("test", "val", "train")
 _BITS: dict = {}  # device -> [256] int64: byte k of entry b is 2 * (bit k of b), i.e. 1/(1-q) for q = 1/2
 
 
@@ -67,8 +68,9 @@ def dropout_mask(gen: torch.Generator, shape: tuple[int, ...], q: float, dtype, 
     if q == 0.5:
         key = str(device)
         if key not in _BITS:
-            bits = (torch.arange(256).unsqueeze(1) >> torch.arange(8)) & 1
-            _BITS[key] = ((bits * 2) << (8 * torch.arange(8))).sum(1).to(device)  # little-endian bytes
+            k8 = torch.arange(8, device=device)  # built on `device` itself, whatever the default device is
+            bits = (torch.arange(256, device=device).unsqueeze(1) >> k8) & 1
+            _BITS[key] = ((bits * 2) << (8 * k8)).sum(1)  # little-endian bytes
         words = torch.empty(-(-n // 32), dtype=torch.int32, device=device).random_(-2 ** 31, 2 ** 31, generator=gen)
         keep = _BITS[key].index_select(0, words.view(torch.uint8).long()).view(torch.uint8)
         return keep[:n].to(dtype).view(shape)
@@ -95,6 +97,10 @@ class HyperRep(BilevelTask):
         lower: str = "global"  # global (one shared head, eq. 1) | local (a head per client, eq. 5)
         test_on: str = "auto"  # auto | pooled (full test set) | clients (each client's own test split)
         fast: bool = True  # closed-form oracles for the mlp's softmax head (False: generic torch.func)
+        # what evaluate() scores, comma-separated: test (the test set: test_acc, test_loss), val (every
+        # client's validation split: val_loss, val_acc, the tuning score), train (the whole training set,
+        # pooled: train_acc, train_loss, the public FedNest code's training accuracy; global head only)
+        eval: str = "test,val"
 
     def __init__(self, params: "HyperRep.Params", data):
         super().__init__(params, data)
@@ -111,6 +117,11 @@ class HyperRep(BilevelTask):
             raise UsageError(f"test_on must be one of auto, pooled, clients; got '{p.test_on}'")
         if p.test_on == "pooled" and p.lower == "local":
             raise UsageError("test_on=pooled needs lower=global: each head is scored on its own client")
+        self.eval_on = tuple(e.strip() for e in p.eval.split(","))
+        if not self.eval_on or any(e not in EVAL_SPLITS for e in self.eval_on) or len(set(self.eval_on)) < len(self.eval_on):
+            raise UsageError(f"eval must be a comma-separated list of {', '.join(EVAL_SPLITS)} (each once); got '{p.eval}'")
+        if "train" in self.eval_on and p.lower == "local":
+            raise UsageError("eval=train scores one global head on the whole training set; lower=local has a head per client")
         self.local_lower = p.lower == "local"
         shape = data.dataset.shape
         C = data.num_classes
@@ -292,17 +303,28 @@ class HyperRep(BilevelTask):
         return torch.func.vmap(one)(y.expand(M, -1), v.expand(M, -1))
 
     # evaluation ----------------------------------------------------------------------------------
-    @torch.no_grad()
+    @torch.inference_mode()
     def evaluate(self, x, y):
-        out = self.evaluate_on(x, y, "val")  # the upper objective (1/m) Σ_i f_i: what tuning scores
-        if y.dim() == 2 or self.p.test_on == "clients":
-            return {**self.evaluate_clients(x, y), **out}
-        X, lab = self.data.X_test, self.data.y_test
-        logits = torch.cat([self.head(y, self.encode(x, X[i:i + 5000]), None) for i in range(0, len(X), 5000)])
-        return {"test_acc": (logits.argmax(1) == lab).float().mean().item(),
-                "test_loss": F.cross_entropy(logits, lab).item(), **out}
+        """The metrics of the splits in ``eval`` (dropout off), in inference mode, in chunks of 5,000 rows."""
+        out: dict[str, float] = {}
+        if "test" in self.eval_on:
+            if y.dim() == 2 or self.p.test_on == "clients":
+                out.update(self.evaluate_clients(x, y))
+            else:
+                out.update(self.pooled(x, y, self.data.X_test, self.data.y_test, "test"))
+        if "val" in self.eval_on:  # the upper objective (1/m) Σ_i f_i: what tuning scores
+            out.update(self.evaluate_on(x, y, "val"))
+        if "train" in self.eval_on:
+            out.update(self.pooled(x, y, self.data.X, self.data.y, "train"))
+        return out
 
-    @torch.no_grad()
+    def pooled(self, x, y, X, lab, which: str) -> dict[str, float]:
+        """``{which}_acc`` and ``{which}_loss`` of the global model (x, y) over all rows of ``X``, pooled."""
+        logits = torch.cat([self.head(y, self.encode(x, X[i:i + 5000]), None) for i in range(0, len(X), 5000)])
+        return {f"{which}_acc": (logits.argmax(1) == lab).float().mean().item(),
+                f"{which}_loss": F.cross_entropy(logits, lab).item()}
+
+    @torch.inference_mode()
     def evaluate_on(self, x, y, which: str) -> dict[str, float]:
         """``{which}_loss`` = (1/m) Σ_i f_i(x, y_i) on every client's ``which`` split (dropout off) and
         ``{which}_acc``, the mean over clients of their accuracy there: held-out training data, never
@@ -319,7 +341,7 @@ class HyperRep(BilevelTask):
         return {f"{which}_loss": ((ce * mask).sum(1) / n).mean().item(),
                 f"{which}_acc": ((right * mask).sum(1) / n).mean().item()}
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def evaluate_clients(self, x, y):
         """Each client's head (``y [m, dy]``, or one global head ``[dy]``) on its own test split."""
         te = self.data.split("test")
