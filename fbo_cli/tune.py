@@ -238,7 +238,9 @@ def collect_tuning(cells: list[tuple[Cell, dict]], ts: TuneSpec,
                      "point": ", ".join(f"{k}={v}" for k, v in point.items()), **point,
                      "grid": "extension" if extra else "spec",
                      "status": status, "score": sc, "start": start, "oscillation": osc,
-                     "run_dir": str(c.cfg.run_dir)})
+                     "run_dir": str(c.cfg.run_dir),
+                     # what the run cost (the report sums them into its section's compute, tuning included)
+                     "train_time_s": (s or {}).get("train_time_s"), "eval_time_s": (s or {}).get("eval_time_s")})
     df = pd.DataFrame(rows)
     # a grid point is judged over all its tuning seeds; "no progress": the score ends no better than it began
     stuck = (df.score >= df.start) if ts.mode == "min" else (df.score <= df.start)

@@ -29,6 +29,26 @@ class Section:
     derived_md: str = ""  # tables derived from the runs (``derived:`` in the spec)
 
 
+def compute_line(runs: pd.DataFrame, tuning_csv: Path) -> str:
+    """What the section's runs cost, from their summaries: training and evaluation core-minutes (one
+    run holds one core), and the tuning runs' from ``tuning.csv`` (recorded since the times were added
+    to it; older tuning records have none, and the line says so)."""
+    train = sum(float(t or 0) for t in run_summaries(runs, "train_time_s"))
+    ev = sum(float(t or 0) for t in run_summaries(runs, "eval_time_s"))
+    devices = sorted(set(str(d) for d in run_summaries(runs, "device")))
+    line = (f"{len(runs)} runs, {(train + ev) / 60:.1f} core-minutes ({train / 60:.1f} training, {ev / 60:.1f} "
+            f"evaluation), on {', '.join(devices) or 'cpu'}")
+    if tuning_csv.is_file():
+        t = pd.read_csv(tuning_csv)
+        t = t[t.status.isin(["done", "diverged"])]
+        if "train_time_s" in t and t["train_time_s"].notna().all():
+            tt = float(t["train_time_s"].sum() + t["eval_time_s"].fillna(0).sum())
+            line += f"; tuning {len(t)} runs, {tt / 60:.1f} core-minutes; {(train + ev + tt) / 60:.1f} in all"
+        else:
+            line += f"; tuning {len(t)} runs, their cost not recorded (tuned before tuning.csv kept it)"
+    return line
+
+
 def build_section(spec: str, root: Path, work: Path) -> Section:
     sec = Section(spec, None, verdicts=[], paper_rows=[], missing=[], figures=[])
     try:
@@ -46,9 +66,7 @@ def build_section(spec: str, root: Path, work: Path) -> Section:
     out = work / exp.name
     sec.table_md = write_report(exp, out)  # the figures go into ``work``; the table comes back as data
     sec.figures = [out / "curves.png", *[out / f"curves_{xa}.png" for xa in ("zoom", *exp.x_also)]]
-    secs = runs.get("train_time_s", pd.Series(dtype=float)).fillna(0).sum()
-    devices = sorted(set(str(d) for d in run_summaries(runs, "device")))
-    sec.compute = f"{len(runs)} runs, {secs / 60:.1f} min of training in all, on {', '.join(devices) or 'cpu'}"
+    sec.compute = compute_line(runs, root / "compare" / exp.name / "tuning.csv")
     derived = {}
     if "imax" in exp.derived:
         from .codasca import imax_per_seed, imax_table, windows

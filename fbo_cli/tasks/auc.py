@@ -329,18 +329,20 @@ class AUC(Task):
         return (F.binary_cross_entropy_with_logits(z, b["y"], reduction="none") * b["w"]).sum()
 
     # evaluation ----------------------------------------------------------------------------------
-    @torch.no_grad()
-    def test_scores(self, w: torch.Tensor) -> torch.Tensor:
-        X = self.data.X_test
-        chunk = 2000 if self.model_kind != "mlp" else 20000
+    @torch.inference_mode()
+    def scores_of(self, w: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+        """Scores of the rows of ``X`` in chunks: 500 rows through a CNN (on one CPU core about 1.8x faster
+        than 2,000: the activations stay in cache; the scores agree to float32 rounding), 20,000 through the MLP."""
+        chunk = 500 if self.model_kind != "mlp" else 20000
         return torch.cat([self.score(w, X[i:i + chunk]) for i in range(0, len(X), chunk)])
 
-    @torch.no_grad()
+    def test_scores(self, w: torch.Tensor) -> torch.Tensor:
+        return self.scores_of(w, self.data.X_test)
+
+    @torch.inference_mode()
     def evaluate(self, v: torch.Tensor) -> dict[str, float]:
         out = {"test_auc": auc_score(self.test_scores(v[:self.dw]), self.ytest)}
         if self.p.holdout:  # the tuning score: the clients' held-out rows, never the test set
-            X = self.data.X[self.val_rows]
-            chunk = 2000 if self.model_kind != "mlp" else 20000
-            sc = torch.cat([self.score(v[:self.dw], X[i:i + chunk]) for i in range(0, len(X), chunk)])
+            sc = self.scores_of(v[:self.dw], self.data.X[self.val_rows])
             out["val_auc"] = auc_score(sc, self.ybin[self.val_rows] > 0.5)
         return out
