@@ -5,8 +5,16 @@ JOBS    ?= 2
 TORCH   ?= torch==2.14.1 torchvision==0.29.1
 DEVICE  ?= cpu
 BENCH_ARGS ?=
+# every spec that reproduce-all runs (make reproduce-cost sums them)
+REPRODUCE_SPECS = experiments/aggitd_table2.yaml experiments/aggitd_fig3_mnist.yaml experiments/aggitd_fig4_mnist.yaml \
+  experiments/aggitd_fig6_mnist_cnn.yaml experiments/aggitd_table2_fmnist.yaml experiments/fedbio_hyperclean_mnist.yaml \
+  experiments/fedbio_hyperclean_fmnist.yaml experiments/fedbio_local_hyperrep.yaml experiments/adafbio_hyperrep_mnist.yaml \
+  experiments/adafbio_hyperclean.yaml experiments/adafbio_hyperrep.yaml experiments/codasca_fig1_synth_val.yaml \
+  experiments/codasca_fig1_synth.yaml experiments/codasca_fig1_fmnist.yaml experiments/zohfl_table1_mnist.yaml \
+  experiments/zohfl_table1_mnist_x0zero.yaml experiments/zohfl_probe_mnist.yaml experiments/zohfl_table1_fmnist.yaml \
+  experiments/zohfl_table1_fmnist_x0zero.yaml experiments/zohfl_fig2.yaml
 
-.PHONY: setup venv data browser run report report-collect report-check reproduce-all reproduce-quick test lint probe bench reproduce-aggitd reproduce-aggitd-fmnist reproduce-aggitd-short reproduce-codasca reproduce-codasca-controls reproduce-codasca-cifar100 reproduce-zohfl reproduce-zohfl-all reproduce-fedbio reproduce-fedbio-quick reproduce-fedbio-mnist reproduce-fedbio-local reproduce-adafbio reproduce-adafbio-quick clean
+.PHONY: reproduce reproduce-cost reproduce-aggitd-fig6 reproduce-adafbio-mnist setup venv data browser run report report-collect report-check reproduce-all reproduce-quick test lint probe bench reproduce-aggitd reproduce-aggitd-fmnist reproduce-aggitd-short reproduce-codasca reproduce-codasca-controls reproduce-codasca-cifar100 reproduce-zohfl reproduce-zohfl-all reproduce-fedbio reproduce-fedbio-quick reproduce-fedbio-mnist reproduce-fedbio-local reproduce-adafbio reproduce-adafbio-quick clean
 
 setup: venv data browser  ## virtual environment with pinned versions, the offline MNIST and Fashion-MNIST, and Chromium for make report-check where apt is available
 
@@ -48,25 +56,40 @@ report-check:  ## open the HTML report in headless Chromium and save a screensho
 	  --screenshot=$(CURDIR)/results/report/report.png file://$(CURDIR)/results/report/report.html
 	@echo "screenshot: results/report/report.png"
 
-reproduce-all:  ## every paper's reproduction at its budget (tuning first where the spec has a grid), then the report (many hours on 2 cores)
+reproduce: reproduce-all  ## the same as reproduce-all
+
+reproduce-cost:  ## what reproduce-all costs, estimated from the committed evidence (core-minutes per spec, tuning included); runs nothing
+	$(FBO) cost $(REPRODUCE_SPECS) --jobs $(JOBS)
+
+reproduce-all:  ## every paper's reproduction at its budget (tuning first where the spec has a grid), then the report; prints its estimated cost first
+	$(FBO) cost $(REPRODUCE_SPECS) --jobs $(JOBS)
 	$(FBO) tune experiments/aggitd_table2.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/aggitd_table2.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/aggitd_fig3_mnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/aggitd_fig4_mnist.yaml --jobs $(JOBS)
+	$(FBO) tune experiments/aggitd_fig6_mnist_cnn.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/aggitd_fig6_mnist_cnn.yaml --jobs $(JOBS)
 	$(FBO) tune experiments/aggitd_table2_fmnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/aggitd_table2_fmnist.yaml --jobs $(JOBS)
+	$(FBO) tune experiments/fedbio_hyperclean_mnist.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/fedbio_hyperclean_mnist.yaml --jobs $(JOBS)
 	$(FBO) tune experiments/fedbio_hyperclean_fmnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/fedbio_hyperclean_fmnist.yaml --jobs $(JOBS)
 	$(FBO) tune experiments/fedbio_local_hyperrep.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/fedbio_local_hyperrep.yaml --jobs $(JOBS)
+	$(FBO) tune experiments/adafbio_hyperrep_mnist.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/adafbio_hyperrep_mnist.yaml --jobs $(JOBS)
 	$(FBO) tune experiments/adafbio_hyperclean.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/adafbio_hyperclean.yaml --jobs $(JOBS)
 	$(FBO) tune experiments/adafbio_hyperrep.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/adafbio_hyperrep.yaml --jobs $(JOBS)
+	$(FBO) tune experiments/codasca_fig1_synth_val.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/codasca_fig1_synth_val.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/codasca_fig1_synth.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/codasca_fig1_fmnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1_mnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1_mnist_x0zero.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/zohfl_probe_mnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1_fmnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1_fmnist_x0zero.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_fig2.yaml --jobs $(JOBS)
@@ -105,6 +128,10 @@ reproduce-aggitd:        ## Xiao & Ji (ICML 2023) on the full MNIST: Table 2 (pa
 	$(FBO) compare experiments/aggitd_table2.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/aggitd_fig3_mnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/aggitd_fig4_mnist.yaml --jobs $(JOBS)
+
+reproduce-aggitd-fig6:   ## Fig. 6 of Xiao & Ji (ICML 2023): FBO-AggITD with the MNIST CNN, IID and non-IID, 2,000 rounds (GPU: about 6 min on one H100 with JOBS=8; about 30 core-minutes per run on a CPU)
+	$(FBO) tune experiments/aggitd_fig6_mnist_cnn.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/aggitd_fig6_mnist_cnn.yaml --jobs $(JOBS)
 
 reproduce-aggitd-fmnist: ## Table 2 of Xiao & Ji (ICML 2023) on the Fashion-MNIST twin (tuned, 2,000 rounds, target 80%, 3 seeds; ~35 min on 2 idle cores)
 	$(FBO) tune experiments/aggitd_table2_fmnist.yaml --jobs $(JOBS)
@@ -152,7 +179,7 @@ reproduce-fedbio-quick: ## the reduced run reported in docs/results.md: noise 0.
 	$(FBO) tune experiments/fedbio_hyperclean_fmnist_quick.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/fedbio_hyperclean_fmnist_quick.yaml --jobs $(JOBS)
 
-reproduce-fedbio-mnist: ## the same hyper-cleaning grid on MNIST (needs MNIST in data/ or network)
+reproduce-fedbio-mnist: ## hyper-cleaning on MNIST (FedBiO's setting: 10 clients, Dirichlet 0.5), every bilevel method + FedAvg bounds, tuned at the 300-round budget (3 seeds)
 	$(FBO) tune experiments/fedbio_hyperclean_mnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/fedbio_hyperclean_mnist.yaml --jobs $(JOBS)
 
@@ -165,6 +192,10 @@ reproduce-adafbio:       ## AdaFBiO (Huang, arXiv 2211.01122) on Fashion-MNIST: 
 	$(FBO) compare experiments/adafbio_hyperrep.yaml --jobs $(JOBS)
 	$(FBO) tune experiments/adafbio_hyperclean.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/adafbio_hyperclean.yaml --jobs $(JOBS)
+
+reproduce-adafbio-mnist: ## AdaFBiO (Huang, arXiv 2211.01122) hyper-representation on MNIST in the spec's setting (10 clients, 2 shards, 500 rounds), tuned at the budget (3 seeds)
+	$(FBO) tune experiments/adafbio_hyperrep_mnist.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/adafbio_hyperrep_mnist.yaml --jobs $(JOBS)
 
 reproduce-adafbio-quick: ## the reduced runs reported in docs/results.md: hyper-cleaning p=0.4 (80 rounds) and per-client heads (80 rounds), tuned
 	$(FBO) tune experiments/adafbio_hyperclean_quick.yaml --jobs $(JOBS)

@@ -287,6 +287,48 @@ def compare(
 
 
 @app.command(no_args_is_help=True)
+def cost(
+    specs: list[Path] = typer.Argument(..., help="Experiment specs (YAML)."),
+    jobs: Jobs = 1, out_dir: OutDir = None,
+    todo: bool = typer.Option(False, "--todo", help="Count only the runs not finished under the results folder "
+                              "(default: every run, as on a fresh machine)."),
+) -> None:
+    """What regenerating the specs costs, before anything runs: per spec, its tuning runs (the spec's
+    grids, before any extension) and its compared runs, in core-minutes estimated from the committed
+    evidence (docs/results/) and the results folder: each run's rounds times the median seconds per
+    round of finished runs of its kind on this kind of device. `make reproduce` prints it first."""
+    from .results import estimate_cost, todo_runs
+    from .spec import load_spec
+    from .tune import tune_cells, tune_spec
+
+    with user_errors():
+        overrides = grid_overrides(None, out_dir, None)
+        t = Table(title="What the reproduction costs (estimated core-minutes)", title_justify="left")
+        for h in ("spec", "tuning runs", "compared runs", "core-minutes", "no estimate"):
+            t.add_column(h, justify="left" if h == "spec" else "right", overflow="fold")
+        total = unknown_all = 0.0
+        for spec in specs:
+            exp0 = load_spec(spec, overrides, use_tuned=False)
+            tcells = [c for c, _ in tune_cells(exp0, tune_spec(exp0), overrides)] if any(
+                a.get("tune") for a in exp0.algorithms) else []
+            exp = load_spec(spec, overrides)  # the compared runs at the tuned values, where tuning has run
+            tcells = list({c.cfg.run_dir: c for c in tcells}.values())  # rows that share runs count them once
+            cells = tcells + list({c.cfg.run_dir: c for c in exp.cells}.values())
+            if todo:
+                cells, tcells = todo_runs(cells, False), todo_runs(tcells, False)
+            secs, unknown = estimate_cost(cells)
+            total, unknown_all = total + secs, unknown_all + unknown
+            t.add_row(exp.name, str(len(tcells)), str(len(cells) - len(tcells)), f"{secs / 60:.0f}",
+                      str(unknown) if unknown else "")
+        t.add_row("total", "", "", f"{total / 60:.0f}", str(int(unknown_all)) if unknown_all else "")
+        out.print(t)
+        out.print(f"about {total / 3600:.1f} core-hours: {total / 3600 / max(jobs, 1):.1f} h of wall time with "
+                  f"{jobs} job{'s' if jobs > 1 else ''}" + (f"; {int(unknown_all)} run(s) of a kind never run on "
+                                                          "this kind of device have no estimate" if unknown_all else ""),
+                  highlight=False)
+
+
+@app.command(no_args_is_help=True)
 def tune(
     spec: Path = typer.Argument(..., help="Experiment spec (YAML) with a 'tune:' block and per-algorithm grids."),
     jobs: Jobs = 1, executor: Executor = None, address: Address = None,  # the grid options (above)

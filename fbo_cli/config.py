@@ -61,6 +61,17 @@ _NOT_IDENTITY_TASK = {"fast"}
 _IDENTITY_UNLESS_DEFAULT = {("auc", "holdout"): False, ("hyperrep", "eval"): "test,val"}
 
 
+def comparable(d: dict[str, Any]) -> dict[str, Any]:
+    """A resolved config (``RunConfig.as_dict()``, or a run's config.yaml) with only what enters a run's
+    identity: its hash is the run id's last part."""
+    d = {k: v for k, v in d.items() if k not in _NOT_IDENTITY and k != "device_used"}
+    tp = {k: v for k, v in (d.get("task_params") or {}).items() if k not in _NOT_IDENTITY_TASK}
+    for (task, k), default in _IDENTITY_UNLESS_DEFAULT.items():
+        if task == d.get("task") and tp.get(k, default) == default:
+            tp.pop(k, None)
+    return {**d, "task_params": tp}
+
+
 @dataclass
 class RunConfig:
     task: str
@@ -79,15 +90,7 @@ class RunConfig:
                 "hp": asdict(self.hp)}
 
     def identity(self) -> str:
-        d = self.as_dict()
-        for k in _NOT_IDENTITY:
-            d.pop(k, None)
-        for k in _NOT_IDENTITY_TASK:
-            d["task_params"].pop(k, None)
-        for (task, k), default in _IDENTITY_UNLESS_DEFAULT.items():
-            if task == self.task and d["task_params"].get(k, default) == default:
-                d["task_params"].pop(k, None)
-        return hashlib.sha1(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:10]
+        return hashlib.sha1(json.dumps(comparable(self.as_dict()), sort_keys=True, default=str).encode()).hexdigest()[:10]
 
     @property
     def run_id(self) -> str:

@@ -13,6 +13,7 @@ released by the OS when its process dies) keeps two processes from running the s
 from __future__ import annotations
 
 import contextlib
+import functools
 import fcntl
 import hashlib
 import json
@@ -307,46 +308,64 @@ def save_figure(fig, path: Path) -> None:
         plt.close(fig)
 
 
-def estimate_cost(cells: list, roots: tuple[Path, ...] = (Path("docs/results"),)) -> tuple[float, int]:
-    """(core-seconds, runs without a basis) of running ``cells``: each run's budget in rounds times the
-    median seconds per round (training and evaluation) of finished runs of the same task, algorithm,
-    dataset and model (else of any dataset) under ``roots`` (the committed evidence, and the results
-    folder). A rough guide: evaluation cadence and participation change the cost too."""
-    import json
+def _kind(cfg: dict) -> str:
+    """A run's identity without its seed and device (:func:`config.comparable`): runs of one kind cost
+    about the same on one kind of device."""
+    from .config import comparable
+
+    return json.dumps({k: v for k, v in comparable(cfg).items() if k not in ("seed", "device")}, sort_keys=True,
+                      default=str)
+
+
+@functools.lru_cache(maxsize=8)
+def _seconds_per_round(roots: tuple[str, ...], here: str) -> dict[tuple, float]:
+    """Median seconds per round (training and evaluation) of the finished runs under ``roots`` on this
+    kind of device, by exact kind (:func:`_kind`) and by (task, algorithm, dataset, model), any dataset too."""
+    import yaml
 
     per: dict[tuple, list[float]] = {}
-    for root in {*roots, *(c.cfg.run.out_dir for c in cells)}:
+    for root in roots:
         for f in Path(root).glob("*/*/*/summary.json"):
             try:
                 s = json.loads(f.read_text())
                 rounds = s["ledger"]["rounds"]
                 secs = (s.get("train_time_s") or 0) + (s.get("eval_time_s") or 0)
-            except (OSError, ValueError, KeyError, TypeError):
+                cfg = yaml.safe_load((f.parent / "config.yaml").read_text()) or {}
+            except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError):
                 continue
-            if rounds:
-                model = yaml_model(f.parent / "config.yaml")
-                per.setdefault((s.get("task"), s.get("algo"), s.get("dataset"), model), []).append(secs / rounds)
-                per.setdefault((s.get("task"), s.get("algo"), None, model), []).append(secs / rounds)
+            if not rounds or s.get("device", "cpu") != here:
+                continue
+            model = (cfg.get("task_params") or {}).get("model")
+            for key in (("kind", _kind(cfg)), (s.get("task"), s.get("algo"), s.get("dataset"), model),
+                        (s.get("task"), s.get("algo"), None, model)):
+                per.setdefault(key, []).append(secs / rounds)
+    return {k: float(np.median(v)) for k, v in per.items()}
+
+
+def estimate_cost(cells: list, roots: tuple[Path, ...] = (Path("docs/results"),)) -> tuple[float, int]:
+    """(core-seconds, runs without a basis) of running ``cells``: each run's budget in rounds times the
+    median seconds per round (training and evaluation) of finished runs of the same kind under ``roots``
+    (the committed evidence, and the results folder) on this kind of device (a GPU's runs say nothing of a
+    CPU's cost): the same configuration but for the seed where such runs exist, else the same task,
+    algorithm, dataset and model, else the same task, algorithm and model on any dataset (a rough guide
+    then: the evaluation cadence, participation and local work change the cost too)."""
+    import torch
+
+    here = "cuda" if torch.cuda.is_available() else "cpu"
+    table = _seconds_per_round(tuple(sorted({str(r) for r in (*roots, *(c.cfg.run.out_dir for c in cells))})), here)
     total, unknown = 0.0, 0
     for c in cells:
         model = getattr(c.cfg.task_params, "model", None)
-        seen = per.get((c.cfg.task, c.cfg.algo, c.cfg.run.dataset, model)) or \
-            per.get((c.cfg.task, c.cfg.algo, None, model))  # the same algorithm on another dataset
-        if seen:
-            total += float(np.median(seen)) * c.cfg.run.rounds
+        if c.cfg.run.device not in ("auto", here):
+            unknown += 1
+            continue
+        spr = table.get(("kind", _kind(c.cfg.as_dict()))) or table.get((c.cfg.task, c.cfg.algo, c.cfg.run.dataset, model)) \
+            or table.get((c.cfg.task, c.cfg.algo, None, model))
+        if spr:
+            total += spr * c.cfg.run.rounds
         else:
             unknown += 1
     return total, unknown
-
-
-def yaml_model(path: Path) -> str | None:
-    """The ``model`` task parameter recorded in a run's config.yaml (None when absent or unreadable)."""
-    import yaml
-
-    try:
-        return ((yaml.safe_load(path.read_text()) or {}).get("task_params") or {}).get("model")
-    except (OSError, ValueError, AttributeError, yaml.YAMLError):
-        return None
 
 
 def cost_line(todo: list, jobs: int) -> str:

@@ -59,7 +59,7 @@ import torch.nn.functional as F
 
 from ..errors import UsageError
 from ..federation import Batch
-from .base import Layout, Task
+from .base import Layout, Task, relu_pool2
 
 PRESETS = {
     "paper": {"loss": "square", "dual_constraint": "none", "dual_grad": "autograd", "grad_clip": 0.0,
@@ -272,8 +272,8 @@ class AUC(Task):
             h = F.relu(F.linear(h, P["w2"], P["b2"]))
             return F.linear(h, P["w3"], P["b3"]).squeeze(-1)
         if self.model_kind == "cnn":
-            h = F.max_pool2d(F.relu(F.conv2d(X, P["c1"], P["cb1"], padding=1)), 2)
-            h = F.max_pool2d(F.relu(F.conv2d(h, P["c2"], P["cb2"], padding=1)), 2)
+            h = relu_pool2(F.conv2d(X, P["c1"], P["cb1"], padding=1))
+            h = relu_pool2(F.conv2d(h, P["c2"], P["cb2"], padding=1))
             h = F.relu(F.linear(h.flatten(1), P["w1"], P["b1"]))
             return F.linear(h, P["w2"], P["b2"]).squeeze(-1)
         g = self.p.norm_groups

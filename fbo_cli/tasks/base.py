@@ -53,6 +53,19 @@ class Layout:
         return torch.cat(parts).to(device)
 
 
+def relu_pool2(h: torch.Tensor) -> torch.Tensor:
+    """``max_pool2d(relu(h), 2)``. Without autograd (evaluation) it is the maximum of the four strided
+    views of each 2x2 window, ReLU after (max and ReLU commute): bit for bit the same values, and on one
+    CPU core about 7x faster than ``max_pool2d``, which also computes the argmax indices. With autograd it
+    is ``max_pool2d`` itself: its gradient goes to one of tied entries, the views' maximum would split it."""
+    n, c, H, W = h.shape
+    if torch.is_grad_enabled() or H % 2 or W % 2:
+        return F.max_pool2d(F.relu(h), 2)
+    v = h.reshape(n, c, H // 2, 2, W // 2, 2)
+    return torch.maximum(torch.maximum(v[:, :, :, 0, :, 0], v[:, :, :, 0, :, 1]),
+                         torch.maximum(v[:, :, :, 1, :, 0], v[:, :, :, 1, :, 1])).relu_()
+
+
 def weighted_ce(logits: torch.Tensor, labels: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """Sum of per-example cross-entropies weighted by ``w`` (weights of one client sum to 1)."""
     return (F.cross_entropy(logits, labels, reduction="none") * w).sum()

@@ -49,7 +49,7 @@ import torch.nn.functional as F
 
 from ..errors import UsageError
 from ..federation import Batch
-from .base import BilevelTask, Layout, weighted_ce
+from .base import BilevelTask, Layout, relu_pool2, weighted_ce
 from .softmax import SoftmaxHead
 
 EVAL_SPLITS = ("test", "val", "train")
@@ -157,8 +157,8 @@ class HyperRep(BilevelTask):
         P = self.lx.unflatten(x)
         if self.p.model == "mlp":
             return F.relu(F.linear(X.reshape(X.shape[0], -1), P["w1"], P["b1"]))
-        h = F.max_pool2d(F.relu(F.conv2d(X, P["c1"], P["cb1"], padding=self.pad)), 2)
-        h = F.max_pool2d(F.relu(F.conv2d(h, P["c2"], P["cb2"])), 2)
+        h = relu_pool2(F.conv2d(X, P["c1"], P["cb1"], padding=self.pad))
+        h = relu_pool2(F.conv2d(h, P["c2"], P["cb2"]))
         return F.relu(F.linear(h.flatten(1), P["w1"], P["b1"]))
 
     def head(self, y: torch.Tensor, H: torch.Tensor, drop: torch.Tensor | None) -> torch.Tensor:
