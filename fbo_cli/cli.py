@@ -322,10 +322,9 @@ def cost(
                       str(unknown) if unknown else "")
         t.add_row("total", "", "", f"{total / 60:.0f}", str(int(unknown_all)) if unknown_all else "")
         out.print(t)
+        none = f"; {int(unknown_all)} run(s) of a kind never run on this kind of device have no estimate"
         out.print(f"about {total / 3600:.1f} core-hours: {total / 3600 / max(jobs, 1):.1f} h of wall time with "
-                  f"{jobs} job{'s' if jobs > 1 else ''}" + (f"; {int(unknown_all)} run(s) of a kind never run on "
-                                                          "this kind of device have no estimate" if unknown_all else ""),
-                  highlight=False)
+                  f"{jobs} job{'s' if jobs > 1 else ''}" + (none if unknown_all else ""), highlight=False)
 
 
 @app.command(no_args_is_help=True)

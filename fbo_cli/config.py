@@ -90,7 +90,8 @@ class RunConfig:
                 "hp": asdict(self.hp)}
 
     def identity(self) -> str:
-        return hashlib.sha1(json.dumps(comparable(self.as_dict()), sort_keys=True, default=str).encode()).hexdigest()[:10]
+        d = comparable(self.as_dict())
+        return hashlib.sha1(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
     @property
     def run_id(self) -> str:

@@ -13,8 +13,8 @@ released by the OS when its process dies) keeps two processes from running the s
 from __future__ import annotations
 
 import contextlib
-import functools
 import fcntl
+import functools
 import hashlib
 import json
 import math
@@ -359,8 +359,9 @@ def estimate_cost(cells: list, roots: tuple[Path, ...] = (Path("docs/results"),)
         if c.cfg.run.device not in ("auto", here):
             unknown += 1
             continue
-        spr = table.get(("kind", _kind(c.cfg.as_dict()))) or table.get((c.cfg.task, c.cfg.algo, c.cfg.run.dataset, model)) \
-            or table.get((c.cfg.task, c.cfg.algo, None, model))
+        spr = (table.get(("kind", _kind(c.cfg.as_dict())))
+               or table.get((c.cfg.task, c.cfg.algo, c.cfg.run.dataset, model))
+               or table.get((c.cfg.task, c.cfg.algo, None, model)))
         if spr:
             total += spr * c.cfg.run.rounds
         else:

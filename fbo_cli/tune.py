@@ -125,7 +125,8 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
             console.print(f"{exp.name}: tuning, {cost_line(todo, jobs)}", highlight=False)
         if todo:
             if not checked:
-                check_metrics(replace(exp, cells=[c for c, _ in cells], metrics=[ts.score]))  # the tuning runs: tune.set may change what they log
+                # the tuning runs themselves: tune.set may change what they log
+                check_metrics(replace(exp, cells=[c for c, _ in cells], metrics=[ts.score]))
                 checked = True
             run_cells(todo, executor=executor or ("serial" if jobs == 1 else "processes"), jobs=jobs,
                       address=address, cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run, console=console,

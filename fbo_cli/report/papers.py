@@ -24,20 +24,22 @@ class Paper:
 PAPERS: tuple[Paper, ...] = (
     Paper("aggitd", "FBO-AggITD vs FedNest: Xiao & Ji, ICML 2023",
           ("experiments/aggitd_table2.yaml", "experiments/aggitd_fig3_mnist.yaml", "experiments/aggitd_fig4_mnist.yaml",
-           "experiments/aggitd_fig6_mnist_cnn.yaml", "experiments/aggitd_table2_fmnist_500.yaml", "experiments/aggitd_table2_fmnist.yaml"),
+           "experiments/aggitd_fig6_mnist_cnn.yaml", "experiments/aggitd_table2_fmnist_500.yaml",
+           "experiments/aggitd_table2_fmnist.yaml"),
           "FBO-AggITD (Xiao & Ji",
           numbers="Paper numbers: Table 2 (rounds to 90% and final test accuracy, MNIST; five legible cells) and "
                   "Fig. 6's MNIST-CNN training accuracy; Figs. 1, 3, 4 are curves with no numbers, so their claims "
                   "are orderings."),
     Paper("fedbio", "FedBiO and FedBiOAcc: Li, Huang & Huang, NeurIPS 2023 (arXiv 2302.06701)",
-          ("experiments/fedbio_hyperclean_mnist.yaml", "experiments/fedbio_hyperclean_fmnist_quick.yaml", "experiments/fedbio_hyperclean_fmnist.yaml",
+          ("experiments/fedbio_hyperclean_mnist.yaml", "experiments/fedbio_hyperclean_fmnist_quick.yaml",
+           "experiments/fedbio_hyperclean_fmnist.yaml",
            "experiments/fedbio_local_hyperrep_quick.yaml", "experiments/fedbio_local_hyperrep.yaml"),
           "FedBiO (Li, Huang & Huang",
           numbers="Paper numbers: none. The text we have has no experiments section, no table of results and no "
                   "figure, so every experiment below is our reconstruction and nothing is matched numerically."),
     Paper("adafbio", "AdaFBiO: Huang, arXiv 2211.01122",
-          ("experiments/adafbio_hyperrep_mnist.yaml", "experiments/adafbio_hyperclean_quick.yaml", "experiments/adafbio_hyperclean.yaml",
-           "experiments/adafbio_hyperrep.yaml"),
+          ("experiments/adafbio_hyperrep_mnist.yaml", "experiments/adafbio_hyperclean_quick.yaml",
+           "experiments/adafbio_hyperclean.yaml", "experiments/adafbio_hyperrep.yaml"),
           "AdaFBiO and FedBiO, local lower level",
           numbers="Paper numbers: none. AdaFBiO prints no table of results and no figure (its only table is "
                   "the complexity comparison), so the experiments below are reconstructions and their claims are "

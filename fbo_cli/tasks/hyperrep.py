@@ -118,10 +118,12 @@ class HyperRep(BilevelTask):
         if p.test_on == "pooled" and p.lower == "local":
             raise UsageError("test_on=pooled needs lower=global: each head is scored on its own client")
         self.eval_on = tuple(e.strip() for e in p.eval.split(","))
-        if not self.eval_on or any(e not in EVAL_SPLITS for e in self.eval_on) or len(set(self.eval_on)) < len(self.eval_on):
-            raise UsageError(f"eval must be a comma-separated list of {', '.join(EVAL_SPLITS)} (each once); got '{p.eval}'")
+        if any(e not in EVAL_SPLITS for e in self.eval_on) or len(set(self.eval_on)) < len(self.eval_on):
+            raise UsageError(f"eval must be a comma-separated list of {', '.join(EVAL_SPLITS)} (each once); "
+                             f"got '{p.eval}'")
         if "train" in self.eval_on and p.lower == "local":
-            raise UsageError("eval=train scores one global head on the whole training set; lower=local has a head per client")
+            raise UsageError("eval=train scores one global head on the whole training set; lower=local has a "
+                             "head per client")
         self.local_lower = p.lower == "local"
         shape = data.dataset.shape
         C = data.num_classes
