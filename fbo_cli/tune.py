@@ -291,7 +291,7 @@ def _key_values(grid: dict[str, list]) -> dict[str, list]:
 
 
 _NOT_PARAMS = {"algorithm", "setting", "seed", "point", "status", "score", "start", "oscillation", "run_dir",
-               "reason", "rejected", "grid"}
+               "reason", "rejected", "grid", "train_time_s", "eval_time_s"}
 
 
 def _plain(v):

@@ -1,0 +1,112 @@
+"""Evaluation at the cost of what a spec uses: the ``eval`` selection of hyperrep, the whole training set
+as the public code scores it, the CNN's pooling without autograd, and what a grid costs before it runs."""
+
+import pandas as pd
+import pytest
+import torch
+import torch.nn.functional as F
+from typer.testing import CliRunner
+
+from fbo_cli.cli import app
+from fbo_cli.config import resolve
+from fbo_cli.runner import build, execute
+from fbo_cli.tasks.base import relu_pool2
+
+runner = CliRunner()
+KEYS = {"dataset": "digits", "clients": 6, "participation": 0.5, "rounds": 10}
+
+
+@pytest.mark.parametrize("shape", [(3, 4, 28, 28), (2, 6, 10, 10), (2, 3, 7, 9)])
+def test_relu_pool2_is_max_pool_bit_for_bit(shape):
+    g = torch.Generator().manual_seed(sum(shape))
+    h = torch.randn(shape, generator=g)
+    h[0, 0, :4, :4] = 0.25  # ties
+    with torch.inference_mode():
+        assert torch.equal(relu_pool2(h), F.max_pool2d(F.relu(h), 2))
+    hg = h.clone().requires_grad_()
+    out = relu_pool2(hg)  # with autograd: max_pool2d itself (one gradient per window, ties included)
+    out.sum().backward()
+    ref = h.clone().requires_grad_()
+    F.max_pool2d(F.relu(ref), 2).sum().backward()
+    assert torch.equal(hg.grad, ref.grad)
+
+
+def test_eval_selects_the_splits_and_their_values_do_not_move():
+    full = build(resolve("hyperrep", "aggitd", {**KEYS, "eval": "test,val,train"}))
+    for _ in range(2):
+        full.algo.step()
+    m = full.algo.evaluate()
+    assert set(m) == {"test_acc", "test_loss", "val_loss", "val_acc", "train_acc", "train_loss"}
+    task, x, y = full.task, full.algo.x, full.algo.y
+    task.eval_on = ("test",)
+    only = full.algo.evaluate()
+    assert set(only) == {"test_acc", "test_loss"} and all(only[k] == m[k] for k in only)
+    # train_acc: the global model on the whole training set (every client's rows and any the partition left over)
+    X, lab = task.data.X, task.data.y
+    with torch.no_grad():
+        logits = task.head(y, task.encode(x, X), None)
+    assert m["train_acc"] == pytest.approx((logits.argmax(1) == lab).double().mean().item(), abs=1e-6)
+    assert len(X) == len(task.data.dataset.X_train) >= int(task.data.train_mask.sum() + task.data.val_mask.sum())
+
+
+def test_eval_enters_the_run_id_only_away_from_its_default():
+    ids = {ev: resolve("hyperrep", "aggitd", {**KEYS, **({"eval": ev} if ev else {})}).run_id
+           for ev in (None, "test,val", "test", "test,train")}
+    assert ids[None] == ids["test,val"] and len({ids[None], ids["test"], ids["test,train"]}) == 3
+
+
+@pytest.mark.parametrize("bad", ["test,foo", "", "test,test"])
+def test_bad_eval_is_named(bad, tmp_path):
+    r = runner.invoke(app, ["run", "hyperrep", "--algo", "aggitd", "--dataset", "digits", "--rounds", "5", "-q",
+                            "--set", f"eval={bad}", "--out-dir", str(tmp_path)])
+    assert r.exit_code == 2 and "eval must be" in r.output and "Traceback" not in r.output
+    assert not list(tmp_path.glob("hyperrep/*/*"))  # nothing half-written
+
+
+def test_a_run_with_test_only_logs_test_metrics(tmp_path):
+    s = execute(resolve("hyperrep", "fednest", {**KEYS, "eval": "test", "out_dir": str(tmp_path)}))
+    m = pd.read_csv(next(tmp_path.glob("hyperrep/fednest/*/metrics.csv")))
+    assert s["status"] == "done" and "val_loss" not in m and {"test_acc", "test_loss"} <= set(m)
+
+
+def test_cost_says_what_a_grid_costs_before_it_runs(tmp_path):
+    spec = tmp_path / "exp.yaml"
+    spec.write_text(f"""
+name: tinycost
+task: hyperrep
+seeds: [0, 1]
+base: {{dataset: digits, clients: 6, participation: 0.5, rounds: 20, out_dir: {tmp_path}}}
+tune: {{seeds: [100], rounds: budget}}
+algorithms: [{{name: A, algo: aggitd, tune: {{outer_lr: [0.01, 0.03]}}}}, {{name: F, algo: fednest}}]
+""")
+    r = runner.invoke(app, ["cost", str(spec)])
+    assert r.exit_code == 0, r.output
+    row = next(line for line in r.output.splitlines() if "tinycost" in line)
+    assert row.split("│")[2].strip() == "2" and row.split("│")[3].strip() == "4"  # 2 tuning, 4 compared runs
+    assert "core-hours" in r.output
+    r = runner.invoke(app, ["cost", str(tmp_path / "missing.yaml")])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+
+
+def test_a_sections_compute_counts_tuning(tmp_path):
+    from fbo_cli.compare import collect
+    from fbo_cli.report.sections import compute_line
+    from fbo_cli.spec import load_spec
+
+    spec = tmp_path / "exp.yaml"
+    spec.write_text(f"""
+name: tinycompute
+task: hyperrep
+seeds: [0]
+base: {{dataset: digits, clients: 6, participation: 0.5, rounds: 10, out_dir: {tmp_path}}}
+tune: {{seeds: [100], rounds: budget, tolerance: off}}
+algorithms: [{{name: A, algo: aggitd, tune: {{outer_lr: [0.01, 0.03, 0.1]}}}}]
+""")
+    assert runner.invoke(app, ["tune", str(spec)]).exit_code == 0
+    assert runner.invoke(app, ["compare", str(spec)]).exit_code == 0
+    tuning = pd.read_csv(tmp_path / "compare" / "tinycompute" / "tuning.csv")
+    assert (tuning.train_time_s > 0).all() and (tuning.eval_time_s > 0).all()
+    runs, _ = collect(load_spec(spec, {"out_dir": str(tmp_path)}))
+    line = compute_line(runs, tmp_path / "compare" / "tinycompute" / "tuning.csv")
+    total = (tuning.train_time_s.sum() + tuning.eval_time_s.sum()) / 60
+    assert line.startswith("1 runs, ") and f"tuning {len(tuning)} runs, {total:.1f} core-minutes" in line
