@@ -18,7 +18,12 @@ and 1.0) for ``fednest`` and ``aggitd``, every case of ``experiments/bench.yaml`
 sweeps of FedNest (fast path): participating clients 10, 20, 50, 100 (of 100), and total clients
 100, 1,000, 10,000 at C = 0.01 (the same 60,000 examples dealt out, so the participating clients
 hold 600 examples in all; ``sample+gather`` times drawing the clients and gathering their splits).
-For scale, a per-client-loop FedNest iteration written like the public FedNest code.
+For scale, a per-client-loop FedNest iteration written like the public FedNest code, and a whole
+FedNest run (500 rounds, IID, tau = 1, C = 0.1) at each tool's evaluation cadence: fbo measured whole,
+the loop reference as its iteration and its evaluation (test and training sets, as the public code
+does after every outer iteration) times their counts. Evaluation: ``eval s`` with the task's default
+metrics, ``eval s, test only`` with the test set alone (hyperrep's ``eval: test``, what a spec's
+compared runs need), and ``eval / iteration`` (the cheaper of the two over an outer iteration).
 
 Writes ``results/bench/bench.csv``, ``growth.csv`` and ``bench.md`` (in ``results/bench/cuda/`` with
 ``--device cuda``). Usage: ``fbo bench [--quick] [--device cpu|cuda] [--threads N]
