@@ -8,7 +8,7 @@ BENCH_ARGS ?=
 # every spec that reproduce-all runs (make reproduce-cost sums them)
 REPRODUCE_SPECS = experiments/aggitd_table2.yaml experiments/aggitd_fig3_mnist.yaml experiments/aggitd_fig4_mnist.yaml \
   experiments/aggitd_fig6_mnist_cnn.yaml experiments/aggitd_table2_fmnist.yaml experiments/fedbio_hyperclean_mnist.yaml \
-  experiments/fedbio_hyperclean_fmnist.yaml experiments/fedbio_local_hyperrep.yaml experiments/adafbio_hyperrep_mnist.yaml \
+  experiments/fedbio_hyperclean_fmnist.yaml experiments/fedbio_local_hyperrep.yaml experiments/adafbio_hyperrep_mnist.yaml experiments/adafbio_hyperclean_mnist.yaml \
   experiments/adafbio_hyperclean.yaml experiments/adafbio_hyperrep.yaml experiments/codasca_fig1_synth_val.yaml \
   experiments/codasca_fig1_synth.yaml experiments/codasca_fig1_fmnist.yaml experiments/zohfl_table1_mnist.yaml \
   experiments/zohfl_table1_mnist_x0zero.yaml experiments/zohfl_probe_mnist.yaml experiments/zohfl_table1_fmnist.yaml \
@@ -79,6 +79,8 @@ reproduce-all:  ## every paper's reproduction at its budget (tuning first where 
 	$(FBO) compare experiments/fedbio_local_hyperrep.yaml --jobs $(JOBS)
 	$(FBO) tune experiments/adafbio_hyperrep_mnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/adafbio_hyperrep_mnist.yaml --jobs $(JOBS)
+	$(FBO) tune experiments/adafbio_hyperclean_mnist.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/adafbio_hyperclean_mnist.yaml --jobs $(JOBS)
 	$(FBO) tune experiments/adafbio_hyperclean.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/adafbio_hyperclean.yaml --jobs $(JOBS)
 	$(FBO) tune experiments/adafbio_hyperrep.yaml --jobs $(JOBS)
@@ -193,9 +195,11 @@ reproduce-adafbio:       ## AdaFBiO (Huang, arXiv 2211.01122) on Fashion-MNIST: 
 	$(FBO) tune experiments/adafbio_hyperclean.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/adafbio_hyperclean.yaml --jobs $(JOBS)
 
-reproduce-adafbio-mnist: ## AdaFBiO (Huang, arXiv 2211.01122) hyper-representation on MNIST in the spec's setting (10 clients, 2 shards, 500 rounds), tuned at the budget (3 seeds)
+reproduce-adafbio-mnist: ## AdaFBiO (Huang, arXiv 2211.01122) on MNIST in the spec's setting (10 clients, 2 shards, 500 rounds): hyper-representation and hyper-cleaning (p = 0.4), tuned at the budget (3 seeds)
 	$(FBO) tune experiments/adafbio_hyperrep_mnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/adafbio_hyperrep_mnist.yaml --jobs $(JOBS)
+	$(FBO) tune experiments/adafbio_hyperclean_mnist.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/adafbio_hyperclean_mnist.yaml --jobs $(JOBS)
 
 reproduce-adafbio-quick: ## the reduced runs reported in docs/results.md: hyper-cleaning p=0.4 (80 rounds) and per-client heads (80 rounds), tuned
 	$(FBO) tune experiments/adafbio_hyperclean_quick.yaml --jobs $(JOBS)

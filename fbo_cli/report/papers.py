@@ -38,7 +38,8 @@ PAPERS: tuple[Paper, ...] = (
           numbers="Paper numbers: none. The text we have has no experiments section, no table of results and no "
                   "figure, so every experiment below is our reconstruction and nothing is matched numerically."),
     Paper("adafbio", "AdaFBiO: Huang, arXiv 2211.01122",
-          ("experiments/adafbio_hyperrep_mnist.yaml", "experiments/adafbio_hyperclean_quick.yaml",
+          ("experiments/adafbio_hyperrep_mnist.yaml", "experiments/adafbio_hyperclean_mnist.yaml",
+           "experiments/adafbio_hyperclean_quick.yaml",
            "experiments/adafbio_hyperclean.yaml", "experiments/adafbio_hyperrep.yaml"),
           "AdaFBiO and FedBiO, local lower level",
           numbers="Paper numbers: none. AdaFBiO prints no table of results and no figure (its only table is "
