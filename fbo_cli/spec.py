@@ -60,6 +60,8 @@ class Experiment:
     claims: list[dict[str, Any]] = field(default_factory=list)  # the paper's claims, checked by the report
     derived: list[str] = field(default_factory=list)  # derived tables (DERIVED)
     tolerance: float = 0.02  # how far ours may sit from a paper's fraction and still be "within"
+    paper: str | None = None  # the paper whose part of the report shows this experiment (None: not in the report)
+    order: int = 100  # its place among that paper's experiments (ascending)
     tune: TuneSpec | None = None  # the tune block, parsed (None: the spec has none)
     incomplete: int = 0  # cells failed or not run at the last report
     outcomes: dict[Path, dict] = field(default_factory=dict)  # run_dir -> what run_cells returned this time
@@ -73,6 +75,23 @@ def _need(d: dict, key: str, kind, where: str):
     return d[key]
 
 
+def report_index(folder: str | Path = "experiments") -> list[tuple[str, str, int]]:
+    """(spec path, paper, order) of every spec under ``folder`` that names its ``paper:``, ordered by paper
+    and ``order``: the report's experiments. Reads only those two keys (the specs are loaded whole when
+    the report builds their sections)."""
+    out = []
+    for f in sorted(Path(folder).glob("*.yaml")):
+        spec = load_config_file(f)
+        paper, order = spec.get("paper"), spec.get("order", 100)
+        if paper is None:
+            continue
+        if not isinstance(paper, str) or not isinstance(order, int) or isinstance(order, bool):
+            raise UsageError(f"{f}: 'paper' must be a paper's key (a string) and 'order' an integer, "
+                             f"got {paper!r}, {order!r}")
+        out.append((str(f), paper, order))
+    return sorted(out, key=lambda t: (t[1], t[2], t[0]))
+
+
 def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: list[int] | None = None,
               use_tuned: bool = True) -> Experiment:
     """The experiment of a spec file, its cells resolved (and validated). With ``use_tuned``, the values
@@ -81,7 +100,8 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
     spec = load_config_file(path)
     where = str(path)
     known = {"name", "title", "task", "metric", "metrics", "target", "x", "seeds", "base", "algorithms", "settings",
-             "reference", "reference_on", "description", "tune", "claims", "tolerance", "x_also", "derived", "band"}
+             "reference", "reference_on", "description", "tune", "claims", "tolerance", "x_also", "derived", "band",
+             "paper", "order"}
     unknown = set(spec) - known
     if unknown:
         raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(known))}")
@@ -126,7 +146,11 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
         settings=settings, reference=spec.get("reference") or {}, base=base, x_also=list(x_also),
         reference_on=_check_reference_on(where, spec.get("reference_on")),
         description=" ".join(str(spec.get("description") or "").split()), path=str(path),
-        band=spec.get("band", "minmax"))
+        band=spec.get("band", "minmax"), paper=spec.get("paper"), order=spec.get("order", 100))
+    if exp.paper is not None and not isinstance(exp.paper, str):
+        raise UsageError(f"{where}: 'paper' must be a paper's key (a string), got {exp.paper!r}")
+    if not isinstance(exp.order, int) or isinstance(exp.order, bool):
+        raise UsageError(f"{where}: 'order' must be an integer, got {exp.order!r}")
     if exp.band not in BANDS:
         raise UsageError(f"{where}: 'band' must be one of {', '.join(BANDS)}, got {exp.band!r}")
     overrides = overrides or {}

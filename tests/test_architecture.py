@@ -5,6 +5,8 @@
 import ast
 from pathlib import Path
 
+import pytest
+
 import fbo_cli
 
 ROOT = Path(fbo_cli.__file__).parent
@@ -55,3 +57,20 @@ def test_only_spec_reads_a_spec():
     assert readers <= {"config.py", "spec.py", "cli.py"}, readers
     cli = (ROOT / "cli.py").read_text()
     assert cli.count("load_config_file(") == 1 and "load_config_file(config)" in cli  # fbo run --config only
+
+
+def test_the_report_takes_its_experiments_from_the_specs_paper_keys(tmp_path):
+    from fbo_cli.errors import UsageError
+    from fbo_cli.report.papers import PAPERS
+    from fbo_cli.spec import report_index
+
+    assert {p for _, p, _ in report_index()} == {p.key for p in PAPERS}  # every paper has experiments, no stray key
+    aggitd = next(p for p in PAPERS if p.key == "aggitd").specs
+    assert aggitd[0] == "experiments/aggitd_table2.yaml" and "experiments/aggitd_fig6_mnist_cnn.yaml" in aggitd
+    for name, order in (("b", 20), ("a", 30), ("c", 10)):
+        (tmp_path / f"{name}.yaml").write_text(f"task: hyperrep\npaper: zohfl\norder: {order}\nalgorithms: []\n")
+    (tmp_path / "d.yaml").write_text("task: hyperrep\nalgorithms: []\n")  # names no paper: not in the report
+    assert [p.rsplit("/", 1)[1] for p, _, _ in report_index(tmp_path)] == ["c.yaml", "b.yaml", "a.yaml"]
+    (tmp_path / "e.yaml").write_text("task: hyperrep\npaper: zohfl\norder: first\nalgorithms: []\n")
+    with pytest.raises(UsageError, match="'order' an integer"):
+        report_index(tmp_path)

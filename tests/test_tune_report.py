@@ -226,10 +226,10 @@ def test_report_from_evidence_shows_verdicts_paper_numbers_and_missing_runs(tmp_
     # collect_evidence works on the paper registry; copy this spec's runs the same way
     from fbo_cli.report import Paper
 
-    assert collect_evidence(tmp_path, ev, papers=(Paper("t", "T", (str(p),), ""),)) == 2
+    assert collect_evidence(tmp_path, ev, papers=(Paper("t", "T", "", given=(str(p),)),)) == 2
     files = {f.name for f in ev.rglob("*") if f.is_file()}
     assert files == {"config.yaml", "metrics.csv", "summary.json"}  # compact: no plots, checkpoints
-    reg = (Paper("t", "T", (str(p),), ""),)
+    reg = (Paper("t", "T", "", given=(str(p),)),)
     kept = sorted(d.parent for d in ev.rglob("config.yaml"))
     stale = kept[0].parent / "stale-run"
     stale.mkdir()

@@ -3,8 +3,9 @@
 Adding an algorithm is this file plus its registry line in ``algorithms/__init__.py``, plus a spec in
 ``experiments/`` when it belongs to a paper (``tests/test_registry_links.py`` fails until the
 registry entry has a spec and a case in ``experiments/bench.yaml``, or an exemption with its reason).
-The report picks the spec up through its ``PAPERS`` entry; ``docs/fidelity.md`` gets the choices the
-paper left open.
+The report picks the spec up by its ``paper:`` key (the paper's part of the report, placed by
+``order:``; a new paper is one ``Paper`` entry in ``report/papers.py``); ``docs/fidelity.md`` gets the
+choices the paper left open.
 
 The contract (``base.Algorithm``):
 

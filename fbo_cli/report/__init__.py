@@ -46,10 +46,18 @@ def build_report(root: Path, md_path: Path, html_path: Path, command: str = "fbo
                  specs: list[str] | None = None) -> dict[str, int]:
     """Write the Markdown and HTML reports (of every paper, or of ``specs`` only); returns counts of
     sections, cells and missing runs."""
-    papers = (Paper("specs", "Experiments", tuple(specs), ""),) if specs else PAPERS
+    papers = (Paper("specs", "Experiments", "", given=tuple(specs)),) if specs else PAPERS
     for spec in specs or []:
         if not Path(spec).is_file():
             raise UsageError(f"spec not found: {spec}")
+    if not specs:  # every spec that names a paper must name one the report has
+        from ..spec import report_index
+
+        keys = {p.key for p in PAPERS}
+        for path, paper, _ in report_index():
+            if paper not in keys:
+                raise UsageError(f"{path}: 'paper: {paper}' is not a paper of the report; "
+                                 f"choose one of: {', '.join(sorted(keys))}")
     work = Path(tempfile.mkdtemp(prefix="fbo-report-"))
     try:
         sections = {p.key: [build_section(s, root, work) for s in p.specs if Path(s).is_file()] for p in papers}

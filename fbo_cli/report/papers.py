@@ -1,4 +1,6 @@
-"""The papers the report covers: each one's title, experiment specs, fidelity section and lead."""
+"""The papers the report covers: each one's title, fidelity section and lead. Its experiments are the
+specs that name it (``paper: KEY`` in the spec, placed by ``order:``): a new spec joins the report by
+naming its paper."""
 
 from __future__ import annotations
 
@@ -6,12 +8,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..spec import report_index
+
 
 @dataclass(frozen=True)
 class Paper:
     key: str
     title: str  # method, authors, venue
-    specs: tuple[str, ...]  # experiment specs (paths relative to the repository root)
     fidelity: str  # the start of its section heading in docs/fidelity.md
     counts: tuple[str, ...] = ()  # client x class count tables under the evidence root (ZO-HFL's Fig. 1)
     numbers: str = ""  # where the paper's own numbers are, or why none stand beside ours
@@ -19,35 +22,32 @@ class Paper:
     # starts with ``finding_claims``, computed from the runs
     finding: str = ""
     finding_claims: str = ""
+    given: tuple[str, ...] | None = None  # these specs instead of the ones that name the paper (fbo report SPEC...)
+
+    @property
+    def specs(self) -> tuple[str, ...]:
+        """Its experiment specs, in report order (paths relative to the repository root)."""
+        if self.given is not None:
+            return self.given
+        return tuple(path for path, paper, _ in report_index() if paper == self.key)
 
 
 PAPERS: tuple[Paper, ...] = (
     Paper("aggitd", "FBO-AggITD vs FedNest: Xiao & Ji, ICML 2023",
-          ("experiments/aggitd_table2.yaml", "experiments/aggitd_fig3_mnist.yaml", "experiments/aggitd_fig4_mnist.yaml",
-           "experiments/aggitd_fig6_mnist_cnn.yaml", "experiments/aggitd_table2_fmnist_500.yaml",
-           "experiments/aggitd_table2_fmnist.yaml"),
           "FBO-AggITD (Xiao & Ji",
           numbers="Paper numbers: Table 2 (rounds to 90% and final test accuracy, MNIST; five legible cells) and "
                   "Fig. 6's MNIST-CNN training accuracy; Figs. 1, 3, 4 are curves with no numbers, so their claims "
                   "are orderings."),
     Paper("fedbio", "FedBiO and FedBiOAcc: Li, Huang & Huang, NeurIPS 2023 (arXiv 2302.06701)",
-          ("experiments/fedbio_hyperclean_mnist.yaml", "experiments/fedbio_hyperclean_fmnist_quick.yaml",
-           "experiments/fedbio_hyperclean_fmnist.yaml",
-           "experiments/fedbio_local_hyperrep_quick.yaml", "experiments/fedbio_local_hyperrep.yaml"),
           "FedBiO (Li, Huang & Huang",
           numbers="Paper numbers: none. The text we have has no experiments section, no table of results and no "
                   "figure, so every experiment below is our reconstruction and nothing is matched numerically."),
     Paper("adafbio", "AdaFBiO: Huang, arXiv 2211.01122",
-          ("experiments/adafbio_hyperrep_mnist.yaml", "experiments/adafbio_hyperclean_mnist.yaml",
-           "experiments/adafbio_hyperclean_quick.yaml",
-           "experiments/adafbio_hyperclean.yaml", "experiments/adafbio_hyperrep.yaml"),
           "AdaFBiO and FedBiO, local lower level",
           numbers="Paper numbers: none. AdaFBiO prints no table of results and no figure (its only table is "
                   "the complexity comparison), so the experiments below are reconstructions and their claims are "
                   "that comparison's orderings."),
     Paper("codasca", "CODA+ and CODASCA: Yuan, Guo, Xu, Ying & Yang, ICML 2021",
-          ("experiments/codasca_fig1_synth_val.yaml", "experiments/codasca_fig1_synth.yaml",
-           "experiments/codasca_fig1_fmnist.yaml"),
           "CODA+ and CODASCA",
           numbers="Paper numbers: Figure 1's I_max on ImageNet-IH (128 vs 32 at K = 16, 512 vs 128 at K = 8); "
                   "ImageNet-IH and CIFAR100-IH are not available offline, so those numbers are context beside our "
@@ -55,10 +55,6 @@ PAPERS: tuple[Paper, ...] = (
                   "step size on a validation split; the two after it are earlier evidence whose eta = 1.0 was "
                   "chosen for CODA+ alone on test AUC, at the top of its grid (docs/fidelity.md)."),
     Paper("zohfl", "ZO-HFL: Qiu, Kim & Yousefian, arXiv 2504.01839",
-          ("experiments/zohfl_table1_mnist.yaml", "experiments/zohfl_table1_mnist_x0zero.yaml",
-           "experiments/zohfl_probe_mnist.yaml",
-           "experiments/zohfl_table1_fmnist.yaml", "experiments/zohfl_table1_fmnist_x0zero.yaml",
-           "experiments/zohfl_fig2.yaml"),
           "ZO-HFL (Qiu",
           numbers="Paper numbers: Table I (final test accuracy, MNIST, Fashion-MNIST and CIFAR-10 columns); each "
                   "gets a verdict against ours on the same dataset. Figs. 1-2 are a partition plot and loss curves.",
