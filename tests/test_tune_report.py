@@ -272,3 +272,13 @@ def test_a_tuned_row_may_share_its_runs_with_the_papers_row(tmp_path):
     assert list(table.algorithm) == ["paper", "tuned"] and list(table.seeds) == [1, 1]
     r = runner.invoke(app, ["compare", str(write("[{name: a, algo: aggitd}, {name: b, algo: aggitd}]"))])
     assert r.exit_code == 2 and "are the same runs" in " ".join(r.output.split())
+
+
+def test_the_summary_lists_the_claims_without_a_verdict_and_why():
+    from fbo_cli.report import PAPERS, summary_md
+
+    md = "\n".join(summary_md({p.key: [] for p in PAPERS}, PAPERS))
+    rows = [r for r in md.splitlines() if r.startswith("| ") and "not available offline" in r]
+    assert "get no verdict here, and why" in md and len(rows) >= 4
+    part = md.split("get no verdict here, and why")[1]
+    assert sum(len(p.unchecked) for p in PAPERS) == part.count("\n| ") - 1  # every entry once, and the header

@@ -105,6 +105,11 @@ def summary_md(sections: dict[str, list[Section]], papers: tuple[Paper, ...]) ->
                 vs = [v for c, _, v, _ in sec.verdicts if c == claim]
                 counts = ", ".join(f"**{v}** {vs.count(v)}" for v in VERDICTS if vs.count(v))
                 out.append(md_row((paper.title, link, claim, counts)))
+    rest = [(paper.title, claim, why) for paper in papers for claim, why in paper.unchecked]
+    if rest:
+        out += ["", "**The papers' claims that get no verdict here, and why.**", "",
+                "| paper | claim | why it gets no verdict |", "|---|---|---|"]
+        out += [md_row(r) for r in rest]
     return out + [""]
 
 
