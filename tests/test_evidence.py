@@ -8,6 +8,7 @@
   Fashion-MNIST are skipped where those datasets are absent.
 """
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -45,8 +46,9 @@ CASES = [  # (a committed run, the rounds to re-run)
 @pytest.mark.parametrize("where, rounds", CASES)
 def test_committed_runs_recompute_bit_for_bit(tmp_path, where, rounds):
     d = EVIDENCE / where
-    if not (d / "config.yaml").is_file():  # a family: its first MNIST run
-        d = next((p.parent for p in sorted(d.glob("mnist-*/config.yaml"))), None)
+    if not (d / "config.yaml").is_file():  # a family: its first MNIST run made on a CPU (bit for bit: same device)
+        d = next((p.parent for p in sorted(d.glob("mnist-*/config.yaml"))
+                  if json.loads((p.parent / "summary.json").read_text()).get("device", "cpu") == "cpu"), None)
         assert d is not None, where
     cfg = _cfg(d, out_dir=str(tmp_path), rounds=rounds, data_dir=str(Path("data").resolve()), download=False)
     try:

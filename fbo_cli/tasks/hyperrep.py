@@ -125,6 +125,9 @@ class HyperRep(BilevelTask):
             raise UsageError("eval=train scores one global head on the whole training set; lower=local has a "
                              "head per client")
         self.local_lower = p.lower == "local"
+        # the regularizer's coefficient, resolved once: reg_coef, else 0.01 for l2 and 0.05 for norm (FedNest repo)
+        self.reg_coef = 0.0 if p.reg == "none" else (
+            p.reg_coef if p.reg_coef is not None else {"l2": 0.01, "norm": 0.05}[p.reg])
         shape = data.dataset.shape
         C = data.num_classes
         if p.model == "mlp":
@@ -172,7 +175,7 @@ class HyperRep(BilevelTask):
         return F.linear(F.relu(F.linear(H, Q["w2"], Q["b2"])), Q["w3"], Q["b3"])
 
     def reg_y(self, y: torch.Tensor) -> torch.Tensor:
-        coef = self.p.reg_coef if self.p.reg_coef is not None else {"l2": 0.01, "norm": 0.05}.get(self.p.reg, 0.0)
+        coef = self.reg_coef
         if self.p.reg == "none" or coef == 0:
             return y.new_zeros(())
         if self.p.reg == "l2":
@@ -282,7 +285,7 @@ class HyperRep(BilevelTask):
         return torch.cat([(G.mT @ b["X"].flatten(2)).flatten(1), G.sum(1)], 1)
 
     def _reg_grad(self, y, M):
-        coef = self.p.reg_coef if self.p.reg_coef is not None else {"l2": 0.01, "norm": 0.05}.get(self.p.reg, 0.0)
+        coef = self.reg_coef
         if self.p.reg == "none" or coef == 0:
             return 0.0
         if self.p.reg == "l2":
@@ -291,12 +294,12 @@ class HyperRep(BilevelTask):
 
     def _reg_grad_diff(self, y1, y0, M):
         if self.p.reg == "l2":  # linear: one difference
-            coef = self.p.reg_coef if self.p.reg_coef is not None else 0.01
+            coef = self.reg_coef
             return coef * (y1 - y0).expand(M, -1) if coef else 0.0
         return self._reg_grad(y1, M) - self._reg_grad(y0, M)
 
     def _reg_hvp(self, y, v, M):
-        coef = self.p.reg_coef if self.p.reg_coef is not None else {"l2": 0.01, "norm": 0.05}.get(self.p.reg, 0.0)
+        coef = self.reg_coef
         if self.p.reg == "none" or coef == 0:
             return 0.0
         if self.p.reg == "l2":
