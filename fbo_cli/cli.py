@@ -336,6 +336,9 @@ def tune(
     rerun: bool = typer.Option(False, help="Run again even the tuning runs that are already done."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Say how many tuning runs are left and what they cost "
                                  "(before any grid extension); run nothing."),
+    ranking_check: bool = typer.Option(True, help="When the tuning budget is shorter than the evaluation budget, "
+                                       "run each choice's top 3 points at the evaluation budget and record whether "
+                                       "the choice stays best (ranking.csv)."),
 ) -> None:
     """Choose every algorithm's hyperparameters on validation data: run the spec's grids on the tuning
     seeds with a short budget, reject diverging or oscillating runs, pick the best validation score,
@@ -361,7 +364,8 @@ def tune(
             return
         try:
             outdir = run_tuning(spec, overrides, jobs=jobs, rerun=rerun, console=err, executor=executor,
-                                address=address, cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run)
+                                address=address, cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run,
+                                ranking_check=ranking_check)
         except KeyboardInterrupt as e:
             err.print(f"[yellow]{interrupted_note(e)}[/yellow]", highlight=False)
             raise typer.Exit(130) from None

@@ -224,15 +224,24 @@ def write_report(exp: Experiment, outdir: Path, no_run: bool = False, warn=None)
 
 
 def tuning_budget_note(exp: Experiment) -> str:
-    """'' when the tuning ran at the evaluation budget, else a warning that says both budgets."""
+    """'' when the tuning ran at the evaluation budget; else what the ranking check found, or a warning
+    that says both budgets when there was none."""
     if not exp.tuned or not isinstance(exp.tuned.get("rounds"), int):
         return ""
     budgets = sorted({c.cfg.run.rounds for c in exp.cells})
     if exp.tuned["rounds"] >= budgets[-1]:
         return ""
-    return (f"**Tuned at {exp.tuned['rounds']} rounds, evaluated at {', '.join(map(str, budgets))}**: the ranking "
-            f"of the grid was not checked at the evaluation budget, so a late instability or a late change of "
-            f"order may be missed.")
+    head = f"Tuned at {exp.tuned['rounds']} rounds, evaluated at {', '.join(map(str, budgets))}"
+    check = exp.tuned.get("ranking_check")
+    if isinstance(check, dict) and check:
+        failed = [k for k, v in check.items() if not (isinstance(v, dict) and v.get("holds"))]
+        if not failed:
+            return (f"{head}; the ranking check holds: each choice is still the best of its top "
+                    f"{len(next(iter(check.values())).get('top', []))} points at the evaluation budget (ranking.csv).")
+        return (f"**{head}; the ranking check fails for {'; '.join(failed)}**: at the evaluation budget another of "
+                f"the top points scores better than the choice (ranking.csv).")
+    return (f"**{head}**: the ranking of the grid was not checked at the evaluation budget, so a late instability "
+            f"or a late change of order may be missed.")
 
 
 def tuned_note(exp: Experiment) -> str:

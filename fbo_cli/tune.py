@@ -28,6 +28,13 @@ the tuning seeds wins (ties: the first in grid order). Written to ``<out>/compar
 oscillation, status and verdict) and ``tuning.png`` (the score against each tuned key, one line per
 algorithm: the best score over the other keys at that value). ``fbo compare`` then runs the
 evaluation seeds with the chosen values and says so in its table.
+
+**Ranking check.** When the tuning budget is shorter than a setting's evaluation budget, the top 3
+accepted points of each (algorithm, setting) run again at the evaluation budget on the tuning seeds,
+scored the same way: the check *holds* when the choice is still the best of them (a run that fails or
+diverges there is rejected). ``ranking.csv`` has both scores of each point and ``tuned.yaml``'s
+``ranking_check`` the verdicts, which ``fbo compare`` and the report state; ``--no-ranking-check``
+skips it (``fbo compare`` then warns that the short budget was not checked).
 """
 
 from __future__ import annotations
@@ -109,7 +116,7 @@ def tune_cells(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any],
 
 def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, rerun: bool = False,
                console=None, executor: str | None = None, address: str | None = None, cpus_per_run: int = 1,
-               gpus_per_run: float = 0) -> Path:
+               gpus_per_run: float = 0, ranking_check: bool = True) -> Path:
     from .executors import run_cells
     from .results import cost_line, todo_runs
 
@@ -142,17 +149,64 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
             if console is not None:
                 console.print(f"{exp.name}: {key[0]}, {key[1]}: the choice is at the grid's edge; trying "
                               + ", ".join(f"{k}={fmt_num(v)}" for k, v in point.items()), highlight=False)
+    grid = dict(executor=executor or ("serial" if jobs == 1 else "processes"), jobs=jobs, address=address,
+                cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run, console=console)
+    ranking = check_ranking(exp, ts, overrides, cells, table, extended, grid) if ranking_check else None
     outdir = exp.out_root / "compare" / exp.name
     claim_folder(exp, outdir)
     atomic_write(outdir / "tuning.csv", table.to_csv(index=False))
+    if ranking is not None:
+        atomic_write(outdir / "ranking.csv", ranking[0].to_csv(index=False))
     write_yaml(outdir / "tuned.yaml", {
         "spec": str(spec_path), "procedure": procedure_text(ts), "score": ts.score, "mode": ts.mode,
         "seeds": ts.seeds, "rounds": ts.rounds or "budget", "tail": ts.tail,
         "tolerance": ts.tolerance if math.isfinite(ts.tolerance) else "off",
         "setting": ts.setting, "grids": ts.grids,
-        "extended": {f"{a} | {s}": pts for (a, s), pts in extended.items()}, "chosen": chosen})
+        "extended": {f"{a} | {s}": pts for (a, s), pts in extended.items()}, "chosen": chosen,
+        **({"ranking_check": ranking[1]} if ranking is not None else {})})
     plot_tuning(table, ts, outdir / "tuning.png", exp.title or exp.name)
     return outdir
+
+
+RANKING_TOP = 3  # the accepted points per (algorithm, setting) that the ranking check runs at the full budget
+
+
+def check_ranking(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], cells: list[tuple[Cell, dict]],
+                  table: pd.DataFrame, extended: dict, grid: dict):
+    """The ranking check (module docstring): ``(ranking.csv's rows, {"algo | setting": verdict})``, or
+    None when every tuning run already had its setting's evaluation budget."""
+    from .executors import run_cells
+    from .results import todo_runs
+
+    full = replace(ts, rounds=None)
+    if not any(c.cfg.run.rounds < f.cfg.run.rounds
+               for (c, _), (f, _) in zip(cells, tune_cells(exp, full, overrides, extended))):
+        return None
+    agg = table.groupby(["algorithm", "setting", "point"], sort=False).agg(
+        score=("score", "mean"), rejected=("rejected", "any")).reset_index()
+    top: dict[tuple[str, str], list[str]] = {}
+    for (a, s), g in agg[~agg.rejected].groupby(["algorithm", "setting"], sort=False):
+        top[(a, s)] = list(g.sort_values("score", ascending=ts.mode == "min", kind="stable").point[:RANKING_TOP])
+    pick = [(c, p) for c, p in tune_cells(exp, full, overrides, extended)
+            if ", ".join(f"{k}={v}" for k, v in p.items()) in top.get((c.algorithm, c.setting), [])]
+    todo = todo_runs([c for c, _ in pick], False)
+    if todo:
+        run_cells(todo, rerun=False, title=f"{exp.name}: ranking check at the evaluation budget", **grid)
+    at_full = collect_tuning(pick, full, extended)
+    rows, verdicts = [], {}
+    for (a, s), points in top.items():
+        g = at_full[(at_full.algorithm == a) & (at_full.setting == s)]
+        full_agg = g.groupby("point", sort=False).agg(score=("score", "mean"), rejected=("rejected", "any"))
+        ok = full_agg[~full_agg.rejected]
+        best = (ok.score.idxmin() if ts.mode == "min" else ok.score.idxmax()) if len(ok) else None
+        choice = points[0]
+        for p in points:
+            short = float(agg[(agg.algorithm == a) & (agg.setting == s) & (agg.point == p)].score.iloc[0])
+            rows.append({"algorithm": a, "setting": s, "point": p, "short_score": short,
+                         "full_score": float(full_agg.score.get(p, float("nan"))),
+                         "full_rejected": bool(full_agg.rejected.get(p, True)), "chosen": p == choice})
+        verdicts[f"{a} | {s}"] = {"top": points, "best_at_budget": best, "holds": best == choice}
+    return pd.DataFrame(rows), verdicts
 
 
 MAX_EXTENSIONS = 4  # grid points added beyond one edge of one key, per (algorithm, setting)

@@ -282,3 +282,36 @@ def test_the_summary_lists_the_claims_without_a_verdict_and_why():
     assert "get no verdict here, and why" in md and len(rows) >= 4
     part = md.split("get no verdict here, and why")[1]
     assert sum(len(p.unchecked) for p in PAPERS) == part.count("\n| ") - 1  # every entry once, and the header
+
+
+def test_a_short_tuning_budget_gets_its_ranking_checked_at_the_evaluation_budget(tmp_path):
+    from typer.testing import CliRunner
+
+    from fbo_cli.cli import app
+    from fbo_cli.compare import tuning_budget_note
+    from fbo_cli.spec import load_spec
+
+    spec = tmp_path / "exp.yaml"
+    spec.write_text(f"""
+name: tinyrank
+task: hyperrep
+seeds: [0]
+base: {{dataset: digits, clients: 6, participation: 0.5, rounds: 20, out_dir: {tmp_path}}}
+tune: {{seeds: [100], rounds: 10, tolerance: off}}
+algorithms: [{{name: A, algo: aggitd, tune: {{outer_lr: [0.003, 0.01, 0.03, 0.1]}}}}]
+""")
+    r = CliRunner().invoke(app, ["tune", str(spec)])
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "compare" / "tinyrank"
+    ranking = pd.read_csv(out / "ranking.csv")
+    tuned = yaml.safe_load((out / "tuned.yaml").read_text())
+    verdict = tuned["ranking_check"]["A | default"]
+    assert len(ranking) == 3 and ranking.chosen.sum() == 1 and ranking.full_score.notna().all()
+    assert verdict["top"][0] == ranking[ranking.chosen].point.iloc[0]
+    full_best = ranking.loc[ranking[~ranking.full_rejected].full_score.idxmin(), "point"]
+    assert verdict["best_at_budget"] == full_best and verdict["holds"] == (full_best == verdict["top"][0])
+    # the full-budget runs are ordinary runs at 20 rounds on the tuning seed
+    extra = sum(len(v) for v in (tuned.get("extended") or {}).values())
+    assert len(list(tmp_path.glob("hyperrep/aggitd/*-s100-*"))) == 4 + extra + 3
+    note = tuning_budget_note(load_spec(spec, {"out_dir": str(tmp_path)}))
+    assert "ranking check" in note and ("holds" in note) == verdict["holds"]

@@ -13,7 +13,7 @@ from .papers import PAPERS
 EVIDENCE_FILES = ("config.yaml", "metrics.csv", "summary.json")
 
 
-SPEC_FILES = ("tuned.yaml", "tuning.csv")
+SPEC_FILES = ("tuned.yaml", "tuning.csv", "ranking.csv")
 
 
 BENCH_FILES = ("bench/bench.md", "bench/cuda/bench.md")  # CPU, GPU
