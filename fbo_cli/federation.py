@@ -22,7 +22,7 @@ from torch.func import grad, jvp, vjp, vmap
 from .data.split import Batch, Split
 
 __all__ = ["Batch", "Split", "Ledger", "sample_clients", "cmean", "per_client_grad", "per_client_hvp",
-           "per_client_cross", "per_client_value"]
+           "per_client_head_hvp", "per_client_cross", "per_client_value", "Oracles"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -136,6 +136,17 @@ def per_client_hvp(fn: Callable, a: torch.Tensor, b: torch.Tensor, batch: Batch,
     return vmap(one, in_dims=dims)(a, b, batch, v)
 
 
+def per_client_head_hvp(fn: Callable, a: torch.Tensor, b: torch.Tensor, batch: Batch, v: torch.Tensor) -> torch.Tensor:
+    """``[M, d_b]``: the same product as :func:`per_client_hvp` by reverse-over-reverse autograd
+    (``∇_b ⟨∇_b fn, v⟩``, the Hessian is symmetric), for stacked ``b`` and ``v``; on the CPU faster than
+    forward-over-reverse for the small heads the local Neumann estimators apply it to."""
+
+    def one(a_, b_, batch_, v_):
+        return grad(lambda bb: (grad(fn, argnums=1)(a_, bb, batch_) * v_).sum())(b_)
+
+    return vmap(one, in_dims=(_d(a), 0, 0, 0))(a, b, batch, v)
+
+
 def per_client_cross(fn: Callable, a: torch.Tensor, b: torch.Tensor, batch: Batch, v: torch.Tensor) -> torch.Tensor:
     """``[M, d_a]``: each client's Jacobian-vector product ``∇_a∇_b fn(a, b; batch_i) v_i``,
     i.e. ``∂⟨∇_b fn(a, b; batch_i), v_i⟩ / ∂a`` (reverse-over-reverse)."""
@@ -152,3 +163,54 @@ def per_client_value(fn: Callable, a: torch.Tensor, b: torch.Tensor, batch: Batc
     """``[M]``: each client's loss value."""
     dims = (_d(a), _d(b), 0)
     return vmap(fn, in_dims=dims)(a, b, batch)
+
+
+# --------------------------------------------------------------------------------------------------
+# A loss's oracles
+
+
+class Oracles:
+    """The derivative oracles of one loss ``fn(a, b, batch)`` of a task, vectorized over the clients
+    (``task.oracles(fn)``): this class is the generic ``torch.func`` path, and a task subclasses it to
+    replace the ones it has in closed form (the same values, exact derivatives, no random draws). The
+    algorithms charge the ledger; the oracles only compute.
+
+    * ``grad(argnum, a, b, batch)`` ``[M, d]``; ``grads(a, b, batch)`` both arguments' at once;
+    * ``svrg(a, b1, b0, batch)``: the gradient difference ``∇_b fn(a, b1) - ∇_b fn(a, b0)`` on one batch;
+    * ``hvp(a, b, batch, v)`` ``∇²_b fn v`` (forward-over-reverse), ``head_hvp`` the same product
+      reverse-over-reverse (the local Neumann estimators' HVP); ``cross(a, b, batch, v)`` ``∇_a∇_b fn v``;
+    * ``grad_mean``, ``hvp_mean``, ``cross_mean``: their client means ``[d]``. ``one_product_means`` is
+      True where a subclass computes them as one product over all clients' rows, without the
+      ``[M, d]`` stack (FBO-AggITD's upper round then skips a term that cancels)."""
+
+    one_product_means = False
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+
+    def grad(self, argnum: int, a, b, batch: Batch) -> torch.Tensor:
+        return per_client_grad(self.fn, argnum, a, b, batch)
+
+    def grads(self, a, b, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        return per_client_grad(self.fn, (0, 1), a, b, batch)
+
+    def svrg(self, a, b1, b0, batch: Batch) -> torch.Tensor:
+        return self.grad(1, a, b1, batch) - self.grad(1, a, b0, batch)
+
+    def hvp(self, a, b, batch: Batch, v) -> torch.Tensor:
+        return per_client_hvp(self.fn, a, b, batch, v)
+
+    def head_hvp(self, a, b, batch: Batch, v) -> torch.Tensor:
+        return per_client_head_hvp(self.fn, a, b, batch, v)
+
+    def cross(self, a, b, batch: Batch, v) -> torch.Tensor:
+        return per_client_cross(self.fn, a, b, batch, v)
+
+    def grad_mean(self, argnum: int, a, b, batch: Batch) -> torch.Tensor:
+        return cmean(self.grad(argnum, a, b, batch))
+
+    def hvp_mean(self, a, b, batch: Batch, v) -> torch.Tensor:
+        return cmean(self.hvp(a, b, batch, v))
+
+    def cross_mean(self, a, b, batch: Batch, v) -> torch.Tensor:
+        return cmean(self.cross(a, b, batch, v))

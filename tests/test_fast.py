@@ -5,7 +5,7 @@ import torch
 
 from fbo_cli.config import resolve
 from fbo_cli.data import build_federated, load_dataset
-from fbo_cli.federation import per_client_cross, per_client_grad, per_client_hvp
+from fbo_cli.federation import Oracles, per_client_cross, per_client_grad, per_client_head_hvp, per_client_hvp
 from fbo_cli.runner import build
 from fbo_cli.tasks.hyperclean import HyperClean
 from fbo_cli.tasks.hyperrep import HyperRep
@@ -19,31 +19,28 @@ def _double(data):
 
 
 def _oracles(task, x, y, batch, v, fns):
-    """Every oracle the fast path replaces, fast and generic, at global and client-stacked points."""
+    """Every oracle the fast path replaces (``task.oracles(fn)``, a closed-form subclass), against the
+    generic torch.func ones, at global and client-stacked points."""
     M = batch["w"].shape[0]
     noise = torch.Generator().manual_seed(1)
     st = lambda t: t.expand(M, -1) + 0.01 * torch.randn(M, t.numel(), dtype=t.dtype, generator=noise)
     for a, b, vv in [(x, y, v), (st(x), st(y), st(v)), (x, st(y), v)]:
         for fn in fns:
+            o = task.oracles(fn)
+            assert type(o) is not Oracles, fn  # the closed forms
             for argnum in (0, 1):
-                fast = task.fast_oracle("grad", fn, argnum)
-                if fast is not None:
-                    yield f"grad{argnum}", fast(a, b, batch), per_client_grad(fn, argnum, a, b, batch)
-            yield "hvp", task.fast_oracle("hvp", fn)(a, b, batch, vv), per_client_hvp(fn, a, b, batch, vv)
-            cross = task.fast_oracle("cross", fn)
-            if cross is not None:
-                yield "cross", cross(a, b, batch, vv), per_client_cross(fn, a, b, batch, vv)
-            for kind, argnum in (("grad_mean", 0), ("cross_mean", 0), ("grad_mean", 1), ("hvp_mean", 1)):
-                fast = task.fast_oracle(kind, fn, argnum)  # client means: one product over all rows
-                if fast is not None:
-                    if kind == "grad_mean":
-                        got, slow = fast(a, b, batch), per_client_grad(fn, argnum, a, b, batch)
-                    elif kind == "cross_mean":
-                        got, slow = fast(a, b, batch, vv), per_client_cross(fn, a, b, batch, vv)
-                    else:
-                        got, slow = fast(a, b, batch, vv), per_client_hvp(fn, a, b, batch, vv)
-                    yield f"{kind}{argnum}", got, slow.mean(0)
-            yield ("svrg", task.fast_oracle("svrg", fn, 1)(a, b, y, batch),
+                yield f"grad{argnum}", o.grad(argnum, a, b, batch), per_client_grad(fn, argnum, a, b, batch)
+                yield (f"grad_mean{argnum}", o.grad_mean(argnum, a, b, batch),
+                       per_client_grad(fn, argnum, a, b, batch).mean(0))
+            gx, gy = o.grads(a, b, batch)
+            yield "grads", torch.cat([gx, gy], 1), torch.cat(per_client_grad(fn, (0, 1), a, b, batch), 1)
+            yield "hvp", o.hvp(a, b, batch, vv), per_client_hvp(fn, a, b, batch, vv)
+            yield "hvp_mean", o.hvp_mean(a, b, batch, vv), per_client_hvp(fn, a, b, batch, vv).mean(0)
+            if b.dim() == 2 and vv.dim() == 2:
+                yield "head_hvp", o.head_hvp(a, b, batch, vv), per_client_head_hvp(fn, a, b, batch, vv)
+            yield "cross", o.cross(a, b, batch, vv), per_client_cross(fn, a, b, batch, vv)
+            yield "cross_mean", o.cross_mean(a, b, batch, vv), per_client_cross(fn, a, b, batch, vv).mean(0)
+            yield ("svrg", o.svrg(a, b, y, batch),
                    per_client_grad(fn, 1, a, b, batch) - per_client_grad(fn, 1, a, y, batch))
 
 
@@ -83,7 +80,7 @@ def test_hyperclean_oracles_match_generic():
     batch = data.split("train", torch.tensor([1, 3])).sample(gen, 16)
     for name, fast, slow in _oracles(task, x, y, batch, v, [task.f, task.g]):
         torch.testing.assert_close(fast, slow, **TOL, msg=name)
-    assert task.fast_oracle("grad", task.g_fixed, 1) is None  # not covered: generic
+    assert type(task.oracles(task.g_fixed)) is Oracles  # not covered: generic
 
 
 CASES = [

@@ -10,7 +10,7 @@ from typing import ClassVar
 import torch
 
 from ..errors import UsageError
-from ..federation import Batch, per_client_grad
+from ..federation import Batch
 from .base import Algorithm
 from .neumann import neumann_hypergrad
 
@@ -70,8 +70,7 @@ class ClientStateAlgorithm(Algorithm):
             fn, a, b = self.task.g_enc, x.new_zeros(0), self.encode(x, [b])[0]
         else:
             fn, a = self.task.g, x
-        fast = self.task.fast_oracle("grad", fn, 1)  # the task's closed form, where it has one
-        return fast(a, y, b) if fast else per_client_grad(fn, 1, a, y, b)
+        return self.task.oracles(fn).grad(1, a, y, b)  # the task's closed form, where it has one
 
     def neumann(self, x, y, bx: dict, step: float, mode: str = "sum", k=None) -> torch.Tensor:
         H, fn, arg = bx["H"], None, None
@@ -81,7 +80,7 @@ class ClientStateAlgorithm(Algorithm):
         if self.task.reuse and H:
             H, fn, arg = self.encode(x, H), self.task.g_enc, x.new_zeros(0)
         return neumann_hypergrad(self.task.f, self.task.g, x, y, bx["f"], bx["g"], H, step, mode, k,
-                                 charge=self.charge, hess_fn=fn, hess_arg=arg, K=K, fast=self.task.fast_oracle)
+                                 charge=self.charge, hess_fn=fn, hess_arg=arg, K=K, oracles=self.task.oracles)
 
     # evaluation ----------------------------------------------------------------------------------
     def x_bar(self) -> torch.Tensor:

@@ -15,7 +15,7 @@ import torch
 from ..data import FederatedData
 from ..data.split import Batch, Split
 from ..errors import UsageError
-from ..federation import Ledger, cmean, per_client_cross, per_client_grad, per_client_hvp, sample_clients
+from ..federation import Ledger, cmean, sample_clients
 from ..tasks.base import BilevelTask
 
 
@@ -127,56 +127,39 @@ class BilevelAlgorithm(Algorithm):
             used = used & active[:, None]
         self.ledger.oracle(kind, used.any(1).sum() * times, used.sum() * times)
 
-    # Each oracle uses the task's closed form where it has one (``fast_oracle``; same values, exact
-    # derivatives, no random draws), else the generic vectorized ``torch.func`` path.
+    # The oracles are the task's (``task.oracles(fn)``: closed forms where it has them, else the generic
+    # vectorized ``torch.func`` ones); these methods charge the ledger, one call per client that uses
+    # the batch. The ``_mean`` ones give the client mean ``[d]`` (charged per client all the same).
     def grad(self, fn: Callable, argnum: int, a, b, batch: Batch, active=None, charge: bool = True) -> torch.Tensor:
         if charge:
             self._charge("grads", batch, active)
-        fast = self.task.fast_oracle("grad", fn, argnum)
-        return fast(a, b, batch) if fast else per_client_grad(fn, argnum, a, b, batch)
+        return self.task.oracles(fn).grad(argnum, a, b, batch)
 
     def grad_diff(self, fn: Callable, a, b1, b0, batch: Batch, active=None, charge: bool = True) -> torch.Tensor:
         """``∇_b fn(a, b1; ζ) - ∇_b fn(a, b0; ζ)`` on one batch ζ (the SVRG pair; two gradient calls)."""
-        fast = self.task.fast_oracle("svrg", fn, 1)
-        if fast is None:
-            return (self.grad(fn, 1, a, b1, batch, active, charge) - self.grad(fn, 1, a, b0, batch, active, charge))
         if charge:
             self._charge("grads", batch, active, times=2)
-        return fast(a, b1, b0, batch)
+        return self.task.oracles(fn).svrg(a, b1, b0, batch)
 
     def hvp(self, fn: Callable, a, b, batch: Batch, v) -> torch.Tensor:
         self._charge("hvps", batch)
-        fast = self.task.fast_oracle("hvp", fn)
-        return fast(a, b, batch, v) if fast else per_client_hvp(fn, a, b, batch, v)
+        return self.task.oracles(fn).hvp(a, b, batch, v)
 
     def cross(self, fn: Callable, a, b, batch: Batch, v) -> torch.Tensor:
         self._charge("jvps", batch)
-        fast = self.task.fast_oracle("cross", fn)
-        return fast(a, b, batch, v) if fast else per_client_cross(fn, a, b, batch, v)
+        return self.task.oracles(fn).cross(a, b, batch, v)
 
-    # The client means of the same oracles (``[d]``; charged per client as above). Where only the
-    # server's average is used, the fast path computes it as one product over all participating
-    # clients' rows (``Gᵀ X`` with the clients stacked on the rows) without the ``[M, d]`` stack.
     def grad_mean(self, fn: Callable, argnum: int, a, b, batch: Batch) -> torch.Tensor:
-        fast = self.task.fast_oracle("grad_mean", fn, argnum)
-        if fast is None:
-            return mean(self.grad(fn, argnum, a, b, batch))
         self._charge("grads", batch)
-        return fast(a, b, batch)
+        return self.task.oracles(fn).grad_mean(argnum, a, b, batch)
 
     def hvp_mean(self, fn: Callable, a, b, batch: Batch, v) -> torch.Tensor:
-        fast = self.task.fast_oracle("hvp_mean", fn)
-        if fast is None:
-            return mean(self.hvp(fn, a, b, batch, v))
         self._charge("hvps", batch)
-        return fast(a, b, batch, v)
+        return self.task.oracles(fn).hvp_mean(a, b, batch, v)
 
     def cross_mean(self, fn: Callable, a, b, batch: Batch, v) -> torch.Tensor:
-        fast = self.task.fast_oracle("cross_mean", fn)
-        if fast is None:
-            return mean(self.cross(fn, a, b, batch, v))
         self._charge("jvps", batch)
-        return fast(a, b, batch, v)
+        return self.task.oracles(fn).cross_mean(a, b, batch, v)
 
     # building blocks -------------------------------------------------------------------------------
     def local_lower(self, a, fn: Callable, split: Split, y: torch.Tensor, q: torch.Tensor | None,
@@ -258,7 +241,7 @@ class BilevelAlgorithm(Algorithm):
             h = mean(hg.h)
             return h, mean(self.upper_local(x, y, h, hg, tau, lr, same_sample))
         f = self.task.f
-        if not need_h and not same_sample and self.task.fast_oracle("grad_mean", f, 0) is not None:
+        if not need_h and not same_sample and self.task.oracles(f).one_product_means:
             vb = self.noise(val.full())  # ξ_i, drawn as in hypergradient(); d = mean_i ∇_x F_i(x, y; ξ_i) cancels
             self._charge("grads", vb)
             c = self.cross_mean(self.task.g, x, y, self.noise(train.full()), p)

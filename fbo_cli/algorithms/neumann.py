@@ -1,8 +1,8 @@
 """The per-client Neumann-series hypergradient of the local-lower-level estimators (FedBiO eq. (6);
 AdaFBiO eq. (13)): each client inverts its own lower Hessian by a truncated Neumann series, with no
-communication. ``head_hvp`` is its Hessian-vector product (reverse-over-reverse, for the small heads
-these estimators apply it to; :func:`fbo_cli.federation.per_client_hvp` is the forward-over-reverse
-one of the global-lower-level methods).
+communication. Its Hessian-vector product is the oracles' ``head_hvp`` (reverse-over-reverse, for the
+small heads these estimators apply it to; ``hvp``, forward-over-reverse, is the global-lower-level
+methods').
 """
 
 from __future__ import annotations
@@ -12,22 +12,10 @@ import torch
 from ..errors import UsageError
 
 
-def head_hvp(fn, a: torch.Tensor, y: torch.Tensor, b: dict, v: torch.Tensor) -> torch.Tensor:
-    """``[M, dy]``: ``∇²_y fn(a_i, y_i; b_i) v_i`` by reverse-over-reverse autograd (``∇_y ⟨∇_y fn, v⟩``,
-    the Hessian is symmetric); on this CPU it is faster than forward-over-reverse for the small
-    heads the estimators apply it to. ``a`` is stacked ``[M, da]`` or shared (any other rank)."""
-    from torch.func import grad, vmap
-
-    def one(a_, y_, b_, v_):
-        return grad(lambda yy: (grad(fn, argnums=1)(a_, yy, b_) * v_).sum())(y_)
-
-    return vmap(one, in_dims=(0 if a.dim() == 2 else None, 0, 0, 0))(a, y, b, v)
-
-
 def neumann_hypergrad(f, g, x: torch.Tensor, y: torch.Tensor, bf: dict, bj: dict, hess: list[dict],
                       step: float, mode: str = "sum", k: torch.Tensor | None = None,
                       charge=None, hess_fn=None, hess_arg: torch.Tensor | None = None,
-                      K: int | None = None, fast=None) -> torch.Tensor:
+                      K: int | None = None, oracles=None) -> torch.Tensor:
     """Per-client local hypergradient estimate ``[M, dx]`` at stacked points ``x [M, dx]``,
     ``y [M, dy]`` with a Neumann series of the client's own lower Hessian (no communication):
 
@@ -47,27 +35,26 @@ def neumann_hypergrad(f, g, x: torch.Tensor, y: torch.Tensor, bf: dict, bj: dict
     for batches ``hess`` already encoded at x (a task's ``g_enc``, see ``BilevelTask.lower_view``):
     the same Hessian in y, without re-running the representation inside every HVP.
 
-    ``fast(kind, fn, argnum)`` (optional, a task's ``fast_oracle``): where it returns a closed-form
-    oracle, that oracle computes the product instead of ``torch.func`` (the same values up to rounding).
+    ``oracles(fn)`` (optional, a task's ``oracles``): the derivatives of ``f``, ``g`` and the Hessian's loss,
+    in closed form where the task has them (the same values up to rounding); by default the generic
+    :class:`fbo_cli.federation.Oracles`.
     """
-    from ..federation import per_client_cross, per_client_grad
+    from ..federation import Oracles
 
     M = x.shape[0]
     charge = charge or (lambda kind, calls: None)
-    look = fast or (lambda kind, fn, argnum=None: None)
-    fx, fy, fh, fc = look("grad", f, 0), look("grad", f, 1), look("hvp", hess_fn or g), look("cross", g)
+    oracles = oracles or Oracles
+    of, og, oh = oracles(f), oracles(g), oracles(hess_fn or g)
+    hvp = oh.head_hvp
 
-    def hvp(fn, a, b, batch, v):  # the closed form where the task has one
-        return fh(a, b, batch, v) if fh else head_hvp(fn, a, b, batch, v)
-
-    gx, gy = (fx(x, y, bf), fy(x, y, bf)) if fx and fy else per_client_grad(f, (0, 1), x, y, bf)
+    gx, gy = of.grads(x, y, bf)
     charge("grads", M)
     v = gy
-    gh, xh = (g, x) if hess_fn is None else (hess_fn, hess_arg)
+    xh = x if hess_fn is None else hess_arg
     if mode == "sum":
         acc = v
         for b in hess:
-            v = v - step * hvp(gh, xh, y, b, v)
+            v = v - step * hvp(xh, y, b, v)
             acc = acc + v
             charge("hvps", M)
         s = step * acc
@@ -83,15 +70,15 @@ def neumann_hypergrad(f, g, x: torch.Tensor, y: torch.Tensor, bf: dict, bj: dict
             if n == 0:
                 break
             if n == M:
-                v = v - step * hvp(gh, xh, y, b, v)
+                v = v - step * hvp(xh, y, b, v)
             else:  # only the clients whose k_i reaches this factor do the work
                 sel = live.nonzero().squeeze(1)
                 bs = {key: t[sel] for key, t in b.items()}
                 xs = xh[sel] if xh.dim() == 2 else xh
-                v = v.index_put((sel,), v[sel] - step * hvp(gh, xs, y[sel], bs, v[sel]))
+                v = v.index_put((sel,), v[sel] - step * hvp(xs, y[sel], bs, v[sel]))
             charge("hvps", n)
         s = K * step * v
     else:
         raise UsageError(f"neumann must be sum or random; got '{mode}'")
     charge("jvps", M)
-    return gx - (fc(x, y, bj, s) if fc else per_client_cross(g, x, y, bj, s))
+    return gx - og.cross(x, y, bj, s)

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from ..data import FederatedData
 from ..data.split import Batch, Split
+from ..federation import Oracles
 
 
 class Layout:
@@ -124,14 +125,10 @@ class BilevelTask(Task):
     def g_enc(self, _unused: torch.Tensor, y: torch.Tensor, b: Batch) -> torch.Tensor:
         raise NotImplementedError
 
-    def fast_oracle(self, kind: str, fn: Callable, argnum: int | None = None) -> Callable | None:
-        """A closed-form replacement for a vectorized oracle of ``fn`` (one of the task's losses), or
-        None (the generic ``torch.func`` path). ``kind``: ``grad`` (``(a, b, batch) -> [M, d]``, w.r.t.
-        argument ``argnum``), ``hvp`` and ``cross`` (``(a, b, batch, v)``, as ``per_client_hvp`` and
-        ``per_client_cross``), ``svrg`` (``(a, b1, b0, batch)``: the gradient difference
-        ``∇_b fn(a, b1) - ∇_b fn(a, b0)`` on the same batch). Same inputs, same values (exact
-        derivatives), no random draws."""
-        return None
+    def oracles(self, fn: Callable) -> Oracles:
+        """The derivative oracles of ``fn`` (one of the task's losses): the generic ``torch.func`` ones
+        (:class:`fbo_cli.federation.Oracles`); a task with closed forms returns its subclass."""
+        return Oracles(fn)
 
     def noise(self, gen: torch.Generator, batch: Batch) -> Batch:
         """Add the random masks a training-mode forward pass needs (e.g. dropout) to a batch."""

@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import UsageError
-from ..federation import Batch, per_client_value
+from ..federation import Batch, Oracles, per_client_value
 from .base import BilevelTask, Layout, weighted_ce
 from .softmax import SoftmaxHead
 
@@ -121,31 +121,10 @@ class HyperClean(BilevelTask):
         return weighted_ce(self.logits(y, b["X"]), b["y"], b["w"]) + self.p.reg_coef * (y * y).sum()
 
     # fast path: closed-form oracles (softmax.py; docs/fidelity.md) ---------------------------------
-    def fast_oracle(self, kind, fn, argnum=None):
-        if not self.p.fast or not (fn == self.f or fn == self.g):
-            return None
-        sm, lower, nu = self.soft, fn == self.g, self.p.reg_coef
-
-        def weights(x, b):  # w_n σ(x_n) for g, w_n for f
-            return b["w"] * self._sig(x, b) if lower else b["w"]
-
-        A = lambda b: b["X"].flatten(2)
-        if kind == "grad" and argnum == 1:
-            return lambda x, y, b: sm.grad(y, A(b), b["y"], weights(x, b)) + (2 * nu * y if lower else 0.0)
-        if kind == "svrg":
-            return lambda x, y1, y0, b: sm.grad_diff(y1, y0, A(b), b["y"], weights(x, b)) + \
-                (2 * nu * (y1 - y0) if lower else 0.0)
-        if kind == "hvp":
-            return lambda x, y, b, v: sm.hvp(y, A(b), b["y"], weights(x, b), v) + (2 * nu * v if lower else 0.0)
-        if kind == "grad" and argnum == 0:
-            if not lower:  # f does not depend on x
-                return lambda x, y, b: x.new_zeros(len(b["w"]), self.dx)
-            return lambda x, y, b: self._scatter(x, b, sm.ce(y, A(b), b["y"]))
-        if kind == "cross":
-            if not lower:
-                return lambda x, y, b, v: x.new_zeros(len(b["w"]), self.dx)
-            return lambda x, y, b, v: self._scatter(x, b, sm.cross_dw(y, A(b), b["y"], v))
-        return None
+    def oracles(self, fn):
+        if self.p.fast and (fn == self.f or fn == self.g):
+            return _WeightedHeadOracles(self, fn)
+        return super().oracles(fn)
 
     def _sig(self, x, b: Batch) -> torch.Tensor:
         """``[M, n]``: σ(x_i) of the batch's examples (x global ``[dx]`` or per client ``[M, dx]``)."""
@@ -184,3 +163,42 @@ class HyperClean(BilevelTask):
         out["upper_loss"] = per_client_value(self.f, x, y, val.full()).mean().item()
         out.update(self.detection(x))
         return out
+
+
+class _WeightedHeadOracles(Oracles):
+    """hyperclean's closed forms (``fast``): the softmax classifier with per-example weights ``w σ(x)`` in
+    g and ``w`` in f (``softmax.py``), the x-derivatives scattered onto the batch's examples
+    (``_scatter``); f does not depend on x. The client means are the generic means of these."""
+
+    def __init__(self, task: HyperClean, fn):
+        super().__init__(fn)
+        self.t, self.lower, self.nu = task, fn == task.g, task.p.reg_coef
+
+    def _w(self, x, b: Batch) -> torch.Tensor:  # w_n σ(x_n) for g, w_n for f
+        return b["w"] * self.t._sig(x, b) if self.lower else b["w"]
+
+    def grad(self, argnum, x, y, b):
+        sm, A = self.t.soft, b["X"].flatten(2)
+        if argnum == 1:
+            return sm.grad(y, A, b["y"], self._w(x, b)) + (2 * self.nu * y if self.lower else 0.0)
+        if not self.lower:
+            return x.new_zeros(len(b["w"]), self.t.dx)
+        return self.t._scatter(x, b, sm.ce(y, A, b["y"]))
+
+    def grads(self, x, y, b):
+        return self.grad(0, x, y, b), self.grad(1, x, y, b)
+
+    def svrg(self, x, y1, y0, b):
+        return self.t.soft.grad_diff(y1, y0, b["X"].flatten(2), b["y"], self._w(x, b)) + \
+            (2 * self.nu * (y1 - y0) if self.lower else 0.0)
+
+    def hvp(self, x, y, b, v):
+        reg = 2 * self.nu * v if self.lower else 0.0
+        return self.t.soft.hvp(y, b["X"].flatten(2), b["y"], self._w(x, b), v) + reg
+
+    head_hvp = hvp
+
+    def cross(self, x, y, b, v):
+        if not self.lower:
+            return x.new_zeros(len(b["w"]), self.t.dx)
+        return self.t._scatter(x, b, self.t.soft.cross_dw(y, b["X"].flatten(2), b["y"], v))

@@ -48,7 +48,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import UsageError
-from ..federation import Batch
+from ..federation import Batch, Oracles
 from .base import BilevelTask, Layout, relu_pool2, weighted_ce
 from .softmax import SoftmaxHead
 
@@ -200,42 +200,10 @@ class HyperRep(BilevelTask):
         return {**batch, "drop": dropout_mask(gen, shape, q, batch["w"].dtype, batch["y"].device)}
 
     # fast path (mlp): closed-form oracles, see softmax.py and docs/fidelity.md ------------------------
-    def fast_oracle(self, kind, fn, argnum=None):
-        if not self.p.fast or self.soft is None:
-            return None
-        enc = fn == self.g_enc
-        if not (enc or fn == self.f or fn == self.g):
-            return None
-        reg = fn != self.f
-        A = lambda a, b: self._A(b["X"] if enc else self.features(a, b["X"]), b)
-        M = lambda b: len(b["w"])
-        mean = kind.endswith("_mean")  # the client mean (one product over all clients' rows)
-        kind = kind.removesuffix("_mean")
-        if mean and kind in ("grad", "hvp") and argnum != 0:
-            rm = lambda t: t.mean(0) if isinstance(t, torch.Tensor) else t
-            if kind == "grad":
-                return lambda a, y, b: self.soft.grad(y, A(a, b), b["y"], b["w"], mean=True) + \
-                    (rm(self._reg_grad(y, M(b))) if reg else 0.0)
-            return lambda a, y, b, v: self.soft.hvp(y, A(a, b), b["y"], b["w"], v, mean=True) + \
-                (rm(self._reg_hvp(y, v, M(b))) if reg else 0.0)
-        if mean and kind not in ("grad", "cross"):
-            return None
-        if kind == "svrg":
-            return lambda a, y1, y0, b: self.soft.grad_diff(y1, y0, A(a, b), b["y"], b["w"]) + \
-                (self._reg_grad_diff(y1, y0, M(b)) if reg else 0.0)
-        if kind == "grad" and argnum == 1:
-            return lambda a, y, b: self.soft.grad(y, A(a, b), b["y"], b["w"]) + \
-                (self._reg_grad(y, M(b)) if reg else 0.0)
-        if kind == "hvp":
-            return lambda a, y, b, v: self.soft.hvp(y, A(a, b), b["y"], b["w"], v) + \
-                (self._reg_hvp(y, v, M(b)) if reg else 0.0)
-        if enc:  # g_enc does not depend on x
-            return None
-        if kind == "grad" and argnum == 0:
-            return lambda x, y, b: self._to_x(x, b, lambda A: self.soft.dA(y, A, b["y"], b["w"]), mean)
-        if kind == "cross":  # the regularizer's ∇_y does not depend on x
-            return lambda x, y, b, v: self._to_x(x, b, lambda A: self.soft.cross_dA(y, A, b["y"], b["w"], v), mean)
-        return None
+    def oracles(self, fn):
+        if self.p.fast and self.soft is not None and (fn == self.f or fn == self.g or fn == self.g_enc):
+            return _HeadOracles(self, fn)
+        return super().oracles(fn)
 
     def features(self, x: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
         """Features ``relu(Z)``, ``[M, n, width]``, of client-stacked ``X [M, n, ...]`` under a global
@@ -364,3 +332,71 @@ class HyperRep(BilevelTask):
         return {"test_acc": (right[has] / n[has]).mean().item(),
                 "test_loss": (ce[has] / n[has]).mean().item(),
                 "test_acc_pooled": (right.sum() / n.sum()).item()}
+
+
+class _HeadOracles(Oracles):
+    """hyperrep's closed forms (the mlp, ``fast``): the softmax head on the features (``softmax.py``) for
+    every derivative in y, and the backward through dropout, ReLU and the first layer (``_to_x``) for
+    those in x; the client means as one product over all clients' rows. ``g_enc`` (the lower loss on
+    features already encoded) has no x to differentiate: its x-derivatives are the generic ones."""
+
+    one_product_means = True
+
+    def __init__(self, task: HyperRep, fn):
+        super().__init__(fn)
+        self.t, self.enc, self.reg = task, fn == task.g_enc, fn != task.f
+
+    def _feat(self, a, b: Batch) -> torch.Tensor:
+        return self.t._A(b["X"] if self.enc else self.t.features(a, b["X"]), b)
+
+    def grad(self, argnum, a, y, b):
+        t = self.t
+        if argnum == 1:
+            return t.soft.grad(y, self._feat(a, b), b["y"], b["w"]) + (t._reg_grad(y, len(b["w"])) if self.reg else 0.0)
+        if self.enc:
+            return super().grad(argnum, a, y, b)
+        return t._to_x(a, b, lambda A: t.soft.dA(y, A, b["y"], b["w"]))
+
+    def grads(self, a, y, b):
+        return super().grads(a, y, b) if self.enc else (self.grad(0, a, y, b), self.grad(1, a, y, b))
+
+    def svrg(self, a, y1, y0, b):
+        t = self.t
+        return t.soft.grad_diff(y1, y0, self._feat(a, b), b["y"], b["w"]) + \
+            (t._reg_grad_diff(y1, y0, len(b["w"])) if self.reg else 0.0)
+
+    def hvp(self, a, y, b, v):
+        t = self.t
+        return t.soft.hvp(y, self._feat(a, b), b["y"], b["w"], v) + (t._reg_hvp(y, v, len(b["w"])) if self.reg else 0.0)
+
+    head_hvp = hvp
+
+    def cross(self, a, y, b, v):  # the regularizer's ∇_y does not depend on x
+        t = self.t
+        if self.enc:
+            return super().cross(a, y, b, v)
+        return t._to_x(a, b, lambda A: t.soft.cross_dA(y, A, b["y"], b["w"], v))
+
+    def grad_mean(self, argnum, a, y, b):
+        t = self.t
+        if argnum == 1:
+            return t.soft.grad(y, self._feat(a, b), b["y"], b["w"], mean=True) + \
+                (_client_mean(t._reg_grad(y, len(b["w"]))) if self.reg else 0.0)
+        if self.enc:
+            return super().grad_mean(argnum, a, y, b)
+        return t._to_x(a, b, lambda A: t.soft.dA(y, A, b["y"], b["w"]), mean=True)
+
+    def hvp_mean(self, a, y, b, v):
+        t = self.t
+        return t.soft.hvp(y, self._feat(a, b), b["y"], b["w"], v, mean=True) + \
+            (_client_mean(t._reg_hvp(y, v, len(b["w"]))) if self.reg else 0.0)
+
+    def cross_mean(self, a, y, b, v):
+        t = self.t
+        if self.enc:
+            return super().cross_mean(a, y, b, v)
+        return t._to_x(a, b, lambda A: t.soft.cross_dA(y, A, b["y"], b["w"], v), mean=True)
+
+
+def _client_mean(t):
+    return t.mean(0) if isinstance(t, torch.Tensor) else t
