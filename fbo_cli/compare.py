@@ -258,8 +258,10 @@ def tuned_note(exp: Experiment) -> str:
             elif keys:
                 fixed = {k: v for k, v in (a.get("set") or {}).items()}
                 text = ", ".join(f"{k}={fmt_num(v)}" for k, v in fixed.items()) or "defaults"
+                none = (tuned_entry(exp.tuned, a["name"], s["name"]) or {}).get("_none") if exp.tuned else None
                 rows.append((a["name"], s["name"], text,
-                             "not tuned yet (run `fbo tune`)"))
+                             f"**not tuned: {none}**; the spec's values stand" if none
+                             else "not tuned yet (run `fbo tune`)"))
     if not rows:
         return ""
     if exp.tuned and exp.tuned.get("setting") and len(exp.settings) > 1:  # tuned once: one row per algorithm

@@ -315,3 +315,15 @@ algorithms: [{{name: A, algo: aggitd, tune: {{outer_lr: [0.003, 0.01, 0.03, 0.1]
     assert len(list(tmp_path.glob("hyperrep/aggitd/*-s100-*"))) == 4 + extra + 3
     note = tuning_budget_note(load_spec(spec, {"out_dir": str(tmp_path)}))
     assert "ranking check" in note and ("holds" in note) == verdict["holds"]
+
+
+def test_a_choice_with_every_point_rejected_says_so():
+    from fbo_cli.compare import tuned_note
+
+    exp = type("E", (), {})()
+    exp.algorithms = [{"name": "F", "tune": {"outer_lr": [1, 2]}, "set": {"inner_lr": 0.003}}]
+    exp.settings = [{"name": "default"}]
+    exp.tuned = {"chosen": {"F": {"default": {"_none": "every grid point was rejected"}}}, "rounds": "budget",
+                 "procedure": "grid search"}
+    note = tuned_note(exp)
+    assert "not tuned: every grid point was rejected" in note and "run `fbo tune`" not in note
