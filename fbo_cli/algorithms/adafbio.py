@@ -89,7 +89,7 @@ class AdaFBiO(ClientStateAlgorithm):
         q: int = bounded(5, ge=1)  # local iterations per round (sync when t mod q = 0)
         batch_size: int = bounded(64, ge=1)  # b: every minibatch (ξ, ζ_0..ζ_{K-1}, ζ)
         K: int = bounded(10, ge=1)  # Neumann order: k ~ U{0..K-1}
-        neumann_step: float = 0.05  # ϑ (replaces 1/L_g; first choice 1e-2; docs/fidelity.md)
+        neumann_step: float = 0.05  # ϑ (replaces 1/L_g; must be < 2/L_g; docs/fidelity.md)
         # random (eq. 13) | sum (deterministic truncation, ablation)
         neumann: str = bounded("random", choices=("random", "sum"))
         gamma_x: float = 3e-4  # γ, x step (tuning grid 1e-3..3e-2)

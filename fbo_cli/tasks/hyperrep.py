@@ -10,7 +10,7 @@ global and shared by all clients (eq. 1 of FBO-AggITD).
   reg_coef = 0.05 = 0.5 * 0.1) or ``none``. The repo's un-squared norm is not the default: its
   gradient pulls the head bias to 0 with constant force, its Hessian ``reg_coef (I - b̂b̂ᵀ)/||b||``
   then grows without bound, and once ``λ ||∇²_y g|| > 2`` the Neumann / AggITD recursions diverge
-  (we saw FedNest on Fashion-MNIST blow up after ~300 rounds, ||b|| = 4e-5; docs/fidelity.md).
+  (docs/fidelity.md, FBO-AggITD row 7, has the run that showed it).
 
 Models (FedNest repo):
 
