@@ -124,6 +124,8 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
     ts = tune_spec(exp)
     claim_folder(exp, exp.out_root / "compare" / exp.name, write=False)
     extended: dict[tuple[str, str], list[dict]] = {}
+    grid = dict(executor=executor or ("serial" if jobs == 1 else "processes"), jobs=jobs, address=address,
+                cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run, console=console)
     checked = False
     while True:  # run the grid; while a choice sits at an edge, run one more point beyond it
         cells = tune_cells(exp, ts, overrides, extended)
@@ -135,9 +137,8 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
                 # the tuning runs themselves: tune.set may change what they log
                 check_metrics(replace(exp, cells=[c for c, _ in cells], metrics=[ts.score]))
                 checked = True
-            run_cells(todo, executor=executor or ("serial" if jobs == 1 else "processes"), jobs=jobs,
-                      address=address, cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run, console=console,
-                      rerun=rerun, title=f"{exp.name}: tuning runs" + (" (grid extensions)" if extended else ""))
+            run_cells(todo, rerun=rerun, title=f"{exp.name}: tuning runs" + (" (grid extensions)" if extended else ""),
+                      **grid)
         rerun = False  # a rerun redoes the spec's grid once, not the extensions' earlier runs
         table = collect_tuning(cells, ts, extended)
         chosen = choose(table, ts)
@@ -149,8 +150,6 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
             if console is not None:
                 console.print(f"{exp.name}: {key[0]}, {key[1]}: the choice is at the grid's edge; trying "
                               + ", ".join(f"{k}={fmt_num(v)}" for k, v in point.items()), highlight=False)
-    grid = dict(executor=executor or ("serial" if jobs == 1 else "processes"), jobs=jobs, address=address,
-                cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run, console=console)
     ranking = check_ranking(exp, ts, overrides, cells, table, extended, grid) if ranking_check else None
     outdir = exp.out_root / "compare" / exp.name
     claim_folder(exp, outdir)
@@ -179,16 +178,15 @@ def check_ranking(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], cell
     from .results import todo_runs
 
     full = replace(ts, rounds=None)
-    if not any(c.cfg.run.rounds < f.cfg.run.rounds
-               for (c, _), (f, _) in zip(cells, tune_cells(exp, full, overrides, extended))):
+    at_budget = tune_cells(exp, full, overrides, extended)
+    if not any(c.cfg.run.rounds < f.cfg.run.rounds for (c, _), (f, _) in zip(cells, at_budget)):
         return None
     agg = table.groupby(["algorithm", "setting", "point"], sort=False).agg(
         score=("score", "mean"), rejected=("rejected", "any")).reset_index()
     top: dict[tuple[str, str], list[str]] = {}
     for (a, s), g in agg[~agg.rejected].groupby(["algorithm", "setting"], sort=False):
         top[(a, s)] = list(g.sort_values("score", ascending=ts.mode == "min", kind="stable").point[:RANKING_TOP])
-    pick = [(c, p) for c, p in tune_cells(exp, full, overrides, extended)
-            if ", ".join(f"{k}={v}" for k, v in p.items()) in top.get((c.algorithm, c.setting), [])]
+    pick = [(c, p) for c, p in at_budget if point_name(p) in top.get((c.algorithm, c.setting), [])]
     todo = todo_runs([c for c, _ in pick], False)
     if todo:
         run_cells(todo, rerun=False, title=f"{exp.name}: ranking check at the evaluation budget", **grid)
@@ -274,6 +272,11 @@ def extensions(df: pd.DataFrame, chosen: dict, ts: TuneSpec,
     return more
 
 
+def point_name(point: dict) -> str:
+    """A grid point as tuning.csv and ranking.csv name it: ``key=value, ...``."""
+    return ", ".join(f"{k}={v}" for k, v in point.items())
+
+
 def collect_tuning(cells: list[tuple[Cell, dict]], ts: TuneSpec,
                    extended: dict[tuple[str, str], list[dict]] | None = None) -> pd.DataFrame:
     from .results import run_status
@@ -290,7 +293,7 @@ def collect_tuning(cells: list[tuple[Cell, dict]], ts: TuneSpec,
             sc, osc = score_run(m, ts.score, ts.tail, ts.rounds or c.cfg.run.rounds)
             start = float(m[ts.score].iloc[0]) if ts.score in m and len(m) else float("nan")
         rows.append({"algorithm": c.algorithm, "setting": c.setting, "seed": c.seed,
-                     "point": ", ".join(f"{k}={v}" for k, v in point.items()), **point,
+                     "point": point_name(point), **point,
                      "grid": "extension" if extra else "spec",
                      "status": status, "score": sc, "start": start, "oscillation": osc,
                      "run_dir": str(c.cfg.run_dir),
