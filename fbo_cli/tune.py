@@ -207,7 +207,7 @@ def check_ranking(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], cell
     return pd.DataFrame(rows), verdicts
 
 
-MAX_EXTENSIONS = 4  # grid points added beyond one edge of one key, per (algorithm, setting)
+MAX_EXTENSIONS = 6  # grid points added beyond one edge of one key, per (algorithm, setting)
 
 
 def _beyond(values: list, v) -> Any:
