@@ -14,7 +14,7 @@ REPRODUCE_SPECS = experiments/aggitd_table2.yaml experiments/aggitd_fig3_mnist.y
   experiments/zohfl_table1_mnist_x0zero.yaml experiments/zohfl_probe_mnist.yaml experiments/zohfl_table1_fmnist.yaml \
   experiments/zohfl_table1_fmnist_x0zero.yaml experiments/zohfl_fig2.yaml
 
-.PHONY: reproduce reproduce-cost reproduce-aggitd-fig6 reproduce-adafbio-mnist setup venv data browser run report report-collect report-check reproduce-all reproduce-quick test lint probe bench reproduce-aggitd reproduce-aggitd-fmnist reproduce-aggitd-short reproduce-codasca reproduce-codasca-controls reproduce-codasca-cifar100 reproduce-zohfl reproduce-zohfl-all reproduce-fedbio reproduce-fedbio-quick reproduce-fedbio-mnist reproduce-fedbio-local reproduce-adafbio reproduce-adafbio-quick clean
+.PHONY: reproduce reproduce-cost reproduce-aggitd-fig6 reproduce-adafbio-mnist setup venv data browser run report report-collect report-check reproduce-all reproduce-quick test lint probe bench reproduce-aggitd reproduce-aggitd-fmnist reproduce-aggitd-short reproduce-codasca reproduce-codasca-controls reproduce-codasca-cifar100 reproduce-zohfl reproduce-zohfl-all reproduce-fedbio reproduce-fedbio-mnist reproduce-fedbio-local reproduce-adafbio reproduce-adafbio-quick clean
 
 setup: venv data browser  ## virtual environment with pinned versions, the offline MNIST and Fashion-MNIST, and Chromium for make report-check where apt is available
 
@@ -77,6 +77,8 @@ reproduce-all:  ## every paper's reproduction at its budget (tuning first where 
 	$(FBO) compare experiments/fedbio_hyperclean_fmnist.yaml --jobs $(JOBS)
 	$(FBO) tune experiments/fedbio_local_hyperrep.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/fedbio_local_hyperrep.yaml --jobs $(JOBS)
+	$(FBO) tune experiments/fedbio_global_head_control.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/fedbio_global_head_control.yaml --jobs $(JOBS)
 	$(FBO) tune experiments/adafbio_hyperrep_mnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/adafbio_hyperrep_mnist.yaml --jobs $(JOBS)
 	$(FBO) tune experiments/adafbio_hyperclean_mnist.yaml --jobs $(JOBS)
@@ -100,13 +102,9 @@ reproduce-all:  ## every paper's reproduction at its budget (tuning first where 
 	$(FBO) report --collect results
 
 reproduce-quick:  ## the reduced reproductions reported in docs/results.md (tuned; a few hours on 2 cores)
-	$(FBO) tune experiments/fedbio_hyperclean_fmnist_quick.yaml --jobs $(JOBS)
-	$(FBO) compare experiments/fedbio_hyperclean_fmnist_quick.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/aggitd_table2_fmnist_500.yaml --jobs $(JOBS)
 	$(FBO) tune experiments/fedbio_local_hyperrep_quick.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/fedbio_local_hyperrep_quick.yaml --jobs $(JOBS)
-	$(FBO) tune experiments/adafbio_hyperclean_quick.yaml --jobs $(JOBS)
-	$(FBO) compare experiments/adafbio_hyperclean_quick.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1_fmnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1_fmnist_x0zero.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_fig2.yaml --jobs $(JOBS)
@@ -177,17 +175,15 @@ reproduce-fedbio:       ## FedBiO/AdaFBiO hyper-cleaning on Fashion-MNIST, noise
 	$(FBO) tune experiments/fedbio_hyperclean_fmnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/fedbio_hyperclean_fmnist.yaml --jobs $(JOBS)
 
-reproduce-fedbio-quick: ## the reduced run reported in docs/results.md: noise 0.4 only, 60 rounds, tuned, 3 seeds
-	$(FBO) tune experiments/fedbio_hyperclean_fmnist_quick.yaml --jobs $(JOBS)
-	$(FBO) compare experiments/fedbio_hyperclean_fmnist_quick.yaml --jobs $(JOBS)
-
 reproduce-fedbio-mnist: ## hyper-cleaning on MNIST (FedBiO's setting: 10 clients, Dirichlet 0.5), every bilevel method + FedAvg bounds, tuned at the 300-round budget (3 seeds)
 	$(FBO) tune experiments/fedbio_hyperclean_mnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/fedbio_hyperclean_mnist.yaml --jobs $(JOBS)
 
-reproduce-fedbio-local:  ## per-client heads (FedBiO's local lower level): FedBiO-Local, FedBiOAcc-Local, AdaFBiO vs FedNest/FBO-AggITD, tuned (3 seeds; long)
+reproduce-fedbio-local:  ## per-client heads (FedBiO's local lower level): FedBiO-Local, FedBiOAcc-Local, AdaFBiO vs FedNest/FBO-AggITD, tuned (3 seeds; long), and the FedBiO global-head control
 	$(FBO) tune experiments/fedbio_local_hyperrep.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/fedbio_local_hyperrep.yaml --jobs $(JOBS)
+	$(FBO) tune experiments/fedbio_global_head_control.yaml --jobs $(JOBS)
+	$(FBO) compare experiments/fedbio_global_head_control.yaml --jobs $(JOBS)
 
 reproduce-adafbio:       ## AdaFBiO (Huang, arXiv 2211.01122) on Fashion-MNIST: hyper-representation (global head) and hyper-cleaning p=0.2/0.4/0.6, tuned (3 seeds; long)
 	$(FBO) tune experiments/adafbio_hyperrep.yaml --jobs $(JOBS)
@@ -201,9 +197,7 @@ reproduce-adafbio-mnist: ## AdaFBiO (Huang, arXiv 2211.01122) on MNIST in the sp
 	$(FBO) tune experiments/adafbio_hyperclean_mnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/adafbio_hyperclean_mnist.yaml --jobs $(JOBS)
 
-reproduce-adafbio-quick: ## the reduced runs reported in docs/results.md: hyper-cleaning p=0.4 (80 rounds) and per-client heads (80 rounds), tuned
-	$(FBO) tune experiments/adafbio_hyperclean_quick.yaml --jobs $(JOBS)
-	$(FBO) compare experiments/adafbio_hyperclean_quick.yaml --jobs $(JOBS)
+reproduce-adafbio-quick: ## the reduced run reported in docs/results.md: per-client heads (80 rounds), tuned
 	$(FBO) tune experiments/fedbio_local_hyperrep_quick.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/fedbio_local_hyperrep_quick.yaml --jobs $(JOBS)
 

@@ -29,6 +29,13 @@ oscillation, status and verdict) and ``tuning.png`` (the score against each tune
 algorithm: the best score over the other keys at that value). ``fbo compare`` then runs the
 evaluation seeds with the chosen values and says so in its table.
 
+**Stability confirmation.** A choice next to a rejected value (the largest or smallest *stable*
+value of a key) sits one grid step from instability, and one tuning seed may miss that: such a choice
+runs on :data:`CONFIRM_SEEDS` more seeds (after the tuning seeds, never evaluation seeds), and if any
+of those runs is rejected (failed, diverged, ...) the point is rejected and the next best is chosen
+(and confirmed in turn when it too sits next to a rejected value). The confirmation runs veto a point;
+they do not enter its score. ``tuned.yaml``'s ``confirmed`` lists each confirmed choice and its seeds.
+
 **Ranking check.** When the tuning budget is shorter than a setting's evaluation budget, the top 3
 accepted points of each (algorithm, setting) run again at the evaluation budget on the tuning seeds,
 scored the same way: the check *holds* when the choice is still the best of them (a run that fails or
@@ -89,19 +96,35 @@ def tune_spec(exp: Experiment) -> TuneSpec:
     return exp.tune
 
 
+def confirm_seeds(exp: Experiment, ts: TuneSpec) -> list[int]:
+    """The seeds that confirm a choice next to a rejected value: the next ones after the tuning seeds,
+    skipping the evaluation seeds."""
+    out, s = [], max(ts.seeds)
+    while len(out) < CONFIRM_SEEDS:
+        s += 1
+        if s not in exp.seeds and s not in ts.seeds:
+            out.append(s)
+    return out
+
+
 def tune_cells(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any],
-               extended: dict[tuple[str, str], list[dict]] | None = None) -> list[tuple[Cell, dict]]:
+               extended: dict[tuple[str, str], list[dict]] | None = None,
+               confirm: dict[tuple[str, str], list[dict]] | None = None) -> list[tuple[Cell, dict]]:
     """The tuning runs: every grid point, plus the points ``extended`` beyond a grid's edge, per
-    (algorithm, setting), on every tuning seed."""
+    (algorithm, setting), on every tuning seed; and the points to ``confirm`` on the confirmation seeds."""
     settings = [s for s in exp.settings if ts.setting is None or s["name"] == ts.setting]
     base = exp.base
     cells = []
-    for seed in ts.seeds:
+    confirming = [(seed, True) for seed in confirm_seeds(exp, ts)] if confirm else []
+    for seed, is_confirmation in [(seed, False) for seed in ts.seeds] + confirming:
         for s in settings:
             for a in exp.algorithms:
                 if not ts.grids[a["name"]]:  # nothing to choose: the spec's values stand
                     continue
-                for point in grid_points(ts.grids[a["name"]]) + (extended or {}).get((a["name"], s["name"]), []):
+                key = (a["name"], s["name"])
+                points = ((confirm or {}).get(key, []) if is_confirmation
+                          else grid_points(ts.grids[a["name"]]) + (extended or {}).get(key, []))
+                for point in points:
                     layers = (base, s.get("set") or {}, a.get("set") or {}, point, ts.extra,
                               {"seed": seed, "target": None, **({"rounds": ts.rounds} if ts.rounds else {})},
                               overrides)
@@ -124,11 +147,12 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
     ts = tune_spec(exp)
     claim_folder(exp, exp.out_root / "compare" / exp.name, write=False)
     extended: dict[tuple[str, str], list[dict]] = {}
+    confirm: dict[tuple[str, str], list[dict]] = {}  # choices next to a rejected value, run on more seeds
     grid = dict(executor=executor or ("serial" if jobs == 1 else "processes"), jobs=jobs, address=address,
                 cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run, console=console)
     checked = False
     while True:  # run the grid; while a choice sits at an edge, run one more point beyond it
-        cells = tune_cells(exp, ts, overrides, extended)
+        cells = tune_cells(exp, ts, overrides, extended, confirm)
         todo = todo_runs([c for c, _ in cells], rerun)
         if todo and console is not None:
             console.print(f"{exp.name}: tuning, {cost_line(todo, jobs)}", highlight=False)
@@ -140,17 +164,31 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
             run_cells(todo, rerun=rerun, title=f"{exp.name}: tuning runs" + (" (grid extensions)" if extended else ""),
                       **grid)
         rerun = False  # a rerun redoes the spec's grid once, not the extensions' earlier runs
-        table = collect_tuning(cells, ts, extended)
+        table = collect_tuning(cells, ts, extended, confirm)
         chosen = choose(table, ts)
         more = extensions(table, chosen, ts, extended)
         if not more:
-            break
+            to_confirm = [(k, p) for k, p in unconfirmed(chosen) if p not in confirm.get(k, [])]
+            if not to_confirm:
+                break
+            for key, point in to_confirm:
+                confirm.setdefault(key, []).append(point)
+                if console is not None:
+                    console.print(f"{exp.name}: {key[0]}, {key[1]}: the choice is next to a rejected value; "
+                                  f"confirming it on seeds {confirm_seeds(exp, ts)}", highlight=False)
+            continue
         for key, point in more:
             extended.setdefault(key, []).append(point)
             if console is not None:
                 console.print(f"{exp.name}: {key[0]}, {key[1]}: the choice is at the grid's edge; trying "
                               + ", ".join(f"{k}={fmt_num(v)}" for k, v in point.items()), highlight=False)
-    ranking = check_ranking(exp, ts, overrides, cells, table, extended, grid) if ranking_check else None
+    extra_seeds = confirm_seeds(exp, ts)
+    for (a, st), pts in confirm.items():  # say so where the choice survived its confirmation seeds
+        vals = chosen[a][st]
+        if {k: v for k, v in vals.items() if not k.startswith("_")} in pts:
+            vals["_stable_edge"] += f" (and the choice is stable on seeds {', '.join(map(str, extra_seeds))})"
+    ranking = (check_ranking(exp, ts, overrides, [c for c in cells if c[0].seed in ts.seeds],
+                             table[table.grid != "confirmation"], extended, grid) if ranking_check else None)
     outdir = exp.out_root / "compare" / exp.name
     claim_folder(exp, outdir)
     atomic_write(outdir / "tuning.csv", table.to_csv(index=False))
@@ -161,7 +199,9 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
         "seeds": ts.seeds, "rounds": ts.rounds or "budget", "tail": ts.tail,
         "tolerance": ts.tolerance if math.isfinite(ts.tolerance) else "off",
         "setting": ts.setting, "grids": ts.grids,
-        "extended": {f"{a} | {s}": pts for (a, s), pts in extended.items()}, "chosen": chosen,
+        "extended": {f"{a} | {s}": pts for (a, s), pts in extended.items()},
+        "confirmed": {f"{a} | {s}": {"points": pts, "seeds": extra_seeds} for (a, s), pts in confirm.items()},
+        "chosen": chosen,
         **({"ranking_check": ranking[1]} if ranking is not None else {})})
     plot_tuning(table, ts, outdir / "tuning.png", exp.title or exp.name)
     return outdir
@@ -208,6 +248,13 @@ def check_ranking(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], cell
 
 
 MAX_EXTENSIONS = 6  # grid points added beyond one edge of one key, per (algorithm, setting)
+CONFIRM_SEEDS = 2  # more seeds that a choice next to a rejected value must survive
+
+
+def unconfirmed(chosen: dict) -> list[tuple[tuple[str, str], dict]]:
+    """The choices next to a rejected value (``_stable_edge``), as ((algorithm, setting), point)."""
+    return [((algo, setting), {k: v for k, v in vals.items() if not k.startswith("_")})
+            for algo, per in chosen.items() for setting, vals in per.items() if vals.get("_stable_edge")]
 
 
 def _beyond(values: list, v) -> Any:
@@ -278,7 +325,8 @@ def point_name(point: dict) -> str:
 
 
 def collect_tuning(cells: list[tuple[Cell, dict]], ts: TuneSpec,
-                   extended: dict[tuple[str, str], list[dict]] | None = None) -> pd.DataFrame:
+                   extended: dict[tuple[str, str], list[dict]] | None = None,
+                   confirm: dict[tuple[str, str], list[dict]] | None = None) -> pd.DataFrame:
     from .results import run_status
 
     rows = []
@@ -294,7 +342,7 @@ def collect_tuning(cells: list[tuple[Cell, dict]], ts: TuneSpec,
             start = float(m[ts.score].iloc[0]) if ts.score in m and len(m) else float("nan")
         rows.append({"algorithm": c.algorithm, "setting": c.setting, "seed": c.seed,
                      "point": point_name(point), **point,
-                     "grid": "extension" if extra else "spec",
+                     "grid": ("confirmation" if c.seed not in ts.seeds else "extension" if extra else "spec"),
                      "status": status, "score": sc, "start": start, "oscillation": osc,
                      "run_dir": str(c.cfg.run_dir),
                      # what the run cost (the report sums them into its section's compute, tuning included)
@@ -308,13 +356,18 @@ def collect_tuning(cells: list[tuple[Cell, dict]], ts: TuneSpec,
                                      np.where(df.oscillation > ts.tolerance, "oscillates",
                                               np.where(stuck, "no progress", ""))))
     df["rejected"] = bad
+    conf = (df.grid == "confirmation") & (df.reason != "")
+    df.loc[conf, "reason"] = df.reason[conf] + " on seed " + df.seed[conf].astype(str)
+    # a point is judged over all its runs: a rejected run (a confirmation run's too) rejects the point
+    df["rejected"] = df.groupby(["algorithm", "setting", "point"], sort=False).rejected.transform("any")
     return df
 
 
 def choose(df: pd.DataFrame, ts: TuneSpec) -> dict[str, dict[str, dict[str, Any]]]:
     chosen: dict[str, dict[str, dict[str, Any]]] = {}
     for (algo, setting), g in df.groupby(["algorithm", "setting"], sort=False):
-        agg = g.groupby("point", sort=False).agg(score=("score", "mean"), rejected=("rejected", "any"))
+        scored = g[g.grid != "confirmation"]  # confirmation runs veto a point; they do not score it
+        agg = scored.groupby("point", sort=False).agg(score=("score", "mean"), rejected=("rejected", "any"))
         ok = agg[~agg.rejected]
         if ok.empty:
             chosen.setdefault(algo, {})[setting] = {"_none": "every grid point was rejected"}
@@ -370,7 +423,8 @@ def procedure_text(ts: TuneSpec) -> str:
             f"{ts.tail:.0%} of evaluations, at least 3 (validation data, never the test set), averaged over "
             f"the tuning seeds; rejected: failed or diverged runs, non-finite scores, no progress over the first "
             f"evaluation{oscillation}; a choice at a grid's edge is extended geometrically, one value at a time "
-            f"(at most {MAX_EXTENSIONS}), until it is interior or the value beyond it is rejected")
+            f"(at most {MAX_EXTENSIONS}), until it is interior or the value beyond it is rejected; a choice next to a "
+            f"rejected value must also survive {CONFIRM_SEEDS} more seeds, else the next best is chosen")
 
 
 def plot_tuning(df: pd.DataFrame, ts: TuneSpec, path: Path, title: str) -> None:

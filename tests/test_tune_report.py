@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from fbo_cli.cli import app
 from fbo_cli.report import build_report, claim_verdict, collect_evidence, match_paper, prune_evidence
 from fbo_cli.spec import load_spec
-from fbo_cli.tune import grid_points, score_run
+from fbo_cli.tune import MAX_EXTENSIONS, grid_points, score_run
 
 runner = CliRunner()
 
@@ -111,11 +111,17 @@ def test_tune_rejects_divergence_chooses_on_validation_and_compare_uses_it(tmp_p
     assert r.exit_code == 0, r.output
     out = tmp_path / "compare" / "t"
     grid = pd.read_csv(out / "tuning.csv")
+    confirmation, grid = grid[grid.grid == "confirmation"], grid[grid.grid != "confirmation"]
     assert len(grid[grid.grid == "spec"]) == 3 and set(grid.seed) == {100}
     huge = grid[grid.outer_lr == 1000.0].iloc[0]
     assert huge.rejected and huge.reason in ("diverged", "oscillates", "non-finite score")
     ok = grid[~grid.rejected]
     tuned = yaml.safe_load((out / "tuned.yaml").read_text())
+    # a choice next to a rejected value survived two more seeds (disjoint from the evaluation seeds)
+    if tuned["chosen"]["AggITD"]["iid"].get("_stable_edge"):
+        assert set(confirmation.seed) == {101, 102} and not confirmation[
+            confirmation.outer_lr == tuned["chosen"]["AggITD"]["iid"]["outer_lr"]].rejected.any()
+        assert tuned["confirmed"]["AggITD | iid"]["seeds"] == [101, 102]
     best = ok.loc[ok.score.idxmin()]  # val_loss, minimized
     chosen = tuned["chosen"]["AggITD"]["iid"]
     assert chosen["outer_lr"] == float(best.outer_lr)
@@ -125,7 +131,7 @@ def test_tune_rejects_divergence_chooses_on_validation_and_compare_uses_it(tmp_p
                                                                               or chosen.get("_at_grid_edge"))
     if best.outer_lr == ok.outer_lr.max():  # 1000 diverged: named as the neighbour that failed
         assert "largest stable value: outer_lr=1000" in chosen["_stable_edge"]
-    assert "_at_grid_edge" not in chosen or len(ext) == 4
+    assert "_at_grid_edge" not in chosen or len(ext) == MAX_EXTENSIONS
     assert tuned["score"] == "val_loss" and "never the test set" in tuned["procedure"]
     assert (out / "tuning.png").stat().st_size > 1000
     # tuning again reuses every run; compare applies the chosen value and says so
@@ -166,6 +172,27 @@ def test_an_edge_choice_is_extended_until_interior_or_its_neighbour_fails():
     assert chosen == {"outer_lr": 1.0}
     low = _tuning_rows([(0.01, 0.3, "done"), (0.1, 0.4, "done")])
     assert extensions(low, choose(low, ts), ts, {}) == [(("A", "s"), {"outer_lr": 0.001})]
+
+
+def test_a_choice_next_to_a_rejected_value_is_confirmed_on_more_seeds_or_replaced():
+    from fbo_cli.spec import TuneSpec
+    from fbo_cli.tune import choose, unconfirmed
+
+    ts = TuneSpec([100], 10, "val_loss", "min", None, 0.25, math.inf, {}, {"A": {"outer_lr": [0.01, 0.1, 1.0]}})
+    rows = _tuning_rows([(0.01, 0.5, "done"), (0.1, 0.4, "done"), (1.0, math.nan, "diverged")])
+    chosen = choose(rows, ts)
+    assert unconfirmed(chosen) == [(("A", "s"), {"outer_lr": 0.1})]  # the largest stable value
+    ok = _tuning_rows([(0.1, 9.0, "done")]).assign(seed=101, grid="confirmation")  # survives seed 101
+    chosen = choose(pd.concat([rows, ok]), ts)["A"]["s"]
+    assert chosen["outer_lr"] == 0.1  # a confirmation run vetoes; its score (9.0) does not count
+    bad = _tuning_rows([(0.1, math.nan, "diverged")]).assign(seed=102, grid="confirmation")
+    table = pd.concat([rows, ok, bad])
+    table["rejected"] = table.groupby(["algorithm", "setting", "point"]).rejected.transform("any")
+    chosen = choose(table, ts)["A"]["s"]  # 0.1 diverged on seed 102: the next best is chosen
+    assert chosen["outer_lr"] == 0.01
+    assert "outer_lr=0.01 is the largest stable value: outer_lr=0.1 diverged" in chosen["_stable_edge"]
+    interior = _tuning_rows([(0.01, 0.5, "done"), (0.1, 0.4, "done"), (1.0, 0.45, "done")])
+    assert unconfirmed(choose(interior, ts)) == []  # interior: nothing to confirm
 
 
 def test_claim_verdict_rule():
