@@ -354,3 +354,20 @@ def test_a_choice_with_every_point_rejected_says_so():
                  "procedure": "grid search"}
     note = tuned_note(exp)
     assert "not tuned: every grid point was rejected" in note and "run `fbo tune`" not in note
+
+
+def test_the_report_summary_counts_tuned_choices_by_their_grid_edge_and_budget():
+    from types import SimpleNamespace as NS
+
+    from fbo_cli.report.render import tuning_md
+
+    cell = NS(cfg=NS(run=NS(rounds=300)))
+    chosen = {"A": {"s": {"lr": 0.1}}, "B": {"s": {"lr": 1.0, "_stable_edge": "lr=1 is the largest stable value"}},
+              "C": {"s": {"lr": 9.0, "_at_grid_edge": "lr"}}, "D": {"s": {"_none": "every grid point was rejected"}}}
+    at_budget = NS(exp=NS(name="e1", cells=[cell], tuned={"rounds": "budget", "chosen": chosen}))
+    short = NS(exp=NS(name="e2", cells=[cell], tuned={"rounds": 40, "chosen": {"A": {"s": {"lr": 0.1}}}}))
+    line = tuning_md([at_budget, short])[1]
+    assert "5 tuned choices (algorithm × setting) in 2 experiments: 2 interior" in line
+    assert "1 the largest or smallest stable value" in line and "1 at a grid's edge, not resolved (e1: C, s)" in line
+    assert "1 with every grid point rejected" in line
+    assert "evaluation budget: 1 experiments" in line and "without it: 1 (e2)" in line

@@ -105,12 +105,48 @@ def summary_md(sections: dict[str, list[Section]], papers: tuple[Paper, ...]) ->
                 vs = [v for c, _, v, _ in sec.verdicts if c == claim]
                 counts = ", ".join(f"**{v}** {vs.count(v)}" for v in VERDICTS if vs.count(v))
                 out.append(md_row((paper.title, link, claim, counts)))
+    out += tuning_md([sec for paper in papers for sec in sections[paper.key] if sec.exp is not None])
     rest = [(paper.title, claim, why) for paper in papers for claim, why in paper.unchecked]
     if rest:
         out += ["", "**The papers' claims that get no verdict here, and why.**", "",
                 "| paper | claim | why it gets no verdict |", "|---|---|---|"]
         out += [md_row(r) for r in rest]
     return out + [""]
+
+
+def tuning_md(sections: list[Section]) -> list[str]:
+    """The tuned choices of every section counted by how they relate to their grid (interior, the largest
+    or smallest stable value, at an edge not resolved, none accepted), and each tuned spec's budget."""
+    kinds = {"interior": 0, "stable": 0, "edge": 0, "none": 0}
+    unresolved, budget, ranked, neither = [], [], [], []
+    for sec in sections:
+        tuned = sec.exp.tuned
+        if not tuned:
+            continue
+        for algo, per in (tuned.get("chosen") or {}).items():
+            for setting, vals in per.items():
+                kind = ("none" if "_none" in vals else "edge" if vals.get("_at_grid_edge")
+                        else "stable" if vals.get("_stable_edge") else "interior")
+                kinds[kind] += 1
+                if kind == "edge":
+                    unresolved.append(f"{sec.exp.name}: {algo}, {setting}")
+        rounds = tuned.get("rounds")
+        at_budget = rounds == "budget" or all(c.cfg.run.rounds <= rounds for c in sec.exp.cells)
+        (budget if at_budget else ranked if tuned.get("ranking_check") else neither).append(sec.exp.name)
+    if not any(kinds.values()):
+        return []
+    n_exp = len(budget + ranked + neither)
+    line = (f"**Tuning.** {sum(kinds.values())} tuned choices (algorithm × setting) in {n_exp} experiments: "
+            f"{kinds['interior']} interior to their grid; {kinds['stable']} the largest or smallest "
+            f"stable value, with the rejected neighbour beyond it named in the section (the choice confirmed on "
+            f"two more seeds where tuned since that rule); {kinds['edge']} at a grid's edge, not resolved"
+            + (f" ({'; '.join(unresolved)})" if unresolved else "")
+            + f"; {kinds['none']} with every grid point rejected. Tuned at the evaluation budget: "
+            f"{len(budget)} experiments; at a shorter budget with the ranking check: {len(ranked)}"
+            + (f" ({', '.join(ranked)})" if ranked else "")
+            + f"; at a shorter budget without it: {len(neither)}"
+            + (f" ({', '.join(neither)})" if neither else "") + ".")
+    return ["", line]
 
 
 def _budget(exp: Experiment) -> str:
