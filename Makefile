@@ -8,7 +8,8 @@ BENCH_ARGS ?=
 # every spec that reproduce-all runs (make reproduce-cost sums them)
 REPRODUCE_SPECS = experiments/aggitd_table2.yaml experiments/aggitd_fig3_mnist.yaml experiments/aggitd_fig4_mnist.yaml \
   experiments/aggitd_fig6_mnist_cnn.yaml experiments/aggitd_table2_fmnist.yaml experiments/fedbio_hyperclean_mnist.yaml \
-  experiments/fedbio_hyperclean_fmnist.yaml experiments/fedbio_local_hyperrep.yaml experiments/adafbio_hyperrep_mnist.yaml experiments/adafbio_hyperclean_mnist.yaml \
+  experiments/fedbio_hyperclean_fmnist.yaml experiments/fedbio_local_hyperrep.yaml experiments/fedbio_global_head_control.yaml \
+  experiments/adafbio_hyperrep_mnist.yaml experiments/adafbio_hyperclean_mnist.yaml \
   experiments/adafbio_hyperclean.yaml experiments/adafbio_hyperrep.yaml experiments/codasca_fig1_synth_val.yaml \
   experiments/codasca_fig1_synth.yaml experiments/codasca_fig1_fmnist.yaml experiments/zohfl_table1_mnist.yaml \
   experiments/zohfl_table1_mnist_x0zero.yaml experiments/zohfl_probe_mnist.yaml experiments/zohfl_table1_fmnist.yaml \
@@ -91,7 +92,9 @@ reproduce-all:  ## every paper's reproduction at its budget (tuning first where 
 	$(FBO) compare experiments/codasca_fig1_synth_val.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/codasca_fig1_synth.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/codasca_fig1_fmnist.yaml --jobs $(JOBS)
+	$(FBO) tune experiments/zohfl_table1_mnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1_mnist.yaml --jobs $(JOBS)
+	$(FBO) tune experiments/zohfl_table1_mnist_x0zero.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1_mnist_x0zero.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_probe_mnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1_fmnist.yaml --jobs $(JOBS)
@@ -159,7 +162,9 @@ reproduce-codasca-cifar100: ## Figure 1 of Yuan, Guo, Xu, Ying & Yang (ICML 2021
 	$(FBO) figure codasca-imax results/compare/codasca_fig1_cifar100
 
 reproduce-zohfl:     ## Table I of Qiu, Kim & Yousefian (arXiv 2504.01839): MNIST and Fashion-MNIST columns from the pre-trained x0 and from x0 = 0 (3 seeds), Fig. 2 (tau sweep), Fig. 1 (partition), offline
+	$(FBO) tune experiments/zohfl_table1_mnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1_mnist.yaml --jobs $(JOBS)
+	$(FBO) tune experiments/zohfl_table1_mnist_x0zero.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1_mnist_x0zero.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1_fmnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1_fmnist_x0zero.yaml --jobs $(JOBS)
