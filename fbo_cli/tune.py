@@ -164,7 +164,7 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
             run_cells(todo, rerun=rerun, title=f"{exp.name}: tuning runs" + (" (grid extensions)" if extended else ""),
                       **grid)
         rerun = False  # a rerun redoes the spec's grid once, not the extensions' earlier runs
-        table = collect_tuning(cells, ts, extended, confirm)
+        table = collect_tuning(cells, ts, extended)
         chosen = choose(table, ts)
         more = extensions(table, chosen, ts, extended)
         if not more:
@@ -325,8 +325,7 @@ def point_name(point: dict) -> str:
 
 
 def collect_tuning(cells: list[tuple[Cell, dict]], ts: TuneSpec,
-                   extended: dict[tuple[str, str], list[dict]] | None = None,
-                   confirm: dict[tuple[str, str], list[dict]] | None = None) -> pd.DataFrame:
+                   extended: dict[tuple[str, str], list[dict]] | None = None) -> pd.DataFrame:
     from .results import run_status
 
     rows = []
@@ -433,6 +432,7 @@ def plot_tuning(df: pd.DataFrame, ts: TuneSpec, path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    df = df[df.grid != "confirmation"]  # their verdicts are in "rejected" already; their scores do not count
     keys = list(dict.fromkeys(k for g in ts.grids.values() for k in g))
     settings = list(dict.fromkeys(df.setting))
     ncol = min(4, len(keys))  # panels wrap after 4 keys; one block of rows per setting
