@@ -73,9 +73,6 @@ PAPERS: tuple[Paper, ...] = (
           unchecked=(
               ("AdaFBiO is at least as good as LocalBSGVRM (Gao 2022), which shares its complexity",
                "LocalBSGVRM is not implemented"),
-              ("AdaFBiO beats FedNest on MNIST hyper-cleaning (the implementation spec's setting)",
-               "FedNest's tuning rejected every outer step there (a failed setup, adafbio_hyperclean_mnist); "
-               "its inner step must be tuned too before a verdict means anything"),
               ("fewer samples than the baselines for the same accuracy (Table 1's sample complexity)",
                "a sample-count claim; the hyper-representation sections plot accuracy against samples "
                "(curves_samples.png) without a verdict")),
