@@ -92,9 +92,7 @@ reproduce-all:  ## every paper's reproduction at its budget (tuning first where 
 	$(FBO) compare experiments/codasca_fig1_synth_val.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/codasca_fig1_synth.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/codasca_fig1_fmnist.yaml --jobs $(JOBS)
-	$(FBO) tune experiments/zohfl_table1_mnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1_mnist.yaml --jobs $(JOBS)
-	$(FBO) tune experiments/zohfl_table1_mnist_x0zero.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1_mnist_x0zero.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_probe_mnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1_fmnist.yaml --jobs $(JOBS)
@@ -162,9 +160,7 @@ reproduce-codasca-cifar100: ## Figure 1 of Yuan, Guo, Xu, Ying & Yang (ICML 2021
 	$(FBO) figure codasca-imax results/compare/codasca_fig1_cifar100
 
 reproduce-zohfl:     ## Table I of Qiu, Kim & Yousefian (arXiv 2504.01839): MNIST and Fashion-MNIST columns from the pre-trained x0 and from x0 = 0 (3 seeds), Fig. 2 (tau sweep), Fig. 1 (partition), offline
-	$(FBO) tune experiments/zohfl_table1_mnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1_mnist.yaml --jobs $(JOBS)
-	$(FBO) tune experiments/zohfl_table1_mnist_x0zero.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1_mnist_x0zero.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1_fmnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1_fmnist_x0zero.yaml --jobs $(JOBS)
