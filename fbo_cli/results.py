@@ -248,7 +248,10 @@ def fmt_num(v: Any) -> str:
     if not math.isfinite(v):
         return str(v)
     if v != 0 and (abs(v) >= 1e5 or abs(v) < 1e-3):
-        m, e = f"{v:.3g}".split("e") if "e" in f"{v:.3g}" else (f"{v:.3g}", "0")
+        short = f"{v:.3g}"
+        if "e" not in short:  # %g writes 1e-4 <= |v| < 1e-3 without an exponent
+            return short
+        m, e = short.split("e")
         return f"{m}e{int(e)}"
     return str(int(v)) if v.is_integer() else f"{v:g}"
 
