@@ -8,11 +8,7 @@ set -uo pipefail
 OUT=${OUT:-results/gpu}; mkdir -p "$OUT"
 SPEC=${1:-}; SPEC_S=${2:-240}
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
-for d in MNIST FashionMNIST; do  # unpacked only where absent
-  [ -e data/$d/raw/train-images-idx3-ubyte ] && continue
-  if [ -d .gpu/$d ]; then mkdir -p data/$d/raw; for f in .gpu/$d/*.gz; do gunzip -c "$f" > data/$d/raw/$(basename "$f" .gz); done; fi
-done
-[ -d .gpu/results ] && mkdir -p results && cp -a .gpu/results/. results/  # finished runs of an earlier call: reused
+. tests/gpu_data.sh  # data from .gpu/, and the finished runs of an earlier call
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())' | tee -a "$OUT/gpu.txt"
 python3 -c 'import fbo_cli.cli' || { echo "fbo_cli does not import"; exit 1; }

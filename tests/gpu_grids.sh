@@ -3,8 +3,8 @@
 # other (`fbo tune` where the spec has a grid, then `fbo compare`), every lane with JOBS runs at once.
 # Usage: [DEADLINE=seconds] [JOBS=4] [JOBS_CPU=JOBS] bash tests/gpu_grids.sh "SPEC SPEC ..." ["cpu SPEC ..." ...]
 # (one quoted list per lane; a list starting with "cpu" runs on the CPUs, JOBS_CPU runs at once).
-# Several lanes on one GPU share it by time slices: 16 processes ran about 10x slower each than one alone. Finished runs are reused: those committed under docs/results/ and those carried
-# under .gpu/results/. Every 45 s, and at the end, the runs and compare folders written since the start go
+# Lanes on one GPU share it by time slices: with 16 processes each run took about 10x its time alone.
+# Finished runs are reused: those committed under docs/results/ and those carried under .gpu/results/. Every 45 s, and at the end, the runs and compare folders written since the start go
 # to $OUT/new.tgz, so a command stopped at its limit still brings back what finished. At DEADLINE seconds
 # the lanes are stopped (runs in flight are lost; finished ones kept).
 # Data: the idx files gzipped under .gpu/MNIST and .gpu/FashionMNIST (the device machine reaches no network).
@@ -13,13 +13,9 @@ OUT=${OUT:-results/gpu}; mkdir -p "$OUT"
 DEADLINE=${DEADLINE:-540}; JOBS=${JOBS:-4}
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 t_start=$(date +%s)
-for d in MNIST FashionMNIST; do  # unpacked only where absent
-  [ -e data/$d/raw/train-images-idx3-ubyte ] && continue
-  if [ -d .gpu/$d ]; then mkdir -p data/$d/raw; for f in .gpu/$d/*.gz; do gunzip -c "$f" > data/$d/raw/$(basename "$f" .gz); done; fi
-done
 mkdir -p results
 for t in hyperclean hyperrep auc hfl; do [ -d docs/results/$t ] && cp -a docs/results/$t results/; done
-[ -d .gpu/results ] && cp -a .gpu/results/. results/
+. tests/gpu_data.sh  # data from .gpu/, and the finished runs carried there
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 -c 'import fbo_cli.cli' || { echo "fbo_cli does not import"; exit 1; }
 marker=$(mktemp); touch "$marker"; sleep 1
