@@ -7,7 +7,7 @@ the warm-up iteration), the achieved GFLOP/s, and the **efficiency**: achieved G
 machine's own sgemm rate (``torch.matmul`` of two 2048² fp32 matrices, same thread count), measured
 between the case's own timed iterations (best of those), so that the ratio is stable on a noisy
 machine whose load drifts during the run. Cases whose task has a fast path
-(``fast``: hyperrep with the mlp, hyperclean) are also timed with ``fast=false`` (the generic
+(``fast``: hyperrep and auc with the mlp, hyperclean) are also timed with ``fast=false`` (the generic
 ``torch.func`` path), alternating fast and generic iterations in one process: ``speedup`` is their
 ratio. Peak memory: on the CPU each case runs in a forked process and reports its peak RSS above the
 RSS it started with (``/proc/self/clear_refs``, ``VmHWM``), for the fast path; on CUDA
@@ -63,7 +63,7 @@ GROWTH_M = [{"name": f"fednest-m100-M{m}", "task": "hyperrep", "algo": "fednest"
              "M": m, "set": {**DATA, "clients": 100, "participation": m / 100}} for m in (10, 20, 50, 100)]
 GROWTH_N = [{"name": f"fednest-m{n}-C0.01", "task": "hyperrep", "algo": "fednest", "sweep": "total",
              "M": n // 100, "set": {**DATA, "clients": n, "participation": 0.01}} for n in (100, 1000, 10_000)]
-FAST_TASKS = ("hyperrep", "hyperclean")
+FAST_TASKS = ("hyperrep", "hyperclean", "auc")
 PROFILE = ("fednest-mlp-fmnist-m100-C0.1", "aggitd-mlp-fmnist-m100-C0.1", "fedbio-hyperclean-fmnist-M10-I5",
            "codasca-synth-K16-I32")
 

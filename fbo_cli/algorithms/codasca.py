@@ -60,8 +60,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
 import torch
-from torch.func import vmap
 
 from ..errors import UsageError
 from .base import Algorithm, bounded
@@ -70,44 +70,38 @@ OUTPUTS = ("average", "random_round", "last", "paper")
 RESTARTS = ("last", "output")
 
 
-def per_client_grads(fn, v: torch.Tensor, alpha: torch.Tensor, batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every client's gradients of its own loss: ``fn`` is the loss vmapped over the client
-    dimension, ``[K]`` values; the clients' losses do not share parameters, so the gradient of their
-    sum with respect to the stacked ``v [K, d]`` is the stack of the per-client gradients (one
-    reverse pass over the vmapped forward; faster than ``vmap(grad)`` here, same numbers)."""
-    v = v.detach().requires_grad_()
-    alpha = alpha.detach().requires_grad_()
-    with torch.enable_grad():
-        gv, ga = torch.autograd.grad(fn(v, alpha, batch).sum(), (v, alpha), allow_unused=True)
-    return gv, (torch.zeros_like(alpha) if ga is None else ga)
-
-
 class EpochSampler:
     """Per-client minibatches of ``B`` positions: each client walks through a shuffled copy of its
     own data and reshuffles when fewer than ``B`` examples are left (a DataLoader with shuffle and
-    ``drop_last=True`` per client, repeated). All clients at once: ``[K, B]``."""
+    ``drop_last=True`` per client, repeated). All clients at once: ``[K, B]``. The cursors are kept on
+    the host (numpy: a handful of tiny operations per step that would each cost a torch dispatch);
+    the permutations, drawn from the run's generator, stay on the device. ``active`` and ``rows`` count
+    the clients with a row and the rows of the last draw (the ledger's oracle count)."""
 
     def __init__(self, mask: torch.Tensor, batch_size: int, gen: torch.Generator):
         self.mask, self.B, self.gen = mask, batch_size, gen
-        self.counts = mask.sum(1)
+        self.counts = mask.sum(1).cpu().numpy()
         self.n = mask.shape[1]
         self.perm = torch.zeros_like(mask, dtype=torch.long)
-        self.cursor = torch.full_like(self.counts, 1 << 40)  # forces a shuffle at the first draw
-        self.ar = torch.arange(batch_size, device=mask.device)
+        self.cursor = np.full(len(self.counts), 1 << 40, dtype=np.int64)  # a shuffle at the first draw
+        self.ar = np.arange(batch_size)
+        self.active = self.rows = 0
 
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        # fewer than B examples left (a client with fewer than B in all: its whole split every step)
         need = self.cursor + self.B > self.counts
-        need |= self.cursor >= self.counts  # clients with fewer than B examples: the whole split each step
-        if bool(need.any()):
-            keys = torch.rand(self.mask.shape, generator=self.gen, device=self.mask.device)
+        dev = self.mask.device
+        if need.any():
+            keys = torch.rand(self.mask.shape, generator=self.gen, device=dev)
             keys = keys.masked_fill(~self.mask, 2.0)
-            self.perm = torch.where(need[:, None], keys.argsort(1), self.perm)
-            self.cursor = torch.where(need, torch.zeros_like(self.cursor), self.cursor)
+            self.perm = torch.where(torch.as_tensor(need, device=dev)[:, None], keys.argsort(1), self.perm)
+            self.cursor = np.where(need, 0, self.cursor)
         at = self.cursor[:, None] + self.ar
         valid = at < self.counts[:, None]
-        pos = torch.gather(self.perm, 1, at.clamp(max=self.n - 1))
+        self.active, self.rows = int(valid.any(1).sum()), int(valid.sum())
+        pos = torch.gather(self.perm, 1, torch.as_tensor(np.minimum(at, self.n - 1), device=dev))
         self.cursor = self.cursor + self.B
-        return pos, valid
+        return pos, torch.as_tensor(valid, device=dev)
 
 
 class CodaPlus(Algorithm):
@@ -154,7 +148,6 @@ class CodaPlus(Algorithm):
         self.t = 0  # local iterations done
         self.stage = 0
         self.eta = hp.eta
-        self._obj = vmap(task.objective)
         self._new_stage()
 
     # stage bookkeeping -----------------------------------------------------------------------------
@@ -202,22 +195,28 @@ class CodaPlus(Algorithm):
         next minibatch, as applied (clipping, closed-form dual, proximal term)."""
         pos, valid = self.sampler.next()
         batch = self.task.batch(pos, valid)
-        self.ledger.oracle("grads", int(valid.any(1).sum()), int(valid.sum()))
-        gv, ga = per_client_grads(self._obj, self.vk, self.ak, batch)
+        self.ledger.oracle("grads", self.sampler.active, self.sampler.rows)
+        gv, ga = self.task.grads("objective", self.vk, self.ak, batch)  # fresh tensors: updated in place
         if self.clip:
-            dw = self.task.dw
-            gv = torch.cat([gv[:, :dw].clamp(-self.clip, self.clip), gv[:, dw:]], 1)
+            gv[:, :self.task.dw].clamp_(-self.clip, self.clip)
         if self.dual_grad == "closed_form":
             ga = self.task.dual_closed_form(self.vk, self.ak)
-        gv = gv + self.gamma * (self.vk - self.ref)
+        gv.add_(self.vk, alpha=self.gamma).sub_(self.ref, alpha=self.gamma)  # + gamma (v^k - v_0)
         return gv, ga
 
-    def _apply(self, dv: torch.Tensor, da: torch.Tensor) -> None:
+    def _apply(self, dv: torch.Tensor, da: torch.Tensor, cv: torch.Tensor | None = None,
+               ca: torch.Tensor | None = None) -> None:
+        """``v^k <- v^k - eta (dv + cv)``, ``alpha^k <- alpha^k + eta (da + ca)`` (``cv``, ``ca``: CODASCA's
+        control-variate corrections ``c - c^k``), in place on the clients' own ``v^k``; the decoupled weight
+        decay is ``w^k <- (1 - eta wd) w^k`` first (the same as ``- eta wd w^k`` in the step)."""
+        eta = self.eta
         if self.wd:
-            dw = self.task.dw
-            dv = dv + torch.cat([self.wd * self.vk[:, :dw], torch.zeros_like(self.vk[:, dw:])], 1)
-        self.vk = self.vk - self.eta * dv
-        self.ak = self.task.project_dual(self.ak + self.eta * da)
+            self.vk[:, :self.task.dw].mul_(1.0 - eta * self.wd)
+        self.vk.sub_(dv, alpha=eta)
+        if cv is not None:
+            self.vk.sub_(cv, alpha=eta)
+            da = da + ca
+        self.ak = self.task.project_dual(self.ak + eta * da)
         self.t += 1
         self.sum_v += self.vk.mean(0)
         self.sum_a += self.ak.mean(0)
@@ -265,11 +264,12 @@ class Codasca(CodaPlus):
         sum_gv = torch.zeros_like(self.vk)
         sum_ga = torch.zeros_like(self.ak)
         eta = self.eta
+        corr_v, corr_a = self.cv - self.cvk, self.ca - self.cak  # constant within the round
         for _ in range(I):
             gv, ga = self.local_grads()
             sum_gv += gv
             sum_ga += ga
-            self._apply(gv - self.cvk + self.cv, ga - self.cak + self.ca)
+            self._apply(gv, ga, corr_v, corr_a)
         if self.hp.control == "eq7":
             self.cvk, self.cak = sum_gv / I, sum_ga / I
         else:

@@ -25,10 +25,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
-from torch.func import vmap
 
 from .base import Algorithm, bounded
-from .codasca import EpochSampler, per_client_grads
+from .codasca import EpochSampler
 
 
 class FedAvgCE(Algorithm):
@@ -53,7 +52,6 @@ class FedAvgCE(Algorithm):
         self.sampler = EpochSampler(task.mask, hp.batch_size, fed.gen)
         self.t = 0
         self.wd = hp.weight_decay or 0.0
-        self._loss = vmap(task.bce)
 
     def rounds_per_iteration(self) -> int:
         return 1
@@ -63,9 +61,11 @@ class FedAvgCE(Algorithm):
         for _ in range(self.hp.I):
             pos, valid = self.sampler.next()
             batch = self.task.batch(pos, valid)
-            self.ledger.oracle("grads", int(valid.any(1).sum()), int(valid.sum()))
-            g = per_client_grads(self._loss, self.vk, self.a0.expand(self.K, -1), batch)[0]
-            self.vk = self.vk - eta * (g + self.wd * self.vk)
+            self.ledger.oracle("grads", self.sampler.active, self.sampler.rows)
+            g = self.task.grads("bce", self.vk, self.a0.expand(self.K, -1), batch)[0]
+            if self.wd:  # w^k <- w^k - eta (g + wd w^k), in place on the clients' own copies
+                self.vk.mul_(1.0 - eta * self.wd)
+            self.vk.sub_(g, alpha=eta)
             self.t += 1
         self.vk = self.vk.mean(0).expand(self.K, -1).clone()
         self.ledger.comm(self.K, self.task.dw)

@@ -45,10 +45,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
-from torch.func import vmap
 
 from .base import Algorithm, bounded
-from .codasca import EpochSampler, per_client_grads
+from .codasca import EpochSampler
 
 
 class TemplateFedSGD(Algorithm):
@@ -67,7 +66,6 @@ class TemplateFedSGD(Algorithm):
         v, self.alpha = task.init(fed.gen)
         self.v = v
         self.sampler = EpochSampler(task.mask, hp.batch_size, fed.gen)
-        self._loss = vmap(task.bce)
 
     def rounds_per_iteration(self) -> int:
         return 1
@@ -76,7 +74,7 @@ class TemplateFedSGD(Algorithm):
         pos, valid = self.sampler.next()  # 1. every client's minibatch, [K, B]
         batch = self.task.batch(pos, valid)
         self.ledger.oracle("grads", self.K, int(valid.sum()))
-        g = per_client_grads(self._loss, self.v.expand(self.K, -1), self.alpha.expand(self.K, -1), batch)[0]
+        g = self.task.grads("bce", self.v.expand(self.K, -1), self.alpha.expand(self.K, -1), batch)[0]
         self.v = self.v - self.hp.eta * g.mean(0)  # 2. the server's step on the mean gradient
         self.ledger.comm(self.K, self.task.dw)
 

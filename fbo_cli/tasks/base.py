@@ -28,19 +28,12 @@ class Layout:
         self.size = sum(self.sizes)
 
     def unflatten(self, v: torch.Tensor) -> dict[str, torch.Tensor]:
-        out, o = {}, 0
-        for (name, shape), n in zip(self.shapes, self.sizes):
-            out[name] = v[o:o + n].view(shape)
-            o += n
-        return out
+        return {name: t.view(shape) for (name, shape), t in zip(self.shapes, v[:self.size].split(self.sizes))}
 
     def unflatten_stacked(self, v: torch.Tensor) -> dict[str, torch.Tensor]:
         """``unflatten`` of client-stacked vectors ``[M, size]``: views ``[M, *shape]``."""
-        out, o = {}, 0
-        for (name, shape), n in zip(self.shapes, self.sizes):
-            out[name] = v[:, o:o + n].unflatten(1, shape)
-            o += n
-        return out
+        parts = v[:, :self.size].split(self.sizes, 1)
+        return {name: t.unflatten(1, shape) for (name, shape), t in zip(self.shapes, parts)}
 
     def init(self, gen: torch.Generator, device=None) -> torch.Tensor:
         """PyTorch's default init for Linear/Conv layers: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for
