@@ -122,7 +122,7 @@ class HyperClean(BilevelTask):
 
     # fast path: closed-form oracles (softmax.py; docs/fidelity.md) ---------------------------------
     def oracles(self, fn):
-        if self.p.fast and (fn == self.f or fn == self.g):
+        if self.p.fast and (fn == self.f or fn == self.g or fn == self.g_fixed):
             return _WeightedHeadOracles(self, fn)
         return super().oracles(fn)
 
@@ -167,12 +167,17 @@ class HyperClean(BilevelTask):
 
 class _WeightedHeadOracles(Oracles):
     """hyperclean's closed forms (``fast``): the softmax classifier with per-example weights ``w σ(x)`` in
-    g and ``w`` in f (``softmax.py``), the x-derivatives scattered onto the batch's examples
-    (``_scatter``); f does not depend on x. The client means are the generic means of these."""
+    g, ``w`` in f and in ``g_fixed`` (the FedAvg bounds' lower loss, g at σ = 1), ``softmax.py``; the
+    x-derivatives scattered onto the batch's examples (``_scatter``); f and ``g_fixed`` do not depend on
+    x. The client means are the generic means of these."""
 
     def __init__(self, task: HyperClean, fn):
         super().__init__(fn)
-        self.t, self.lower, self.nu = task, fn == task.g, task.p.reg_coef
+        self.t, self.lower = task, fn == task.g
+        self.nu = task.p.reg_coef if fn != task.f else 0.0  # ν||y||² in g and g_fixed
+
+    def _reg(self, y):
+        return 2 * self.nu * y if self.nu else 0.0
 
     def _w(self, x, b: Batch) -> torch.Tensor:  # w_n σ(x_n) for g, w_n for f
         return b["w"] * self.t._sig(x, b) if self.lower else b["w"]
@@ -180,25 +185,23 @@ class _WeightedHeadOracles(Oracles):
     def grad(self, argnum, x, y, b):
         sm, A = self.t.soft, b["X"].flatten(2)
         if argnum == 1:
-            return sm.grad(y, A, b["y"], self._w(x, b)) + (2 * self.nu * y if self.lower else 0.0)
+            return sm.grad(y, A, b["y"], self._w(x, b)) + self._reg(y)
         if not self.lower:
-            return x.new_zeros(len(b["w"]), self.t.dx)
+            return x.new_zeros(len(b["w"]), x.shape[-1])
         return self.t._scatter(x, b, sm.ce(y, A, b["y"]))
 
     def grads(self, x, y, b):
         return self.grad(0, x, y, b), self.grad(1, x, y, b)
 
     def svrg(self, x, y1, y0, b):
-        return self.t.soft.grad_diff(y1, y0, b["X"].flatten(2), b["y"], self._w(x, b)) + \
-            (2 * self.nu * (y1 - y0) if self.lower else 0.0)
+        return self.t.soft.grad_diff(y1, y0, b["X"].flatten(2), b["y"], self._w(x, b)) + self._reg(y1 - y0)
 
     def hvp(self, x, y, b, v):
-        reg = 2 * self.nu * v if self.lower else 0.0
-        return self.t.soft.hvp(y, b["X"].flatten(2), b["y"], self._w(x, b), v) + reg
+        return self.t.soft.hvp(y, b["X"].flatten(2), b["y"], self._w(x, b), v) + self._reg(v)
 
     head_hvp = hvp
 
     def cross(self, x, y, b, v):
         if not self.lower:
-            return x.new_zeros(len(b["w"]), self.t.dx)
+            return x.new_zeros(len(b["w"]), x.shape[-1])
         return self.t._scatter(x, b, self.t.soft.cross_dw(y, b["X"].flatten(2), b["y"], v))
