@@ -121,8 +121,8 @@ lint:
 probe:  ## the fault probe: the safety issue's bad inputs, planted files and kills against the CLI, with its count (about 2 min)
 	$(PY) tests/fault_probe.py
 
-bench:  ## s / outer iteration, GFLOP/s against sgemm, fast vs generic, growth, memory (results/bench/); DEVICE=cuda, BENCH_ARGS=--quick
-	$(FBO) bench --device $(DEVICE) $(BENCH_ARGS)
+bench:  ## s / outer iteration, GFLOP/s against sgemm, fast vs generic, growth, memory (results/bench/); DEVICE=cuda, BENCH_ARGS=--quick, FEDNEST=<checkout of github.com/mc-nya/FedNest> adds the public code's whole run
+	$(FBO) bench --device $(DEVICE) $(if $(FEDNEST),--public-fednest $(FEDNEST)) $(BENCH_ARGS)
 
 reproduce-aggitd:        ## Xiao & Ji (ICML 2023) on the full MNIST: Table 2 (paper's and tuned steps, 2,000 rounds, 3 seeds), Figs. 3 and 4 (~2 h on 2 idle cores)
 	$(FBO) tune experiments/aggitd_table2.yaml --jobs $(JOBS)

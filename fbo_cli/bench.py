@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import copy
 import multiprocessing as mp
+import os
 import platform
 import sys
 import time
@@ -224,6 +225,55 @@ def whole_run_fednest(data, rounds: int = 500) -> dict:
     return {"rounds": rounds, "iterations": iters, "ours_s": ours, "ref_iteration_s": it, "ref_eval_s": ev,
             "ref_s": ref, "ratio": ref / ours}
 
+
+
+PUBLIC_ARGS = ["--hlr", "0.01", "--lr", "0.01", "--outer_tau", "1", "--round", "10000000", "--local_bs", "64",
+               "--iid", "--gpu", "-1"]  # reproduce/fig2.sh, FedNest, tau = 1, IID (the whole-run line's setting)
+
+
+def public_fednest(checkout: Path, mnist_raw: Path, iters: int = 3, timeout: float = 3600) -> dict:
+    """Seconds per outer iteration of the public FedNest code (``main_hr.py`` of mc-nya/FedNest, the code
+    FBO-AggITD's experiments build on) at the whole-run line's setting: MNIST, IID, 100 clients, C = 0.1,
+    tau = 1, local batch 64 (its ``reproduce/fig2.sh``), one CPU thread. Timed between its own
+    per-iteration prints, each after the iteration's training and its ``test_img`` of the test and the
+    training set, so start-up and data loading are left out; the minimum over ``iters - 1`` intervals.
+    The checkout is copied to a temporary folder beside a link to fbo's MNIST idx files (the code reads
+    ``../data/mnist/``); two imports it never uses (``cv2.log``, ``importlib_metadata.requires``) are
+    stubbed on its path. Nothing of the code is edited."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    if not (checkout / "main_hr.py").is_file():
+        raise FileNotFoundError(f"{checkout}: no main_hr.py (a checkout of github.com/mc-nya/FedNest?)")
+    if not (mnist_raw / "train-images-idx3-ubyte").is_file():
+        raise FileNotFoundError(f"{mnist_raw}: no MNIST idx files (`make setup`)")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        shutil.copytree(checkout, root / "FedNest", ignore=shutil.ignore_patterns(".git", "figs", "*.ipynb"))
+        (root / "data" / "mnist" / "MNIST").mkdir(parents=True)
+        (root / "data" / "mnist" / "MNIST" / "raw").symlink_to(mnist_raw.resolve())
+        (root / "stubs").mkdir()
+        (root / "stubs" / "cv2.py").write_text("log = None\n")
+        (root / "stubs" / "importlib_metadata.py").write_text("requires = None\n")
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+               "PYTHONPATH": str(root / "stubs")}
+        cmd = [sys.executable, "-u", "main_hr.py", *PUBLIC_ARGS, "--epochs", str(iters),
+               "--output", str(root / "log.yaml")]
+        stamps, t0 = [], time.perf_counter()
+        with subprocess.Popen(cmd, cwd=root / "FedNest", env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) as proc:
+            for line in proc.stdout:
+                if "Comm round:" in line:
+                    stamps.append(time.perf_counter())
+                if time.perf_counter() - t0 > timeout:
+                    proc.kill()
+                    break
+        if proc.returncode or len(stamps) < 2:
+            raise RuntimeError(f"the public FedNest code stopped after {len(stamps)} outer iteration(s), "
+                               f"exit code {proc.returncode}")
+    per = min(b - a for a, b in zip(stamps, stamps[1:]))
+    return {"public_iteration_s": per, "public_startup_s": stamps[0] - t0 - per, "public_iters": len(stamps)}
 
 
 def growth_case(case: dict, iters: int, device: str = "cpu") -> dict:
@@ -427,6 +477,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1,
                     help="torch CPU threads (1: one core per run, as `compare --jobs 2` uses on 2 cores; "
                          "more threads on a loaded machine oversubscribe and time noise)")
+    ap.add_argument("--public-fednest", default="",
+                    help="a checkout of github.com/mc-nya/FedNest: time its outer iteration beside the whole run")
+    ap.add_argument("--mnist-raw", default="data/MNIST/raw", help="MNIST idx files for --public-fednest")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.out is None:  # a GPU bench sits beside the CPU one (the report shows both)
@@ -489,6 +542,12 @@ def main(argv: list[str] | None = None) -> None:
                      "device": "cpu", "s_per_iteration": t, "rounds_per_iteration": 10, "s_per_round": t / 10})
         con.print("timing a whole FedNest run (500 rounds) and the per-client-loop reference's ...", style="dim")
         whole = whole_run_fednest(data)
+        if args.public_fednest:
+            con.print(f"timing the public FedNest code in {args.public_fednest} ...", style="dim")
+            try:
+                whole.update(public_fednest(Path(args.public_fednest), Path(args.mnist_raw)))
+            except (OSError, RuntimeError) as e:
+                con.print(f"[red]the public FedNest code: {e}[/red]")
     sgemm = max(sgemm, sgemm_rate(dev))  # again at the end: the better of the two
     df, gf = pd.DataFrame(rows), pd.DataFrame(grows)
     for frame in (df, gf):  # each case against the sgemm rate measured between its own iterations
@@ -545,6 +604,13 @@ def main(argv: list[str] | None = None) -> None:
                      f"{whole['ours_s']:.1f} s (test set); the per-client-loop reference {whole['ref_s']:.1f} s "
                      f"({whole['ref_iteration_s']:.3f} s per iteration, {whole['ref_eval_s']:.3f} s per evaluation of "
                      f"the test and training sets, as the public code does) = {whole['ratio']:.1f}x")
+        if "public_iteration_s" in whole:
+            pub = whole["public_iteration_s"] * whole["iterations"]
+            notes.append(f"FedNest, the same whole run in the public FedNest code (mc-nya/FedNest main_hr.py, MNIST, "
+                         f"{' '.join(PUBLIC_ARGS)}, 1 thread): {whole['public_iteration_s']:.2f} s per outer iteration "
+                         f"with its evaluation (test and training sets), {pub:.0f} s for {whole['iterations']} "
+                         f"(start-up and data loading, {whole['public_startup_s']:.0f} s, left out) = "
+                         f"{pub / whole['ours_s']:.0f}x fbo's whole run")
     for n in notes:
         con.print(n)
     out = Path(args.out)

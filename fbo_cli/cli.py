@@ -598,6 +598,8 @@ def bench(
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Output folder. \\[default: results/bench, "
                                            "results/bench/cuda for cuda]"),
     profile: bool = typer.Option(False, help="No timing: torch.profiler tables of one iteration of the main cases."),
+    public_fednest: Optional[Path] = typer.Option(None, help="A checkout of github.com/mc-nya/FedNest: time its "
+                                                  "outer iteration (MNIST, 1 thread) beside fbo's whole FedNest run."),
 ) -> None:
     """Cost per outer iteration and per round of every algorithm (`make bench`): seconds, GFLOP/s against
     the machine's sgemm rate, fast vs generic path, growth with the clients, peak memory."""
@@ -609,9 +611,12 @@ def bench(
                              f"{iters}")
         if not cases.is_file():
             raise UsageError(f"--cases: no file at {cases}")
+        if public_fednest is not None and not (public_fednest / "main_hr.py").is_file():
+            raise UsageError(f"--public-fednest: no main_hr.py in {public_fednest} (a checkout of mc-nya/FedNest?)")
     argv = ["--device", device, "--threads", str(threads), "--iters", str(iters), "--min-seconds", str(min_seconds),
             "--cases", str(cases), *(["--quick"] if quick else []), *(["--only", only] if only else []),
-            *(["--out", str(out_dir)] if out_dir else []), *(["--profile"] if profile else [])]
+            *(["--out", str(out_dir)] if out_dir else []), *(["--profile"] if profile else []),
+            *(["--public-fednest", str(public_fednest)] if public_fednest else [])]
     b.main(argv)
 
 

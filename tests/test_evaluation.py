@@ -110,3 +110,32 @@ algorithms: [{{name: A, algo: aggitd, tune: {{outer_lr: [0.01, 0.03, 0.1]}}}}]
     line = compute_line(runs, tmp_path / "compare" / "tinycompute" / "tuning.csv")
     total = (tuning.train_time_s.sum() + tuning.eval_time_s.sum()) / 60
     assert line.startswith("1 runs, ") and f"tuning {len(tuning)} runs, {total:.1f} core-minutes" in line
+
+
+def test_public_fednest_timing_reads_the_codes_own_iteration_prints(tmp_path):
+    """``fbo bench --public-fednest``: the public code runs from a copy beside a link to the MNIST files,
+    with its unused imports stubbed, and its outer iteration is the time between its own prints."""
+    from fbo_cli.bench import PUBLIC_ARGS, public_fednest
+
+    code = tmp_path / "FedNest"
+    code.mkdir()
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "train-images-idx3-ubyte").write_bytes(b"")
+    (code / "main_hr.py").write_text(
+        "import sys, time, os\n"
+        "from cv2 import log\nfrom importlib_metadata import requires\n"
+        "assert os.path.isfile('../data/mnist/MNIST/raw/train-images-idx3-ubyte')\n"
+        "assert os.environ['OMP_NUM_THREADS'] == '1'\n"
+        "n = int(sys.argv[sys.argv.index('--epochs') + 1])\n"
+        f"assert sys.argv[1:{len(PUBLIC_ARGS) + 1}] == {PUBLIC_ARGS!r}\n"
+        "time.sleep(0.3)\n"
+        "for i in range(n):\n"
+        "    time.sleep(0.2 + 0.2 * (i == 1))\n"
+        "    print(f'Test acc/loss: 1 1 Train acc/loss: 1 1 Comm round: {10 * (i + 1)}')\n")
+    r = public_fednest(code, raw, iters=3)
+    assert r["public_iters"] == 3 and 0.19 < r["public_iteration_s"] < 0.35  # the shorter interval
+    assert r["public_startup_s"] > 0.2
+    (code / "main_hr.py").write_text("import sys\nsys.exit(3)\n")
+    with pytest.raises(RuntimeError, match="exit code 3"):
+        public_fednest(code, raw, iters=3)

@@ -58,6 +58,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import vmap
 
+from ..data.split import take_rows
 from ..errors import UsageError
 from ..federation import Batch
 from .base import Layout, Task, relu_pool2
@@ -215,7 +216,7 @@ class AUC(Task):
         rows = torch.gather(self.idx, 1, pos)
         w = valid.to(self.data.X.dtype)
         w = w / w.sum(1, keepdim=True).clamp(min=1)
-        return {"X": self.data.X[rows], "y": self.ybin[rows], "w": w}
+        return {"X": take_rows(self.data.X, rows), "y": self.ybin[rows], "w": w}
 
     # model ---------------------------------------------------------------------------------------
     def _build_model(self, shape: tuple[int, ...]) -> None:
