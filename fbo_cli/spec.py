@@ -458,6 +458,8 @@ def edge_note(entry: dict[str, Any]) -> str:
     notes = []
     if entry.get("_stable_edge"):
         notes.append(f"at the grid's edge: {entry['_stable_edge']}")
+    if entry.get("_valid_edge"):
+        notes.append(f"at the end of the valid range: {entry['_valid_edge']}")
     if entry.get("_at_grid_edge"):
         notes.append(f"at the grid's edge, not resolved: {entry['_at_grid_edge']}")
     return "; ".join(notes)

@@ -137,6 +137,20 @@ def tune_cells(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any],
     return cells
 
 
+def point_error(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], key: tuple[str, str],
+                point: dict) -> str | None:
+    """Why a grid point of (algorithm, setting) is not a valid configuration (the checks that run before
+    any data loads: declared bounds and the algorithm's ``check``), or None."""
+    a = next(a for a in exp.algorithms if a["name"] == key[0])
+    s = next(s for s in exp.settings if s["name"] == key[1])
+    try:
+        resolve(exp.task, a["algo"], exp.base, s.get("set") or {}, a.get("set") or {}, point, ts.extra,
+                {"seed": ts.seeds[0], "target": None}, overrides)
+    except UsageError as e:
+        return str(e)
+    return None
+
+
 def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, rerun: bool = False,
                console=None, executor: str | None = None, address: str | None = None, cpus_per_run: int = 1,
                gpus_per_run: float = 0, ranking_check: bool = True) -> Path:
@@ -148,6 +162,7 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
     claim_folder(exp, exp.out_root / "compare" / exp.name, write=False)
     extended: dict[tuple[str, str], list[dict]] = {}
     confirm: dict[tuple[str, str], list[dict]] = {}  # choices next to a rejected value, run on more seeds
+    invalid: dict[tuple[str, str], list[tuple[dict, str]]] = {}  # extensions outside a key's valid range
     grid = dict(executor=executor or ("serial" if jobs == 1 else "processes"), jobs=jobs, address=address,
                 cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run, console=console)
     checked = False
@@ -165,8 +180,16 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
                       **grid)
         rerun = False  # a rerun redoes the spec's grid once, not the extensions' earlier runs
         table = collect_tuning(cells, ts, extended)
-        chosen = choose(table, ts)
-        more = extensions(table, chosen, ts, extended)
+        chosen = choose(table, ts, invalid)
+        more = []
+        for key, point in extensions(table, chosen, ts, extended, invalid):
+            why = point_error(exp, ts, overrides, key, point)
+            if why:  # beyond the key's valid range (e.g. a momentum weight c alpha^2 > 1): not a grid point
+                invalid.setdefault(key, []).append((point, why))
+            else:
+                more.append((key, point))
+        if not more and any(invalid.values()):
+            chosen = choose(table, ts, invalid)
         if not more:
             to_confirm = [(k, p) for k, p in unconfirmed(chosen) if p not in confirm.get(k, [])]
             if not to_confirm:
@@ -296,11 +319,12 @@ def _edges(g: pd.DataFrame, grid: dict[str, list], best: dict[str, Any]) -> list
     return out
 
 
-def extensions(df: pd.DataFrame, chosen: dict, ts: TuneSpec,
-               extended: dict[tuple[str, str], list[dict]]) -> list[tuple[tuple[str, str], dict]]:
-    """The points to run next: for each choice at an edge whose value beyond has not been tried yet, that
-    point (the chosen values with the edge key moved one step beyond); at most :data:`MAX_EXTENSIONS`
-    per (algorithm, setting)."""
+def extensions(df: pd.DataFrame, chosen: dict, ts: TuneSpec, extended: dict[tuple[str, str], list[dict]],
+               invalid: dict[tuple[str, str], list[tuple[dict, str]]] | None = None,
+               ) -> list[tuple[tuple[str, str], dict]]:
+    """The points to run next: for each choice at an edge whose value beyond has not been tried yet (nor
+    found invalid), that point (the chosen values with the edge key moved one step beyond); at most
+    :data:`MAX_EXTENSIONS` per (algorithm, setting)."""
     more = []
     for algo, per in chosen.items():
         for setting, vals in per.items():
@@ -314,7 +338,8 @@ def extensions(df: pd.DataFrame, chosen: dict, ts: TuneSpec,
                 point = dict(best)
                 for part in key.split(","):
                     point[part.strip()] = nxt
-                if not ((g[list(point)] == pd.Series(point)).all(axis=1)).any():
+                known = [p for p, _ in (invalid or {}).get((algo, setting), [])]
+                if point not in known and not ((g[list(point)] == pd.Series(point)).all(axis=1)).any():
                     more.append(((algo, setting), point))
     return more
 
@@ -362,7 +387,12 @@ def collect_tuning(cells: list[tuple[Cell, dict]], ts: TuneSpec,
     return df
 
 
-def choose(df: pd.DataFrame, ts: TuneSpec) -> dict[str, dict[str, dict[str, Any]]]:
+def choose(df: pd.DataFrame, ts: TuneSpec, invalid: dict[tuple[str, str], list[tuple[dict, str]]] | None = None,
+           ) -> dict[str, dict[str, dict[str, Any]]]:
+    """The best accepted point of each (algorithm, setting), with notes on how it sits in its grid:
+    ``_stable_edge`` (next to a rejected value, named), ``_valid_edge`` (the last value of the key's
+    valid range: the value beyond is not a valid configuration, named with the reason), ``_at_grid_edge``
+    (beyond the edge not tried yet), ``_none`` (every point rejected)."""
     chosen: dict[str, dict[str, dict[str, Any]]] = {}
     for (algo, setting), g in df.groupby(["algorithm", "setting"], sort=False):
         scored = g[g.grid != "confirmation"]  # confirmation runs veto a point; they do not score it
@@ -381,15 +411,21 @@ def choose(df: pd.DataFrame, ts: TuneSpec) -> dict[str, dict[str, dict[str, Any]
             for k in _key_values(ts.grids[algo]):
                 if k not in [p.strip() for p in key.split(",")] and k in beyond:
                     beyond = beyond[beyond[k] == vals[k]]
+            bad = [why for p, why in (invalid or {}).get((algo, setting), [])
+                   if all(p.get(part.strip()) == nxt for part in key.split(","))
+                   and all(p.get(k) == vals.get(k) for k in p if k not in [q.strip() for q in key.split(",")])]
             if len(beyond) and beyond.rejected.any():
                 why = next(r for r in beyond.reason if r)
                 vals.setdefault("_stable_edge", []).append(f"{key}={fmt_num(v)} is the {side} stable value: "
                                                            f"{key}={fmt_num(nxt)} {why}")
+            elif bad:
+                vals.setdefault("_valid_edge", []).append(f"{key}={fmt_num(v)} is the {side} valid value: "
+                                                          f"{key}={fmt_num(nxt)} is not valid ({bad[0]})")
             else:  # beyond the edge: not tried yet (or the extension limit, or no next value)
                 vals.setdefault("_at_grid_edge", []).append(key)
-        for k in ("_stable_edge", "_at_grid_edge"):
+        for k in ("_stable_edge", "_valid_edge", "_at_grid_edge"):
             if k in vals:
-                vals[k] = "; ".join(vals[k]) if k == "_stable_edge" else ", ".join(vals[k])
+                vals[k] = ", ".join(vals[k]) if k == "_at_grid_edge" else "; ".join(vals[k])
         chosen.setdefault(algo, {})[setting] = vals
     return chosen
 

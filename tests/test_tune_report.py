@@ -174,6 +174,41 @@ def test_an_edge_choice_is_extended_until_interior_or_its_neighbour_fails():
     assert extensions(low, choose(low, ts), ts, {}) == [(("A", "s"), {"outer_lr": 0.001})]
 
 
+def test_an_edge_at_the_end_of_a_keys_valid_range_is_labelled_not_extended(tmp_path):
+    """A two-point momentum grid c in {0.1, 0.9} choosing 0.9: its geometric continuation 8.1 breaks
+    FedBiOAcc's c alpha^2 <= 1, so it is not run; the choice is the largest valid value, with the reason,
+    neither 'stable' (nothing diverged) nor an unresolved edge."""
+    from fbo_cli.spec import TuneSpec
+    from fbo_cli.tune import choose, extensions, point_error
+
+    p = tmp_path / "exp.yaml"
+    p.write_text(f"""
+name: t
+task: hyperclean
+seeds: [0]
+base: {{dataset: digits, clients: 4, rounds: 2, threads: 1, out_dir: {tmp_path}}}
+tune: {{seeds: [100], rounds: 2}}
+algorithms:
+  - {{name: A, algo: fedbioacc, tune: {{c_omega: [0.1, 0.9]}}}}
+settings: [{{name: s, set: {{}}}}]
+""")
+    exp = load_spec(p, {}, use_tuned=False)
+    ts = TuneSpec([100], 10, "val_loss", "min", None, 0.25, math.inf, {}, {"A": {"c_omega": [0.1, 0.9]}})
+    assert point_error(exp, ts, {}, ("A", "s"), {"c_omega": 0.9}) is None
+    why = point_error(exp, ts, {}, ("A", "s"), {"c_omega": 8.1})
+    assert "c_omega" in why and "> 1" in why
+    rows = _tuning_rows([(0.1, 0.5, "done"), (0.9, 0.4, "done")]).rename(columns={"outer_lr": "c_omega"})
+    rows["point"] = [f"c_omega={v}" for v in rows.c_omega]
+    chosen = choose(rows, ts)
+    assert extensions(rows, chosen, ts, {}) == [(("A", "s"), {"c_omega": 8.1})]
+    invalid = {("A", "s"): [({"c_omega": 8.1}, why)]}
+    chosen = choose(rows, ts, invalid)
+    entry = chosen["A"]["s"]
+    assert entry["c_omega"] == 0.9 and "_at_grid_edge" not in entry and "_stable_edge" not in entry
+    assert entry["_valid_edge"].startswith("c_omega=0.9 is the largest valid value: c_omega=8.1 is not valid (")
+    assert extensions(rows, chosen, ts, {}, invalid) == []
+
+
 def test_a_choice_next_to_a_rejected_value_is_confirmed_on_more_seeds_or_replaced():
     from fbo_cli.spec import TuneSpec
     from fbo_cli.tune import choose, unconfirmed
@@ -363,11 +398,13 @@ def test_the_report_summary_counts_tuned_choices_by_their_grid_edge_and_budget()
 
     cell = NS(cfg=NS(run=NS(rounds=300)))
     chosen = {"A": {"s": {"lr": 0.1}}, "B": {"s": {"lr": 1.0, "_stable_edge": "lr=1 is the largest stable value"}},
-              "C": {"s": {"lr": 9.0, "_at_grid_edge": "lr"}}, "D": {"s": {"_none": "every grid point was rejected"}}}
+              "C": {"s": {"lr": 9.0, "_at_grid_edge": "lr"}}, "D": {"s": {"_none": "every grid point was rejected"}},
+              "E": {"s": {"c": 0.9, "_valid_edge": "c=0.9 is the largest valid value: c=8.1 is not valid (...)"}}}
     at_budget = NS(exp=NS(name="e1", cells=[cell], tuned={"rounds": "budget", "chosen": chosen}))
     short = NS(exp=NS(name="e2", cells=[cell], tuned={"rounds": 40, "chosen": {"A": {"s": {"lr": 0.1}}}}))
     line = tuning_md([at_budget, short])[1]
-    assert "5 tuned choices (algorithm × setting) in 2 experiments: 2 interior" in line
+    assert "6 tuned choices (algorithm × setting) in 2 experiments: 2 interior" in line
+    assert "1 the last value of the key's valid range" in line
     assert "1 the largest or smallest stable value" in line and "1 at a grid's edge, not resolved (e1: C, s)" in line
     assert "1 with every grid point rejected" in line
     assert "evaluation budget: 1 experiments" in line and "without it: 1 (e2)" in line

@@ -195,14 +195,20 @@ class FedBiOAcc(_GlobalLowerBase):
         u0: float = 0.0
         shared_batches: bool = False
 
-    def __init__(self, task, hp, fed):
-        super().__init__(task, hp, fed)
-        a1 = self.alpha(1)  # the largest α_t of both schedules
+    @classmethod
+    def check(cls, hp) -> None:
+        """The momentum weights ``1 - c α_t²`` must lie in [0, 1]: ``c α_1² <= 1`` (α_1 is the largest α_t of
+        both schedules), checked before any data loads (and by ``fbo tune`` before it extends a grid)."""
+        check_schedule(hp.schedule, hp.delta, hp.u0)
+        a1 = step_factor(hp.schedule, 1, hp.delta, hp.u0)
         for key in ("c_omega", "c_nu", "c_u"):
             c = getattr(hp, key)
             if c * a1 * a1 > 1:
                 raise UsageError(f"'{key}' * alpha_1^2 = {c * a1 * a1:.3g} > 1: the momentum weight "
                                  f"1 - c alpha_t^2 must lie in [0, 1] (lower {key} or delta)")
+
+    def __init__(self, task, hp, fed):
+        super().__init__(task, hp, fed)
         self.om = self.nu = self.q = None  # global momenta after the first round
 
     def state(self) -> dict[str, torch.Tensor]:

@@ -16,7 +16,8 @@ EVIDENCE_FILES = ("config.yaml", "metrics.csv", "summary.json")
 SPEC_FILES = ("tuned.yaml", "tuning.csv", "ranking.csv")
 
 
-BENCH_FILES = ("bench/bench.md", "bench/cuda/bench.md")  # CPU, GPU
+# CPU, GPU, and the CPU cases of a change measured on the code before it, in the same idle window
+BENCH_FILES = ("bench/bench.md", "bench/cuda/bench.md", "bench/before/bench.md")
 
 
 # --------------------------------------------------------------------------------------------------

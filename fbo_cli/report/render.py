@@ -59,6 +59,12 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
         out += ["## Cost per round: `make bench`", ""]
         out += ([f"`{bench}` as `fbo bench` wrote it:", "", bench.read_text().strip(), ""]
                 if bench.is_file() else ["Not measured yet (`make bench`, then `fbo report --collect results`).", ""])
+        before = root / BENCH_FILES[2]
+        if before.is_file():
+            out += ["### Before: the same cases on the code before the latest speed work", "",
+                    f"`{before}`, measured in the same idle window as the table above (`fbo bench --only ... "
+                    "--out results/bench/before` in a checkout of the earlier commit it names):", "",
+                    before.read_text().strip(), ""]
         gpu = root / BENCH_FILES[1]
         out += ["### On a GPU: `make bench DEVICE=cuda`", ""]
         out += ([f"`{gpu}`:", "", gpu.read_text().strip(), ""] if gpu.is_file() else
@@ -117,7 +123,7 @@ def summary_md(sections: dict[str, list[Section]], papers: tuple[Paper, ...]) ->
 def tuning_md(sections: list[Section]) -> list[str]:
     """The tuned choices of every section counted by how they relate to their grid (interior, the largest
     or smallest stable value, at an edge not resolved, none accepted), and each tuned spec's budget."""
-    kinds = {"interior": 0, "stable": 0, "edge": 0, "none": 0}
+    kinds = {"interior": 0, "stable": 0, "valid": 0, "edge": 0, "none": 0}
     unresolved, budget, ranked, neither = [], [], [], []
     for sec in sections:
         tuned = sec.exp.tuned
@@ -126,7 +132,8 @@ def tuning_md(sections: list[Section]) -> list[str]:
         for algo, per in (tuned.get("chosen") or {}).items():
             for setting, vals in per.items():
                 kind = ("none" if "_none" in vals else "edge" if vals.get("_at_grid_edge")
-                        else "stable" if vals.get("_stable_edge") else "interior")
+                        else "stable" if vals.get("_stable_edge") else "valid" if vals.get("_valid_edge")
+                        else "interior")
                 kinds[kind] += 1
                 if kind == "edge":
                     unresolved.append(f"{sec.exp.name}: {algo}, {setting}")
@@ -139,7 +146,10 @@ def tuning_md(sections: list[Section]) -> list[str]:
     line = (f"**Tuning.** {sum(kinds.values())} tuned choices (algorithm × setting) in {n_exp} experiments: "
             f"{kinds['interior']} interior to their grid; {kinds['stable']} the largest or smallest "
             f"stable value, with the rejected neighbour beyond it named in the section (the choice confirmed on "
-            f"two more seeds where tuned since that rule); {kinds['edge']} at a grid's edge, not resolved"
+            f"two more seeds where tuned since that rule); "
+            + (f"{kinds['valid']} the last value of the key's valid range (e.g. a momentum weight "
+               f"c alpha^2 <= 1), the invalid value beyond it named; " if kinds["valid"] else "")
+            + f"{kinds['edge']} at a grid's edge, not resolved"
             + (f" ({'; '.join(unresolved)})" if unresolved else "")
             + f"; {kinds['none']} with every grid point rejected. Tuned at the evaluation budget: "
             f"{len(budget)} experiments; at a shorter budget with the ranking check: {len(ranked)}"
