@@ -282,9 +282,17 @@ def unconfirmed(chosen: dict) -> list[tuple[tuple[str, str], dict]]:
 
 def _beyond(values: list, v) -> Any:
     """The next value beyond ``v``, an end of ``values``, continuing the grid geometrically (the ratio of
-    ``v`` to its neighbour); None where that has no meaning (non-numbers, signs, one value)."""
+    ``v`` to its neighbour); None where that has no meaning (non-numbers, signs, one value). Below a 0
+    at the bottom of a grid of non-negative numbers (e.g. ``mu_prox: [0, 0.001, 0.01]``) it is minus the
+    next value: not a valid setting of any key (``resolve`` rejects negative numbers), so the choice of 0
+    is labelled the smallest valid value."""
     nums = sorted(set(values))
-    if len(nums) < 2 or not all(isinstance(u, (int, float)) and not isinstance(u, bool) and u > 0 for u in nums):
+    if len(nums) < 2 or not all(isinstance(u, (int, float)) and not isinstance(u, bool) and u >= 0 for u in nums):
+        return None
+    if v == nums[0] == 0:
+        return -nums[1]
+    nums = [u for u in nums if u > 0]  # a 0 at the bottom does not set the ratio at the top
+    if len(nums) < 2:
         return None
     nb = nums[1] if v == nums[0] else nums[-2]
     nxt = v * (v / nb)

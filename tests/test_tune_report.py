@@ -207,6 +207,9 @@ settings: [{{name: s, set: {{}}}}]
     assert entry["c_omega"] == 0.9 and "_at_grid_edge" not in entry and "_stable_edge" not in entry
     assert entry["_valid_edge"].startswith("c_omega=0.9 is the largest valid value: c_omega=8.1 is not valid (")
     assert extensions(rows, chosen, ts, {}, invalid) == []
+    from fbo_cli.tune import _beyond  # a 0 at the bottom of a grid: below it lies no valid value
+
+    assert _beyond([0, 0.001, 0.01], 0) == -0.001 and _beyond([0, 0.001, 0.01], 0.01) == 0.1
 
 
 def test_a_choice_next_to_a_rejected_value_is_confirmed_on_more_seeds_or_replaced():
