@@ -339,6 +339,9 @@ def tune(
     ranking_check: bool = typer.Option(True, help="When the tuning budget is shorter than the evaluation budget, "
                                        "run each choice's top 3 points at the evaluation budget and record whether "
                                        "the choice stays best (ranking.csv)."),
+    relabel: bool = typer.Option(False, help="Run nothing: recompute the notes of the recorded tuning "
+                                 "(tuned.yaml) from its tuning.csv under today's rules (e.g. an extension that "
+                                 "was never run because it is not a valid value); refuses if the choices change."),
 ) -> None:
     """Choose every algorithm's hyperparameters on validation data: run the spec's grids on the tuning
     seeds with a short budget, reject diverging or oscillating runs, pick the best validation score,
@@ -351,6 +354,12 @@ def tune(
     with user_errors():
         check_executor(jobs, executor, address, cpus_per_run, gpus_per_run)
         overrides = grid_overrides(set_, out_dir, data_dir)
+        if relabel:
+            from .tune import relabel as do_relabel
+
+            outdir, n = do_relabel(spec, overrides)
+            out.print(f"relabelled {outdir / 'tuned.yaml'} ({n} invalid extension point(s) found)", highlight=False)
+            return
         if dry_run:
             from .results import cost_line, todo_runs
             from .spec import load_spec

@@ -230,6 +230,53 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
     return outdir
 
 
+def relabel(spec_path: str | Path, overrides: dict[str, Any]) -> tuple[Path, int]:
+    """``fbo tune --relabel``: the notes of a recorded tuning (``tuned.yaml``) recomputed under today's
+    rules from its ``tuning.csv``, running nothing. An extension that was never run because it is not a
+    valid configuration (tried before points were checked before running, e.g. FedBiOAcc's c = 8.1
+    under c alpha_1^2 <= 1) leaves the table and becomes the reason of a 'last valid value' note. The
+    chosen values must stay those recorded; otherwise it refuses (re-tune instead). Returns the folder
+    and the number of invalid points found."""
+    import yaml
+
+    exp = load_spec(spec_path, overrides, use_tuned=False)
+    ts = tune_spec(exp)
+    outdir = exp.out_root / "compare" / exp.name
+    if not (outdir / "tuned.yaml").is_file() or not (outdir / "tuning.csv").is_file():
+        raise UsageError(f"--relabel: no tuned.yaml and tuning.csv in {outdir} (run `fbo tune` first)")
+    tuned = yaml.safe_load((outdir / "tuned.yaml").read_text())
+    table = pd.read_csv(outdir / "tuning.csv", keep_default_na=False, na_values=[""])
+    table["reason"] = table["reason"].astype(object).fillna("") if "reason" in table else ""
+    if "grid" not in table:  # recorded before extensions were marked: every row a grid point
+        table["grid"] = "spec"
+    invalid: dict[tuple[str, str], list[tuple[dict, str]]] = {}
+    drop = []
+    for i, r in table[table.status == "not run"].iterrows():
+        keys = _key_values(ts.grids.get(r.algorithm) or {})
+        point = {k: _plain(r[k]) for k in keys if k in r and not pd.isna(r[k])}
+        why = point_error(exp, ts, overrides, (r.algorithm, r.setting), point)
+        if why:
+            invalid.setdefault((r.algorithm, r.setting), []).append((point, why))
+            drop.append(i)
+    table = table.drop(index=drop)
+    chosen = choose(table, ts, invalid)
+    seeds = ", ".join(map(str, confirm_seeds(exp, ts)))
+    for key, info in (tuned.get("confirmed") or {}).items():
+        a, st = key.split(" | ")
+        vals = chosen.get(a, {}).get(st, {})
+        if vals.get("_stable_edge") and {k: v for k, v in vals.items() if not k.startswith("_")} in info["points"]:
+            vals["_stable_edge"] += f" (and the choice is stable on seeds {seeds})"
+    strip = lambda per: {a: {st: {k: v for k, v in vals.items() if not k.startswith("_")} for st, vals in p.items()}
+                         for a, p in per.items()}
+    if strip(chosen) != strip(tuned.get("chosen") or {}):
+        raise UsageError(f"--relabel: today's rules choose differently from {outdir / 'tuned.yaml'}; "
+                         "re-tune with `fbo tune` instead")
+    tuned["chosen"] = chosen
+    atomic_write(outdir / "tuning.csv", table.to_csv(index=False))
+    write_yaml(outdir / "tuned.yaml", tuned)
+    return outdir, len(drop)
+
+
 RANKING_TOP = 3  # the accepted points per (algorithm, setting) that the ranking check runs at the full budget
 
 

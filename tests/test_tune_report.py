@@ -212,6 +212,43 @@ settings: [{{name: s, set: {{}}}}]
     assert _beyond([0, 0.001, 0.01], 0) == -0.001 and _beyond([0, 0.001, 0.01], 0.01) == 0.1
 
 
+def test_relabel_turns_a_never_run_invalid_extension_into_a_valid_range_note(tmp_path):
+    """``fbo tune --relabel``: a tuning recorded before extensions were checked, whose c = 8.1 extension
+    was never run, gets the 'largest valid value' note; the choice itself must not change."""
+    from fbo_cli.results import write_yaml
+    from fbo_cli.tune import relabel
+
+    p = tmp_path / "exp.yaml"
+    p.write_text(f"""
+name: t
+task: hyperclean
+seeds: [0]
+base: {{dataset: digits, clients: 4, rounds: 2, threads: 1, out_dir: {tmp_path}}}
+tune: {{seeds: [100], rounds: 2}}
+algorithms:
+  - {{name: A, algo: fedbioacc, tune: {{c_omega: [0.1, 0.9]}}}}
+settings: [{{name: s, set: {{}}}}]
+""")
+    out = tmp_path / "compare" / "t"
+    out.mkdir(parents=True)
+    rows = _tuning_rows([(0.1, 0.5, "done"), (0.9, 0.4, "done"), (8.1, math.nan, "not run")])
+    rows = rows.rename(columns={"outer_lr": "c_omega"})
+    rows["point"] = [f"c_omega={v}" for v in rows.c_omega]
+    rows.loc[2, "grid"] = "extension"
+    rows.to_csv(out / "tuning.csv", index=False)
+    old = {"chosen": {"A": {"s": {"c_omega": 0.9, "_stable_edge": "c_omega=0.9 is the largest stable value: "
+                                                                  "c_omega=8.1 not run"}}}}
+    write_yaml(out / "tuned.yaml", old)
+    _, n = relabel(p, {})
+    entry = yaml.safe_load((out / "tuned.yaml").read_text())["chosen"]["A"]["s"]
+    assert n == 1 and entry["c_omega"] == 0.9 and "_stable_edge" not in entry
+    assert "8.1 is not valid" in entry["_valid_edge"]
+    assert "not run" not in (out / "tuning.csv").read_text()
+    write_yaml(out / "tuned.yaml", {"chosen": {"A": {"s": {"c_omega": 0.1}}}})  # a different recorded choice
+    with pytest.raises(Exception, match="choose differently"):
+        relabel(p, {})
+
+
 def test_a_choice_next_to_a_rejected_value_is_confirmed_on_more_seeds_or_replaced():
     from fbo_cli.spec import TuneSpec
     from fbo_cli.tune import choose, unconfirmed
