@@ -383,9 +383,15 @@ def extensions(df: pd.DataFrame, chosen: dict, ts: TuneSpec, extended: dict[tupl
     more = []
     for algo, per in chosen.items():
         for setting, vals in per.items():
-            if "_none" in vals or len(extended.get((algo, setting), [])) >= MAX_EXTENSIONS:
+            if len(extended.get((algo, setting), [])) >= MAX_EXTENSIONS:
                 continue
             g = df[(df.algorithm == algo) & (df.setting == setting)]
+            if "_none" in vals:  # every point rejected: below the grid, if every rejection was instability
+                point = _below_unstable(g, ts.grids[algo])
+                known = [p for p, _ in (invalid or {}).get((algo, setting), [])]
+                if point is not None and point not in known:
+                    more.append(((algo, setting), point))
+                continue
             best = {k: v for k, v in vals.items() if not k.startswith("_")}
             for key, _, nxt, _ in _edges(g, ts.grids[algo], best):
                 if nxt is None:
@@ -397,6 +403,30 @@ def extensions(df: pd.DataFrame, chosen: dict, ts: TuneSpec, extended: dict[tupl
                 if point not in known and not ((g[list(point)] == pd.Series(point)).all(axis=1)).any():
                     more.append(((algo, setting), point))
     return more
+
+
+UNSTABLE = ("diverged", "oscillates", "non-finite score")  # rejections that say "the step is too large"
+
+
+def _below_unstable(g: pd.DataFrame, grid: dict[str, list]) -> dict | None:
+    """When every point of a grid was rejected and every rejection says the steps are too large
+    (diverged, oscillates, non-finite), the point with every key one geometric step below its smallest
+    value tried; None otherwise (e.g. "no progress", which a too-small or a too-large step can cause), or
+    when that point was tried already."""
+    g = g[g.grid != "confirmation"] if "grid" in g else g
+    if g.empty or not g.rejected.all() or not g.reason.str.split(" on seed").str[0].isin(UNSTABLE).all():
+        return None
+    point = {}
+    for key in grid:
+        parts = [p.strip() for p in key.split(",")]
+        tried = sorted(set(_plain(v) for v in g[parts[0]].dropna()))
+        nxt = _beyond(tried, tried[0]) if tried else None
+        if nxt is None or (isinstance(nxt, (int, float)) and nxt < 0):
+            return None
+        point.update({p: nxt for p in parts})
+    if ((g[list(point)] == pd.Series(point)).all(axis=1)).any():
+        return None
+    return point
 
 
 def point_name(point: dict) -> str:
@@ -513,7 +543,8 @@ def procedure_text(ts: TuneSpec) -> str:
             f"{ts.tail:.0%} of evaluations, at least 3 (validation data, never the test set), averaged over "
             f"the tuning seeds; rejected: failed or diverged runs, non-finite scores, no progress over the first "
             f"evaluation{oscillation}; a choice at a grid's edge is extended geometrically, one value at a time "
-            f"(at most {MAX_EXTENSIONS}), until it is interior or the value beyond it is rejected; a choice next to a "
+            f"(at most {MAX_EXTENSIONS}), until it is interior or the value beyond it is rejected (a grid whose every "
+            f"point diverged or oscillated goes on below its smallest values); a choice next to a "
             f"rejected value must also survive {CONFIRM_SEEDS} more seeds, else the next best is chosen")
 
 

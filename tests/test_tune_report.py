@@ -172,6 +172,13 @@ def test_an_edge_choice_is_extended_until_interior_or_its_neighbour_fails():
     assert chosen == {"outer_lr": 1.0}
     low = _tuning_rows([(0.01, 0.3, "done"), (0.1, 0.4, "done")])
     assert extensions(low, choose(low, ts), ts, {}) == [(("A", "s"), {"outer_lr": 0.001})]
+    # every point rejected, each for a too-large step: the grid goes on below its smallest value
+    unstable = _tuning_rows([(0.01, math.nan, "diverged"), (0.1, math.nan, "diverged")])
+    chosen = choose(unstable, ts)
+    assert "_none" in chosen["A"]["s"]
+    assert extensions(unstable, chosen, ts, {}) == [(("A", "s"), {"outer_lr": 0.001})]
+    stuck = unstable.assign(status="done", reason="no progress")  # too small or too large: no direction
+    assert extensions(stuck, choose(stuck, ts), ts, {}) == []
 
 
 def test_an_edge_at_the_end_of_a_keys_valid_range_is_labelled_not_extended(tmp_path):
