@@ -63,7 +63,7 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
         if before.is_file():
             out += ["### Before: the same cases on the code before the latest speed work", "",
                     f"`{before}`, measured in the same idle window as the table above (`fbo bench --only ... "
-                    "--out results/bench/before` in a checkout of the earlier commit it names):", "",
+                    "--out results/bench/before` in a checkout of the earlier commit its first line names):", "",
                     before.read_text().strip(), ""]
         gpu = root / BENCH_FILES[1]
         out += ["### On a GPU: `make bench DEVICE=cuda`", ""]
