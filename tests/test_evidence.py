@@ -36,15 +36,18 @@ def test_every_committed_run_keeps_its_id():
     assert not moved, f"{len(moved)} committed runs no longer resolve to their own id, e.g. {moved[:3]}"
 
 
-CASES = [  # (a committed run, the rounds to re-run)
-    ("auc/codasca/synth-c100-class-disjoint-s0-d1e3b1a6ab", 1024),
-    ("hyperrep/aggitd", 40),
-    ("hfl/zohfl", 20),
+CASES = [  # (a committed run, the rounds to re-run, the tolerance: 0 = bit for bit)
+    # the auc mlp's closed-form gradients and in-place updates (docs/fidelity.md) round differently in
+    # float32 from the autograd path that made the committed runs: they recompute to within 1e-3 (measured:
+    # test AUC 2.2e-4 apart after 1,024 rounds); float64 tests pin the two paths to 1e-10
+    ("auc/codasca/synth-c100-class-disjoint-s0-d1e3b1a6ab", 1024, 1e-3),
+    ("hyperrep/aggitd", 40, 0),
+    ("hfl/zohfl", 20, 0),
 ]
 
 
-@pytest.mark.parametrize("where, rounds", CASES)
-def test_committed_runs_recompute_bit_for_bit(tmp_path, where, rounds):
+@pytest.mark.parametrize("where, rounds, tol", CASES)
+def test_committed_runs_recompute_bit_for_bit(tmp_path, where, rounds, tol):
     d = EVIDENCE / where
     if not (d / "config.yaml").is_file():  # a family: its first MNIST run made on a CPU (bit for bit: same device)
         d = next((p.parent for p in sorted(d.glob("mnist-*/config.yaml"))
@@ -61,4 +64,7 @@ def test_committed_runs_recompute_bit_for_bit(tmp_path, where, rounds):
     theirs = pd.read_csv(d / "metrics.csv").drop(columns="train_time")
     theirs = theirs[theirs.rounds <= ours.rounds.max()].reset_index(drop=True)
     assert len(ours) >= 2 and len(ours) == len(theirs)
-    pd.testing.assert_frame_equal(ours, theirs, check_exact=True)
+    if tol:
+        pd.testing.assert_frame_equal(ours, theirs, check_exact=False, rtol=tol, atol=tol)
+    else:
+        pd.testing.assert_frame_equal(ours, theirs, check_exact=True)
