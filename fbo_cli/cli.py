@@ -342,6 +342,8 @@ def tune(
     relabel: bool = typer.Option(False, help="Run nothing: recompute the notes of the recorded tuning "
                                  "(tuned.yaml) from its tuning.csv under today's rules (e.g. an extension that "
                                  "was never run because it is not a valid value); refuses if the choices change."),
+    ranking_only: bool = typer.Option(False, help="Run only the ranking check of a tuning recorded without it "
+                                      "(from its tuning.csv: each choice's top 3 points at the evaluation budget)."),
 ) -> None:
     """Choose every algorithm's hyperparameters on validation data: run the spec's grids on the tuning
     seeds with a short budget, reject diverging or oscillating runs, pick the best validation score,
@@ -354,6 +356,13 @@ def tune(
     with user_errors():
         check_executor(jobs, executor, address, cpus_per_run, gpus_per_run)
         overrides = grid_overrides(set_, out_dir, data_dir)
+        if ranking_only:
+            from .tune import ranking_only as do_ranking
+
+            outdir = do_ranking(spec, overrides, jobs=jobs, console=err, executor=executor, address=address,
+                                cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run)
+            out.print(f"written: {outdir / 'ranking.csv'}; ranking_check in {outdir / 'tuned.yaml'}", highlight=False)
+            return
         if relabel:
             from .tune import relabel as do_relabel
 

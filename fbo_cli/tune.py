@@ -237,18 +237,9 @@ def relabel(spec_path: str | Path, overrides: dict[str, Any]) -> tuple[Path, int
     under c alpha_1^2 <= 1) leaves the table and becomes the reason of a 'last valid value' note. The
     chosen values must stay those recorded; otherwise it refuses (re-tune instead). Returns the folder
     and the number of invalid points found."""
-    import yaml
-
     exp = load_spec(spec_path, overrides, use_tuned=False)
     ts = tune_spec(exp)
-    outdir = exp.out_root / "compare" / exp.name
-    if not (outdir / "tuned.yaml").is_file() or not (outdir / "tuning.csv").is_file():
-        raise UsageError(f"--relabel: no tuned.yaml and tuning.csv in {outdir} (run `fbo tune` first)")
-    tuned = yaml.safe_load((outdir / "tuned.yaml").read_text())
-    table = pd.read_csv(outdir / "tuning.csv", keep_default_na=False, na_values=[""])
-    table["reason"] = table["reason"].astype(object).fillna("") if "reason" in table else ""
-    if "grid" not in table:  # recorded before extensions were marked: every row a grid point
-        table["grid"] = "spec"
+    outdir, tuned, table = _recorded(exp)
     invalid: dict[tuple[str, str], list[tuple[dict, str]]] = {}
     drop = []
     for i, r in table[table.status == "not run"].iterrows():
@@ -275,6 +266,44 @@ def relabel(spec_path: str | Path, overrides: dict[str, Any]) -> tuple[Path, int
     atomic_write(outdir / "tuning.csv", table.to_csv(index=False))
     write_yaml(outdir / "tuned.yaml", tuned)
     return outdir, len(drop)
+
+
+def _recorded(exp: Experiment) -> tuple[Path, dict, pd.DataFrame]:
+    """A recorded tuning: its folder, ``tuned.yaml`` and ``tuning.csv`` (older tables completed)."""
+    import yaml
+
+    outdir = exp.out_root / "compare" / exp.name
+    if not (outdir / "tuned.yaml").is_file() or not (outdir / "tuning.csv").is_file():
+        raise UsageError(f"no tuned.yaml and tuning.csv in {outdir} (run `fbo tune` first)")
+    table = pd.read_csv(outdir / "tuning.csv", keep_default_na=False, na_values=[""])
+    table["reason"] = table["reason"].astype(object).fillna("") if "reason" in table else ""
+    if "grid" not in table:  # recorded before extensions were marked: every row a grid point
+        table["grid"] = "spec"
+    return outdir, yaml.safe_load((outdir / "tuned.yaml").read_text()), table
+
+
+def ranking_only(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, console=None,
+                 executor: str | None = None, address: str | None = None, cpus_per_run: int = 1,
+                 gpus_per_run: float = 0) -> Path:
+    """``fbo tune --ranking-only``: the ranking check of a tuning recorded without it (module docstring),
+    from its ``tuning.csv``: the top 3 accepted points of each (algorithm, setting) run at the evaluation
+    budget on the tuning seeds; ``ranking.csv`` and ``tuned.yaml``'s ``ranking_check`` record the verdicts.
+    The grid itself is not run again, and the choices stay as recorded."""
+    exp = load_spec(spec_path, overrides, use_tuned=False)
+    ts = tune_spec(exp)
+    outdir, tuned, table = _recorded(exp)
+    extended = {tuple(k.split(" | ")): pts for k, pts in (tuned.get("extended") or {}).items()}
+    cells = tune_cells(exp, ts, overrides, extended)
+    grid = dict(executor=executor or ("serial" if jobs == 1 else "processes"), jobs=jobs, address=address,
+                cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run, console=console)
+    ranking = check_ranking(exp, ts, overrides, [c for c in cells if c[0].seed in ts.seeds],
+                            table[table.grid != "confirmation"], extended, grid)
+    if ranking is None:
+        raise UsageError(f"{exp.name} was tuned at its evaluation budget: there is no ranking to check")
+    atomic_write(outdir / "ranking.csv", ranking[0].to_csv(index=False))
+    tuned["ranking_check"] = ranking[1]
+    write_yaml(outdir / "tuned.yaml", tuned)
+    return outdir
 
 
 RANKING_TOP = 3  # the accepted points per (algorithm, setting) that the ranking check runs at the full budget

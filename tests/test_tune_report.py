@@ -424,6 +424,16 @@ algorithms: [{{name: A, algo: aggitd, tune: {{outer_lr: [0.003, 0.01, 0.03, 0.1]
     assert len(list(tmp_path.glob("hyperrep/aggitd/*-s100-*"))) == 4 + extra + 3
     note = tuning_budget_note(load_spec(spec, {"out_dir": str(tmp_path)}))
     assert "ranking check" in note and ("holds" in note) == verdict["holds"]
+    # a tuning recorded without the check gets it afterwards from its tuning.csv, the grid not rerun
+    del tuned["ranking_check"]
+    (out / "ranking.csv").unlink()
+    (out / "tuned.yaml").write_text(yaml.safe_dump(tuned))
+    before = {p: p.stat().st_mtime for p in tmp_path.glob("hyperrep/aggitd/*/summary.json")}
+    r = CliRunner().invoke(app, ["tune", str(spec), "--ranking-only"])
+    assert r.exit_code == 0, r.output
+    again = yaml.safe_load((out / "tuned.yaml").read_text())
+    assert again["ranking_check"]["A | default"] == verdict and len(pd.read_csv(out / "ranking.csv")) == 3
+    assert {p: p.stat().st_mtime for p in tmp_path.glob("hyperrep/aggitd/*/summary.json")} == before  # reused
 
 
 def test_a_choice_with_every_point_rejected_says_so():
