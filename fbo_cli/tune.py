@@ -107,13 +107,19 @@ def confirm_seeds(exp: Experiment, ts: TuneSpec) -> list[int]:
     return out
 
 
+def _layers(exp: Experiment, ts: TuneSpec, a: dict, s: dict, point: dict, seed: int, overrides: dict) -> tuple:
+    """The config layers of one tuning run: the spec's base, the setting's and the algorithm's keys, the
+    grid point, the tune block's ``set``, the seed (and the tuning budget), the command line's overrides."""
+    return (exp.base, s.get("set") or {}, a.get("set") or {}, point, ts.extra,
+            {"seed": seed, "target": None, **({"rounds": ts.rounds} if ts.rounds else {})}, overrides)
+
+
 def tune_cells(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any],
                extended: dict[tuple[str, str], list[dict]] | None = None,
                confirm: dict[tuple[str, str], list[dict]] | None = None) -> list[tuple[Cell, dict]]:
     """The tuning runs: every grid point, plus the points ``extended`` beyond a grid's edge, per
     (algorithm, setting), on every tuning seed; and the points to ``confirm`` on the confirmation seeds."""
     settings = [s for s in exp.settings if ts.setting is None or s["name"] == ts.setting]
-    base = exp.base
     cells = []
     confirming = [(seed, True) for seed in confirm_seeds(exp, ts)] if confirm else []
     for seed, is_confirmation in [(seed, False) for seed in ts.seeds] + confirming:
@@ -125,9 +131,7 @@ def tune_cells(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any],
                 points = ((confirm or {}).get(key, []) if is_confirmation
                           else grid_points(ts.grids[a["name"]]) + (extended or {}).get(key, []))
                 for point in points:
-                    layers = (base, s.get("set") or {}, a.get("set") or {}, point, ts.extra,
-                              {"seed": seed, "target": None, **({"rounds": ts.rounds} if ts.rounds else {})},
-                              overrides)
+                    layers = _layers(exp, ts, a, s, point, seed, overrides)
                     try:
                         cfg = resolve(exp.task, a["algo"], *layers)
                     except UsageError as e:
@@ -144,8 +148,7 @@ def point_error(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], key: t
     a = next(a for a in exp.algorithms if a["name"] == key[0])
     s = next(s for s in exp.settings if s["name"] == key[1])
     try:
-        resolve(exp.task, a["algo"], exp.base, s.get("set") or {}, a.get("set") or {}, point, ts.extra,
-                {"seed": ts.seeds[0], "target": None}, overrides)
+        resolve(exp.task, a["algo"], *_layers(exp, ts, a, s, point, ts.seeds[0], overrides))
     except UsageError as e:
         return str(e)
     return None
@@ -415,9 +418,9 @@ def extensions(df: pd.DataFrame, chosen: dict, ts: TuneSpec, extended: dict[tupl
             if len(extended.get((algo, setting), [])) >= MAX_EXTENSIONS:
                 continue
             g = df[(df.algorithm == algo) & (df.setting == setting)]
+            known = [p for p, _ in (invalid or {}).get((algo, setting), [])]  # not valid configurations
             if "_none" in vals:  # every point rejected: below the grid, if every rejection was instability
                 point = _below_unstable(g, ts.grids[algo])
-                known = [p for p, _ in (invalid or {}).get((algo, setting), [])]
                 if point is not None and point not in known:
                     more.append(((algo, setting), point))
                 continue
@@ -428,7 +431,6 @@ def extensions(df: pd.DataFrame, chosen: dict, ts: TuneSpec, extended: dict[tupl
                 point = dict(best)
                 for part in key.split(","):
                     point[part.strip()] = nxt
-                known = [p for p, _ in (invalid or {}).get((algo, setting), [])]
                 if point not in known and not ((g[list(point)] == pd.Series(point)).all(axis=1)).any():
                     more.append(((algo, setting), point))
     return more

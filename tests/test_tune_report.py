@@ -181,13 +181,8 @@ def test_an_edge_choice_is_extended_until_interior_or_its_neighbour_fails():
     assert extensions(stuck, choose(stuck, ts), ts, {}) == []
 
 
-def test_an_edge_at_the_end_of_a_keys_valid_range_is_labelled_not_extended(tmp_path):
-    """A two-point momentum grid c in {0.1, 0.9} choosing 0.9: its geometric continuation 8.1 breaks
-    FedBiOAcc's c alpha^2 <= 1, so it is not run; the choice is the largest valid value, with the reason,
-    neither 'stable' (nothing diverged) nor an unresolved edge."""
-    from fbo_cli.spec import TuneSpec
-    from fbo_cli.tune import choose, extensions, point_error
-
+def _momentum_spec(tmp_path):
+    """A spec tuning FedBiOAcc's momentum c over {0.1, 0.9} (its continuation 8.1 breaks c alpha^2 <= 1)."""
     p = tmp_path / "exp.yaml"
     p.write_text(f"""
 name: t
@@ -199,13 +194,30 @@ algorithms:
   - {{name: A, algo: fedbioacc, tune: {{c_omega: [0.1, 0.9]}}}}
 settings: [{{name: s, set: {{}}}}]
 """)
+    return p
+
+
+def _momentum_rows(points):
+    """``_tuning_rows`` over the momentum c instead of outer_lr."""
+    rows = _tuning_rows(points).rename(columns={"outer_lr": "c_omega"})
+    rows["point"] = [f"c_omega={v}" for v in rows.c_omega]
+    return rows
+
+
+def test_an_edge_at_the_end_of_a_keys_valid_range_is_labelled_not_extended(tmp_path):
+    """A two-point momentum grid c in {0.1, 0.9} choosing 0.9: its geometric continuation 8.1 breaks
+    FedBiOAcc's c alpha^2 <= 1, so it is not run; the choice is the largest valid value, with the reason,
+    neither 'stable' (nothing diverged) nor an unresolved edge."""
+    from fbo_cli.spec import TuneSpec
+    from fbo_cli.tune import choose, extensions, point_error
+
+    p = _momentum_spec(tmp_path)
     exp = load_spec(p, {}, use_tuned=False)
     ts = TuneSpec([100], 10, "val_loss", "min", None, 0.25, math.inf, {}, {"A": {"c_omega": [0.1, 0.9]}})
     assert point_error(exp, ts, {}, ("A", "s"), {"c_omega": 0.9}) is None
     why = point_error(exp, ts, {}, ("A", "s"), {"c_omega": 8.1})
     assert "c_omega" in why and "> 1" in why
-    rows = _tuning_rows([(0.1, 0.5, "done"), (0.9, 0.4, "done")]).rename(columns={"outer_lr": "c_omega"})
-    rows["point"] = [f"c_omega={v}" for v in rows.c_omega]
+    rows = _momentum_rows([(0.1, 0.5, "done"), (0.9, 0.4, "done")])
     chosen = choose(rows, ts)
     assert extensions(rows, chosen, ts, {}) == [(("A", "s"), {"c_omega": 8.1})]
     invalid = {("A", "s"): [({"c_omega": 8.1}, why)]}
@@ -225,22 +237,10 @@ def test_relabel_turns_a_never_run_invalid_extension_into_a_valid_range_note(tmp
     from fbo_cli.results import write_yaml
     from fbo_cli.tune import relabel
 
-    p = tmp_path / "exp.yaml"
-    p.write_text(f"""
-name: t
-task: hyperclean
-seeds: [0]
-base: {{dataset: digits, clients: 4, rounds: 2, threads: 1, out_dir: {tmp_path}}}
-tune: {{seeds: [100], rounds: 2}}
-algorithms:
-  - {{name: A, algo: fedbioacc, tune: {{c_omega: [0.1, 0.9]}}}}
-settings: [{{name: s, set: {{}}}}]
-""")
+    p = _momentum_spec(tmp_path)
     out = tmp_path / "compare" / "t"
     out.mkdir(parents=True)
-    rows = _tuning_rows([(0.1, 0.5, "done"), (0.9, 0.4, "done"), (8.1, math.nan, "not run")])
-    rows = rows.rename(columns={"outer_lr": "c_omega"})
-    rows["point"] = [f"c_omega={v}" for v in rows.c_omega]
+    rows = _momentum_rows([(0.1, 0.5, "done"), (0.9, 0.4, "done"), (8.1, math.nan, "not run")])
     rows.loc[2, "grid"] = "extension"
     rows.to_csv(out / "tuning.csv", index=False)
     old = {"chosen": {"A": {"s": {"c_omega": 0.9, "_stable_edge": "c_omega=0.9 is the largest stable value: "
