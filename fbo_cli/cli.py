@@ -370,14 +370,14 @@ def tune(
             out.print(f"relabelled {outdir / 'tuned.yaml'} ({n} invalid extension point(s) found)", highlight=False)
             return
         if dry_run:
-            from .results import cost_line, todo_runs
+            from .results import cost_line
             from .spec import load_spec
-            from .tune import tune_cells, tune_spec
+            from .tune import recorded_runs, tune_cells, tune_spec, tuning_todo
 
             exp = load_spec(spec, overrides, use_tuned=False)
-            cells = tune_cells(exp, tune_spec(exp), overrides)
-
-            todo = todo_runs([c for c, _ in cells], rerun)
+            ts = tune_spec(exp)
+            cells = tune_cells(exp, ts, overrides)
+            todo = tuning_todo(cells, {} if rerun else recorded_runs(exp, ts), rerun)
             out.print(f"{exp.name} tuning: {len(cells)} grid runs; {cost_line(todo, jobs)}", highlight=False)
             return
         try:

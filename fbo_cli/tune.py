@@ -42,6 +42,13 @@ scored the same way: the check *holds* when the choice is still the best of them
 diverges there is rejected). ``ranking.csv`` has both scores of each point and ``tuned.yaml``'s
 ``ranking_check`` the verdicts, which ``fbo compare`` and the report state; ``--no-ranking-check``
 skips it (``fbo compare`` then warns that the short budget was not checked).
+
+**Resuming a recorded tuning.** Tuning runs are not committed evidence; their ``tuning.csv`` is. A
+tuning resumed where the runs are absent (a fresh machine, the evidence copied into
+``<out>/compare/<name>/``) takes each absent run's status, score, oscillation and cost from the
+recorded ``tuning.csv`` when it was scored by the same rule (score, tail, budget), and runs only the
+new points: a widened grid, its extensions, confirmations. ``tuning.csv`` marks those rows
+``recorded``; ``--rerun`` runs everything again.
 """
 
 from __future__ import annotations
@@ -114,6 +121,28 @@ def _layers(exp: Experiment, ts: TuneSpec, a: dict, s: dict, point: dict, seed: 
             {"seed": seed, "target": None, **({"rounds": ts.rounds} if ts.rounds else {})}, overrides)
 
 
+def recorded_runs(exp: Experiment, ts: TuneSpec) -> dict[str, dict]:
+    """The runs of this spec's recorded tuning (``<out>/compare/<name>/tuning.csv``) that finished, by run
+    directory, where it was scored by today's rule (same score, tail and budget); else nothing."""
+    try:
+        _, tuned, table = _recorded(exp)
+    except UsageError:
+        return {}
+    if (tuned.get("score"), tuned.get("tail"), tuned.get("rounds")) != (ts.score, ts.tail, ts.rounds or "budget"):
+        return {}
+    keep = ["status", "score", "start", "oscillation", "train_time_s", "eval_time_s"]
+    rows = table[table.status.isin(["done", "diverged", "failed"])]
+    return {r["run_dir"]: {k: r[k] for k in keep if k in r} for _, r in rows.iterrows()}
+
+
+def tuning_todo(cells: list[tuple[Cell, dict]], recorded: dict[str, dict], rerun: bool = False) -> list[Cell]:
+    """The tuning runs still to run: unfinished, and not in the recorded tuning (unless ``rerun``)."""
+    from .results import todo_runs
+
+    todo = todo_runs([c for c, _ in cells], rerun)
+    return todo if rerun else [c for c in todo if str(c.cfg.run_dir) not in recorded]
+
+
 def tune_cells(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any],
                extended: dict[tuple[str, str], list[dict]] | None = None,
                confirm: dict[tuple[str, str], list[dict]] | None = None) -> list[tuple[Cell, dict]]:
@@ -158,11 +187,12 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
                console=None, executor: str | None = None, address: str | None = None, cpus_per_run: int = 1,
                gpus_per_run: float = 0, ranking_check: bool = True) -> Path:
     from .executors import run_cells
-    from .results import cost_line, todo_runs
+    from .results import cost_line
 
     exp = load_spec(spec_path, overrides, use_tuned=False)
     ts = tune_spec(exp)
     claim_folder(exp, exp.out_root / "compare" / exp.name, write=False)
+    recorded = {} if rerun else recorded_runs(exp, ts)
     extended: dict[tuple[str, str], list[dict]] = {}
     confirm: dict[tuple[str, str], list[dict]] = {}  # choices next to a rejected value, run on more seeds
     invalid: dict[tuple[str, str], list[tuple[dict, str]]] = {}  # extensions outside a key's valid range
@@ -171,7 +201,7 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
     checked = False
     while True:  # run the grid; while a choice sits at an edge, run one more point beyond it
         cells = tune_cells(exp, ts, overrides, extended, confirm)
-        todo = todo_runs([c for c, _ in cells], rerun)
+        todo = tuning_todo(cells, recorded, rerun)
         if todo and console is not None:
             console.print(f"{exp.name}: tuning, {cost_line(todo, jobs)}", highlight=False)
         if todo:
@@ -182,7 +212,7 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
             run_cells(todo, rerun=rerun, title=f"{exp.name}: tuning runs" + (" (grid extensions)" if extended else ""),
                       **grid)
         rerun = False  # a rerun redoes the spec's grid once, not the extensions' earlier runs
-        table = collect_tuning(cells, ts, extended)
+        table = collect_tuning(cells, ts, extended, recorded)
         chosen = choose(table, ts, invalid)
         more = []
         for key, point in extensions(table, chosen, ts, extended, invalid):
@@ -466,7 +496,10 @@ def point_name(point: dict) -> str:
 
 
 def collect_tuning(cells: list[tuple[Cell, dict]], ts: TuneSpec,
-                   extended: dict[tuple[str, str], list[dict]] | None = None) -> pd.DataFrame:
+                   extended: dict[tuple[str, str], list[dict]] | None = None,
+                   recorded: dict[str, dict] | None = None) -> pd.DataFrame:
+    """Every tuning run's score and verdict; a run absent here but in ``recorded`` (see
+    :func:`recorded_runs`) stands as recorded."""
     from .results import run_status
 
     rows = []
@@ -476,7 +509,12 @@ def collect_tuning(cells: list[tuple[Cell, dict]], ts: TuneSpec,
         status = (s or {}).get("status", "missing") if state == "finished" else "not run"
         mpath = c.cfg.run_dir / "metrics.csv"
         sc, osc, start = float("nan"), float("nan"), float("nan")
-        if status in ("done", "diverged") and mpath.is_file():
+        cost = {"train_time_s": (s or {}).get("train_time_s"), "eval_time_s": (s or {}).get("eval_time_s")}
+        old = (recorded or {}).get(str(c.cfg.run_dir)) if status == "not run" else None
+        if old is not None:
+            status, sc, start, osc = old["status"], old["score"], old["start"], old["oscillation"]
+            cost = {k: old.get(k) for k in cost}
+        elif status in ("done", "diverged") and mpath.is_file():
             m = pd.read_csv(mpath)
             sc, osc = score_run(m, ts.score, ts.tail, ts.rounds or c.cfg.run.rounds)
             start = float(m[ts.score].iloc[0]) if ts.score in m and len(m) else float("nan")
@@ -484,9 +522,9 @@ def collect_tuning(cells: list[tuple[Cell, dict]], ts: TuneSpec,
                      "point": point_name(point), **point,
                      "grid": ("confirmation" if c.seed not in ts.seeds else "extension" if extra else "spec"),
                      "status": status, "score": sc, "start": start, "oscillation": osc,
-                     "run_dir": str(c.cfg.run_dir),
+                     "run_dir": str(c.cfg.run_dir), "recorded": old is not None,
                      # what the run cost (the report sums them into its section's compute, tuning included)
-                     "train_time_s": (s or {}).get("train_time_s"), "eval_time_s": (s or {}).get("eval_time_s")})
+                     **cost})
     df = pd.DataFrame(rows)
     # a grid point is judged over all its tuning seeds; "no progress": the score ends no better than it began
     stuck = (df.score >= df.start) if ts.mode == "min" else (df.score <= df.start)
@@ -552,7 +590,7 @@ def _key_values(grid: dict[str, list]) -> dict[str, list]:
 
 
 _NOT_PARAMS = {"algorithm", "setting", "seed", "point", "status", "score", "start", "oscillation", "run_dir",
-               "reason", "rejected", "grid", "train_time_s", "eval_time_s"}
+               "reason", "rejected", "grid", "train_time_s", "eval_time_s", "recorded"}
 
 
 def _plain(v):

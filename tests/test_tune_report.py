@@ -2,6 +2,7 @@
 numbers, missing runs, evidence)."""
 
 import math
+from pathlib import Path
 import re
 
 import numpy as np
@@ -465,3 +466,40 @@ def test_the_report_summary_counts_tuned_choices_by_their_grid_edge_and_budget()
     assert "1 the largest or smallest stable value" in line and "1 at a grid's edge, not resolved (e1: C, s)" in line
     assert "1 with every grid point rejected" in line
     assert "evaluation budget: 1 experiments" in line and "without it: 1 (e2)" in line
+
+
+def test_a_tuning_resumed_without_its_runs_reuses_the_recorded_scores_and_runs_only_new_points(tmp_path):
+    import shutil
+
+    def write(grid, tail=0.25):
+        p = tmp_path / "exp.yaml"
+        p.write_text(f"""
+name: resumed
+task: hyperrep
+seeds: [0]
+base: {{dataset: digits, clients: 6, participation: 0.5, rounds: 10, out_dir: {tmp_path}}}
+tune: {{seeds: [100], rounds: budget, tolerance: off, tail: {tail}}}
+algorithms: [{{name: A, algo: aggitd, tune: {{outer_lr: {grid}}}}}]
+""")
+        return p
+
+    p = write("[0.003, 0.01, 0.03]")
+    assert runner.invoke(app, ["tune", str(p)]).exit_code == 0
+    out = tmp_path / "compare" / "resumed"
+    first = pd.read_csv(out / "tuning.csv")
+    assert not first.recorded.any()
+    shutil.rmtree(tmp_path / "hyperrep")  # a fresh machine: only the recorded tuning is there
+    r = runner.invoke(app, ["tune", str(p), "--dry-run"])
+    assert r.exit_code == 0 and "nothing left to run" in r.output, r.output
+    p = write("[0.001, 0.003, 0.01, 0.03]")  # a widened grid: one new point
+    r = runner.invoke(app, ["tune", str(p)])
+    assert r.exit_code == 0, r.output
+    again = pd.read_csv(out / "tuning.csv")
+    old = again[again.outer_lr.isin(first.outer_lr)].set_index("point")
+    assert old.recorded.all() and not again[again.outer_lr == 0.001].recorded.any()
+    assert np.allclose(old.score.loc[first.point], first.set_index("point").score)
+    ran = {d.name for d in (tmp_path / "hyperrep" / "aggitd").iterdir()}
+    assert ran == {Path(d).name for d in again[~again.recorded].run_dir}  # only the new points ran
+    # scored by another rule: the record does not stand, everything runs again
+    r = runner.invoke(app, ["tune", str(write("[0.001, 0.003, 0.01, 0.03]", tail=0.5)), "--dry-run"])
+    assert r.exit_code == 0 and "nothing left to run" not in r.output, r.output
