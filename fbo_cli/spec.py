@@ -237,7 +237,10 @@ DERIVED = {"imax": "the largest communication window I whose final AUC stays wit
 
 def _check_claims(where: str, claims: Any, algos: list, settings: list) -> None:
     """``claims:`` (read by ``fbo report``): a list of {text, metric, better, than, mode, margin,
-    settings}; ``settings`` (optional) names the settings the claim is about (default: all)."""
+    settings, across}; ``settings`` (optional) names the settings the claim is about (default: all);
+    ``across`` (optional, instead) lists pairs [setting of ``better``, setting of ``than``]: a claim
+    about one setting against another (e.g. tau = 5 against tau = 1 for the same algorithm). A claim on
+    a derived quantity (``I_max``) names the derived table's settings (``K=<K>``)."""
     if claims is None:
         return
     names = {a["name"] for a in algos}
@@ -245,10 +248,17 @@ def _check_claims(where: str, claims: Any, algos: list, settings: list) -> None:
     if not isinstance(claims, list):
         raise UsageError(f"{where}: 'claims' must be a list of mappings")
     for c in claims:
-        if not isinstance(c, dict) or set(c) - {"text", "metric", "better", "than", "mode", "margin", "settings"} \
-                or not {"text", "metric", "better", "than"} <= set(c):
+        if not isinstance(c, dict) or set(c) - {"text", "metric", "better", "than", "mode", "margin", "settings",
+                                                "across"} or not {"text", "metric", "better", "than"} <= set(c):
             raise UsageError(f"{where}: each claim needs text, metric, better, than (optional: mode, margin, "
-                             f"settings); got {c!r}")
+                             f"settings or across); got {c!r}")
+        across = c.get("across")
+        if across is not None:
+            derived = c["metric"] == "I_max"  # its settings are the derived table's K=<K>
+            if c.get("settings") or not isinstance(across, list) or not across or not all(
+                    isinstance(p, list) and len(p) == 2 and (derived or all(x in snames for x in p)) for p in across):
+                raise UsageError(f"{where}: claim '{c['text']}': 'across' must be a non-empty list of pairs "
+                                 f"[setting, setting] of the spec's settings, without 'settings'; got {across!r}")
         bad = [s for s in c.get("settings") or [] if s not in snames]
         if not isinstance(c.get("settings") or [], list) or bad:
             raise UsageError(f"{where}: claim '{c['text']}': 'settings' must list setting names of the spec; "

@@ -101,7 +101,9 @@ def test_compare_before_tune_says_the_values_are_not_tuned(tmp_path):
 
 def test_bad_claims_and_derived_are_usage_errors(tmp_path):
     claim = '{text: c, metric: final, better: AggITD, than: FedNest, settings: ["nope"]}'
-    for extra, what in [(f"claims: [{claim}]", "unknown: nope"), ("derived: [bogus]", "'derived' must be")]:
+    across = '{text: c, metric: final, better: AggITD, than: AggITD, across: [["iid", "nope"]]}'
+    for extra, what in [(f"claims: [{claim}]", "unknown: nope"), ("derived: [bogus]", "'derived' must be"),
+                        (f"claims: [{across}]", "'across' must be a non-empty list of pairs")]:
         r = runner.invoke(app, ["compare", str(spec(tmp_path, extra=extra)), "--no-run"])
         assert r.exit_code == 2 and what in " ".join(r.output.split()), (extra, r.output)
 
@@ -299,6 +301,16 @@ def test_claim_verdict_rule():
     runs.loc[(runs.algorithm == "A") & (runs.seed == 2), "status"] = "diverged"  # the method's worst outcome
     v, nums = claim_verdict(runs, {**claim, "margin": 0.001}, "s")
     assert v == "does not hold" and "2/3" in nums
+
+
+def test_a_claim_across_two_settings_pairs_one_algorithms_seeds_between_them():
+    runs = pd.DataFrame({"algorithm": "A", "setting": ["tau=5"] * 3 + ["tau=1"] * 3, "seed": [0, 1, 2] * 2,
+                         "status": "done", "rounds_to_target": [300, 400, np.nan, 500, 450, 600]})
+    claim = {"text": "", "metric": "rounds_to_target", "better": "A", "than": "A", "mode": "min"}
+    v, nums = claim_verdict(runs, claim, "tau=5", "tau=1")  # seed 2 never reaches the target at tau=5
+    assert v == "holds in the mean" and "wins 2/3" in nums and nums.startswith("400 vs 500")
+    assert claim_verdict(runs, claim, "tau=1", "tau=5")[0] == "does not hold"
+    assert claim_verdict(runs, claim, "tau=5", "tau=9")[0] == "no data"
 
 
 def test_imax_per_seed_is_the_largest_tolerated_window_and_needs_every_window():

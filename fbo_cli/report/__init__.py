@@ -17,7 +17,8 @@ algorithm ``better`` beats ``than`` on ``metric`` (a column of ``runs.csv``: ``f
 says that the two end within the margin of each other (a finding of no difference). The rule: per
 setting, the pairs of runs with the same random seed are compared (a pair is a win when ``better``
 is ahead by more than a margin: 0.005 for metrics that are fractions, 0 for rounds or iterations to
-the target; a claim may set ``margin``); the claim **holds in every seed** when ``better`` wins
+the target; a claim may set ``margin``; a claim with ``across: [[s1, s2], ...]`` pairs ``better``'s
+runs in setting s1 with ``than``'s in s2 instead, e.g. one algorithm at tau = 5 against tau = 1); the claim **holds in every seed** when ``better`` wins
 every pair, **holds in the mean** when it wins on the mean over seeds (the median for rounds or
 iterations to the target) but not every pair, **does not hold** otherwise; **no data** when a side
 has no finished run. A run that never reaches the target counts as +∞ rounds, and a diverged run as

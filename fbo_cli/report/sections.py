@@ -78,6 +78,11 @@ def build_section(spec: str, root: Path, work: Path) -> Section:
                             [f"K={k}" for k in sorted(windows(exp.settings), reverse=True)])
     for claim in exp.claims:
         table, names = derived.get(claim["metric"], (runs, [s["name"] for s in exp.settings]))
+        if claim.get("across"):  # one setting against another, seed by seed
+            for s, t in claim["across"]:
+                v, nums = claim_verdict(table, claim, s, t)
+                sec.verdicts.append((claim["text"], f"{s} vs {t}", v, nums))
+            continue
         for s in names:
             if claim.get("settings") and s not in claim["settings"]:
                 continue

@@ -13,21 +13,23 @@ import pandas as pd
 from ..spec import Experiment
 
 
-def claim_verdict(runs: pd.DataFrame, claim: dict, setting: str) -> tuple[str, str]:
-    """(verdict, the numbers behind it) of one claim in one setting; the rule is in the module doc."""
+def claim_verdict(runs: pd.DataFrame, claim: dict, setting: str, than_setting: str | None = None) -> tuple[str, str]:
+    """(verdict, the numbers behind it) of one claim in one setting; the rule is in the module doc. With
+    ``than_setting`` (a claim's ``across`` pair) the ``than`` side's runs come from that setting: the
+    same seeds are paired across the two settings."""
     metric, mode = claim["metric"], claim.get("mode", "max")
     sign = 1.0 if mode == "max" else -1.0
     fill = -math.inf if mode == "max" else math.inf  # never reaching the target is the worst value
 
-    def side(name):
-        g = runs[(runs.algorithm == name) & (runs.setting == setting) & runs.status.isin(["done", "diverged"])]
+    def side(name, where):
+        g = runs[(runs.algorithm == name) & (runs.setting == where) & runs.status.isin(["done", "diverged"])]
         if metric not in g:
             return pd.Series(dtype=float)
         v = g.set_index("seed")[metric].astype(float).fillna(fill)
         v[(g.status == "diverged").to_numpy()] = fill  # a diverged run is the method's worst outcome
         return v
 
-    a, b = side(claim["better"]), side(claim["than"])
+    a, b = side(claim["better"], setting), side(claim["than"], than_setting or setting)
     if a.empty or b.empty:
         return "no data", ""
     counts = metric.endswith("to_target")
