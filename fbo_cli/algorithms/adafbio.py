@@ -53,14 +53,12 @@ points. Oracle calls count what is evaluated (2 points, only k_i HVPs for client
 
 Hyperparameters (the paper gives none): q = 5, b = 64, K = 10,
 η_t = 1/(27+t)^{1/3} (eta_k = 1, eta_n = 27), c1 = c2 = 4.5 (α_1 = β_1 = 0.5), ϱ = 0.9 constant,
-adaptive = adam; where the first-choice values diverged on hyper-representation (docs/fidelity.md):
-ρ = 1e-2 (not 1e-3), λ = 3e-2 (not 0.1), γ = 3e-4 (grid 1e-3..3e-2). ϑ = 0.05 (not 1e-2):
-in expectation over k the estimator is the series ϑ Σ_{k<K} (I - ϑH)^k, which with ϑ K = 0.5 keeps
-about 60% of the implicit term on per-client heads (the previous ϑ = 2e-3 kept under 10%, no better
-than the direct gradient; docs/fidelity.md); it needs ϑ < 2/L_g, so a task whose lower Hessian grows
-past L_g = 40 needs a smaller ϑ (``fbo tune`` grids include it).
-With ``adaptive: none`` γ and λ are plain learning rates (times η_t) and need larger values (our
-experiments: γ = 0.03, λ = 0.3).
+adaptive = adam, ρ = 1e-2 (recommended 1e-3), λ = 3e-2 (recommended 0.1), γ = 3e-4 (recommended
+grid 1e-3..3e-2), ϑ = 0.05 (recommended 1e-2). In expectation over k the estimator is the series
+ϑ Σ_{k<K} (I - ϑH)^k: ϑ K sets how much of the implicit term it keeps, and ϑ < 2/L_g keeps it
+convergent. Why each default differs from the recommended value, and the experiments' tuned values:
+docs/fidelity.md (AdaFBiO). With ``adaptive: none`` γ and λ are plain learning rates (times η_t), so
+their grids sit higher.
 """
 
 from __future__ import annotations

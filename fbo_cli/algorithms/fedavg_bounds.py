@@ -22,8 +22,8 @@ One round (outer iteration) on the sampled clients S:
 For evaluation the weights are reported as x = 0 (noisy: nothing flagged, F1 = 0) and, for the
 oracle, x = -10 on the corrupted and +10 on the clean examples (F1 = 1 by construction).
 
-Hyperparameters (matched to ``fedbio``'s defaults): I = 5, b = 64, γ = 0.03 (0.1 oscillates on
-standardized Fashion-MNIST: the lower Hessian has L ≈ 11-25; docs/fidelity.md).
+Hyperparameters (matched to ``fedbio``'s defaults): I = 5, b = 64, γ = 0.03 (a gradient step on
+the lower loss needs γL < 2; docs/fidelity.md; the experiments tune γ).
 """
 
 from __future__ import annotations

@@ -54,9 +54,8 @@ representation; `fbo tune` chooses it per experiment), τ (u) = 0.03, u_1 = 0; s
 α_t = δ = 1 constant (Thms 1, 2 use constants / δ/(u0+t)^{1/3}: ``schedule: cbrt``), FedBiOAcc
 c_ω = c_ν = c_u = 0.1 (momentum 1 - cα² = 0.9), first batch b_1 = 4b. γ = τ = 0.03, not the
 recommended 0.1: both the lower step and the u-step are gradient steps on quadratics whose curvature is
-the lower Hessian, L ≈ 11-25 per client on standardized Fashion-MNIST at σ(x) = 1/2 (up to twice that
-as weights grow), so they need γL, τL < 2; at 0.1 the u iterate grows ~100× within 5 rounds and the
-example weights saturate (docs/fidelity.md, with `fbo tune`'s grid).
+the lower Hessian, so they need γL, τL < 2 (measurements and the experiments' tuned values:
+docs/fidelity.md).
 """
 
 from __future__ import annotations

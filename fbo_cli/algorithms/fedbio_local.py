@@ -28,17 +28,11 @@ oracle counters count calls per client: 2 gradients (∇_y g; ∇f w.r.t. (x, y)
 1 JVP per iteration.
 
 Hyperparameters (the paper gives theory constants only, Thm 3; defaults as in docs/fidelity.md):
-I = 5, b = 64 (b_y = b), γ = 0.05 (constant lower step, Thm 3: γ = 1/(2L); recommended 0.1, but
-the heads' Hessian reaches L_g ≈ 20-22 = 2/0.1 within 20 rounds on Fashion-MNIST and FedBiOAcc-Local then
-left the lower optimum and diverged; docs/fidelity.md);
-η = 0.003 (recommended 0.05; with the Neumann setting below 0.01 diverged at round 12-13 on
-Fashion-MNIST per-client heads, 0.003 reached 83.5% at round 40; `fbo tune` chooses per experiment);
-Neumann
-τ = 0.05 and Q = 10 (not 0.1 and 5). The series converges for τ < 2/L_g; the lower Hessian's
-largest eigenvalue is L_g ≈ 5 at the start and ≈ 17 after 30 rounds on Fashion-MNIST, and
-τ(Q + 1) = 0.55 keeps about 60% of the implicit term (cosine with the exact hypergradient 0.69-0.73
-against 0.52 for the direct gradient alone), where the previous τ = 0.01, Q = 5 kept about 27%
-(``fbo diagnose truncation``; docs/fidelity.md).
+I = 5, b = 64 (b_y = b), γ = 0.05 (constant lower step, Thm 3: γ = 1/(2L); recommended 0.1, which
+needs L_g < 20), η = 0.003 (recommended 0.05), Neumann τ = 0.05 and Q = 10 (recommended 0.1 and 5).
+The series converges for τ < 2/L_g, and τ(Q + 1) sets how much of the implicit term it keeps
+(``fbo diagnose truncation`` measures it). Why each default differs from the recommended value, and
+the experiments' tuned values: docs/fidelity.md (FedBiO-Local).
 """
 
 from __future__ import annotations

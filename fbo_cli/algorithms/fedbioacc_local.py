@@ -30,11 +30,9 @@ Samples: data points drawn, b_y + (Q+2) b per client per iteration (each draw is
 points and counted once), plus the first batch. Oracle calls: every gradient/HVP/JVP twice.
 
 Hyperparameters (docs/fidelity.md): I = 5,
-b = 64, b_y = b (``by_scale_M: true`` gives Thm 4's b_y = bM), b_1 = 4b, γ = 0.05 (as FedBiO-Local;
-recommended 0.1, which diverged, docs/fidelity.md), and as
-for FedBiO-Local η = 0.003 (0.05 and, with this Neumann setting, 0.01 diverged),
-Neumann τ = 0.05 and Q = 10 (not 0.1 and 5;
-chosen so that the truncated series keeps the implicit term, docs/fidelity.md),
+b = 64, b_y = b (``by_scale_M: true`` gives Thm 4's b_y = bM), b_1 = 4b, and as FedBiO-Local
+γ = 0.05 (recommended 0.1), η = 0.003 (recommended 0.05), Neumann τ = 0.05 and Q = 10 (recommended
+0.1 and 5; why: docs/fidelity.md),
 α_t = δ = 1 constant (``schedule: cbrt`` gives Thm 4's α_t = δ/(u0 + t)^{1/3}),
 c_ω = c_ν = 0.1 (momentum 1 - c α_t² = 0.9). A weight c α_t² above 1 is clipped to 1 (the plain
 estimator; the theory keeps it below 1).
