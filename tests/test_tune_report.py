@@ -2,8 +2,8 @@
 numbers, missing runs, evidence)."""
 
 import math
-from pathlib import Path
 import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd

@@ -18,12 +18,12 @@ says that the two end within the margin of each other (a finding of no differenc
 setting, the pairs of runs with the same random seed are compared (a pair is a win when ``better``
 is ahead by more than a margin: 0.005 for metrics that are fractions, 0 for rounds or iterations to
 the target; a claim may set ``margin``; a claim with ``across: [[s1, s2], ...]`` pairs ``better``'s
-runs in setting s1 with ``than``'s in s2 instead, e.g. one algorithm at tau = 5 against tau = 1); the claim **holds in every seed** when ``better`` wins
-every pair, **holds in the mean** when it wins on the mean over seeds (the median for rounds or
-iterations to the target) but not every pair, **does not hold** otherwise; **no data** when a side
-has no finished run. A run that never reaches the target counts as +∞ rounds, and a diverged run as
-the worst value (it loses its pair); failed runs are left out. Paper numbers are
-compared by the rule in :func:`match_paper`.
+runs in setting s1 with ``than``'s in s2 instead, e.g. one algorithm at tau = 5 against tau = 1);
+the claim **holds in every seed** when ``better`` wins every pair, **holds in the mean** when it
+wins on the mean over seeds (the median for rounds or iterations to the target) but not every pair,
+**does not hold** otherwise; **no data** when a side has no finished run. A run that never reaches
+the target counts as +∞ rounds, and a diverged run as the worst value (it loses its pair); failed
+runs are left out. Paper numbers are compared by the rule in :func:`match_paper`.
 """
 
 from __future__ import annotations
