@@ -471,7 +471,8 @@ def edge_note(entry: dict[str, Any]) -> str:
     if entry.get("_valid_edge"):
         notes.append(f"at the end of the valid range: {entry['_valid_edge']}")
     if entry.get("_at_grid_edge"):
-        notes.append(f"at the grid's edge, not resolved: {entry['_at_grid_edge']}")
+        notes.append(f"an unresolved edge: the best value of {entry['_at_grid_edge']} is the last one tried, no "
+                     "rejected value beyond it")
     return "; ".join(notes)
 
 

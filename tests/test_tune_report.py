@@ -515,3 +515,12 @@ algorithms: [{{name: A, algo: aggitd, tune: {{outer_lr: {grid}}}}}]
     # scored by another rule: the record does not stand, everything runs again
     r = runner.invoke(app, ["tune", str(write("[0.001, 0.003, 0.01, 0.03]", tail=0.5)), "--dry-run"])
     assert r.exit_code == 0 and "nothing left to run" not in r.output, r.output
+
+
+def test_only_a_resolved_edge_note_says_at_the_grids_edge():
+    from fbo_cli.spec import edge_note
+
+    resolved = edge_note({"_stable_edge": "outer_lr=0.9 is the largest stable value: outer_lr=2.7 diverged"})
+    unresolved = edge_note({"_at_grid_edge": "outer_lr"})
+    assert "at the grid's edge" in resolved and "largest stable value" in resolved
+    assert "at the grid's edge" not in unresolved and "unresolved edge" in unresolved and "outer_lr" in unresolved
