@@ -48,7 +48,9 @@ tuning resumed where the runs are absent (a fresh machine, the evidence copied i
 ``<out>/compare/<name>/``) takes each absent run's status, score, oscillation and cost from the
 recorded ``tuning.csv`` when it was scored by the same rule (score, tail, budget), and runs only the
 new points: a widened grid, its extensions, confirmations. ``tuning.csv`` marks those rows
-``recorded``; ``--rerun`` runs everything again.
+``recorded``; ``--rerun`` runs everything again. An unfinished tuning keeps its record too: before
+each batch of runs ``tuning.partial.csv`` (the table so far) and ``tuning.partial.yaml`` (its rule)
+are rewritten, the report's evidence carries them, and the finished tuning removes them.
 """
 
 from __future__ import annotations
@@ -121,18 +123,38 @@ def _layers(exp: Experiment, ts: TuneSpec, a: dict, s: dict, point: dict, seed: 
             {"seed": seed, "target": None, **({"rounds": ts.rounds} if ts.rounds else {})}, overrides)
 
 
+PARTIAL = ("tuning.partial.yaml", "tuning.partial.csv")  # an unfinished tuning's record (module docstring)
+
+
+def _rule(ts: TuneSpec) -> dict[str, Any]:
+    return {"score": ts.score, "tail": ts.tail, "rounds": ts.rounds or "budget"}
+
+
 def recorded_runs(exp: Experiment, ts: TuneSpec) -> dict[str, dict]:
-    """The runs of this spec's recorded tuning (``<out>/compare/<name>/tuning.csv``) that finished, by run
-    directory, where it was scored by today's rule (same score, tail and budget); else nothing."""
+    """The runs of this spec's recorded tuning (``<out>/compare/<name>/tuning.csv``, and the record of an
+    unfinished one, ``tuning.partial.csv``) that finished, by run directory, where they were scored by
+    today's rule (same score, tail and budget); else nothing."""
+    import yaml
+
+    outdir = exp.out_root / "compare" / exp.name
+    records = []
     try:
         _, tuned, table = _recorded(exp)
+        records.append((tuned, table))
     except UsageError:
-        return {}
-    if (tuned.get("score"), tuned.get("tail"), tuned.get("rounds")) != (ts.score, ts.tail, ts.rounds or "budget"):
-        return {}
+        pass
+    meta, csv = (outdir / f for f in PARTIAL)
+    if meta.is_file() and csv.is_file():
+        records.append((yaml.safe_load(meta.read_text()) or {}, pd.read_csv(csv, keep_default_na=False,
+                                                                             na_values=[""])))
     keep = ["status", "score", "start", "oscillation", "train_time_s", "eval_time_s"]
-    rows = table[table.status.isin(["done", "diverged", "failed"])]
-    return {r["run_dir"]: {k: r[k] for k in keep if k in r} for _, r in rows.iterrows()}
+    out: dict[str, dict] = {}
+    for tuned, table in records:  # the unfinished tuning's record last: it is the newer
+        if {k: tuned.get(k) for k in ("score", "tail", "rounds")} != _rule(ts):
+            continue
+        rows = table[table.status.isin(["done", "diverged", "failed"])]
+        out.update({r["run_dir"]: {k: r[k] for k in keep if k in r} for _, r in rows.iterrows()})
+    return out
 
 
 def tuning_todo(cells: list[tuple[Cell, dict]], recorded: dict[str, dict], rerun: bool = False) -> list[Cell]:
@@ -209,6 +231,11 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
                 # the tuning runs themselves: tune.set may change what they log
                 check_metrics(replace(exp, cells=[c for c, _ in cells], metrics=[ts.score]))
                 checked = True
+            # what has run so far, before each batch: a tuning stopped in it resumes from here elsewhere
+            outdir = exp.out_root / "compare" / exp.name
+            claim_folder(exp, outdir)
+            write_yaml(outdir / PARTIAL[0], {**_rule(ts), "note": "an unfinished tuning's runs so far"})
+            atomic_write(outdir / PARTIAL[1], collect_tuning(cells, ts, extended, recorded).to_csv(index=False))
             run_cells(todo, rerun=rerun, title=f"{exp.name}: tuning runs" + (" (grid extensions)" if extended else ""),
                       **grid)
         rerun = False  # a rerun redoes the spec's grid once, not the extensions' earlier runs
@@ -248,6 +275,8 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
     outdir = exp.out_root / "compare" / exp.name
     claim_folder(exp, outdir)
     atomic_write(outdir / "tuning.csv", table.to_csv(index=False))
+    for f in PARTIAL:  # the finished record below replaces the unfinished one
+        (outdir / f).unlink(missing_ok=True)
     if ranking is not None:
         atomic_write(outdir / "ranking.csv", ranking[0].to_csv(index=False))
     write_yaml(outdir / "tuned.yaml", {

@@ -512,6 +512,14 @@ algorithms: [{{name: A, algo: aggitd, tune: {{outer_lr: {grid}}}}}]
     assert np.allclose(old.score.loc[first.point], first.set_index("point").score)
     ran = {d.name for d in (tmp_path / "hyperrep" / "aggitd").iterdir()}
     assert ran == {Path(d).name for d in again[~again.recorded].run_dir}  # only the new points ran
+    assert not (out / "tuning.partial.csv").exists()  # written while it ran, removed when it finished
+    # a tuning stopped before it finished leaves its partial record, which stands for its runs too
+    (out / "tuning.csv").rename(out / "tuning.partial.csv")
+    (out / "tuning.partial.yaml").write_text(yaml.safe_dump({"score": "val_loss", "tail": 0.25, "rounds": "budget"}))
+    (out / "tuned.yaml").unlink()
+    shutil.rmtree(tmp_path / "hyperrep")
+    r = runner.invoke(app, ["tune", str(p), "--dry-run"])
+    assert r.exit_code == 0 and "nothing left to run" in r.output, r.output
     # scored by another rule: the record does not stand, everything runs again
     r = runner.invoke(app, ["tune", str(write("[0.001, 0.003, 0.01, 0.03]", tail=0.5)), "--dry-run"])
     assert r.exit_code == 0 and "nothing left to run" not in r.output, r.output

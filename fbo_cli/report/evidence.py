@@ -13,7 +13,7 @@ from .papers import PAPERS
 EVIDENCE_FILES = ("config.yaml", "metrics.csv", "summary.json")
 
 
-SPEC_FILES = ("tuned.yaml", "tuning.csv", "ranking.csv")
+SPEC_FILES = ("tuned.yaml", "tuning.csv", "ranking.csv", "tuning.partial.yaml", "tuning.partial.csv")
 
 
 # CPU, GPU, and the CPU cases of a change measured on the code before it, in the same idle window
@@ -42,11 +42,14 @@ def collect_evidence(results: Path, evidence: Path, papers=PAPERS) -> int:
                 for f in EVIDENCE_FILES:
                     shutil.copy2(src / f, dst / f)
                 n += 1
+            here = results / "compare" / exp.name
             for f in SPEC_FILES:
-                src = results / "compare" / exp.name / f
+                src = here / f
                 if src.is_file():
                     (evidence / "compare" / exp.name).mkdir(parents=True, exist_ok=True)
                     shutil.copy2(src, evidence / "compare" / exp.name / f)
+                elif f.startswith("tuning.partial") and (here / "tuned.yaml").is_file():
+                    (evidence / "compare" / exp.name / f).unlink(missing_ok=True)  # that tuning finished
     for paper in papers:  # count tables written by `fbo figure` (ZO-HFL Fig. 1)
         for f in paper.counts:
             if (results / f).is_file():
