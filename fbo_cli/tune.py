@@ -213,7 +213,8 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
 
     exp = load_spec(spec_path, overrides, use_tuned=False)
     ts = tune_spec(exp)
-    claim_folder(exp, exp.out_root / "compare" / exp.name, write=False)
+    outdir = exp.out_root / "compare" / exp.name
+    claim_folder(exp, outdir, write=False)
     recorded = {} if rerun else recorded_runs(exp, ts)
     extended: dict[tuple[str, str], list[dict]] = {}
     confirm: dict[tuple[str, str], list[dict]] = {}  # choices next to a rejected value, run on more seeds
@@ -232,7 +233,6 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
                 check_metrics(replace(exp, cells=[c for c, _ in cells], metrics=[ts.score]))
                 checked = True
             # what has run so far, before each batch: a tuning stopped in it resumes from here elsewhere
-            outdir = exp.out_root / "compare" / exp.name
             claim_folder(exp, outdir)
             write_yaml(outdir / PARTIAL[0], {**_rule(ts), "note": "an unfinished tuning's runs so far"})
             atomic_write(outdir / PARTIAL[1], collect_tuning(cells, ts, extended, recorded).to_csv(index=False))
@@ -272,7 +272,6 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
             vals["_stable_edge"] += f" (and the choice is stable on seeds {', '.join(map(str, extra_seeds))})"
     ranking = (check_ranking(exp, ts, overrides, [c for c in cells if c[0].seed in ts.seeds],
                              table[table.grid != "confirmation"], extended, grid) if ranking_check else None)
-    outdir = exp.out_root / "compare" / exp.name
     claim_folder(exp, outdir)
     atomic_write(outdir / "tuning.csv", table.to_csv(index=False))
     for f in PARTIAL:  # the finished record below replaces the unfinished one
