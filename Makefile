@@ -11,7 +11,7 @@ REPRODUCE_SPECS = experiments/aggitd_table2.yaml experiments/aggitd_fig3_mnist.y
   experiments/fedbio_hyperclean_fmnist.yaml experiments/fedbio_local_hyperrep.yaml experiments/fedbio_global_head_control.yaml \
   experiments/adafbio_hyperrep_mnist.yaml experiments/adafbio_hyperclean_mnist.yaml \
   experiments/adafbio_hyperclean.yaml experiments/adafbio_hyperrep.yaml experiments/codasca_fig1_synth_val.yaml \
-  experiments/codasca_fig1_synth.yaml experiments/codasca_fig1_fmnist.yaml experiments/zohfl_table1_mnist.yaml \
+  experiments/codasca_fig1_fmnist.yaml experiments/zohfl_table1_mnist.yaml \
   experiments/zohfl_table1_mnist_x0zero.yaml experiments/zohfl_probe_mnist.yaml experiments/zohfl_table1_fmnist.yaml \
   experiments/zohfl_table1_fmnist_x0zero.yaml experiments/zohfl_fig2.yaml
 
@@ -90,11 +90,13 @@ reproduce-all:  ## every paper's reproduction at its budget (tuning first where 
 	$(FBO) compare experiments/adafbio_hyperrep.yaml --jobs $(JOBS)
 	$(FBO) tune experiments/codasca_fig1_synth_val.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/codasca_fig1_synth_val.yaml --jobs $(JOBS)
-	$(FBO) compare experiments/codasca_fig1_synth.yaml --jobs $(JOBS)
+	$(FBO) tune experiments/codasca_fig1_fmnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/codasca_fig1_fmnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1_mnist.yaml --jobs $(JOBS)
+	$(FBO) tune experiments/zohfl_table1_mnist_x0zero.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1_mnist_x0zero.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_probe_mnist.yaml --jobs $(JOBS)
+	$(FBO) tune experiments/zohfl_table1_fmnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1_fmnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1_fmnist_x0zero.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_fig2.yaml --jobs $(JOBS)
@@ -106,10 +108,10 @@ reproduce-quick:  ## the reduced reproductions reported in docs/results.md (tune
 	$(FBO) compare experiments/aggitd_table2_fmnist_500.yaml --jobs $(JOBS)
 	$(FBO) tune experiments/fedbio_local_hyperrep_quick.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/fedbio_local_hyperrep_quick.yaml --jobs $(JOBS)
+	$(FBO) tune experiments/zohfl_table1_fmnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1_fmnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1_fmnist_x0zero.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_fig2.yaml --jobs $(JOBS)
-	$(FBO) compare experiments/codasca_fig1_synth.yaml --jobs $(JOBS)
 	$(FBO) report --collect results
 
 test:
@@ -141,21 +143,23 @@ reproduce-aggitd-fmnist: ## Table 2 of Xiao & Ji (ICML 2023) on the Fashion-MNIS
 reproduce-aggitd-short:  ## the Fashion-MNIST twin with a 500-round budget and a 70% target (about 10 min on 2 idle cores)
 	$(FBO) compare experiments/aggitd_table2_fmnist_500.yaml --jobs $(JOBS)
 
-reproduce-codasca:          ## Analog of Figure 1 of Yuan, Guo, Xu, Ying & Yang (ICML 2021) (AUC vs window I, I_max table): eta tuned per method on validation AUC (synth-c100), then the earlier synth-c100 and Fashion-MNIST grids (3 seeds)
+reproduce-codasca:          ## Analog of Figure 1 of Yuan, Guo, Xu, Ying & Yang (ICML 2021) (AUC vs window I, I_max table): eta tuned per method on validation AUC (synth-c100), then then the same on Fashion-MNIST (3 seeds)
 	$(FBO) tune experiments/codasca_fig1_synth_val.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/codasca_fig1_synth_val.yaml --jobs $(JOBS)
 	$(FBO) figure codasca-imax results/compare/codasca_fig1_synth_val
-	$(FBO) compare experiments/codasca_fig1_synth.yaml --jobs $(JOBS)
-	$(FBO) figure codasca-imax results/compare/codasca_fig1_synth
+	$(FBO) tune experiments/codasca_fig1_fmnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/codasca_fig1_fmnist.yaml --jobs $(JOBS)
 	$(FBO) figure codasca-imax results/compare/codasca_fig1_fmnist
 
 reproduce-codasca-controls: ## CODASCA controls on synth-c100: iid vs class-disjoint, FedAvg-CE, the code preset (3 seeds)
+	$(FBO) tune experiments/codasca_controls_synth.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/codasca_controls_synth.yaml --jobs $(JOBS)
+	$(FBO) tune experiments/codasca_code_preset_synth.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/codasca_code_preset_synth.yaml --jobs $(JOBS)
 	$(FBO) figure codasca-imax results/compare/codasca_code_preset_synth
 
 reproduce-codasca-cifar100: ## Figure 1 of Yuan, Guo, Xu, Ying & Yang (ICML 2021) on CIFAR100-IH with ResNet-20 (needs CIFAR-100 in data/ or network; GPU advised)
+	$(FBO) tune experiments/codasca_fig1_cifar100.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/codasca_fig1_cifar100.yaml --jobs $(JOBS)
 	$(FBO) figure codasca-imax results/compare/codasca_fig1_cifar100
 
