@@ -320,10 +320,32 @@ def _kind(cfg: dict) -> str:
                       default=str)
 
 
+_SCHEDULE_KEYS = frozenset({"T0", "seed", "rounds", "max_iters", "checkpoint_every"})
+
+
+def _shape(cfg: dict, loose: bool = False) -> str:
+    """What sets a run's cost per round, without its step sizes: the task, algorithm, dataset and model,
+    the clients, participation and evaluation cadence, and the integer and boolean settings of the task and
+    algorithm (local iterations I, batch sizes, lower epochs, Neumann terms), schedules (T0) left out;
+    ``loose``: the integers alone, without the evaluation cadence and the switches."""
+    from .config import comparable
+
+    cfg = comparable(cfg)  # a resolved config and a run's config.yaml alike
+    tp, hp = cfg.get("task_params") or {}, cfg.get("hp") or {}
+    ints = {k: v for part in (tp, hp) for k, v in part.items()
+            if isinstance(v, int) and not (loose and isinstance(v, bool)) and k not in _SCHEDULE_KEYS}
+    return json.dumps({"task": cfg.get("task"), "algo": cfg.get("algo"), "dataset": cfg.get("dataset"),
+                       "model": tp.get("model"), "clients": cfg.get("clients"),
+                       "participation": cfg.get("participation"),
+                       "eval_every": None if loose else cfg.get("eval_every"),
+                       **ints}, sort_keys=True, default=str)
+
+
 @functools.lru_cache(maxsize=8)
 def _seconds_per_round(roots: tuple[str, ...], here: str) -> dict[tuple, float]:
     """Median seconds per round (training and evaluation) of the finished runs under ``roots`` on this
-    kind of device, by exact kind (:func:`_kind`) and by (task, algorithm, dataset, model), any dataset too."""
+    kind of device, by exact kind (:func:`_kind`), by shape (:func:`_shape`) and by (task, algorithm,
+    dataset, model), any dataset too."""
     import yaml
 
     per: dict[tuple, list[float]] = {}
@@ -339,7 +361,8 @@ def _seconds_per_round(roots: tuple[str, ...], here: str) -> dict[tuple, float]:
             if not rounds or s.get("device", "cpu") != here:
                 continue
             model = (cfg.get("task_params") or {}).get("model")
-            for key in (("kind", _kind(cfg)), (s.get("task"), s.get("algo"), s.get("dataset"), model),
+            for key in (("kind", _kind(cfg)), ("shape", _shape(cfg)), ("loose", _shape(cfg, True)),
+                        (s.get("task"), s.get("algo"), s.get("dataset"), model),
                         (s.get("task"), s.get("algo"), None, model)):
                 per.setdefault(key, []).append(secs / rounds)
     return {k: float(np.median(v)) for k, v in per.items()}
@@ -349,9 +372,10 @@ def estimate_cost(cells: list, roots: tuple[Path, ...] = (Path("docs/results"),)
     """(core-seconds, runs without a basis) of running ``cells``: each run's budget in rounds times the
     median seconds per round (training and evaluation) of finished runs of the same kind under ``roots``
     (the committed evidence, and the results folder) on this kind of device (a GPU's runs say nothing of a
-    CPU's cost): the same configuration but for the seed where such runs exist, else the same task,
-    algorithm, dataset and model, else the same task, algorithm and model on any dataset (a rough guide
-    then: the evaluation cadence, participation and local work change the cost too)."""
+    CPU's cost): the same configuration but for the seed where such runs exist, else the same shape (the
+    same local work per round with other step sizes, :func:`_shape`, strict then loose), else the same task, algorithm,
+    dataset and model, else the same task, algorithm and model on any dataset (a rough guide then: the
+    evaluation cadence, participation and local work change the cost too)."""
     import torch
 
     here = "cuda" if torch.cuda.is_available() else "cpu"
@@ -362,7 +386,8 @@ def estimate_cost(cells: list, roots: tuple[Path, ...] = (Path("docs/results"),)
         if c.cfg.run.device not in ("auto", here):
             unknown += 1
             continue
-        spr = (table.get(("kind", _kind(c.cfg.as_dict())))
+        spr = (table.get(("kind", _kind(c.cfg.as_dict()))) or table.get(("shape", _shape(c.cfg.as_dict())))
+               or table.get(("loose", _shape(c.cfg.as_dict(), True)))
                or table.get((c.cfg.task, c.cfg.algo, c.cfg.run.dataset, model))
                or table.get((c.cfg.task, c.cfg.algo, None, model)))
         if spr:

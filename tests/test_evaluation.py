@@ -139,3 +139,41 @@ def test_public_fednest_timing_reads_the_codes_own_iteration_prints(tmp_path):
     (code / "main_hr.py").write_text("import sys\nsys.exit(3)\n")
     with pytest.raises(RuntimeError, match="exit code 3"):
         public_fednest(code, raw, iters=3)
+
+
+def test_the_cost_estimate_matches_runs_of_the_same_local_work_not_the_median_of_every_window(tmp_path):
+    """A tuning grid's runs at I = 1 are priced from finished runs at I = 1 with other step sizes and
+    schedules, not from the median over every window (one round of I = 128 costs 128x one of I = 1)."""
+    import json
+
+    import yaml
+
+    from fbo_cli.results import _seconds_per_round, estimate_cost
+
+    def finished(name, I, eta, T0, secs, rounds=100):
+        cfg = resolve("auc", "codaplus", {"clients": 4, "rounds": rounds, "eval_every": 50, "I": I, "eta": eta,
+                                              "T0": T0, "out_dir": str(tmp_path)}).as_dict()
+        d = tmp_path / "auc" / "codaplus" / name
+        d.mkdir(parents=True)
+        (d / "config.yaml").write_text(yaml.safe_dump(cfg))
+        (d / "summary.json").write_text(json.dumps({"task": "auc", "algo": "codaplus", "dataset": cfg["dataset"],
+                                                    "ledger": {"rounds": rounds}, "train_time_s": secs,
+                                                    "eval_time_s": 0.0, "device": "cpu"}))
+
+    finished("a", 1, 1.0, 512, 1.0)  # 0.01 s per round
+    for k, name in enumerate("bcd"):
+        finished(name, 128, 1.0, 512, 100.0 + k)  # about 1 s per round
+    _seconds_per_round.cache_clear()
+
+    class Cell:
+        def __init__(self, **kw):
+            self.cfg = resolve("auc", "codaplus", {"clients": 4, "rounds": 1000, "eval_every": 50,
+                                                       "out_dir": str(tmp_path), **kw})
+
+    secs, unknown = estimate_cost([Cell(I=1, eta=3.0, T0=2048)], roots=(tmp_path,))
+    assert unknown == 0 and secs == pytest.approx(10.0)  # 1,000 rounds at 0.01 s, not at the median's 1 s
+    secs, _ = estimate_cost([Cell(I=128, eta=9.0, T0=64)], roots=(tmp_path,))
+    assert secs == pytest.approx(1010.0)
+    secs, _ = estimate_cost([Cell(I=1, eta=3.0, T0=2048, eval_every=10)], roots=(tmp_path,))
+    assert secs == pytest.approx(10.0)  # another cadence: the loose shape, still I = 1
+    _seconds_per_round.cache_clear()

@@ -86,9 +86,8 @@ PAPERS: tuple[Paper, ...] = (
                "ChestXray is not available offline")),
           numbers="Paper numbers: Figure 1's I_max on ImageNet-IH (128 vs 32 at K = 16, 512 vs 128 at K = 8); "
                   "ImageNet-IH and CIFAR100-IH are not available offline, so those numbers are context beside our "
-                  "synthetic and Fashion-MNIST analogs, never a verdict. The first section tunes each method's "
-                  "step size on a validation split; the two after it are earlier evidence whose eta = 1.0 was "
-                  "chosen for CODA+ alone on test AUC, at the top of its grid (docs/fidelity.md)."),
+                  "synthetic and Fashion-MNIST analogs, never a verdict. Each section tunes each method's step "
+                  "size on a validation split held out of training (docs/fidelity.md)."),
     Paper("zohfl", "ZO-HFL: Qiu, Kim & Yousefian, arXiv 2504.01839",
           "ZO-HFL (Qiu",
           unchecked=(
