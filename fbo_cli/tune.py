@@ -157,6 +157,21 @@ def recorded_runs(exp: Experiment, ts: TuneSpec) -> dict[str, dict]:
     return out
 
 
+def stale_records(table: pd.DataFrame, recorded: dict[str, dict], rtol: float = 1e-6) -> list[str]:
+    """Runs scored from their files today whose score differs from the recorded tuning's score for the
+    same run directory: the run was made again (same configuration, changed code or machine) after the
+    record was written. Today's files decide; this says that the two disagreed."""
+    out = []
+    for _, r in table[~table.recorded.astype(bool)].iterrows():
+        old = recorded.get(r.run_dir)
+        if old is None or not np.isfinite(r.score) or not np.isfinite(old.get("score", np.nan)):
+            continue
+        if abs(r.score - old["score"]) > rtol * max(abs(r.score), abs(old["score"])):
+            out.append(f"{r.algorithm}, {r.point}, seed {r.seed}: the run on disk scores {r.score:.6g}, the recorded "
+                       f"tuning {old['score']:.6g} (the run was made again after the record; the run decides)")
+    return out
+
+
 def tuning_todo(cells: list[tuple[Cell, dict]], recorded: dict[str, dict], rerun: bool = False) -> list[Cell]:
     """The tuning runs still to run: unfinished, and not in the recorded tuning (unless ``rerun``)."""
     from .results import todo_runs
@@ -265,6 +280,9 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
             if console is not None:
                 console.print(f"{exp.name}: {key[0]}, {key[1]}: the choice is at the grid's edge; trying "
                               + ", ".join(f"{k}={fmt_num(v)}" for k, v in point.items()), highlight=False)
+    if console is not None:
+        for line in stale_records(table, recorded):
+            console.print(f"{exp.name}: warning: {line}", highlight=False)
     extra_seeds = confirm_seeds(exp, ts)
     for (a, st), pts in confirm.items():  # say so where the choice survived its confirmation seeds
         vals = chosen[a][st]

@@ -525,6 +525,31 @@ algorithms: [{{name: A, algo: aggitd, tune: {{outer_lr: {grid}}}}}]
     assert r.exit_code == 0 and "nothing left to run" not in r.output, r.output
 
 
+def test_a_recorded_score_that_its_run_on_disk_contradicts_is_warned_of_and_the_run_decides(tmp_path):
+    p = tmp_path / "exp.yaml"
+    p.write_text(f"""
+name: stale
+task: hyperrep
+seeds: [0]
+base: {{dataset: digits, clients: 6, participation: 0.5, rounds: 10, out_dir: {tmp_path}}}
+tune: {{seeds: [100], rounds: budget, tolerance: off}}
+algorithms: [{{name: A, algo: aggitd, tune: {{outer_lr: [0.003, 0.01, 0.03]}}}}]
+""")
+    assert runner.invoke(app, ["tune", str(p)]).exit_code == 0
+    out = tmp_path / "compare" / "stale"
+    first = pd.read_csv(out / "tuning.csv")
+    doctored = first.copy()
+    doctored.loc[doctored.outer_lr == 0.01, "score"] += 0.5  # as if an older run had scored otherwise
+    doctored.to_csv(out / "tuning.csv", index=False)
+    (out / "tuning.csv").touch()
+    r = runner.invoke(app, ["tune", str(p)])
+    assert r.exit_code == 0, r.output
+    said = " ".join(r.output.split())
+    assert said.count("warning:") == 1 and "outer_lr=0.01, seed 100" in said and "the run decides" in said
+    again = pd.read_csv(out / "tuning.csv")
+    assert np.allclose(again.score, first.score)  # today's files, not the doctored record
+
+
 def test_only_a_resolved_edge_note_says_at_the_grids_edge():
     from fbo_cli.spec import edge_note
 
