@@ -174,6 +174,7 @@ reproduce-zohfl:     ## Table I of Qiu, Kim & Yousefian (arXiv 2504.01839): MNIS
 	$(FBO) figure zohfl-fig1 fashion-mnist --alpha 0.1
 
 reproduce-zohfl-all: ## Table I of Qiu, Kim & Yousefian (arXiv 2504.01839) on MNIST, Fashion-MNIST and CIFAR-10 (CIFAR-10 needs data/ or network)
+	$(FBO) tune experiments/zohfl_table1.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1.yaml --jobs $(JOBS)
 
 reproduce-fedbio:       ## FedBiO/AdaFBiO hyper-cleaning on Fashion-MNIST, noise 0.2/0.4/0.6, every bilevel method + FedAvg bounds, tuned (3 seeds; long)
