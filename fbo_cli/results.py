@@ -341,11 +341,18 @@ def _shape(cfg: dict, loose: bool = False) -> str:
                        **ints}, sort_keys=True, default=str)
 
 
+def _cost_keys(cfg: dict) -> list[tuple]:
+    """The keys a run's cost per round is filed and looked up under, the most specific first: its kind,
+    its shape (strict, then loose), its (task, algorithm, dataset, model), its (task, algorithm, model)."""
+    task, algo, model = cfg.get("task"), cfg.get("algo"), (cfg.get("task_params") or {}).get("model")
+    return [("kind", _kind(cfg)), ("shape", _shape(cfg)), ("loose", _shape(cfg, True)),
+            (task, algo, cfg.get("dataset"), model), (task, algo, None, model)]
+
+
 @functools.lru_cache(maxsize=8)
 def _seconds_per_round(roots: tuple[str, ...], here: str) -> dict[tuple, float]:
     """Median seconds per round (training and evaluation) of the finished runs under ``roots`` on this
-    kind of device, by exact kind (:func:`_kind`), by shape (:func:`_shape`) and by (task, algorithm,
-    dataset, model), any dataset too."""
+    kind of device, under each of its :func:`_cost_keys`."""
     import yaml
 
     per: dict[tuple, list[float]] = {}
@@ -360,10 +367,7 @@ def _seconds_per_round(roots: tuple[str, ...], here: str) -> dict[tuple, float]:
                 continue
             if not rounds or s.get("device", "cpu") != here:
                 continue
-            model = (cfg.get("task_params") or {}).get("model")
-            for key in (("kind", _kind(cfg)), ("shape", _shape(cfg)), ("loose", _shape(cfg, True)),
-                        (s.get("task"), s.get("algo"), s.get("dataset"), model),
-                        (s.get("task"), s.get("algo"), None, model)):
+            for key in _cost_keys(cfg):
                 per.setdefault(key, []).append(secs / rounds)
     return {k: float(np.median(v)) for k, v in per.items()}
 
@@ -382,14 +386,10 @@ def estimate_cost(cells: list, roots: tuple[Path, ...] = (Path("docs/results"),)
     table = _seconds_per_round(tuple(sorted({str(r) for r in (*roots, *(c.cfg.run.out_dir for c in cells))})), here)
     total, unknown = 0.0, 0
     for c in cells:
-        model = getattr(c.cfg.task_params, "model", None)
         if c.cfg.run.device not in ("auto", here):
             unknown += 1
             continue
-        spr = (table.get(("kind", _kind(c.cfg.as_dict()))) or table.get(("shape", _shape(c.cfg.as_dict())))
-               or table.get(("loose", _shape(c.cfg.as_dict(), True)))
-               or table.get((c.cfg.task, c.cfg.algo, c.cfg.run.dataset, model))
-               or table.get((c.cfg.task, c.cfg.algo, None, model)))
+        spr = next((table[k] for k in _cost_keys(c.cfg.as_dict()) if table.get(k)), None)
         if spr:
             total += spr * c.cfg.run.rounds
         else:

@@ -541,7 +541,6 @@ algorithms: [{{name: A, algo: aggitd, tune: {{outer_lr: [0.003, 0.01, 0.03]}}}}]
     doctored = first.copy()
     doctored.loc[doctored.outer_lr == 0.01, "score"] += 0.5  # as if an older run had scored otherwise
     doctored.to_csv(out / "tuning.csv", index=False)
-    (out / "tuning.csv").touch()
     r = runner.invoke(app, ["tune", str(p)])
     assert r.exit_code == 0, r.output
     said = " ".join(r.output.split())
