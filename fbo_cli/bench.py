@@ -572,7 +572,8 @@ def main(argv: list[str] | None = None) -> None:
         for _, g in gf.groupby("sweep"):
             gf.loc[g.index, "vs_first"] = g["s_per_iteration"] / g["s_per_iteration"].iloc[0]
     title = (f"fbo bench: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
-             f"{dev.type}, {torch.get_num_threads()} thread(s), sgemm {sgemm:.1f} GFLOP/s{_commit()}")
+             f"{dev.type}{f' ({torch.cuda.get_device_name(dev)})' if dev.type == 'cuda' else ''}, "
+             f"{torch.get_num_threads()} thread(s), sgemm {sgemm:.1f} GFLOP/s{_commit()}")
     md = [f"**{title}**", ""]
     cols = [("case", "case", "{}"), ("s / iteration", "s_per_iteration", "{:.3f}"),
             ("rounds", "rounds_per_iteration", "{:g}"), ("s / round", "s_per_round", "{:.4f}"),
