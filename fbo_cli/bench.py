@@ -27,10 +27,11 @@ compared runs need), and ``eval / iteration`` (the cheaper of the two over an ou
 
 Writes ``results/bench/bench.csv``, ``growth.csv`` and ``bench.md`` (in ``results/bench/cuda/`` with
 ``--device cuda``). Usage: ``fbo bench [--quick] [--device cpu|cuda] [--threads N]
-[--only SUBSTRINGS] [--profile]``. ``--profile`` times nothing: it writes ``profile.md``, the
-``torch.profiler`` table (self time by operator and input shapes) of one outer iteration of FedNest,
-FBO-AggITD (Xiao & Ji, ICML 2023 setting, C = 0.1, fast path), FedBiO (hyper-cleaning) and CoDA-SCA
-(``PROFILE``).
+[--only SUBSTRINGS] [--profile]``. ``--profile`` writes ``profile.md`` instead of the bench: for each case of
+``PROFILE`` (FedNest and FBO-AggITD in Xiao & Ji's ICML 2023 setting at C = 0.1, FedBiO and FedAvg on
+hyper-cleaning, CODASCA on synth-c100, ZO-HFL) the split of an outer iteration into sampling, oracles and
+the rest (``phases``: plain timers, no profiler), then the ``torch.profiler`` table (self time by operator
+and input shapes) of one outer iteration.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ GROWTH_N = [{"name": f"fednest-m{n}-C0.01", "task": "hyperrep", "algo": "fednest
              "M": n // 100, "set": {**DATA, "clients": n, "participation": 0.01}} for n in (100, 1000, 10_000)]
 FAST_TASKS = ("hyperrep", "hyperclean", "auc")
 PROFILE = ("fednest-mlp-fmnist-m100-C0.1", "aggitd-mlp-fmnist-m100-C0.1", "fedbio-hyperclean-fmnist-M10-I5",
-           "codasca-synth-K16-I32")
+           "fedavg-noisy-hyperclean-fmnist-M10-I5", "codasca-synth-K16-I32", "zohfl-fmnist-a1000-b0.9")
 
 
 class Sgemm:
@@ -301,12 +302,76 @@ def growth_case(case: dict, iters: int, device: str = "cpu") -> dict:
             "gflops": flops / t / 1e9, "sample_gather_ms": sgt * 1e3, "build_s": build_s, "sgemm_gflops": sg.rate}
 
 
+def _phase_hooks(algo) -> list[tuple[object, str, str]]:
+    """``(owner, attribute, phase)`` of the functions whose time ``phases`` attributes: drawing and gathering
+    minibatches, and the oracles (gradients and Hessian products of every task)."""
+    from .algorithms.codasca import EpochSampler
+    from .algorithms.pool_sampler import RowSampler
+    from .data import FederatedData
+    from .data.split import Split
+
+    task = algo.task
+    hooks = [(RowSampler, "sample", "sampling"), (Split, "sample", "sampling"), (EpochSampler, "next", "sampling"),
+             (FederatedData, "split", "sampling"), (task, "batch_rows", "sampling"), (task, "gather", "sampling")]
+    hooks += [(algo, n, "oracles") for n in ("grad", "grad_diff", "hvp", "cross", "grad_mean", "hvp_mean",
+                                              "cross_mean", "hypergrad", "upper_round")]
+    hooks += [(task, n, "oracles") for n in ("grads", "ce_grad")]
+    return [h for h in hooks if callable(getattr(h[0], h[1], None))]
+
+
+def phases(algo, device, iters: int = 10) -> dict[str, float]:
+    """Seconds per outer iteration spent drawing minibatches, in the oracles, and elsewhere (the updates, the
+    averaging, the bookkeeping): ``iters`` iterations timed by ``perf_counter`` around the functions of
+    ``_phase_hooks``, outermost call only (``torch.profiler`` inflates some operators, e.g. row gathers,
+    several-fold on the CPU). On CUDA the phases are timed with a synchronisation around each call."""
+    dev = torch.device(device)
+    spent = {"sampling": 0.0, "oracles": 0.0}
+    depth = [0]
+    saved = []
+
+    def wrap(fn, phase):
+        def timed(*a, **k):
+            if depth[0]:
+                return fn(*a, **k)
+            depth[0] += 1
+            _sync(dev)
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                _sync(dev)
+                spent[phase] += time.perf_counter() - t0
+                depth[0] -= 1
+        return timed
+
+    for owner, name, phase in _phase_hooks(algo):
+        saved.append((owner, name, owner.__dict__.get(name)))  # None: inherited (a class) or a method (an instance)
+        setattr(owner, name, wrap(getattr(owner, name), phase))
+    try:
+        algo.step()
+        spent.update(sampling=0.0, oracles=0.0)
+        total = sum(_timed(algo.step, dev) for _ in range(iters))
+    finally:
+        for owner, name, orig in reversed(saved):
+            if orig is None:
+                delattr(owner, name)  # the inherited or class method shows through again
+            else:
+                setattr(owner, name, orig)
+    out = {k: v / iters for k, v in spent.items()}
+    out["other"] = total / iters - out["sampling"] - out["oracles"]
+    out["total"] = total / iters
+    return out
+
+
 def profile_case(case: dict, device: str = "cpu", rows: int = 25) -> str:
-    """Markdown: the ``torch.profiler`` table of one outer iteration (after one warm-up iteration)."""
+    """Markdown: where one outer iteration's time goes (``phases``), then the ``torch.profiler`` table of one
+    outer iteration (after one warm-up iteration)."""
     from torch.profiler import ProfilerActivity, profile
 
     algo = _build(case, device, None).algo
-    algo.step()
+    ph = phases(algo, device)
+    phase_md = "\n".join(["| phase | ms / iteration | share |", "|---|---|---|"]
+                          + [f"| {k} | {1e3 * v:.2f} | {v / ph['total']:.0%} |" for k, v in ph.items()])
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     t0 = time.perf_counter()
     with profile(activities=acts, record_shapes=True) as prof:
@@ -317,7 +382,9 @@ def profile_case(case: dict, device: str = "cpu", rows: int = 25) -> str:
     table = prof.key_averages(group_by_input_shape=True).table(
         sort_by=key, row_limit=rows, max_name_column_width=40, max_shapes_column_width=70)
     by_op = prof.key_averages().table(sort_by=key, row_limit=15, max_name_column_width=40)
-    return (f"## {case['name']}\n\n`{case['task']}` / `{case['algo']}`, set {case.get('set')}; one iteration, "
+    return (f"## {case['name']}\n\n`{case['task']}` / `{case['algo']}`, set {case.get('set')}\n\n"
+            f"Where the time goes (10 iterations, no profiler; sampling: drawing and gathering minibatches; "
+            f"oracles: gradients and Hessian products):\n\n{phase_md}\n\nOne iteration, "
             f"{wall:.3f} s under the profiler\n\nBy operator:\n\n```\n{by_op}\n```\n\n"
             f"By operator and input shapes:\n\n```\n{table}\n```\n")
 

@@ -177,3 +177,23 @@ def test_the_cost_estimate_matches_runs_of_the_same_local_work_not_the_median_of
     secs, _ = estimate_cost([Cell(I=1, eta=3.0, T0=2048, eval_every=10)], roots=(tmp_path,))
     assert secs == pytest.approx(10.0)  # another cadence: the loose shape, still I = 1
     _seconds_per_round.cache_clear()
+
+
+def test_bench_phases_split_an_iteration_and_leave_nothing_patched():
+    """``fbo bench --profile``'s phase table: sampling and oracle time are both seen (FedBiO on hyperclean draws
+    five minibatches and calls five oracles per local step), they and the rest add up to the iteration, and the
+    hooks are gone afterwards (the class's sampler, the algorithm's oracles), so the run goes on unchanged."""
+    from fbo_cli.algorithms.pool_sampler import RowSampler
+    from fbo_cli.bench import phases
+
+    sample = RowSampler.__dict__["sample"]
+    b = build(resolve("hyperclean", "fedbio", {"dataset": "digits", "clients": 4, "rounds": 5}))
+    ph = phases(b.algo, "cpu", iters=2)
+    assert ph["sampling"] > 0 and ph["oracles"] > 0 and ph["other"] >= 0
+    assert ph["sampling"] + ph["oracles"] + ph["other"] == pytest.approx(ph["total"])
+    assert RowSampler.__dict__["sample"] is sample
+    assert "grad" not in vars(b.algo) and "hvp" not in vars(b.algo)
+    ref = build(resolve("hyperclean", "fedbio", {"dataset": "digits", "clients": 4, "rounds": 5}))
+    for _ in range(3):  # phases ran 3 iterations: the patched run is 3 iterations ahead, on the same draws
+        ref.algo.step()
+    assert torch.equal(ref.algo.x, b.algo.x) and torch.equal(ref.algo.y, b.algo.y)
