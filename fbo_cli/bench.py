@@ -552,7 +552,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--out", default=None, help="output folder [default: results/bench, results/bench/cuda for cuda]")
     ap.add_argument("--profile", action="store_true",
-                    help="no timing: torch.profiler tables of one iteration of " + ", ".join(PROFILE) + " (profile.md)")
+                    help="instead of the bench: where an iteration's time goes and torch.profiler tables, for "
+                    + ", ".join(PROFILE) + " (profile.md)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch CPU threads (1: one core per run, as `compare --jobs 2` uses on 2 cores; "
                          "more threads on a loaded machine oversubscribe and time noise)")

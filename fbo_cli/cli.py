@@ -615,7 +615,8 @@ def bench(
     cases: Path = typer.Option(Path("experiments/bench.yaml"), help="The cases."),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Output folder. \\[default: results/bench, "
                                            "results/bench/cuda for cuda]"),
-    profile: bool = typer.Option(False, help="No timing: torch.profiler tables of one iteration of the main cases."),
+    profile: bool = typer.Option(False, help="Instead of the bench: where an outer iteration's time goes (sampling, "
+                                 "oracles, the rest) and the torch.profiler tables of the profiled cases."),
     public_fednest: Optional[Path] = typer.Option(None, help="A checkout of github.com/mc-nya/FedNest: time its "
                                                   "outer iteration (MNIST, 1 thread) beside fbo's whole FedNest run."),
 ) -> None:
