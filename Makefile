@@ -5,6 +5,7 @@ JOBS    ?= 2
 TORCH   ?= torch==2.14.1 torchvision==0.29.1
 DEVICE  ?= cpu
 BENCH_ARGS ?=
+CHECK_ARGS ?=
 # every spec that reproduce-all runs (make reproduce-cost sums them)
 REPRODUCE_SPECS = experiments/aggitd_table2.yaml experiments/aggitd_fig3_mnist.yaml experiments/aggitd_fig4_mnist.yaml \
   experiments/aggitd_fig6_mnist_cnn.yaml experiments/aggitd_table2_fmnist.yaml experiments/fedbio_hyperclean_mnist.yaml \
@@ -15,7 +16,7 @@ REPRODUCE_SPECS = experiments/aggitd_table2.yaml experiments/aggitd_fig3_mnist.y
   experiments/zohfl_table1_mnist_x0zero.yaml experiments/zohfl_probe_mnist.yaml experiments/zohfl_table1_fmnist.yaml \
   experiments/zohfl_table1_fmnist_x0zero.yaml experiments/zohfl_fig2.yaml
 
-.PHONY: reproduce reproduce-cost reproduce-aggitd-fig6 reproduce-adafbio-mnist setup venv data browser run report report-collect report-check reproduce-all reproduce-quick test lint probe bench reproduce-aggitd reproduce-aggitd-fmnist reproduce-aggitd-short reproduce-codasca reproduce-codasca-controls reproduce-codasca-cifar100 reproduce-zohfl reproduce-zohfl-all reproduce-fedbio reproduce-fedbio-mnist reproduce-fedbio-local reproduce-adafbio reproduce-adafbio-quick clean
+.PHONY: reproduce reproduce-check reproduce-cost reproduce-aggitd-fig6 reproduce-adafbio-mnist setup venv data browser run report report-collect report-check reproduce-all reproduce-quick test lint probe bench reproduce-aggitd reproduce-aggitd-fmnist reproduce-aggitd-short reproduce-codasca reproduce-codasca-controls reproduce-codasca-cifar100 reproduce-zohfl reproduce-zohfl-all reproduce-fedbio reproduce-fedbio-mnist reproduce-fedbio-local reproduce-adafbio reproduce-adafbio-quick clean
 
 setup: venv data browser  ## virtual environment with pinned versions, the offline MNIST and Fashion-MNIST, and Chromium for make report-check where apt is available
 
@@ -58,6 +59,9 @@ report-check:  ## open the HTML report in headless Chromium and save a screensho
 	@echo "screenshot: results/report/report.png"
 
 reproduce: reproduce-all  ## the same as reproduce-all
+
+reproduce-check:  ## do the committed numbers reproduce? rerun 60 core-minutes of the report's runs (every spec and algorithm in turn, tuned values, no tuning) and compare them with the evidence (about 30 min on 2 cores; CHECK_ARGS=--all for every run)
+	$(FBO) check --jobs $(JOBS) $(CHECK_ARGS)
 
 reproduce-cost:  ## what reproduce-all costs, estimated from the committed evidence (core-minutes per spec, tuning included); runs nothing
 	$(FBO) cost $(REPRODUCE_SPECS) --jobs $(JOBS)

@@ -94,11 +94,14 @@ def run(
     """Run one algorithm on one task and write results/<task>/<algo>/<run-id>/. Options left out take the
     task's and the algorithm's defaults: `fbo show ALGO --task TASK` lists them, `--dry-run` shows the
     resolved config."""
+    import torch
+
     from .config import load_config_file, parse_sets, resolve
     from .data import load_dataset
     from .results import make_dirs, prune_empty_run
     from .runner import Interrupted, execute
 
+    torch.set_num_threads(1)  # before any torch work, as a grid's workers do; the run sets its own (fidelity.md)
     with user_errors():
         if tensorboard:
             try:
@@ -325,6 +328,84 @@ def cost(
         none = f"; {int(unknown_all)} run(s) of a kind never run on this kind of device have no estimate"
         out.print(f"about {total / 3600:.1f} core-hours: {total / 3600 / max(jobs, 1):.1f} h of wall time with "
                   f"{jobs} job{'s' if jobs > 1 else ''}" + (none if unknown_all else ""), highlight=False)
+
+
+@app.command("check")
+def check_cmd(
+    specs: Optional[list[Path]] = typer.Argument(None, help="Experiment specs whose committed runs to check. "
+                                                 "\\[default: every spec of the report]"),
+    minutes: float = typer.Option(60.0, help="Budget in core-minutes (estimated as `fbo cost` does): a sample "
+                                  "of the runs, every spec and algorithm in turn, cheapest runs first."),
+    all_runs: bool = typer.Option(False, "--all", help="Every committed run, whatever the budget."),
+    jobs: int = typer.Option(1, "--jobs", "-j", help="Runs in parallel (processes, one torch thread each)."),
+    evidence: Path = typer.Option(Path("docs/results"), "--from", help="The evidence: run directories with "
+                                  "their config.yaml, metrics.csv and summary.json."),
+    out_dir: Path = typer.Option(Path("results/check"), "--out", help="Where the reruns, check.md and "
+                                 "check.csv go."),
+    rtol: float = typer.Option(1e-3, help="Relative tolerance of 'agrees' (float rounding)."),
+    atol: float = typer.Option(1e-6, help="Absolute floor of the relative difference."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List the sample and its cost; run nothing."),
+) -> None:
+    """Do the committed numbers reproduce? Rerun a sample of the report's runs from their committed
+    configurations (tuned step sizes included; no tuning), and compare every metric at every evaluation
+    and the communication ledger with the evidence: identical, agrees within rtol, drifts (rounding grown
+    over a long run, the final value within half a seed-to-seed sd), or differs (exit 1).
+    `make reproduce-check` checks an hour's worth on 2 cores."""
+    import shlex
+    import sys
+
+    from . import check
+    from .executors import run_cells
+    from .report.papers import PAPERS
+
+    with user_errors():
+        check.check_args(None if all_runs else minutes, rtol, atol)
+        if jobs < 1:
+            raise UsageError(f"--jobs must be >= 1, got {jobs}")
+        if not evidence.is_dir():
+            raise UsageError(f"--from {evidence}: no such folder (the committed evidence is docs/results)")
+        for s in specs or []:
+            if not s.is_file():
+                raise UsageError(f"{s}: no such spec file")
+        spec_list = list(specs) if specs else [s for p in PAPERS for s in p.specs if Path(s).is_file()]
+        picks = check.committed_runs(spec_list, evidence)
+        if not picks:
+            raise UsageError(f"no finished run of {'these specs' if specs else 'the report'} under {evidence}")
+        chosen = check.select(picks, None if all_runs else minutes)
+        secs = sum(p.secs for p in chosen)
+        what = (f"{len(chosen)} of {len(picks)} committed runs from {len({p.spec for p in chosen})} spec(s): about "
+                f"{secs / 60:.0f} core-minutes ({secs / 60 / jobs:.0f} min of wall time with {jobs} job"
+                f"{'s' if jobs > 1 else ''})")
+        if not chosen:
+            raise UsageError(f"no committed run fits in {minutes:g} core-minutes; the cheapest takes about "
+                             f"{min(p.secs for p in picks) / 60:.0f}: raise --minutes")
+        if dry_run:
+            t = Table(title=what, title_justify="left")
+            for h in ("spec", "algorithm", "setting", "seed", "core-minutes"):
+                t.add_column(h, justify="right" if h in ("seed", "core-minutes") else "left", overflow="fold")
+            for p in chosen:
+                t.add_row(p.spec, p.cell.algorithm, p.cell.setting, str(p.cell.seed), f"{p.secs / 60:.1f}")
+            out.print(t)
+            return
+        err.print(f"checking {what}", highlight=False)
+        cells = [check.rerun_cell(p, out_dir / "runs") for p in chosen]
+        try:
+            run_cells(cells, jobs=jobs, console=err, rerun=True, title="check")
+        except KeyboardInterrupt as e:
+            err.print(f"[yellow]{interrupted_note(e)}[/yellow]", highlight=False)
+            raise typer.Exit(130) from None
+        sd = check.seed_sd(picks)
+        rows = [{"spec": p.spec, "algorithm": p.cell.algorithm, "setting": p.cell.setting, "seed": p.cell.seed,
+                 "evidence": str(p.cell.cfg.run_dir), "rerun": str(c.cfg.run_dir),
+                 **check.compare_run(p.cell.cfg.run_dir, c.cfg.run_dir, rtol, atol,
+                                     sd.get((p.spec, p.cell.algorithm, p.cell.setting), float("nan")))}
+                for p, c in zip(chosen, cells)]
+        command = "fbo check " + shlex.join(sys.argv[2:]) if sys.argv[1:2] == ["check"] else "fbo check"
+        check.write(rows, out_dir, rtol, atol, command)
+    typer.echo((out_dir / "check.md").read_text().rstrip("\n"))
+    out.print(f"written: {out_dir}/check.md, check.csv")
+    if any(r["outcome"] in ("differs", "failed") for r in rows):
+        raise typer.Exit(1)
 
 
 @app.command(no_args_is_help=True)

@@ -1,0 +1,211 @@
+"""``fbo check``: do the committed numbers reproduce? Rerun a sample of the runs behind the report and
+compare them with the evidence (``docs/results/``), value by value.
+
+Regenerating every paper costs tens of core-hours (``make reproduce-cost``); checking that the code
+at hand still gives the committed numbers should not. ``fbo check`` takes the compared runs of the
+reproduction specs (the evidence's resolved configurations, tuned step sizes included: no tuning
+runs), picks a sample that fits a budget of core-minutes (every spec in turn, within a spec every
+algorithm in turn, each algorithm's cheapest run first), reruns them on the device their evidence ran
+on, and compares:
+
+* every value of ``metrics.csv`` but the wall-clock column, at every evaluation: *identical* (bit for
+  bit), *agrees* (within ``rtol``, relative, with an absolute floor ``atol``: float rounding that a
+  different summation order leaves), *drifts* (the same run for at least the first evaluation after the
+  start, then float rounding grown beyond ``rtol`` over a long run, as it does in nonconvex training,
+  with the final headline metric within ``DRIFT`` seed-to-seed standard deviations of the evidence's
+  cell), or *differs*;
+* the communication ledger of ``summary.json`` (rounds, floats up and down, oracle calls, samples):
+  exactly, or the run *differs*;
+* the run's ending (done or diverged).
+
+It writes ``check.md`` and ``check.csv`` (and the reruns under ``runs/``) in its output folder and
+exits 1 when a run differs or fails. The training seconds of the evidence and of the rerun stand
+side by side for context only: the evidence's were measured on another day, often two runs at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import UsageError
+from .results import atomic_write, estimate_cost, is_finished, md_row, read_metrics, read_summary
+from .spec import Cell, load_spec
+
+EVIDENCE = Path("docs/results")
+CLOCK = ("train_time",)  # wall-clock columns of metrics.csv: not results
+DRIFT = 0.5  # a drift: the final headline metric within this many seed-to-seed standard deviations
+
+
+@dataclasses.dataclass
+class Pick:
+    spec: str  # the experiment's name
+    cell: Cell  # run directory under the evidence
+    secs: float  # estimated core-seconds of a rerun
+
+
+def committed_runs(specs: list[str | Path], evidence: Path = EVIDENCE) -> list[Pick]:
+    """The finished compared runs of ``specs`` in ``evidence`` (one per run directory) that can rerun on
+    this machine (a run whose evidence ran on a GPU needs one), with their estimated cost
+    (``estimate_cost``; the evidence's own seconds where no estimate exists)."""
+    import torch
+
+    picks, seen = [], set()
+    for spec in specs:
+        exp = load_spec(spec, {"out_dir": str(evidence)})
+        for c in exp.cells:
+            d = c.cfg.run_dir
+            if d in seen or not is_finished(d):
+                continue
+            seen.add(d)
+            if (read_summary(d) or {}).get("device") == "cuda" and not torch.cuda.is_available():
+                continue
+            secs, unknown = estimate_cost([c], roots=(evidence,))
+            if unknown:
+                s = read_summary(d) or {}
+                secs = float(s.get("train_time_s") or 0) + float(s.get("eval_time_s") or 0)
+            picks.append(Pick(exp.name, c, secs))
+    return picks
+
+
+def select(picks: list[Pick], minutes: float | None) -> list[Pick]:
+    """A sample within ``minutes`` core-minutes (all of them for None): the specs in turn, within a spec
+    its algorithms in turn, each algorithm's runs cheapest first; a run that does not fit the budget
+    left is passed over for the next."""
+    by_spec: dict[str, dict[str, list[Pick]]] = {}
+    for p in picks:
+        by_spec.setdefault(p.spec, {}).setdefault(p.cell.algorithm, []).append(p)
+    queues = []
+    for algos in by_spec.values():
+        for runs in algos.values():
+            runs.sort(key=lambda p: (p.secs, p.cell.seed, p.cell.setting))
+        queues.append([p for turn in itertools.zip_longest(*algos.values()) for p in turn if p])
+    order = [p for turn in itertools.zip_longest(*queues) for p in turn if p]
+    if minutes is None:
+        return order
+    chosen, left = [], minutes * 60
+    for p in order:
+        if p.secs <= left:
+            chosen.append(p)
+            left -= p.secs
+    return chosen
+
+
+def rerun_cell(p: Pick, runs: Path) -> Cell:
+    """The cell of ``p`` writing under ``runs`` (never into the evidence), on the device its evidence ran
+    on (``device``); as a last layer, so that every executor (they resolve the layers) sees it."""
+    import torch
+
+    from .config import resolve
+
+    ran = (read_summary(p.cell.cfg.run_dir) or {}).get("device")
+    here = "cuda" if torch.cuda.is_available() else "cpu"
+    layers = (*p.cell.layers, {"out_dir": str(runs)} | ({"device": ran} if ran and ran != here else {}))
+    cfg = resolve(p.cell.cfg.task, p.cell.cfg.algo, *layers)
+    same = {k: v for k, v in cfg.as_dict().items() if k not in ("out_dir", "device")} == {
+        k: v for k, v in p.cell.cfg.as_dict().items() if k not in ("out_dir", "device")}
+    if cfg.run_dir.resolve().parent.parent.parent == p.cell.cfg.run_dir.resolve().parent.parent.parent or not same:
+        raise UsageError(f"--out {runs}: the rerun of {p.cell.cfg.run_dir} would not be a separate copy of it")
+    return dataclasses.replace(p.cell, cfg=cfg, layers=layers)
+
+
+def compare_run(old: Path, new: Path, rtol: float = 1e-3, atol: float = 1e-6, sd: float = math.nan) -> dict[str, Any]:
+    """How the run in ``new`` compares with the evidence in ``old`` (module docstring); ``sd`` is the
+    seed-to-seed standard deviation of the evidence's final headline metric in the run's cell."""
+    so, sn = read_summary(old) or {}, read_summary(new) or {}
+    mo, mn = read_metrics(old / "metrics.csv"), read_metrics(new / "metrics.csv")
+    out: dict[str, Any] = {"metric": so.get("metric"), "final_then": so.get("final"), "final_now": sn.get("final"),
+                           "seed_sd": sd, "s_then": so.get("train_time_s"), "s_now": sn.get("train_time_s"),
+                           "ledger": so.get("ledger") == sn.get("ledger") and "ledger" in so,
+                           "max_rel_diff": math.nan, "apart_from_round": None}
+    if sn.get("status") not in ("done", "diverged") or mn is None:
+        return {**out, "outcome": "failed", "why": sn.get("error") or "the rerun did not finish"}
+    if mo is None or list(mo.columns) != list(mn.columns) or len(mo) != len(mn):
+        return {**out, "outcome": "differs", "why": "metrics.csv: other columns or evaluations"}
+    if not out["ledger"]:
+        return {**out, "outcome": "differs", "why": "the communication ledger differs"}
+    if so.get("status") != sn.get("status"):
+        return {**out, "outcome": "differs", "why": f"ended {sn.get('status')}, the evidence {so.get('status')}"}
+    cols = [c for c in mo.columns if c not in CLOCK]
+    a, b = mo[cols].to_numpy(float), mn[cols].to_numpy(float)
+    both = np.isfinite(a) & np.isfinite(b)
+    rel = np.abs(a - b)[both] / np.maximum(np.maximum(np.abs(a), np.abs(b))[both], atol)
+    out["max_rel_diff"] = float(rel.max()) if rel.size else 0.0
+    if np.array_equal(a, b, equal_nan=True):
+        return {**out, "outcome": "identical", "why": ""}
+    close = np.isclose(a, b, rtol=rtol, atol=atol, equal_nan=True).all(axis=1)
+    if close.all():
+        return {**out, "outcome": "agrees", "why": ""}
+    first = int(np.argmin(close))  # the first evaluation beyond rtol
+    out["apart_from_round"] = int(mo["rounds"].iloc[first])
+    delta = abs(float(sn.get("final", math.nan)) - float(so.get("final", math.nan)))
+    if first >= 2 and math.isfinite(sd) and sd > 0 and delta <= DRIFT * sd:
+        return {**out, "outcome": "drifts", "why": f"apart from round {out['apart_from_round']}; final off by "
+                f"{delta:.2g} = {delta / sd:.2f} seed sd"}
+    bad = [c for c, col_a, col_b in zip(cols, a.T, b.T)
+           if not np.allclose(col_a, col_b, rtol=rtol, atol=atol, equal_nan=True)]
+    return {**out, "outcome": "differs", "why": f"from round {out['apart_from_round']}, beyond rtol in "
+            + ", ".join(bad[:4]) + ("..." if len(bad) > 4 else "")}
+
+
+def seed_sd(picks: list[Pick]) -> dict[tuple[str, str, str], float]:
+    """The seed-to-seed standard deviation of the evidence's final headline metric per (spec, algorithm,
+    setting)."""
+    finals: dict[tuple[str, str, str], list[float]] = {}
+    for p in picks:
+        f = (read_summary(p.cell.cfg.run_dir) or {}).get("final")
+        if isinstance(f, (int, float)) and math.isfinite(f):
+            finals.setdefault((p.spec, p.cell.algorithm, p.cell.setting), []).append(float(f))
+    return {k: float(np.std(v, ddof=1)) if len(v) > 1 else math.nan for k, v in finals.items()}
+
+
+def _num(v: Any, fmt: str) -> str:
+    return format(v, fmt) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else ""
+
+
+def report(rows: list[dict[str, Any]], rtol: float, atol: float, command: str) -> str:
+    """``check.md``: the verdict line, then one row per rerun."""
+    n = {k: sum(r["outcome"] == k for r in rows) for k in ("identical", "agrees", "drifts", "differs", "failed")}
+    then = sum(r["s_then"] or 0 for r in rows)
+    now = sum(r["s_now"] or 0 for r in rows)
+    ok = n["identical"] + n["agrees"] + n["drifts"]
+    head = [f"# fbo check: {len(rows)} committed run(s) rerun and compared with the evidence", "",
+            f"`{command}`", "",
+            f"**{ok} of {len(rows)} reproduce**: {n['identical']} identical bit for bit, {n['agrees']} within "
+            f"rtol {rtol:g} (atol {atol:g}) at every evaluation; {n['drifts']} drift (the same run until float "
+            f"rounding grew beyond rtol, the final headline metric within {DRIFT:g} seed-to-seed standard "
+            f"deviation of the evidence); {n['differs']} differ, {n['failed']} failed. The communication ledger "
+            "is compared exactly.", ""]
+    if then and now:
+        head += [f"Training time: {then / 60:.1f} min in the evidence, {now / 60:.1f} min in the reruns "
+                 f"({then / now:.1f}x; context only: the evidence's runs ran on another day, often two at once).", ""]
+    cols = ["spec", "algorithm", "setting", "seed", "metric", "final (evidence)", "final (rerun)", "seed sd",
+            "max rel. diff", "ledger", "outcome", "s (evidence)", "s (rerun)"]
+    lines = [md_row(cols), md_row(["---"] * len(cols))]
+    for r in rows:
+        lines.append(md_row([r["spec"], r["algorithm"], r["setting"], r["seed"], r["metric"],
+                             _num(r["final_then"], ".4f"), _num(r["final_now"], ".4f"), _num(r["seed_sd"], ".4f"),
+                             _num(r["max_rel_diff"], ".1e"), "same" if r["ledger"] else "differs",
+                             r["outcome"] + (f" ({r['why']})" if r["why"] else ""),
+                             _num(r["s_then"], ".0f"), _num(r["s_now"], ".0f")]))
+    return "\n".join(head + lines) + "\n"
+
+
+def write(rows: list[dict[str, Any]], out: Path, rtol: float, atol: float, command: str) -> None:
+    import pandas as pd
+
+    atomic_write(out / "check.csv", pd.DataFrame(rows).to_csv(index=False))
+    atomic_write(out / "check.md", report(rows, rtol, atol, command))
+
+
+def check_args(minutes: float | None, rtol: float, atol: float) -> None:
+    if minutes is not None and not (math.isfinite(minutes) and minutes > 0):
+        raise UsageError(f"--minutes must be a positive number of core-minutes, got {minutes}")
+    for name, v in (("--rtol", rtol), ("--atol", atol)):
+        if not (math.isfinite(v) and v >= 0):
+            raise UsageError(f"{name} must be >= 0, got {v}")

@@ -1,0 +1,100 @@
+"""``fbo check``: reruns of committed runs are compared with the evidence value by value, the ledger
+exactly, and the evidence is never written to."""
+
+import hashlib
+import json
+
+from typer.testing import CliRunner
+
+from fbo_cli.cli import app
+from fbo_cli.results import file_sha256
+
+runner = CliRunner()
+
+
+def _spec(tmp_path):
+    spec = tmp_path / "exp.yaml"
+    spec.write_text(f"""
+name: tinycheck
+task: hyperrep
+seeds: [0, 1]
+base: {{dataset: digits, clients: 4, participation: 0.5, rounds: 6, eval_every: 1, out_dir: {tmp_path / "ev"}}}
+algorithms: [{{name: A, algo: aggitd}}, {{name: F, algo: fednest}}]
+""")
+    assert runner.invoke(app, ["compare", str(spec)]).exit_code == 0
+    return spec
+
+
+def _digest(root):
+    return hashlib.sha256(b"".join(p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file())).hexdigest()
+
+
+def test_check_reruns_committed_runs_and_finds_a_changed_ledger_or_metric(tmp_path):
+    spec = _spec(tmp_path)
+    ev, out = tmp_path / "ev", tmp_path / "chk"
+    args = ["check", str(spec), "--from", str(ev), "--out", str(out), "--minutes", "1000"]
+    before = _digest(ev)
+    r = runner.invoke(app, [*args, "--dry-run"])
+    assert r.exit_code == 0 and "4 of 4 committed runs" in " ".join(r.stdout.split()) and not out.exists(), r.output
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert "4 of 4 reproduce" in r.stdout and r.stdout.count("| identical |") == 4, r.stdout
+    assert _digest(ev) == before  # the reruns went to --out, not into the evidence
+    assert len(list((out / "runs").rglob("summary.json"))) == 4
+
+    # one run's accounting tampered with: the ledger is compared exactly
+    s_path = next(ev.rglob("aggitd/*s0*/summary.json"))
+    s = json.loads(s_path.read_text())
+    s["ledger"]["floats_up"] += 1
+    s_path.write_text(json.dumps(s))
+    # another run's first evaluation after the start changed (its completion record kept valid)
+    m_path = next(ev.rglob("fednest/*s1*/metrics.csv"))
+    lines = m_path.read_text().splitlines()
+    head, row = lines[0].split(","), lines[2].split(",")
+    i = head.index("test_acc")
+    row[i] = str(float(row[i]) + 0.1)
+    lines[2] = ",".join(row)
+    m_path.write_text("\n".join(lines) + "\n")
+    s2_path = m_path.parent / "summary.json"
+    s2 = json.loads(s2_path.read_text())
+    s2["metrics_sha256"] = file_sha256(m_path)
+    s2_path.write_text(json.dumps(s2))
+
+    r = runner.invoke(app, args)
+    assert r.exit_code == 1, r.output
+    flat = " ".join(r.stdout.split())
+    assert "2 of 4 reproduce" in flat and "the communication ledger differs" in flat
+    assert "beyond rtol in test_acc" in flat, flat
+    assert (out / "check.md").is_file() and (out / "check.csv").is_file()
+
+
+def test_check_refuses_bad_input_without_a_traceback(tmp_path):
+    for args, what in ((["check", "--minutes", "0"], "--minutes must be a positive"),
+                       (["check", "--from", str(tmp_path / "none")], "no such folder"),
+                       (["check", str(tmp_path / "missing.yaml")], "no such spec file"),
+                       (["check", "--rtol", "-1"], "--rtol must be >= 0")):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 2 and what in " ".join(r.output.split()) and "Traceback" not in r.output, (args, r.output)
+
+
+def test_a_long_runs_grown_rounding_is_a_drift_and_a_real_change_is_not(tmp_path):
+    from fbo_cli.check import compare_run
+
+    def run(name, accs):
+        d = tmp_path / name
+        d.mkdir()
+        rows = "".join(f"{10 * i},{a!r},0.5\n" for i, a in enumerate(accs))
+        (d / "metrics.csv").write_text("rounds,test_acc,train_time\n" + rows)
+        (d / "summary.json").write_text(json.dumps({"status": "done", "metric": "test_acc", "final": accs[-1],
+                                                    "ledger": {"rounds": 10 * (len(accs) - 1)}}))
+        return d
+
+    ev = run("ev", [0.1, 0.5, 0.6, 0.7, 0.8])
+    assert compare_run(ev, run("same", [0.1, 0.5, 0.6, 0.7, 0.8]))["outcome"] == "identical"
+    assert compare_run(ev, run("ulp", [0.1, 0.5, 0.6, 0.7, 0.8000001]))["outcome"] == "agrees"
+    late = run("late", [0.1, 0.5, 0.6, 0.705, 0.801])
+    assert compare_run(ev, late, sd=0.01)["outcome"] == "drifts"  # 0.1 seed sd off at the end
+    assert compare_run(ev, late, sd=0.001)["outcome"] == "differs"  # a whole seed sd off
+    assert compare_run(ev, late)["outcome"] == "differs"  # no seed spread to judge by
+    early = run("early", [0.1, 0.52, 0.6, 0.7, 0.8005])
+    assert compare_run(ev, early, sd=0.01)["outcome"] == "differs"  # apart from the first evaluation
