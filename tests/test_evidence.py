@@ -4,8 +4,10 @@
   to the configuration's identity (a new key, a renamed default) cannot silently orphan the evidence
   behind the report;
 - a few committed runs, re-run from their config.yaml over a short budget, give their committed
-  metrics.csv rows bit for bit (training time aside): refactors change no number. Runs on MNIST or
-  Fashion-MNIST are skipped where those datasets are absent.
+  metrics.csv rows bit for bit (training time aside; the evaluated losses to float32 rounding, 1e-6
+  relative, as the fused evaluation sums them in another order): refactors change no number. Runs on
+  MNIST or Fashion-MNIST are skipped where those datasets are absent (``make data``; CI has neither, so
+  ``fbo check`` is the wider version of this test).
 """
 
 import json
@@ -66,5 +68,8 @@ def test_committed_runs_recompute_bit_for_bit(tmp_path, where, rounds, tol):
     assert len(ours) >= 2 and len(ours) == len(theirs)
     if tol:
         pd.testing.assert_frame_equal(ours, theirs, check_exact=False, rtol=tol, atol=tol)
-    else:
-        pd.testing.assert_frame_equal(ours, theirs, check_exact=True)
+    else:  # the evaluated losses to float32 rounding: the fused evaluation sums them in another order (2e-7
+        # relative on these runs, made before it); everything else, the trained model's accuracy included, exactly
+        loss = [c for c in ours.columns if c.endswith("loss")]
+        pd.testing.assert_frame_equal(ours.drop(columns=loss), theirs.drop(columns=loss), check_exact=True)
+        pd.testing.assert_frame_equal(ours[loss], theirs[loss], check_exact=False, rtol=1e-6, atol=0)

@@ -36,7 +36,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import UsageError
-from .evidence import BENCH_FILES, EVIDENCE_FILES, SPEC_FILES, collect_evidence, prune_evidence  # noqa: F401
+from .evidence import BENCH_FILES, CHECK_FILES, EVIDENCE_FILES, SPEC_FILES, collect_evidence, prune_evidence  # noqa: F401
 from .papers import PAPERS, Paper, fidelity_anchor  # noqa: F401
 from .render import counts_title, finding_md, render_html, render_markdown, slug, summary_md  # noqa: F401
 from .sections import Section, build_section  # noqa: F401

@@ -19,6 +19,9 @@ SPEC_FILES = ("tuned.yaml", "tuning.csv", "ranking.csv", "tuning.partial.yaml", 
 # CPU, GPU, and the CPU cases of a change measured on the code before it, in the same idle window
 BENCH_FILES = ("bench/bench.md", "bench/cuda/bench.md", "bench/before/bench.md")
 
+# the last reproduction check (make reproduce-check): committed runs rerun and compared with the evidence
+CHECK_FILES = ("check/check.md", "check/check.csv")
+
 
 # --------------------------------------------------------------------------------------------------
 # Evidence
@@ -55,7 +58,7 @@ def collect_evidence(results: Path, evidence: Path, papers=PAPERS) -> int:
             if (results / f).is_file():
                 (evidence / f).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(results / f, evidence / f)
-    for f in BENCH_FILES:  # the bench's own tables (make bench), shown as they are
+    for f in BENCH_FILES + CHECK_FILES:  # the bench's and the check's own tables, shown as they are
         if (results / f).is_file():
             (evidence / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(results / f, evidence / f)

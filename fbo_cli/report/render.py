@@ -12,7 +12,7 @@ import pandas as pd
 
 from ..results import md_row
 from ..spec import Experiment
-from .evidence import BENCH_FILES
+from .evidence import BENCH_FILES, CHECK_FILES
 from .papers import PAPERS, Paper, fidelity_anchor
 from .sections import Section
 from .verdicts import VERDICTS
@@ -55,8 +55,15 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
             out += _render_section_md(sec)
         for f in paper.counts:
             out += _render_counts_md(root / f)
-    bench = root / BENCH_FILES[0]
+    bench, check = root / BENCH_FILES[0], root / CHECK_FILES[0]
     if papers is PAPERS:
+        out += ["## Do the committed numbers reproduce? `make reproduce-check`", ""]
+        out += ([f"`{check}`: a sample of the runs above rerun by `fbo check` on the code of this report's commit "
+                 "and compared with their evidence (the run in `--from`, the rerun under `results/check/`; "
+                 "`fbo check --help` defines the outcomes). The header and each row give the command and budget.",
+                 "", check.read_text().replace("# fbo check:", "**fbo check:**", 1).strip(), ""]
+                if check.is_file() else ["Not checked yet (`make reproduce-check`, then `fbo report --collect "
+                                         "results`).", ""])
         out += ["## Cost per round: `make bench`", ""]
         out += ([f"`{bench}` as `fbo bench` wrote it:", "", bench.read_text().strip(), ""]
                 if bench.is_file() else ["Not measured yet (`make bench`, then `fbo report --collect results`).", ""])
