@@ -26,6 +26,7 @@ side by side for context only: the evidence's were measured on another day, ofte
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import itertools
 import math
 from pathlib import Path
@@ -168,14 +169,15 @@ def _num(v: Any, fmt: str) -> str:
     return format(v, fmt) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else ""
 
 
-def report(rows: list[dict[str, Any]], rtol: float, atol: float, command: str) -> str:
-    """``check.md``: the verdict line, then one row per rerun."""
+def report(rows: list[dict[str, Any]], rtol: float, atol: float, command: str, commit: str = "") -> str:
+    """``check.md``: the command and the code's commit (``, commit <sha>``), the verdict line, then one row
+    per rerun."""
     n = {k: sum(r["outcome"] == k for r in rows) for k in ("identical", "agrees", "drifts", "differs", "failed")}
     then = sum(r["s_then"] or 0 for r in rows)
     now = sum(r["s_now"] or 0 for r in rows)
     ok = n["identical"] + n["agrees"] + n["drifts"]
     head = [f"# fbo check: {len(rows)} committed run(s) rerun and compared with the evidence", "",
-            f"`{command}`", "",
+            f"`{command}`{commit}, {datetime.date.today().isoformat()}", "",
             f"**{ok} of {len(rows)} reproduce**: {n['identical']} identical bit for bit, {n['agrees']} within "
             f"rtol {rtol:g} (atol {atol:g}) at every evaluation; {n['drifts']} drift (the same run until float "
             f"rounding grew beyond rtol, the final headline metric within {DRIFT:g} seed-to-seed standard "
@@ -199,8 +201,10 @@ def report(rows: list[dict[str, Any]], rtol: float, atol: float, command: str) -
 def write(rows: list[dict[str, Any]], out: Path, rtol: float, atol: float, command: str) -> None:
     import pandas as pd
 
+    from .bench import _commit
+
     atomic_write(out / "check.csv", pd.DataFrame(rows).to_csv(index=False))
-    atomic_write(out / "check.md", report(rows, rtol, atol, command))
+    atomic_write(out / "check.md", report(rows, rtol, atol, command, _commit()))
 
 
 def check_args(minutes: float | None, rtol: float, atol: float) -> None:

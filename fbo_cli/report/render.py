@@ -58,7 +58,7 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
     bench, check = root / BENCH_FILES[0], root / CHECK_FILES[0]
     if papers is PAPERS:
         out += ["## Do the committed numbers reproduce? `make reproduce-check`", ""]
-        out += ([f"`{check}`: a sample of the runs above rerun by `fbo check` on the code of this report's commit "
+        out += ([f"`{check}`: a sample of the runs above rerun by `fbo check` on the commit its header names "
                  "and compared with their evidence (the run in `--from`, the rerun under `results/check/`; "
                  "`fbo check --help` defines the outcomes). The header and each row give the command and budget.",
                  "", check.read_text().replace("# fbo check:", "**fbo check:**", 1).strip(), ""]
