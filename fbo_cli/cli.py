@@ -39,6 +39,15 @@ def user_errors():
         raise typer.Exit(2) from None
 
 
+def threads_first() -> None:
+    """One torch CPU thread before any torch work in this process, as a grid's workers do (each run then sets
+    its own ``threads``): the first setting decides the last bits of a run (docs/fidelity.md,
+    Reproducibility), so a run made here is the same run as in a worker."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
 def interrupted_note(e: KeyboardInterrupt) -> str:
     """What Ctrl-C left: the Ray executor says which runs came home; the runner of the other executors
     writes each run's checkpoint on SIGINT."""
@@ -94,14 +103,12 @@ def run(
     """Run one algorithm on one task and write results/<task>/<algo>/<run-id>/. Options left out take the
     task's and the algorithm's defaults: `fbo show ALGO --task TASK` lists them, `--dry-run` shows the
     resolved config."""
-    import torch
-
     from .config import load_config_file, parse_sets, resolve
     from .data import load_dataset
     from .results import make_dirs, prune_empty_run
     from .runner import Interrupted, execute
 
-    torch.set_num_threads(1)  # before any torch work, as a grid's workers do; the run sets its own (fidelity.md)
+    threads_first()
     with user_errors():
         if tensorboard:
             try:
@@ -254,6 +261,7 @@ def compare(
     failed or is missing from the table."""
     from . import compare as cmp
 
+    threads_first()
     with user_errors():
         check_executor(jobs, executor, address, cpus_per_run, gpus_per_run)
         overrides = grid_overrides(set_, out_dir, data_dir)
@@ -434,6 +442,7 @@ def tune(
     from .spec import edge_note
     from .tune import run_tuning
 
+    threads_first()
     with user_errors():
         check_executor(jobs, executor, address, cpus_per_run, gpus_per_run)
         overrides = grid_overrides(set_, out_dir, data_dir)
