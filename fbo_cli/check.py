@@ -64,11 +64,11 @@ def committed_runs(specs: list[str | Path], evidence: Path = EVIDENCE) -> list[P
             if d in seen or not is_finished(d):
                 continue
             seen.add(d)
-            if (read_summary(d) or {}).get("device") == "cuda" and not torch.cuda.is_available():
+            s = read_summary(d) or {}
+            if s.get("device") == "cuda" and not torch.cuda.is_available():
                 continue
             secs, unknown = estimate_cost([c], roots=(evidence,))
             if unknown:
-                s = read_summary(d) or {}
                 secs = float(s.get("train_time_s") or 0) + float(s.get("eval_time_s") or 0)
             picks.append(Pick(exp.name, c, secs))
     return picks
@@ -108,9 +108,8 @@ def rerun_cell(p: Pick, runs: Path) -> Cell:
     here = "cuda" if torch.cuda.is_available() else "cpu"
     layers = (*p.cell.layers, {"out_dir": str(runs)} | ({"device": ran} if ran and ran != here else {}))
     cfg = resolve(p.cell.cfg.task, p.cell.cfg.algo, *layers)
-    same = {k: v for k, v in cfg.as_dict().items() if k not in ("out_dir", "device")} == {
-        k: v for k, v in p.cell.cfg.as_dict().items() if k not in ("out_dir", "device")}
-    if cfg.run_dir.resolve().parent.parent.parent == p.cell.cfg.run_dir.resolve().parent.parent.parent or not same:
+    rest = lambda c: {k: v for k, v in c.as_dict().items() if k not in ("out_dir", "device")}
+    if Path(cfg.run.out_dir).resolve() == Path(p.cell.cfg.run.out_dir).resolve() or rest(cfg) != rest(p.cell.cfg):
         raise UsageError(f"--out {runs}: the rerun of {p.cell.cfg.run_dir} would not be a separate copy of it")
     return dataclasses.replace(p.cell, cfg=cfg, layers=layers)
 

@@ -366,12 +366,16 @@ def check_cmd(
     from .executors import run_cells
     from .report.papers import PAPERS
 
+    threads_first()  # --jobs 1 reruns in this process
     with user_errors():
         check.check_args(None if all_runs else minutes, rtol, atol)
         if jobs < 1:
             raise UsageError(f"--jobs must be >= 1, got {jobs}")
         if not evidence.is_dir():
             raise UsageError(f"--from {evidence}: no such folder (the committed evidence is docs/results)")
+        if (out_dir / "runs").resolve() == evidence.resolve():
+            raise UsageError(f"--out {out_dir}: the reruns would land in the evidence ({evidence}); "
+                             "choose another folder")
         for s in specs or []:
             if not s.is_file():
                 raise UsageError(f"{s}: no such spec file")

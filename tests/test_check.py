@@ -69,10 +69,13 @@ def test_check_reruns_committed_runs_and_finds_a_changed_ledger_or_metric(tmp_pa
 
 
 def test_check_refuses_bad_input_without_a_traceback(tmp_path):
+    (tmp_path / "runs").mkdir()
     for args, what in ((["check", "--minutes", "0"], "--minutes must be a positive"),
                        (["check", "--from", str(tmp_path / "none")], "no such folder"),
                        (["check", str(tmp_path / "missing.yaml")], "no such spec file"),
-                       (["check", "--rtol", "-1"], "--rtol must be >= 0")):
+                       (["check", "--rtol", "-1"], "--rtol must be >= 0"),
+                       (["check", "--from", str(tmp_path / "runs"), "--out", str(tmp_path), "--dry-run"],
+                        "would land in the evidence")):
         r = runner.invoke(app, args)
         assert r.exit_code == 2 and what in " ".join(r.output.split()) and "Traceback" not in r.output, (args, r.output)
 
