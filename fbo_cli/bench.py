@@ -52,7 +52,7 @@ import yaml
 from torch.utils.flop_counter import FlopCounterMode
 
 from .config import resolve
-from .results import atomic_write
+from .results import atomic_write, code_commit
 from .runner import build
 
 DATA = {"dataset": "fashion-mnist", "partition": "iid"}
@@ -528,18 +528,6 @@ def loop_fednest_iteration(data, participation=0.1, epochs=5, bs=64, T=5, lam=0.
     return time.perf_counter() - t0
 
 
-def _commit() -> str:
-    """``, commit <short sha>`` of the code that ran (a before/after pair names its two commits), or ''."""
-    import subprocess
-
-    try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, text=True,
-                             capture_output=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    return f", commit {sha}" if sha else ""
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--iters", type=int, default=3, help="timed outer iterations per case and path (min is kept)")
@@ -641,7 +629,7 @@ def main(argv: list[str] | None = None) -> None:
             gf.loc[g.index, "vs_first"] = g["s_per_iteration"] / g["s_per_iteration"].iloc[0]
     title = (f"fbo bench: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
              f"{dev.type}{f' ({torch.cuda.get_device_name(dev)})' if dev.type == 'cuda' else ''}, "
-             f"{torch.get_num_threads()} thread(s), sgemm {sgemm:.1f} GFLOP/s{_commit()}")
+             f"{torch.get_num_threads()} thread(s), sgemm {sgemm:.1f} GFLOP/s{code_commit()}")
     md = [f"**{title}**", ""]
     cols = [("case", "case", "{}"), ("s / iteration", "s_per_iteration", "{:.3f}"),
             ("rounds", "rounds_per_iteration", "{:g}"), ("s / round", "s_per_round", "{:.4f}"),

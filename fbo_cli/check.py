@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from .errors import UsageError
-from .results import atomic_write, estimate_cost, is_finished, md_row, read_metrics, read_summary
+from .results import atomic_write, code_commit, estimate_cost, is_finished, md_row, read_metrics, read_summary
 from .spec import Cell, load_spec
 
 EVIDENCE = Path("docs/results")
@@ -200,10 +200,8 @@ def report(rows: list[dict[str, Any]], rtol: float, atol: float, command: str, c
 def write(rows: list[dict[str, Any]], out: Path, rtol: float, atol: float, command: str) -> None:
     import pandas as pd
 
-    from .bench import _commit
-
     atomic_write(out / "check.csv", pd.DataFrame(rows).to_csv(index=False))
-    atomic_write(out / "check.md", report(rows, rtol, atol, command, _commit()))
+    atomic_write(out / "check.md", report(rows, rtol, atol, command, code_commit()))
 
 
 def check_args(minutes: float | None, rtol: float, atol: float) -> None:

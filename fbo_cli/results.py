@@ -77,6 +77,18 @@ def atomic_write(path: Path, text: str | bytes) -> None:
         raise
 
 
+def code_commit() -> str:
+    """``, commit <short sha>`` of the code that ran (a before/after pair names its two commits), or ''."""
+    import subprocess
+
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, text=True,
+                             capture_output=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return f", commit {sha}" if sha else ""
+
+
 def file_sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 

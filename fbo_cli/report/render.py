@@ -60,7 +60,7 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
         out += ["## Do the committed numbers reproduce? `make reproduce-check`", ""]
         out += ([f"`{check}`: a sample of the runs above rerun by `fbo check` on the commit its header names "
                  "and compared with their evidence (the run in `--from`, the rerun under `results/check/`; "
-                 "`fbo check --help` defines the outcomes). The header and each row give the command and budget.",
+                 "`fbo check --help` defines the outcomes). Its header gives the command, the commit and the date.",
                  "", check.read_text().replace("# fbo check:", "**fbo check:**", 1).strip(), ""]
                 if check.is_file() else ["Not checked yet (`make reproduce-check`, then `fbo report --collect "
                                          "results`).", ""])
