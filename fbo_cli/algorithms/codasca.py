@@ -91,10 +91,10 @@ class EpochSampler:
         # fewer than B examples left (a client with fewer than B in all: its whole split every step)
         need = self.cursor + self.B > self.counts
         dev = self.mask.device
-        if need.any():
+        if need.any():  # keys for every client (the run's random stream), sorted only where needed
             keys = torch.rand(self.mask.shape, generator=self.gen, device=dev)
-            keys = keys.masked_fill(~self.mask, 2.0)
-            self.perm = torch.where(torch.as_tensor(need, device=dev)[:, None], keys.argsort(1), self.perm)
+            rows = torch.as_tensor(np.flatnonzero(need), device=dev)
+            self.perm[rows] = keys[rows].masked_fill_(~self.mask[rows], 2.0).argsort(1)
             self.cursor = np.where(need, 0, self.cursor)
         at = self.cursor[:, None] + self.ar
         valid = at < self.counts[:, None]

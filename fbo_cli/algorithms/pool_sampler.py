@@ -9,7 +9,7 @@ smallest of them, in the same order), at the cost of the batch instead of the sp
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -22,6 +22,10 @@ class RowSampler:
     data: FederatedData
     idx: torch.Tensor  # [M, n] pool rows
     mask: torch.Tensor  # [M, n]
+    pad: torch.Tensor = field(init=False, repr=False)  # ~mask, once per sampler rather than per draw
+
+    def __post_init__(self) -> None:
+        self.pad = ~self.mask
 
     @classmethod
     def of(cls, data: FederatedData, which: str, clients: torch.Tensor | None = None) -> "RowSampler":
@@ -40,8 +44,7 @@ class RowSampler:
 
     def sample(self, gen: torch.Generator, batch_size: int) -> Batch:
         """One minibatch per client, without replacement within the batch (as ``Split.sample``)."""
-        keys = torch.rand(self.mask.shape, generator=gen, device=self.mask.device)
-        keys = keys.masked_fill(~self.mask, 2.0)
+        keys = torch.rand(self.mask.shape, generator=gen, device=self.mask.device).masked_fill_(self.pad, 2.0)
         b = min(batch_size, keys.shape[1])
         pos = keys.topk(b, dim=1, largest=False, sorted=True).indices
         rows = torch.gather(self.idx, 1, pos)
