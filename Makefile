@@ -5,6 +5,7 @@ JOBS    ?= 2
 TORCH   ?= torch==2.14.1 torchvision==0.29.1
 DEVICE  ?= cpu
 BENCH_ARGS ?=
+BEFORE  ?= 1c85893
 CHECK_ARGS ?=
 # every spec that reproduce-all runs (make reproduce-cost sums them)
 REPRODUCE_SPECS = experiments/aggitd_table2.yaml experiments/aggitd_fig3_mnist.yaml experiments/aggitd_fig4_mnist.yaml \
@@ -16,7 +17,7 @@ REPRODUCE_SPECS = experiments/aggitd_table2.yaml experiments/aggitd_fig3_mnist.y
   experiments/zohfl_table1_mnist_x0zero.yaml experiments/zohfl_probe_mnist.yaml experiments/zohfl_table1_fmnist.yaml \
   experiments/zohfl_table1_fmnist_x0zero.yaml experiments/zohfl_fig2.yaml
 
-.PHONY: reproduce reproduce-check reproduce-cost reproduce-aggitd-fig6 reproduce-adafbio-mnist setup venv data browser run report report-collect report-check reproduce-all reproduce-quick test lint probe bench reproduce-aggitd reproduce-aggitd-fmnist reproduce-aggitd-short reproduce-codasca reproduce-codasca-controls reproduce-codasca-cifar100 reproduce-zohfl reproduce-zohfl-all reproduce-fedbio reproduce-fedbio-mnist reproduce-fedbio-local reproduce-adafbio reproduce-adafbio-quick clean
+.PHONY: bench-ab reproduce reproduce-check reproduce-cost reproduce-aggitd-fig6 reproduce-adafbio-mnist setup venv data browser run report report-collect report-check reproduce-all reproduce-quick test lint probe bench reproduce-aggitd reproduce-aggitd-fmnist reproduce-aggitd-short reproduce-codasca reproduce-codasca-controls reproduce-codasca-cifar100 reproduce-zohfl reproduce-zohfl-all reproduce-fedbio reproduce-fedbio-mnist reproduce-fedbio-local reproduce-adafbio reproduce-adafbio-quick clean
 
 setup: venv data browser  ## virtual environment with pinned versions, the offline MNIST and Fashion-MNIST, and Chromium for make report-check where apt is available
 
@@ -129,6 +130,9 @@ probe:  ## the fault probe: the safety issue's bad inputs, planted files and kil
 
 bench:  ## s / outer iteration, GFLOP/s against sgemm, fast vs generic, growth, memory (results/bench/); DEVICE=cuda, BENCH_ARGS=--quick, FEDNEST=<checkout of github.com/mc-nya/FedNest> adds the public code's whole run
 	$(FBO) bench --device $(DEVICE) $(if $(FEDNEST),--public-fednest $(FEDNEST)) $(BENCH_ARGS)
+
+bench-ab:  ## the latency-bound cases on the code before the speed work (BEFORE, a revision) and on this code, alternating fresh processes (results/bench/ab.md, ~12 min)
+	$(FBO) bench --against $(BEFORE) --out results/bench $(BENCH_ARGS)
 
 reproduce-aggitd:        ## Xiao & Ji (ICML 2023) on the full MNIST: Table 2 (paper's and tuned steps, 2,000 rounds, 3 seeds), Figs. 3 and 4 (~2 h on 2 idle cores)
 	$(FBO) tune experiments/aggitd_table2.yaml --jobs $(JOBS)

@@ -713,6 +713,10 @@ def bench(
                                  "oracles, the rest) and the torch.profiler tables of the profiled cases."),
     public_fednest: Optional[Path] = typer.Option(None, help="A checkout of github.com/mc-nya/FedNest: time its "
                                                   "outer iteration (MNIST, 1 thread) beside fbo's whole FedNest run."),
+    against: str = typer.Option("", help="A git revision or a checkout: instead of the bench, time the "
+                                "latency-bound cases (or --only) on that code and on this code, alternating fresh "
+                                "processes (before and after in one window; writes ab.md)."),
+    rounds: int = typer.Option(3, help="Alternating rounds of --against."),
 ) -> None:
     """Cost per outer iteration and per round of every algorithm (`make bench`): seconds, GFLOP/s against
     the machine's sgemm rate, fast vs generic path, growth with the clients, peak memory."""
@@ -724,12 +728,17 @@ def bench(
                              f"{iters}")
         if not cases.is_file():
             raise UsageError(f"--cases: no file at {cases}")
+        if against and not (Path(against) / "fbo_cli").is_dir() and not b.is_revision(against):
+            raise UsageError(f"--against: {against} is neither a checkout with fbo_cli/ nor a git revision here")
+        if rounds < 1:
+            raise UsageError(f"--rounds must be >= 1; got {rounds}")
         if public_fednest is not None and not (public_fednest / "main_hr.py").is_file():
             raise UsageError(f"--public-fednest: no main_hr.py in {public_fednest} (a checkout of mc-nya/FedNest?)")
     argv = ["--device", device, "--threads", str(threads), "--iters", str(iters), "--min-seconds", str(min_seconds),
             "--cases", str(cases), *(["--quick"] if quick else []), *(["--only", only] if only else []),
             *(["--out", str(out_dir)] if out_dir else []), *(["--profile"] if profile else []),
-            *(["--public-fednest", str(public_fednest)] if public_fednest else [])]
+            *(["--public-fednest", str(public_fednest)] if public_fednest else []),
+            *(["--against", against, "--rounds", str(rounds)] if against else [])]
     b.main(argv)
 
 

@@ -81,12 +81,14 @@ def code_commit() -> str:
     """``, commit <short sha>`` of the code that ran (a before/after pair names its two commits), or ''."""
     import subprocess
 
+    git = lambda *a: subprocess.run(["git", *a], cwd=Path(__file__).parent, text=True, capture_output=True,
+                                    timeout=10).stdout.strip()
     try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, text=True,
-                             capture_output=True, timeout=10).stdout.strip()
+        sha = git("rev-parse", "--short", "HEAD")
+        dirty = sha and git("status", "--porcelain", "--", str(Path(__file__).parent))
     except (OSError, subprocess.SubprocessError):
         return ""
-    return f", commit {sha}" if sha else ""
+    return f", commit {sha}{' with uncommitted changes to fbo_cli/' if dirty else ''}" if sha else ""
 
 
 def file_sha256(path: Path) -> str:

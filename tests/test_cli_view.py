@@ -83,6 +83,7 @@ algorithms: [{{name: A, algo: aggitd, tune: {{outer_lr: [0.01, 0.1]}}}}]
 
 def test_side_tools_are_subcommands_with_checked_options():
     for args, what in ((["bench", "--device", "tpu"], "--device must be cpu or cuda"),
+                       (["bench", "--against", "no-such-revision"], "neither a checkout with fbo_cli/ nor a git"),
                        (["diagnose", "truncation", "--rounds", "-1"], "--rounds must be >= 0"),
                        (["figure", "zohfl-fig2", "/nonexistent"], "no runs.csv"),
                        (["figure", "codasca-imax", "/nonexistent"], "no runs.csv")):

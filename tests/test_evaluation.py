@@ -197,3 +197,38 @@ def test_bench_phases_split_an_iteration_and_leave_nothing_patched():
     for _ in range(3):  # phases ran 3 iterations: the patched run is 3 iterations ahead, on the same draws
         ref.algo.step()
     assert torch.equal(ref.algo.x, b.algo.x) and torch.equal(ref.algo.y, b.algo.y)
+
+
+def test_bench_against_alternates_two_code_trees_and_keeps_each_sides_fastest(tmp_path):
+    """``fbo bench --against``: each round runs the before tree's bench, then the after tree's, each in a fresh
+    process that imports that tree's ``fbo_cli`` (not the one in the working directory); each case keeps
+    its side's fastest round, and the spread is the slowest round over the fastest."""
+    from rich.console import Console
+
+    from fbo_cli.bench import ab_bench
+
+    def tree(name, secs):
+        pkg = tmp_path / name / "fbo_cli"
+        pkg.mkdir(parents=True)
+        (pkg / "__init__.py").write_text("")
+        (pkg / "bench.py").write_text(
+            "import argparse, pathlib\n"
+            "def main(argv):\n"
+            "    ap = argparse.ArgumentParser()\n"
+            "    for k in ('--only', '--out', '--threads'): ap.add_argument(k)\n"
+            "    a = ap.parse_args(argv)\n"
+            "    out = pathlib.Path(a.out)\n"
+            "    r = int(out.name[-1])\n"
+            "    out.mkdir(parents=True)\n"
+            "    rows = ''.join(f'{c},{s * (1 + 0.5 * r)},{1 / s},100\\n' for c, s in zip(a.only.split(','), "
+            f"{secs!r}))\n"
+            "    (out / 'bench.csv').write_text('case,s_per_iteration,gflops,sgemm_gflops\\n' + rows)\n")
+        return tmp_path / name
+
+    before, after = tree("old", [0.3, 0.2]), tree("new", [0.1, 0.2])
+    ab = ab_bench(str(before), ["a", "b"], 2, 1, tmp_path / "out", Console(quiet=True), after=after)
+    assert list(ab.case) == ["a", "b"]
+    assert ab.speedup.tolist() == pytest.approx([3.0, 1.0]) and ab.before_s.tolist() == pytest.approx([0.3, 0.2])
+    assert ab.after_spread.tolist() == pytest.approx([1.5, 1.5])
+    md = (tmp_path / "out" / "ab.md").read_text()
+    assert f"{before} (before)" in md and "| a | 0.3000 | 0.1000 | 3.00x |" in md

@@ -16,8 +16,8 @@ EVIDENCE_FILES = ("config.yaml", "metrics.csv", "summary.json")
 SPEC_FILES = ("tuned.yaml", "tuning.csv", "ranking.csv", "tuning.partial.yaml", "tuning.partial.csv")
 
 
-# CPU, GPU, and the CPU cases of a change measured on the code before it, in the same idle window
-BENCH_FILES = ("bench/bench.md", "bench/cuda/bench.md", "bench/before/bench.md")
+# CPU, GPU, and the latency-bound cases on the code before the speed work and on this code (fbo bench --against)
+BENCH_FILES = ("bench/bench.md", "bench/cuda/bench.md", "bench/ab.md")
 
 # the last reproduction check (make reproduce-check): committed runs rerun and compared with the evidence
 CHECK_FILES = ("check/check.md", "check/check.csv")

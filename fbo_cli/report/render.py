@@ -67,12 +67,12 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
         out += ["## Cost per round: `make bench`", ""]
         out += ([f"`{bench}` as `fbo bench` wrote it:", "", bench.read_text().strip(), ""]
                 if bench.is_file() else ["Not measured yet (`make bench`, then `fbo report --collect results`).", ""])
-        before = root / BENCH_FILES[2]
-        if before.is_file():
-            out += ["### Before: the same cases on the code before the latest speed work", "",
-                    f"`{before}`, measured in the same idle window as the table above (`fbo bench --only ... "
-                    "--out results/bench/before` in a checkout of the earlier commit its first line names):", "",
-                    before.read_text().strip(), ""]
+        ab = root / BENCH_FILES[2]
+        if ab.is_file():
+            out += ["### Before and after: the latency-bound cases on the code before the speed work", "",
+                    f"`{ab}`, from `make bench-ab` (`fbo bench --against <the earlier commit>`): both versions "
+                    "of the code in turn, in fresh processes, over the same minutes:", "",
+                    ab.read_text().strip(), ""]
         gpu = root / BENCH_FILES[1]
         out += ["### On a GPU: `make bench DEVICE=cuda`", ""]
         out += ([f"`{gpu}`:", "", gpu.read_text().strip(), ""] if gpu.is_file() else
