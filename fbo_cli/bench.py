@@ -3,7 +3,9 @@
 For each case: seconds per outer iteration (min over ``iters`` timed iterations after a warm-up, more
 for a cheap case, up to ``--min-seconds``) and
 per communication round, the FLOPs of one iteration (``torch.utils.flop_counter.FlopCounterMode`` on
-the warm-up iteration), the achieved GFLOP/s, and the **efficiency**: achieved GFLOP/s over the
+the warm-up iteration; where an iteration's work grows over a run, as ``hfl``'s ``ceil(tau sqrt(r + 1))``
+local steps do, every timed iteration is the same one, the third, run on a fresh copy of the state before
+it, and its FLOPs are counted there), the achieved GFLOP/s, and the **efficiency**: achieved GFLOP/s over the
 machine's own sgemm rate (``torch.matmul`` of two 2048² fp32 matrices, same thread count), measured
 between the case's own timed iterations (best of those), so that the ratio is stable on a noisy
 machine whose load drifts during the run. Cases whose task has a fast path
@@ -157,9 +159,16 @@ def time_case(case: dict, iters: int, device: str = "cpu", generic: bool = True,
     base = _reset_peak(dev)
     b = _build(case, device, True if has_fast else None)  # built again inside the memory window
     algo, led = b.algo, b.ledger
+    s0 = led.samples
     flops = _flops(algo)  # the warm-up iteration
+    w0, s0, r1 = led.samples - s0, led.samples, led.rounds
     algo.step()
     mem = _peak(dev, base)
+    snap = None
+    if led.samples - s0 != w0:  # the work grows over a run (hfl: ceil(tau sqrt(r + 1)) local steps): time one
+        snap = copy.deepcopy(algo)  # iteration, always the same, on fresh copies of the state before it
+        flops = _flops(copy.deepcopy(snap))
+        rounds = led.rounds - r1
     paths = {"fast": algo}
     flops_g = float("nan")
     if has_fast and generic:
@@ -172,10 +181,11 @@ def time_case(case: dict, iters: int, device: str = "cpu", generic: bool = True,
     t0, done = time.perf_counter(), 0
     while done < iters or (time.perf_counter() - t0 < min_s and done < 4 * iters):
         for k, a in paths.items():  # alternate, so that both paths (and sgemm) see the same load
-            times[k].append(_timed(a.step, dev))
+            times[k].append(_timed((copy.deepcopy(snap) if snap is not None and k == "fast" else a).step, dev))
         sg.tick()
         done += 1
-    rounds = (led.rounds - r0) / done
+    if snap is None:
+        rounds = (led.rounds - r0) / done
     ev, ev_test = eval_seconds(algo, dev)
     t = min(times["fast"])
     tg = min(times["generic"]) if "generic" in times else float("nan")
@@ -368,6 +378,54 @@ def phases(algo, device, iters: int = 10) -> dict[str, float]:
     return out
 
 
+DRAW_OPS = ("aten.rand", "aten.uniform_", "aten.random_", "aten.topk", "aten.sort", "aten.index_select",
+            "aten.randperm", "aten.normal_")
+
+
+def _sig(x):
+    """A hashable signature of an operator's arguments: tensors by shape and dtype, generators by kind."""
+    if isinstance(x, torch.Tensor):
+        return ("T", tuple(x.shape), x.dtype)
+    if isinstance(x, (list, tuple)):
+        return tuple(_sig(v) for v in x)
+    return "gen" if isinstance(x, torch.Generator) else x
+
+
+def floor_ms(algo, device, sgemm: float) -> dict[str, float]:
+    """What an outer iteration costs at least while it keeps today's numbers, with torch's kernels: its random
+    draws, the selections and the row gathers they make (the ``DRAW_OPS`` of one iteration, recorded by a
+    dispatch mode, each distinct operator and shapes then replayed alone on copies of its inputs, warm in
+    the cache, so a lower bound), plus the iteration's FLOPs at the sgemm rate."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: dict = {}
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = str(func.overloadpacket)
+            if name in DRAW_OPS:
+                key = (func, _sig(args), _sig(sorted((kwargs or {}).items())))
+                seen.setdefault(key, [0, args, kwargs or {}])[0] += 1
+            return func(*args, **(kwargs or {}))
+
+    with FlopCounterMode(display=False) as fc, Record():
+        algo.step()
+    dev = torch.device(device)
+    draws = 0.0
+    for (func, _, _), (count, args, kwargs) in seen.items():
+        args = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+        kw = {k: torch.Generator(device=v.device) if isinstance(v, torch.Generator) else v for k, v in kwargs.items()}
+
+        def ten(func=func, args=args, kw=kw):
+            for _ in range(10):
+                func(*args, **kw)
+
+        ten()
+        draws += count * min(_timed(ten, dev) for _ in range(5)) / 10
+    gemm = fc.get_total_flops() / (sgemm * 1e9)
+    return {"draws_ms": 1e3 * draws, "flops_ms": 1e3 * gemm, "floor_ms": 1e3 * (draws + gemm)}
+
+
 def profile_case(case: dict, device: str = "cpu", rows: int = 25) -> str:
     """Markdown: where one outer iteration's time goes (``phases``), then the ``torch.profiler`` table of one
     outer iteration (after one warm-up iteration)."""
@@ -377,6 +435,11 @@ def profile_case(case: dict, device: str = "cpu", rows: int = 25) -> str:
     ph = phases(algo, device)
     phase_md = "\n".join(["| phase | ms / iteration | share |", "|---|---|---|"]
                           + [f"| {k} | {1e3 * v:.2f} | {v / ph['total']:.0%} |" for k, v in ph.items()])
+    fl = floor_ms(algo, device, sgemm_rate(torch.device(device)))
+    phase_md += (f"\n\nFloor (``floor_ms``: what the iteration costs at least with the same numbers): its random "
+                 f"draws, selections and row gathers alone {fl['draws_ms']:.2f} ms + its FLOPs at the sgemm rate "
+                 f"{fl['flops_ms']:.2f} ms = {fl['floor_ms']:.2f} ms, {fl['floor_ms'] / (1e3 * ph['total']):.0%} of "
+                 "the iteration above")
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     t0 = time.perf_counter()
     with profile(activities=acts, record_shapes=True) as prof:
@@ -462,26 +525,32 @@ def _code_tree(against: str, tmp: Path) -> tuple[Path, str]:
     return tmp / "before", f"commit {sha}"
 
 
-# The bench of the code in argv[1] (first on the path, ahead of the working directory and of an editable install)
-_AB_CHILD = """import sys
+# This bench (argv[2]) on the code in argv[1]: that tree's fbo_cli first on the path (ahead of the working
+# directory and of an editable install), this file loaded as its fbo_cli.bench, so that both sides are timed
+# by the same instrument (an older tree may lack results.code_commit, which only labels the output)
+_AB_CHILD = """import importlib.util, sys
 from pathlib import Path
-root = Path(sys.argv.pop(1)).resolve()
+root, src = Path(sys.argv.pop(1)).resolve(), sys.argv.pop(1)
 sys.path.insert(0, str(root))
-import fbo_cli
+import fbo_cli, fbo_cli.results
 assert Path(fbo_cli.__file__).resolve().parent == root / "fbo_cli", fbo_cli.__file__
-from fbo_cli.bench import main
-main(sys.argv[1:])
+fbo_cli.results.code_commit = getattr(fbo_cli.results, "code_commit", lambda: "")
+spec = importlib.util.spec_from_file_location("fbo_cli.bench", src)
+bench = sys.modules["fbo_cli.bench"] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+bench.main(sys.argv[1:])
 """
 
 
 def ab_bench(against: str, only: list[str], rounds: int, threads: int, out: Path, con,
-             after: Path | None = None) -> pd.DataFrame:
+             after: Path | None = None, bench_file: str = __file__) -> pd.DataFrame:
     """Time ``only`` (substrings of case names) on the code of ``against`` ("before") and on this code
-    ("after"): ``rounds`` rounds, each running both sides' ``fbo bench --only`` in a fresh process, before
-    then after, so that both see the same machine over the same minutes. Keeps each case's fastest
+    ("after"): ``rounds`` rounds, each running this bench (``--only``) on both sides' code in fresh processes,
+    before then after in odd rounds and the other way round in even ones, so that both see the same machine
+    over the same minutes and neither always goes first. Keeps each case's fastest
     iteration over the rounds and its spread (slowest round's minimum over fastest), and writes
     ``ab.csv`` and ``ab.md``. The cases are those of this tree's ``experiments/bench.yaml``; ``after`` is
-    this code's checkout unless given."""
+    this code's checkout and ``bench_file`` this file unless given (a test gives its own)."""
     import subprocess
     import tempfile
 
@@ -491,12 +560,12 @@ def ab_bench(against: str, only: list[str], rounds: int, threads: int, out: Path
         before, label = _code_tree(against, tmp)
         frames = []
         for r in range(rounds):
-            for side, root in (("before", before), ("after", here)):
+            for side, root in (("before", before), ("after", here))[::1 if r % 2 == 0 else -1]:
                 con.print(f"round {r + 1}/{rounds}: {side} ({label if side == 'before' else 'this code'}) ...",
                           style="dim")
                 dest = tmp / f"{side}{r}"
-                cmd = [sys.executable, "-c", _AB_CHILD, str(root), "--only", ",".join(only), "--out", str(dest),
-                       "--threads", str(threads)]
+                cmd = [sys.executable, "-c", _AB_CHILD, str(root), bench_file, "--only", ",".join(only),
+                       "--out", str(dest), "--threads", str(threads)]
                 proc = subprocess.run(cmd, capture_output=True, text=True)
                 if proc.returncode or not (dest / "bench.csv").is_file():
                     raise RuntimeError(f"the {side} bench failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
@@ -522,8 +591,9 @@ def ab_bench(against: str, only: list[str], rounds: int, threads: int, out: Path
           "spread before, after |", "|---|---|---|---|---|---|"]
     md += [f"| {r.case} | {r.before_s:.4f} | {r.after_s:.4f} | {r.speedup:.2f}x | {r.before_efficiency:.0%} → "
            f"{r.after_efficiency:.0%} | {r.before_spread:.2f}, {r.after_spread:.2f} |" for r in ab.itertuples()]
-    md += ["", "Each side's fastest iteration over the rounds (each round's own minimum of at least 3 iterations); "
-           "spread: its slowest round over its fastest, the machine's noise in this window."]
+    md += ["", "Both sides timed by this bench, each on its own code. Each side's fastest iteration over the rounds "
+           "(each round's own minimum of at least 3 iterations); spread: its slowest round over its fastest, the "
+           "machine's noise in this window."]
     atomic_write(out / "ab.csv", ab.to_csv(index=False))
     atomic_write(out / "ab.md", "\n".join(md) + "\n")
     return ab

@@ -200,9 +200,10 @@ def test_bench_phases_split_an_iteration_and_leave_nothing_patched():
 
 
 def test_bench_against_alternates_two_code_trees_and_keeps_each_sides_fastest(tmp_path):
-    """``fbo bench --against``: each round runs the before tree's bench, then the after tree's, each in a fresh
-    process that imports that tree's ``fbo_cli`` (not the one in the working directory); each case keeps
-    its side's fastest round, and the spread is the slowest round over the fastest."""
+    """``fbo bench --against``: each round runs one bench file on the before tree's code and on the after
+    tree's, each in a fresh process that imports that tree's ``fbo_cli`` (not the one in the working
+    directory), the order swapped every round; each case keeps its side's fastest round, and the spread
+    is the slowest round over the fastest."""
     from rich.console import Console
 
     from fbo_cli.bench import ab_bench
@@ -210,25 +211,60 @@ def test_bench_against_alternates_two_code_trees_and_keeps_each_sides_fastest(tm
     def tree(name, secs):
         pkg = tmp_path / name / "fbo_cli"
         pkg.mkdir(parents=True)
-        (pkg / "__init__.py").write_text("")
-        (pkg / "bench.py").write_text(
-            "import argparse, pathlib\n"
-            "def main(argv):\n"
-            "    ap = argparse.ArgumentParser()\n"
-            "    for k in ('--only', '--out', '--threads'): ap.add_argument(k)\n"
-            "    a = ap.parse_args(argv)\n"
-            "    out = pathlib.Path(a.out)\n"
-            "    r = int(out.name[-1])\n"
-            "    out.mkdir(parents=True)\n"
-            "    rows = ''.join(f'{c},{s * (1 + 0.5 * r)},{1 / s},100\\n' for c, s in zip(a.only.split(','), "
-            f"{secs!r}))\n"
-            "    (out / 'bench.csv').write_text('case,s_per_iteration,gflops,sgemm_gflops\\n' + rows)\n")
+        (pkg / "__init__.py").write_text(f"SECS = {secs!r}\n")
+        (pkg / "results.py").write_text("")
         return tmp_path / name
 
+    bench = tmp_path / "fake_bench.py"  # the instrument, the same file on both sides
+    bench.write_text(
+        "import argparse, pathlib\n"
+        "import fbo_cli\n"
+        "def main(argv):\n"
+        "    ap = argparse.ArgumentParser()\n"
+        "    for k in ('--only', '--out', '--threads'): ap.add_argument(k)\n"
+        "    a = ap.parse_args(argv)\n"
+        "    out = pathlib.Path(a.out)\n"
+        "    r = int(out.name[-1])\n"
+        "    out.mkdir(parents=True)\n"
+        "    rows = ''.join(f'{c},{s * (1 + 0.5 * r)},{1 / s},100\\n' for c, s in "
+        "zip(a.only.split(','), fbo_cli.SECS))\n"
+        "    (out / 'bench.csv').write_text('case,s_per_iteration,gflops,sgemm_gflops\\n' + rows)\n")
     before, after = tree("old", [0.3, 0.2]), tree("new", [0.1, 0.2])
-    ab = ab_bench(str(before), ["a", "b"], 2, 1, tmp_path / "out", Console(quiet=True), after=after)
+    ab = ab_bench(str(before), ["a", "b"], 2, 1, tmp_path / "out", Console(quiet=True), after=after,
+                  bench_file=str(bench))
     assert list(ab.case) == ["a", "b"]
     assert ab.speedup.tolist() == pytest.approx([3.0, 1.0]) and ab.before_s.tolist() == pytest.approx([0.3, 0.2])
     assert ab.after_spread.tolist() == pytest.approx([1.5, 1.5])
     md = (tmp_path / "out" / "ab.md").read_text()
     assert f"{before} (before)" in md and "| a | 0.3000 | 0.1000 | 3.00x |" in md
+
+
+def test_bench_times_one_and_the_same_iteration_where_the_work_grows():
+    """ZO-HFL's local steps grow as ceil(tau sqrt(r + 1)): the bench times the third iteration again and
+    again on fresh copies of the state before it, and counts that iteration's FLOPs, not the first's."""
+    from fbo_cli.bench import _build, _flops, time_case
+
+    case = {"name": "t", "task": "hfl", "algo": "fedavg",
+            "set": {"dataset": "synthetic", "clients": 4, "partition": "dirichlet", "tau": 2.0}}
+    fresh = _build(case, "cpu", None).algo
+    first = _flops(fresh)
+    fresh.step()
+    third = _flops(fresh)
+    assert third > first
+    r = time_case(case, 2)
+    assert r["gflop"] * 1e9 == pytest.approx(third) and r["rounds_per_iteration"] == 1
+
+
+def test_the_floor_replays_the_draws_of_one_iteration_without_touching_the_run():
+    """``fbo bench --profile``'s floor: the random draws, selections and row gathers of one iteration are
+    recorded and replayed alone (with fresh generators: the run's stream is left where one step leaves it),
+    and the FLOPs at the sgemm rate are added."""
+    from fbo_cli.bench import _build, floor_ms
+
+    case = {"name": "t", "task": "hyperclean", "algo": "fedbio",
+            "set": {"dataset": "digits", "clients": 4, "participation": 1.0}}
+    a, b = _build(case, "cpu", True).algo, _build(case, "cpu", True).algo
+    f = floor_ms(a, "cpu", sgemm=50.0)
+    b.step()
+    assert torch.equal(a.fed.gen.get_state(), b.fed.gen.get_state())
+    assert f["draws_ms"] > 0 and f["flops_ms"] > 0 and f["floor_ms"] == pytest.approx(f["draws_ms"] + f["flops_ms"])
