@@ -136,6 +136,17 @@ def _peak(device, base: int) -> float:
     return max(0, now - base) / 2 ** 20
 
 
+def _has_fast(task: str) -> bool:
+    """Whether ``task`` has a closed-form path (a ``fast`` parameter) in the code that runs: an older tree
+    timed by ``--against`` may not have it yet."""
+    import dataclasses
+
+    from .tasks import TASKS
+
+    params = getattr(TASKS.get(task), "Params", None)
+    return task in FAST_TASKS and params is not None and any(f.name == "fast" for f in dataclasses.fields(params))
+
+
 def _build(case: dict, device: str, fast: bool | None):
     keys = {**(case.get("set") or {}), "threads": None, "device": device}
     if fast is not None:
@@ -153,7 +164,7 @@ def time_case(case: dict, iters: int, device: str = "cpu", generic: bool = True,
     """Time one case (fast path, and the generic path when the task has one and ``generic``): at least
     ``iters`` rounds of alternating iterations, more while less than ``min_s`` seconds have gone by
     (at most ``4 iters``; cheap cases get more samples for their minimum)."""
-    has_fast = case["task"] in FAST_TASKS
+    has_fast = _has_fast(case["task"])
     b = _build(case, device, True if has_fast else None)
     dev = b.device
     base = _reset_peak(dev)
@@ -558,7 +569,7 @@ def ab_bench(against: str, only: list[str], rounds: int, threads: int, out: Path
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         before, label = _code_tree(against, tmp)
-        frames = []
+        frames, skipped = [], {}
         for r in range(rounds):
             for side, root in (("before", before), ("after", here))[::1 if r % 2 == 0 else -1]:
                 con.print(f"round {r + 1}/{rounds}: {side} ({label if side == 'before' else 'this code'}) ...",
@@ -569,6 +580,9 @@ def ab_bench(against: str, only: list[str], rounds: int, threads: int, out: Path
                 proc = subprocess.run(cmd, capture_output=True, text=True)
                 if proc.returncode or not (dest / "bench.csv").is_file():
                     raise RuntimeError(f"the {side} bench failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+                for line in proc.stdout.splitlines():  # a case that fails on one side is reported, not hidden
+                    if line.startswith("skipped "):
+                        skipped.setdefault(line.split()[1].rstrip(":"), f"{side}: {line}")
                 df = pd.read_csv(dest / "bench.csv")
                 df["side"], df["round"] = side, r
                 frames.append(df)
@@ -579,6 +593,9 @@ def ab_bench(against: str, only: list[str], rounds: int, threads: int, out: Path
     rows = []
     for case in [c for c in dict.fromkeys(runs["case"]) if c in best.index]:
         b = best.loc[case]
+        if b.isna().any():  # timed on one side only
+            skipped.setdefault(case, "timed on one side only")
+            continue
         rows.append({"case": case, "before_s": b[("s", "before")], "after_s": b[("s", "after")],
                      "speedup": b[("s", "before")] / b[("s", "after")],
                      "before_spread": b[("worst", "before")] / b[("s", "before")],
@@ -594,6 +611,9 @@ def ab_bench(against: str, only: list[str], rounds: int, threads: int, out: Path
     md += ["", "Both sides timed by this bench, each on its own code. Each side's fastest iteration over the rounds "
            "(each round's own minimum of at least 3 iterations); spread: its slowest round over its fastest, the "
            "machine's noise in this window."]
+    md += [f"Not compared: {c} ({why})." for c, why in skipped.items()]
+    for c, why in skipped.items():
+        con.print(f"[red]not compared: {c} ({why})[/red]")
     atomic_write(out / "ab.csv", ab.to_csv(index=False))
     atomic_write(out / "ab.md", "\n".join(md) + "\n")
     return ab

@@ -202,8 +202,8 @@ def test_bench_phases_split_an_iteration_and_leave_nothing_patched():
 def test_bench_against_alternates_two_code_trees_and_keeps_each_sides_fastest(tmp_path):
     """``fbo bench --against``: each round runs one bench file on the before tree's code and on the after
     tree's, each in a fresh process that imports that tree's ``fbo_cli`` (not the one in the working
-    directory), the order swapped every round; each case keeps its side's fastest round, and the spread
-    is the slowest round over the fastest."""
+    directory), the order swapped every round; each case keeps its side's fastest round, the spread is the
+    slowest round over the fastest, and a case timed on one side only is named, not compared."""
     from rich.console import Console
 
     from fbo_cli.bench import ab_bench
@@ -229,14 +229,15 @@ def test_bench_against_alternates_two_code_trees_and_keeps_each_sides_fastest(tm
         "    rows = ''.join(f'{c},{s * (1 + 0.5 * r)},{1 / s},100\\n' for c, s in "
         "zip(a.only.split(','), fbo_cli.SECS))\n"
         "    (out / 'bench.csv').write_text('case,s_per_iteration,gflops,sgemm_gflops\\n' + rows)\n")
-    before, after = tree("old", [0.3, 0.2]), tree("new", [0.1, 0.2])
-    ab = ab_bench(str(before), ["a", "b"], 2, 1, tmp_path / "out", Console(quiet=True), after=after,
+    before, after = tree("old", [0.3, 0.2, 0.5]), tree("new", [0.1, 0.2])  # "c" fails on the after tree
+    ab = ab_bench(str(before), ["a", "b", "c"], 2, 1, tmp_path / "out", Console(quiet=True), after=after,
                   bench_file=str(bench))
     assert list(ab.case) == ["a", "b"]
     assert ab.speedup.tolist() == pytest.approx([3.0, 1.0]) and ab.before_s.tolist() == pytest.approx([0.3, 0.2])
     assert ab.after_spread.tolist() == pytest.approx([1.5, 1.5])
     md = (tmp_path / "out" / "ab.md").read_text()
     assert f"{before} (before)" in md and "| a | 0.3000 | 0.1000 | 3.00x |" in md
+    assert "Not compared: c (timed on one side only)." in md
 
 
 def test_bench_times_one_and_the_same_iteration_where_the_work_grows():
