@@ -2,10 +2,11 @@
 
 For each case: seconds per outer iteration (min over ``iters`` timed iterations after a warm-up, more
 for a cheap case, up to ``--min-seconds``) and
-per communication round, the FLOPs of one iteration (``torch.utils.flop_counter.FlopCounterMode`` on
-the warm-up iteration; where an iteration's work grows over a run, as ``hfl``'s ``ceil(tau sqrt(r + 1))``
-local steps do, every timed iteration is the same one, the third, run on a fresh copy of the state before
-it, and its FLOPs are counted there), the achieved GFLOP/s, and the **efficiency**: achieved GFLOP/s over the
+per communication round, the FLOPs of one iteration (``torch.utils.flop_counter.FlopCounterMode`` on the
+second iteration: a first one may do more, as FedBiOAcc's and AdaFBiO's first estimators do; where an
+iteration's work grows over a run (``Algorithm.work_grows``: ``hfl``'s ``ceil(tau sqrt(r + 1))`` local steps)
+every timed iteration is the same one, the third, each of a fresh build, and its FLOPs are counted there),
+the achieved GFLOP/s, and the **efficiency**: achieved GFLOP/s over the
 machine's own sgemm rate (``torch.matmul`` of two 2048² fp32 matrices, same thread count), measured
 between the case's own timed iterations (best of those), so that the ratio is stable on a noisy
 machine whose load drifts during the run. Cases whose task has a fast path
@@ -170,16 +171,22 @@ def time_case(case: dict, iters: int, device: str = "cpu", generic: bool = True,
     base = _reset_peak(dev)
     b = _build(case, device, True if has_fast else None)  # built again inside the memory window
     algo, led = b.algo, b.ledger
-    s0 = led.samples
-    flops = _flops(algo)  # the warm-up iteration
-    w0, s0, r1 = led.samples - s0, led.samples, led.rounds
-    algo.step()
+    algo.step()  # warm-up (a first iteration may do more: FedBiOAcc's and AdaFBiO's first estimators)
+    flops = _flops(algo)  # the second iteration
     mem = _peak(dev, base)
-    snap = None
-    if led.samples - s0 != w0:  # the work grows over a run (hfl: ceil(tau sqrt(r + 1)) local steps): time one
-        snap = copy.deepcopy(algo)  # iteration, always the same, on fresh copies of the state before it
-        flops = _flops(copy.deepcopy(snap))
-        rounds = led.rounds - r1
+
+    def third():  # a fresh build after two iterations: its next step is the same iteration every time
+        a = _build(case, device, True if has_fast else None).algo
+        a.step()
+        a.step()
+        return a
+
+    grows = algo.work_grows
+    if grows:  # hfl: ceil(tau sqrt(r + 1)) local steps in round r; time and count the third iteration
+        a3 = third()
+        r1 = a3.ledger.rounds
+        flops = _flops(a3)
+        rounds = a3.ledger.rounds - r1
     paths = {"fast": algo}
     flops_g = float("nan")
     if has_fast and generic:
@@ -192,10 +199,10 @@ def time_case(case: dict, iters: int, device: str = "cpu", generic: bool = True,
     t0, done = time.perf_counter(), 0
     while done < iters or (time.perf_counter() - t0 < min_s and done < 4 * iters):
         for k, a in paths.items():  # alternate, so that both paths (and sgemm) see the same load
-            times[k].append(_timed((copy.deepcopy(snap) if snap is not None and k == "fast" else a).step, dev))
+            times[k].append(_timed((third() if grows and k == "fast" else a).step, dev))
         sg.tick()
         done += 1
-    if snap is None:
+    if not grows:
         rounds = (led.rounds - r0) / done
     ev, ev_test = eval_seconds(algo, dev)
     t = min(times["fast"])

@@ -30,6 +30,7 @@ from .base import Algorithm
 class HFLAlgorithm(Algorithm):
     tasks: ClassVar[tuple[str, ...]] = ("hfl",)
     rounds: ClassVar[str] = "1"
+    work_grows: ClassVar[bool] = True  # ceil(tau sqrt(r + 1)) local steps in round r
 
     def __init__(self, task, hp, fed):
         super().__init__(task, hp, fed)

@@ -66,6 +66,7 @@ class Algorithm:
     rounds: ClassVar[str] = ""  # communication rounds per outer iteration, as the paper writes it
     run_defaults: ClassVar[dict] = {}  # run settings the algorithm needs (above the task's, below the user's)
     step_metrics: ClassVar[tuple[str, ...]] = ()  # metrics its evaluate() adds once it has taken a step
+    work_grows: ClassVar[bool] = False  # an outer iteration does more work as the rounds go (the bench times one)
 
     @dataclass
     class HP:
