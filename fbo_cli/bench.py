@@ -181,7 +181,7 @@ def time_case(case: dict, iters: int, device: str = "cpu", generic: bool = True,
         a.step()
         return a
 
-    grows = algo.work_grows
+    grows = getattr(algo, "work_grows", case["task"] == "hfl")  # (an older tree under --against lacks it)
     if grows:  # hfl: ceil(tau sqrt(r + 1)) local steps in round r; time and count the third iteration
         a3 = third()
         r1 = a3.ledger.rounds
