@@ -256,8 +256,7 @@ def whole_run_fednest(data, rounds: int = 500, reps: int = 2) -> dict:
     ev = min(loop_fednest_eval(data) for _ in range(2))
     ref = iters * it + (iters + 1) * ev
     return {"rounds": rounds, "iterations": iters, "ours_s": ours, "ours_runs_s": runs, "ref_iteration_s": it,
-            "ref_eval_s": ev,
-            "ref_s": ref, "ratio": ref / ours}
+            "ref_eval_s": ev, "ref_s": ref, "ratio": ref / ours}
 
 
 
@@ -508,6 +507,7 @@ AB_CASES = ("codaplus-synth", "codasca-synth", "fedavg-ce-synth", "codasca-fmnis
 
 
 def _git(*args: str) -> str:
+    """``git`` in this checkout (bench's own: an older tree's results.py, loaded under --against, has no helper)."""
     import subprocess
 
     return subprocess.run(["git", *args], cwd=Path(__file__).resolve().parents[1], check=True,
@@ -531,11 +531,10 @@ def _code_tree(against: str, tmp: Path) -> tuple[Path, str]:
 
     if (Path(against) / "fbo_cli").is_dir():
         return Path(against).resolve(), str(against)
+    archive = tmp / "before.tar"
     try:
         sha = _git("rev-parse", "--short", f"{against}^{{commit}}")
-        archive = tmp / "before.tar"
-        subprocess.run(["git", "archive", "-o", str(archive), sha, "fbo_cli"], check=True, capture_output=True,
-                       cwd=Path(__file__).resolve().parents[1])
+        _git("archive", "-o", str(archive), sha, "fbo_cli")
     except (OSError, subprocess.CalledProcessError) as e:
         raise ValueError(f"--against {against}: neither a checkout with fbo_cli/ nor a git revision here") from e
     with tarfile.open(archive) as t:
