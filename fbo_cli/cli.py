@@ -255,6 +255,10 @@ def compare(
     no_run: bool = typer.Option(False, "--no-run", help="Only aggregate the runs already done."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Say how many runs are left and what they cost "
                                  "(core-minutes, from finished runs of the same kind); run nothing."),
+    until_settled: bool = typer.Option(False, "--until-settled", help="Then add seeds, up to --cap, to the "
+                                       "settings of the claims still inconclusive, and run them (a second and last "
+                                       "look; the procedure is in fbo_cli/settle.py and the report's rule)."),
+    cap: int = typer.Option(10, help="--until-settled: the most seeds a setting gets."),
 ) -> None:
     """Run an experiment grid (algorithms x settings x seeds), reusing finished runs and resuming partial
     ones, then write results/compare/<name>/{table.md, table.csv, runs.csv, curves.png}. Exit 1 when a run
@@ -272,11 +276,17 @@ def compare(
             except ValueError:
                 raise UsageError(f"--seeds expects comma-separated integers, got '{seeds}'") from None
         exp = cmp.load_spec(spec, overrides, seed_list)
+        if until_settled and (seed_list is not None or not exp.claims or not 2 <= cap <= 1000):
+            raise UsageError("--until-settled needs the spec's own seeds (no --seeds), claims in the spec, and "
+                             f"--cap in [2, 1000]; got {'--seeds, ' if seed_list else ''}{len(exp.claims)} claims, "
+                             f"cap {cap}")
         if dry_run:
             from .results import cost_line, todo_runs
 
             todo = todo_runs(exp.cells, rerun)
-            out.print(f"{exp.name}: {len(exp.cells)} cells; {cost_line(todo, jobs)}", highlight=False)
+            out.print(f"{exp.name}: {len(exp.cells)} cells; {cost_line(todo, jobs)}", highlight=False, markup=False)
+            if until_settled:
+                _settle(exp, spec, overrides, cap, jobs, dry_run=True)
             return
         if (short := cmp.tuning_budget_note(exp)) and not no_run:
             err.print(f"[yellow]{short.replace('**', '')}[/yellow]", highlight=False)
@@ -286,6 +296,11 @@ def compare(
         try:
             outdir = cmp.run_experiment(exp, jobs=jobs, rerun=rerun, no_run=no_run, console=err, executor=executor,
                                         address=address, cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run)
+            if until_settled and (more := _settle(exp, spec, overrides, cap, jobs)) is not None:
+                exp = more
+                outdir = cmp.run_experiment(exp, jobs=jobs, rerun=False, no_run=no_run, console=err,
+                                            executor=executor, address=address, cpus_per_run=cpus_per_run,
+                                            gpus_per_run=gpus_per_run)
         except KeyboardInterrupt as e:
             err.print(f"[yellow]{interrupted_note(e)}[/yellow]", highlight=False)
             raise typer.Exit(130) from None
@@ -295,6 +310,34 @@ def compare(
         err.print(f"[red]{exp.incomplete} run(s) failed or did not finish (see the 'failed' and 'not run' "
                   f"columns)[/red]")
         raise typer.Exit(1)
+
+
+def _settle(exp, spec: Path, overrides: dict, cap: int, jobs: int, dry_run: bool = False):
+    """The second look's seeds (fbo_cli/settle.py) for the claims still inconclusive: printed, written to
+    settled.yaml and returned as the reloaded experiment (None when there is nothing to add)."""
+    from . import compare as cmp
+    from .settle import plan, write_settled
+
+    runs, _ = cmp.collect(exp)
+    added, why = plan(exp, runs[runs.status != "not run"], cap)
+    if not added:
+        err.print("until settled: every claim is decided, or at the cap, or not yet run: no seeds to add",
+                  highlight=False, markup=False)
+        return None
+    err.print(f"until settled: {len(why)} claim(s) inconclusive at the first look:", highlight=False, markup=False)
+    for w in why:
+        err.print(f"  {w}", highlight=False, markup=False)
+    for e in added:
+        err.print(f"  adds seeds {e['seeds'][0]}-{e['seeds'][-1]} to {e['setting']}: {', '.join(e['algorithms'])}",
+                  highlight=False, markup=False)
+    if dry_run:
+        from .results import cost_line, todo_runs
+
+        more = cmp.load_spec(spec, overrides, None, settled={"added": added})
+        out.print(f"until settled: {cost_line(todo_runs(more.cells, False), jobs)}", highlight=False, markup=False)
+        return None
+    write_settled(exp, added, cap)
+    return cmp.load_spec(spec, overrides, None)
 
 
 @app.command(no_args_is_help=True)
@@ -740,6 +783,57 @@ def bench(
             *(["--public-fednest", str(public_fednest)] if public_fednest else []),
             *(["--against", against, "--rounds", str(rounds)] if against else [])]
     b.main(argv)
+
+
+@app.command(no_args_is_help=True)
+def witness(
+    code: str = typer.Argument(..., help="Whose code: fednest (ucr-optml/FedNest's main_hr.py)."),
+    checkout: Path = typer.Option(..., help="A checkout of github.com/ucr-optml/FedNest (nothing of it is edited)."),
+    settings: str = typer.Option("iid-tau1,noniid-tau5", help="Comma-separated: iid-tau1, iid-tau5, noniid-tau1, "
+                                 "noniid-tau5 (Table 2's settings; the paper's steps)."),
+    seeds: str = typer.Option("0,1,2", help="Comma-separated random seeds."),
+    rounds: int = typer.Option(2000, help="Communication rounds (the code's own counter)."),
+    out_dir: Path = typer.Option(Path("results"), help="Results root: runs go to <out-dir>/witness/fednest/."),
+    mnist_raw: Path = typer.Option(Path("data/MNIST/raw"), help="MNIST idx files (make setup)."),
+) -> None:
+    """The paper's own code as a witness: run the public FedNest code at Table 2's settings and record its
+    curves as runs beside ours (fbo report shows them in Table 2's section). Finished runs are kept; one run
+    takes about 10 minutes on one core."""
+    from .results import read_summary
+    from .witness import SETTINGS, run_public_fednest
+
+    with user_errors():
+        if code != "fednest":
+            raise UsageError(f"witness: only 'fednest' is known, got {code!r}")
+        if not (checkout / "main_hr.py").is_file():
+            raise UsageError(f"--checkout: no main_hr.py in {checkout} (a checkout of ucr-optml/FedNest?)")
+        if not (mnist_raw / "train-images-idx3-ubyte").is_file():
+            raise UsageError(f"--mnist-raw: no MNIST idx files in {mnist_raw} (make setup, or fbo fetch mnist)")
+        names = [x.strip() for x in settings.split(",") if x.strip()]
+        if bad := [x for x in names if x not in SETTINGS]:
+            raise UsageError(f"--settings: unknown {bad}; choose from {', '.join(SETTINGS)}")
+        try:
+            seed_list = [int(x) for x in seeds.split(",") if x.strip()]
+        except ValueError:
+            raise UsageError(f"--seeds: comma-separated integers, got {seeds!r}") from None
+        if not seed_list or any(not 0 <= k < 2**31 for k in seed_list) or not 10 <= rounds <= 100_000:
+            raise UsageError("--seeds must be integers in [0, 2^31) and --rounds in [10, 100000]")
+    import torch
+
+    torch.set_num_threads(1)
+    for name in names:
+        for k in seed_list:
+            d = out_dir / "witness" / "fednest" / f"{name}-s{k}"
+            s = read_summary(d) if (d / "summary.json").is_file() else None
+            if s and s.get("rounds") is not None and s.get("rounds") >= rounds - 10:
+                out.print(f"kept {d}: finished", highlight=False, markup=False)
+                continue
+            s = run_public_fednest(checkout, mnist_raw, name, k, rounds, d,
+                                   echo=lambda m: typer.echo(m) if "Comm round: " in m and
+                                   m.rstrip().endswith("00") else None)
+            out.print(f"{d}: final test accuracy {s['final']:.4f}, rounds to 90% "
+                      f"{s['rounds_to_target'] or 'never'} ({s['wall_time_s'] / 60:.1f} min)", highlight=False,
+                      markup=False)
 
 
 diagnose_app = typer.Typer(no_args_is_help=True, help="Diagnostics behind choices recorded in docs/fidelity.md.")

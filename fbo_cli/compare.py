@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .collapse import collapsed
 from .errors import UsageError
 from .results import (
     METRIC_LABELS,
@@ -81,8 +82,9 @@ def run_experiment(exp: Experiment, jobs: int = 1, rerun: bool = False, no_run: 
 
 
 def collect(exp: Experiment, warn=None) -> tuple[pd.DataFrame, dict[tuple[str, str, int], pd.DataFrame]]:
-    """One row per cell (``status``: done, diverged, failed, or ``not run`` for a run without a
-    finished, consistent run directory), and the metrics of the finished runs. Only a run whose
+    """One row per cell (``status``: done, diverged, collapsed (:mod:`fbo_cli.collapse`, derived from the
+    metrics), failed, or ``not run`` for a run without a finished, consistent run directory), and the
+    metrics of the finished runs. Only a run whose
     ``summary.json`` is the completion record of its ``metrics.csv`` is aggregated; a corrupt run
     directory is reported through ``warn`` and counted as not run."""
     rows, curves = [], {}
@@ -108,7 +110,9 @@ def collect(exp: Experiment, warn=None) -> tuple[pd.DataFrame, dict[tuple[str, s
         budget = c.cfg.run.rounds
         within = m[m["rounds"] <= budget] if (m["rounds"] <= budget).any() else m
         series = within[exp.metric]
-        row = {**base, "status": s["status"],
+        status = s["status"]
+        why = collapsed(series, exp.metric, c.cfg.run.dataset) if status == "done" else None
+        row = {**base, "status": "collapsed" if why else status, **({"collapsed_because": why} if why else {}),
                "rounds_to_target": rounds_to_target(m, exp.metric, exp.target),
                "iterations_to_target": rounds_to_target(m, exp.metric, exp.target, x="iterations"),
                "final": float(series.iloc[-1]),
@@ -146,7 +150,8 @@ def summarize(exp: Experiment, runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.Dat
             cell = runs[(runs.algorithm == a["name"]) & (runs.setting == s["name"])]
             g = cell[cell.status == "done"]  # the rule: means over the runs that finished 'done'
             row = {"setting": s["name"], "algorithm": a["name"], "seeds": len(g),
-                   "diverged": int((cell.status == "diverged").sum()), "failed": int((cell.status == "failed").sum()),
+                   "diverged": int((cell.status == "diverged").sum()),
+                   "collapsed": int((cell.status == "collapsed").sum()), "failed": int((cell.status == "failed").sum()),
                    "not run": int((cell.status == "not run").sum())}
             num = dict(row)
             col = lambda k, g=g: g[k] if k in g else pd.Series(dtype=float)
@@ -197,7 +202,8 @@ def table_markdown(exp: Experiment, table: pd.DataFrame) -> str:
                "(mean over the seeds that reach it; reached/total)." if exp.target is not None else "")
             + (" Columns 'paper ...' are the paper's numbers." if exp.reference else "")
             + " Rule: means, spreads and 'seeds' count only the runs that finished with status done; diverged runs "
-              "(a NaN/inf, or a loss above 1000 x max(its first value, 1)), failed runs and runs not run are left "
+              "(a NaN/inf, or a loss above 1000 x max(its first value, 1)), collapsed runs (the headline metric fell to "
+              "chance level and stayed there to the end), failed runs and runs not run are left "
               "out of them and counted in their columns; a cell without a done run shows '-'.", ""]
     return "\n".join(head) + "\n" + _to_markdown(table) + "\n" + tuned_note(exp)
 
@@ -315,14 +321,14 @@ def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFram
             mine = {key[2]: curves[key] for key in curves if key[0] == a["name"] and key[1] == s}
             mine = {k: r for k, r in mine.items() if exp.x in r and exp.metric in r and len(r)}
             for seed, r in mine.items():
-                if st.get(seed) == "diverged":
+                if st.get(seed) in ("diverged", "collapsed"):
                     ok = r[np.isfinite(r[exp.metric].to_numpy(float))]
                     ax.plot(ok[exp.x], ok[exp.metric], color=f"C{j}", lw=0.7, ls="--")
                     if len(ok):
                         ax.plot(ok[exp.x].iloc[-1], ok[exp.metric].iloc[-1], "x", color=f"C{j}", ms=8, mew=2)
                     drawn = True
             done = [r for k, r in mine.items() if st.get(k, "done") == "done"]
-            bad = {k: sum(v == k for v in st.values()) for k in ("diverged", "failed", "not run")}
+            bad = {k: sum(v == k for v in st.values()) for k in ("diverged", "collapsed", "failed", "not run")}
             note = ", ".join(f"{n} {k}" for k, n in bad.items() if n)
             if not done:
                 if note:
@@ -376,7 +382,7 @@ def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFram
         axes[k // ncol][k % ncol].set_visible(False)
     zoom = f" (zoom: the last {1 - tail:.0%} of the x axis)" if tail is not None else ""
     fig.suptitle(f"{exp.title or exp.name}{zoom}\nlines: mean over the seeds' done runs; shaded bands: "
-                 f"{BANDS[exp.band]}; dashed with x: a diverged run", fontsize=10)
+                 f"{BANDS[exp.band]}; dashed with x: a diverged or collapsed run", fontsize=10)
     save_figure(fig, path)
     return squeeze
 

@@ -65,6 +65,7 @@ class Experiment:
     tune: TuneSpec | None = None  # the tune block, parsed (None: the spec has none)
     incomplete: int = 0  # cells failed or not run at the last report
     outcomes: dict[Path, dict] = field(default_factory=dict)  # run_dir -> what run_cells returned this time
+    settled: dict | None = None  # settled.yaml: the seeds `compare --until-settled` added
 
 
 def _need(d: dict, key: str, kind, where: str):
@@ -93,10 +94,11 @@ def report_index(folder: str | Path = "experiments") -> list[tuple[str, str, int
 
 
 def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: list[int] | None = None,
-              use_tuned: bool = True) -> Experiment:
+              use_tuned: bool = True, settled: dict | None = None) -> Experiment:
     """The experiment of a spec file, its cells resolved (and validated). With ``use_tuned``, the values
     chosen by ``fbo tune`` (``<out>/compare/<name>/tuned.yaml``) override the spec's for the keys they
-    name."""
+    name. The seeds ``compare --until-settled`` added (``settled.yaml`` there, or ``settled``) join the
+    spec's, unless ``seeds`` replaces them."""
     spec = load_config_file(path)
     where = str(path)
     known = {"name", "title", "task", "metric", "metrics", "target", "x", "seeds", "base", "algorithms", "settings",
@@ -184,6 +186,8 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
                 except UsageError as e:
                     raise UsageError(f"{where}: algorithm '{a['name']}', setting '{s['name']}': {e}") from None
                 exp.cells.append(Cell(a["name"], s["name"], seed, cfg, layers))
+    if seeds is None:  # the seeds `compare --until-settled` added (settled.yaml), after the spec's
+        _add_settled(exp, where, task, base, overrides, settled)
     seen: dict[Path, Cell] = {}
     tuned_rows = {a["name"] for a in algos if a.get("tune")}
     for c in exp.cells:
@@ -431,6 +435,29 @@ def parse_tune(spec: dict, exp: Experiment, where: str) -> TuneSpec:
         raise UsageError(f"{where}: no algorithm declares a 'tune:' grid")
     return TuneSpec(seeds, rounds, score, mode, setting, float(tail), float(tol), extra, grids)
 
+
+
+def _add_settled(exp: Experiment, where: str, task: str, base: dict, overrides: dict, settled: dict | None) -> None:
+    from .settle import load_settled, settled_path
+
+    exp.settled = settled if settled is not None else load_settled(settled_path(exp))
+    algos = {a["name"]: a for a in exp.algorithms}
+    sets = {s["name"]: s for s in exp.settings}
+    for e in (exp.settled or {}).get("added", []):
+        s = sets.get(e["setting"])
+        for seed in e["seeds"]:
+            for name in e["algorithms"]:
+                a = algos.get(name)
+                if s is None or a is None or seed in exp.seeds:
+                    continue  # a setting or algorithm the spec no longer has: its runs stay out
+                tuned = tuned_layer(exp.tuned, a["name"], s["name"]) if exp.tuned else {}
+                layers = (base, s.get("set") or {}, a.get("set") or {}, tuned,
+                          {"seed": seed, "target": exp.target}, overrides)
+                try:
+                    cfg = resolve(task, a["algo"], *layers)
+                except UsageError as e:
+                    raise UsageError(f"{where}: algorithm '{a['name']}', setting '{s['name']}': {e}") from None
+                exp.cells.append(Cell(a["name"], s["name"], seed, cfg, layers))
 
 
 def load_tuned(exp: Experiment) -> dict | None:

@@ -280,37 +280,53 @@ def test_a_choice_next_to_a_rejected_value_is_confirmed_on_more_seeds_or_replace
     assert unconfirmed(choose(interior, ts)) == []  # interior: nothing to confirm
 
 
-def test_claim_verdict_rule():
+def test_claim_verdict_is_a_paired_interval_against_the_margin():
     runs = pd.DataFrame({"algorithm": ["A"] * 3 + ["B"] * 3, "setting": "s", "seed": [0, 1, 2] * 2,
                          "status": "done", "final": [0.9, 0.8, 0.7, 0.85, 0.85, 0.6],
                          "rounds_to_target": [100, np.nan, 50, 200, 300, np.nan]})
     claim = {"text": "", "metric": "final", "better": "A", "than": "B", "mode": "max"}
-    assert claim_verdict(runs, claim, "s")[0] == "holds in the mean"  # wins 2 of 3, mean 0.8 > 0.767
-    v, nums = claim_verdict(runs, {**claim, "metric": "rounds_to_target", "mode": "min"}, "s")
-    assert v == "holds in the mean" and "2/3" in nums  # never = +inf: A wins seeds 0, 2; medians 100 < 300
-    runs.loc[runs.algorithm == "A", "final"] = [0.9, 0.9, 0.9]
-    assert claim_verdict(runs, claim, "s")[0] == "holds in every seed"
-    assert claim_verdict(runs, {**claim, "than": "C"}, "s")[0] == "no data"
-    runs.loc[runs.algorithm == "B", "final"] = [0.897, 0.897, 0.897]  # ahead by 0.003 < the 0.005 margin
-    assert claim_verdict(runs, claim, "s")[0] == "does not hold"
-    assert claim_verdict(runs, {**claim, "margin": 0.001}, "s")[0] == "holds in every seed"
-    equal = {**claim, "mode": "equal"}  # B at 0.897 vs A at 0.9: within the 0.005 margin in every seed
-    v, nums = claim_verdict(runs, equal, "s")
-    assert v == "holds in every seed" and "within 0.005 in 3/3" in nums
-    assert claim_verdict(runs, {**equal, "margin": 0.001}, "s")[0] == "does not hold"
-    runs.loc[(runs.algorithm == "A") & (runs.seed == 2), "status"] = "diverged"  # the method's worst outcome
-    v, nums = claim_verdict(runs, {**claim, "margin": 0.001}, "s")
-    assert v == "does not hold" and "2/3" in nums
+    v = claim_verdict(runs, claim, "s")  # d = 0.05, -0.05, 0.1: mean 0.033, t interval far wider than that
+    assert v.verdict == "inconclusive" and "wins 2/3" in v.detail and v.n == 3 and "paired t" in v.interval
+    v = claim_verdict(runs, {**claim, "metric": "rounds_to_target", "mode": "min"}, "s")
+    assert v.verdict == "inconclusive" and "sign test" in v.interval  # a never: 3 pairs cannot decide at 95%
+    runs.loc[runs.algorithm == "A", "final"] = [0.9, 0.91, 0.9]
+    runs.loc[runs.algorithm == "B", "final"] = [0.85, 0.85, 0.86]  # d = 0.05, 0.06, 0.04: interval [0.025, 0.075]
+    v = claim_verdict(runs, claim, "s")
+    assert v.verdict == "holds" and v.interval.startswith("+0.05 [+0.02516, +0.07484] (95%, paired t)")
+    assert claim_verdict(runs, {**claim, "than": "C"}, "s").verdict == "no data"
+    runs.loc[runs.algorithm == "B", "final"] = [0.899, 0.91, 0.899]  # d = 0.001, 0, 0.001: below the margin
+    assert claim_verdict(runs, claim, "s").verdict == "does not hold"
+    assert claim_verdict(runs, {**claim, "margin": 0.0}, "s").verdict == "inconclusive"  # [-0.0004, 0.0018]
+    equal = {**claim, "mode": "equal"}  # |d| <= 0.001 and its interval inside +-0.005
+    v = claim_verdict(runs, equal, "s")
+    assert v.verdict == "holds" and "within 0.005 in 3/3" in v.detail
+    assert claim_verdict(runs, {**equal, "margin": 0.0001}, "s").verdict == "inconclusive"
+    runs.loc[runs.algorithm == "B", "final"] = [0.8, 0.81, 0.8]
+    assert claim_verdict(runs, {**equal, "margin": 0.01}, "s").verdict == "does not hold"  # d = 0.1 > 0.01
+    for status in ("diverged", "collapsed"):  # the method's worst outcome: a sign test over -inf
+        runs.loc[(runs.algorithm == "A") & (runs.seed == 2), "status"] = status
+        v = claim_verdict(runs, claim, "s")
+        assert v.verdict == "inconclusive" and "wins 2/3" in v.detail and "sign test" in v.interval
+
+
+def test_sign_interval_decides_with_six_pairs_and_takes_never():
+    from fbo_cli.report.verdicts import paired_interval, sign_interval
+
+    assert sign_interval(np.array([1.0, 2, 3, 4, 5]))[1:] == (-math.inf, math.inf)  # 2/32 > 0.05
+    m, lo, hi = sign_interval(np.array([5.0, 1, 4, math.inf, 2, 3]))  # 2/64 <= 0.05: [d(1), d(6)]
+    assert (lo, hi) == (1.0, math.inf) and m == 3.5
+    m, lo, hi, test = paired_interval(np.array([10.0, 20, 30, 40, 50, 60, 70, 80, 90, math.inf]))
+    assert test.startswith("sign") and (lo, hi) == (20.0, 90.0)  # n = 10: k = 2 (2 x P(X <= 1) = 0.021)
 
 
 def test_a_claim_across_two_settings_pairs_one_algorithms_seeds_between_them():
     runs = pd.DataFrame({"algorithm": "A", "setting": ["tau=5"] * 3 + ["tau=1"] * 3, "seed": [0, 1, 2] * 2,
-                         "status": "done", "rounds_to_target": [300, 400, np.nan, 500, 450, 600]})
+                         "status": "done", "rounds_to_target": [300, 400, 420, 500, 520, 600]})
     claim = {"text": "", "metric": "rounds_to_target", "better": "A", "than": "A", "mode": "min"}
-    v, nums = claim_verdict(runs, claim, "tau=5", "tau=1")  # seed 2 never reaches the target at tau=5
-    assert v == "holds in the mean" and "wins 2/3" in nums and nums.startswith("400 vs 500")
-    assert claim_verdict(runs, claim, "tau=1", "tau=5")[0] == "does not hold"
-    assert claim_verdict(runs, claim, "tau=5", "tau=9")[0] == "no data"
+    v = claim_verdict(runs, claim, "tau=5", "tau=1")  # d = 200, 120, 180
+    assert v.verdict == "holds" and "wins 3/3" in v.detail and v.detail.startswith("400 vs 520")
+    assert claim_verdict(runs, claim, "tau=1", "tau=5").verdict == "does not hold"
+    assert claim_verdict(runs, claim, "tau=5", "tau=9").verdict == "no data"
 
 
 def test_imax_per_seed_is_the_largest_tolerated_window_and_needs_every_window():
@@ -329,16 +345,22 @@ def test_imax_per_seed_is_the_largest_tolerated_window_and_needs_every_window():
     # I = 32 diverged (not tolerated); B0 all; B1 up to 8
     assert t.to_dict() == {("A", 0): 8, ("A", 1): 1, ("B", 0): 32, ("B", 1): 8}
     claim = {"text": "", "metric": "I_max", "better": "B", "than": "A", "mode": "max"}
-    assert claim_verdict(imax_per_seed(runs, exp), claim, "K=4")[0] == "holds in every seed"
+    v = claim_verdict(imax_per_seed(runs, exp), claim, "K=4")  # wins 2/2; 2 pairs: the t interval is wide
+    assert v.verdict == "inconclusive" and "wins 2/2" in v.detail
     assert imax_per_seed(runs[runs.setting != "K=4, I=32"], exp).empty  # a missing window: no I_max
 
 
-def test_match_paper_rule():
-    assert match_paper(pd.Series([0.80, 0.82]), 0.83, 0.02) == "within"  # |0.81 - 0.83| <= 0.02
-    assert match_paper(pd.Series([0.70, 0.71]), 0.83, 0.02) == "below"
-    assert match_paper(pd.Series([0.5, 0.9]), 0.83, 0.02) == "within"  # 2 std = 0.57
-    assert match_paper(pd.Series([900.0]), 1000.0, 0.02) == "within"  # counts: 10% of the paper's
-    assert match_paper(pd.Series([np.nan]), 0.5, 0.02) == "no data"
+def test_match_paper_is_an_interval_widened_by_the_tolerance():
+    assert match_paper(pd.Series([0.81, 0.815, 0.82]), 0.83, 0.02)[0] == "consistent with"  # [0.798, 0.822] + 0.02
+    assert match_paper(pd.Series([0.80, 0.82, 0.81]), 0.83, 0.02)[0] == "inconclusive"  # half-width 0.025 > 0.02
+    assert match_paper(pd.Series([0.70, 0.71, 0.70]), 0.83, 0.02)[0] == "below"
+    assert match_paper(pd.Series([0.5, 0.9]), 0.83, 0.02)[0] == "inconclusive"  # a wide spread is never favourable
+    assert match_paper(pd.Series([0.85]), 0.85, 0.02)[0] == "inconclusive"  # one seed: no interval
+    assert match_paper(pd.Series([900.0, 950, 920]), 1000.0, 0.02, counts=True)[0] == "consistent with"  # 10%
+    never = pd.Series([np.nan] * 6)  # six seeds that never reach the target: the median's interval is [inf, inf]
+    assert match_paper(never, 1630.0, 0.02, counts=True)[0] == "above"
+    assert match_paper(never[:3], 1630.0, 0.02, counts=True)[0] == "inconclusive"  # three cannot decide at 95%
+    assert match_paper(pd.Series([np.nan]), 0.5, 0.02)[0] == "no data"
 
 
 def test_report_from_evidence_shows_verdicts_paper_numbers_and_missing_runs(tmp_path):
@@ -362,7 +384,8 @@ def test_report_from_evidence_shows_verdicts_paper_numbers_and_missing_runs(tmp_
     stats = build_report(ev, tmp_path / "r.md", tmp_path / "r.html", specs=[str(p2)])
     md = (tmp_path / "r.md").read_text()
     assert stats["missing"] == 2 and "**Partial**: 2 of 4 runs missing" in md
-    assert "AggITD beats FedNest" in md and any(v in md for v in ("holds in every seed", "does not hold"))
+    assert "AggITD beats FedNest" in md and any(f"**{v}**" in md for v in ("holds", "does not hold", "inconclusive"))
+    assert "paired t interval" in md and "95% interval of the paired difference" in md
     # no reference_on: the paper's number stands as context, never with a verdict
     assert "| AggITD | iid | final | 0.5 |" in md and "context: the spec does not name the paper's dataset" in md
     assert "## Summary: the papers' claims and their verdicts" in md and "[t](#" in md
@@ -371,7 +394,7 @@ def test_report_from_evidence_shows_verdicts_paper_numbers_and_missing_runs(tmp_
     assert '<nav><b>Contents</b>' in html and 'id="summary-the-papers-claims-and-their-verdicts"' in html
     assert not re.search(r"<h[1-3][^>]*>[^<]*`", html)  # headings render code, not backticks
     # like with like: on the paper's dataset a verdict; on another dataset context
-    for on, expect in (("{dataset: digits}", r"\| AggITD \| iid \| final \| 0.5 \| [0-9.]+ \| (within|above|below) \|"),
+    for on, expect in (("{dataset: digits}", r"\| AggITD \| iid \| final \| 0.5 \| [0-9.]+;? ?[^|]* \| (consistent with|above|below|inconclusive) \|"),
                        ("{dataset: mnist}", r"context: the paper's number is on mnist, ours on digits")):
         p3 = spec(tmp_path, seeds="[0]", extra=f"reference_on: {on}")
         build_report(ev, tmp_path / "r.md", tmp_path / "r.html", specs=[str(p3)])

@@ -13,7 +13,7 @@ from .papers import PAPERS
 EVIDENCE_FILES = ("config.yaml", "metrics.csv", "summary.json")
 
 
-SPEC_FILES = ("tuned.yaml", "tuning.csv", "ranking.csv", "tuning.partial.yaml", "tuning.partial.csv")
+SPEC_FILES = ("tuned.yaml", "settled.yaml", "tuning.csv", "ranking.csv", "tuning.partial.yaml", "tuning.partial.csv")
 
 
 # CPU, GPU, and the latency-bound cases on the code before the speed work and on this code (fbo bench --against)

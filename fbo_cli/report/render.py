@@ -25,23 +25,34 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
            "config, metrics and summary; nothing here is typed by hand). Figures: the HTML version "
            "(`make report` writes `results/report/report.html`).", "",
            "**Verdict rule.** A claim compares two algorithms on one quantity in each setting (or one "
-           "setting against another, e.g. tau = 5 against tau = 1: its rows name both). Runs with the "
-           "same random seed are paired, and a pair is a win when the first algorithm is ahead by more than a "
-           "margin (0.005 for accuracies and AUCs, half a point; 0 for rounds or iterations to the target): "
-           "the claim *holds in every seed* when the first algorithm wins every "
-           "pair, *holds in the mean* when it wins on the mean over seeds only (the median for rounds or "
-           "iterations to the target), and *does not hold* "
-           "otherwise; *no data* when a side has no finished run. A claim of no difference (*equal*) holds in "
-           "every seed when every pair ends within the margin, in the mean when the means do. "
-           "A run that never reaches the target counts "
-           "as never (+∞ rounds); a diverged run counts as the worst value and loses its pair. "
+           "setting against another, e.g. tau = 5 against tau = 1: its rows name both). Runs with the same random "
+           "seed are paired, and the test is on the paired differences d (signed so that d > 0 favours the claim): "
+           "the **paired t interval** of their mean when every difference is finite, and the **sign test's "
+           "interval of their median** (order statistics, distribution-free) when a run never reached the target, "
+           "diverged or collapsed (it counts as the worst value, +∞ rounds or −∞ accuracy, and loses its pair; "
+           "two runs that both never reach it are a difference of 0). The interval is two-sided 95%. The claim "
+           "**holds** when the interval lies above the margin (0.005 for accuracies and AUCs, half a point; 0 for "
+           "rounds or iterations to the target; a claim may set its own), **does not hold** when it lies below "
+           "it (an advantage beyond the margin is ruled out), and is **inconclusive** otherwise: a spread too wide "
+           "to decide is never favourable. A claim of no difference (*equal*) holds when the interval lies inside "
+           "± the margin and does not hold when it lies outside. With 3 seeds the sign test cannot decide at 95% "
+           "(it needs 6 pairs), so a claim with a run that never reaches the target is inconclusive until "
+           "`fbo compare --until-settled` adds seeds: a procedure fixed in advance with two looks, the spec's "
+           "seeds at 95% and, for the settings of the claims still inconclusive, one more look at the cap of "
+           "10 seeds at 97.5% (Bonferroni: at most 7.5% false verdicts over both looks); no look past the cap. "
+           "Each verdict names the interval, its test and the seeds that decided it; the wins per seed are "
+           "shown beside it, as information, not as the verdict. *no data*: a side has no finished run. "
            "**Paper numbers** get a verdict only like with like: when our runs are on the paper's dataset and "
-           "model and, for rounds to a target, with the paper's target; elsewhere they stand as *context*, with no "
-           "verdict. Ours are *within* the paper's when "
-           "|our mean − paper| ≤ max(2 × our std over seeds, the spec's tolerance: 0.02 for fractions, 10% of the "
-           "paper's value for round counts); else *above* or *below* (for round counts: slower or faster; a seed "
-           "that never reaches the target makes ours slower). Failed and diverged runs are left out of means and "
-           "counted in the table's columns.", ""]
+           "model and, for rounds to a target, with the paper's target; elsewhere they stand as *context*. Ours "
+           "are **consistent with** the paper's number when it lies inside our 95% interval (the t interval of "
+           "our mean; for rounds to a target with seeds that never reach it, the order-statistics interval of "
+           "our median) widened on each side by the spec's tolerance (0.02 for fractions, 10% of the paper's "
+           "value for round counts); **above** or **below** (for round counts: slower or faster) when it lies "
+           "outside; **inconclusive** when it lies inside but our interval alone is wider than the tolerance, "
+           "or we have one seed. **Collapsed**: a run whose headline metric fell to chance level (accuracy at "
+           "most 1/classes + 0.05, AUC at most 0.52) after rising above it, and stayed there at every "
+           "evaluation to its end; like a diverged run it is counted in its own column, left out of means and "
+           "losing its pair. Failed runs are left out.", ""]
     out += summary_md(sections, papers)
     for paper in papers:
         out += [f"## {paper.title}", ""]
@@ -79,7 +90,24 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
                 ["Not measured: no GPU was available to the sessions that wrote this report, so the CUDA tests "
                  "(`tests/test_cuda.py`) skipped and `make bench DEVICE=cuda` has not run. On a machine with "
                  "CUDA it writes `results/bench/cuda/`, which `fbo report --collect results` picks up.", ""])
-    return "\n".join(out) + "\n"
+    return count_inconclusive("\n".join(out) + "\n", sections)
+
+
+COUNT_MARK = "<!-- inconclusive count -->"
+
+
+def count_inconclusive(md: str, sections: dict[str, list[Section]]) -> str:
+    """Fill the summary's count of inconclusive verdicts: every line of the report that says
+    'inconclusive' (so that ``grep -c inconclusive`` on the file gives the number the summary states)."""
+    claims = sum(v.verdict == "inconclusive" for secs in sections.values() for sec in secs
+                 for _, _, v in sec.verdicts or [])
+    papers = sum(r[-1] == "inconclusive" for secs in sections.values() for sec in secs for r in sec.paper_rows or [])
+    total = sum("inconclusive" in line for line in md.splitlines())  # this line is among them
+    line = (f"**Inconclusive, counted.** {total} lines of this report say inconclusive: {claims} claim verdicts "
+            f"(one line per claim and setting, in the sections), {papers} verdicts on the papers' numbers, and "
+            f"{total - claims - papers} more (the summary's rows that count them, the rule, the findings' tables "
+            f"and this line). More seeds decide them: `fbo compare SPEC --until-settled`.")
+    return md.replace(COUNT_MARK, line, 1)
 
 
 def finding_md(paper: Paper, sections: list[Section]) -> list[str]:
@@ -87,13 +115,13 @@ def finding_md(paper: Paper, sections: list[Section]) -> list[str]:
     setting, with the numbers behind it (from the runs)."""
     if not paper.finding:
         return []
-    rows = [(sec.exp.name, setting, verdict, nums) for sec in sections if sec.exp is not None
-            for claim, setting, verdict, nums in sec.verdicts or [] if claim.startswith(paper.finding_claims)]
-    held = sum(v == "holds in every seed" for _, _, v, _ in rows)
+    rows = [(sec.exp.name, setting, f"**{v.verdict}**", v.interval, v.n, v.detail) for sec in sections
+            if sec.exp is not None for claim, setting, v in sec.verdicts or [] if claim.startswith(paper.finding_claims)]
+    held = sum(r[2] == "**holds**" for r in rows)
     out = [f"**The finding first.** {paper.finding}", "",
-           f"Checked in {len(rows)} experiment settings; it holds in every seed in {held} of them:", "",
-           "| experiment | setting | verdict | the numbers (means over seeds; pairs within the margin) |",
-           "|---|---|---|---|"]
+           f"Checked in {len(rows)} experiment settings; it holds (95% interval above the margin) in {held} of them:",
+           "", "| experiment | setting | verdict | paired difference, 95% interval (test) | seeds | the numbers |",
+           "|---|---|---|---|---|---|"]
     return out + [md_row(r) for r in rows] + [""]
 
 
@@ -102,8 +130,11 @@ def summary_md(sections: dict[str, list[Section]], papers: tuple[Paper, ...]) ->
     settings, linked to its section."""
     out = ["## Summary: the papers' claims and their verdicts", "",
            "One row per claim and experiment; the verdict column counts the settings by verdict (the rule "
-           "above). Follow the link for the numbers.", "",
-           "| paper | experiment | claim | verdicts over settings |", "|---|---|---|---|"]
+           "above: a paired t or sign-test 95% interval against the margin); the next column gives each "
+           "setting's interval of the paired difference and the seeds that decided it. Follow the link for the "
+           "numbers.", "",
+           "| paper | experiment | claim | verdicts over settings | 95% interval of the paired difference "
+           "(seeds), per setting |", "|---|---|---|---|---|"]
     for paper in papers:
         for sec in sections[paper.key]:
             if sec.exp is None:
@@ -113,12 +144,14 @@ def summary_md(sections: dict[str, list[Section]], papers: tuple[Paper, ...]) ->
             if not sec.verdicts:
                 why = "no claims in the spec" if not sec.missing or len(sec.missing) < len(sec.exp.cells) \
                     else "not run yet"
-                out.append(md_row((paper.title, link, "–", why)))
+                out.append(md_row((paper.title, link, "–", why, "")))
                 continue
             for claim in dict.fromkeys(c for c, *_ in sec.verdicts):
-                vs = [v for c, _, v, _ in sec.verdicts if c == claim]
-                counts = ", ".join(f"**{v}** {vs.count(v)}" for v in VERDICTS if vs.count(v))
-                out.append(md_row((paper.title, link, claim, counts)))
+                vs = [(st, v) for c, st, v in sec.verdicts if c == claim]
+                counts = ", ".join(f"**{k}** {n}" for k in VERDICTS if (n := sum(v.verdict == k for _, v in vs)))
+                cis = "; ".join(f"{st}: {v.interval.split(' (')[0]} ({v.n})" for st, v in vs if v.interval)
+                out.append(md_row((paper.title, link, claim, counts, cis)))
+    out += ["", COUNT_MARK]
     out += tuning_md([sec for paper in papers for sec in sections[paper.key] if sec.exp is not None])
     rest = [(paper.title, claim, why) for paper in papers for claim, why in paper.unchecked]
     if rest:
@@ -201,8 +234,9 @@ def _render_section_md(sec: Section) -> list[str]:
     if sec.derived_md:
         lines += [sec.derived_md.strip(), ""]
     if sec.verdicts:
-        lines += ["| claim | setting | verdict | ours (mean) and seeds won |", "|---|---|---|---|"]
-        lines += [md_row((c, s, f"**{v}**", n)) for c, s, v, n in sec.verdicts]
+        lines += ["| claim | setting | verdict | paired difference, 95% interval (test) | seeds | ours vs theirs "
+                  "(mean; median for rounds) and seeds won |", "|---|---|---|---|---|---|"]
+        lines += [md_row((c, s, f"**{v.verdict}**", v.interval, v.n, v.detail)) for c, s, v in sec.verdicts]
         lines.append("")
     if sec.paper_rows:
         on = exp.reference_on or {}

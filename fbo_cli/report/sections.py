@@ -12,7 +12,7 @@ import pandas as pd
 from ..compare import collect, write_report
 from ..errors import UsageError
 from ..spec import Experiment, load_spec
-from .verdicts import claim_verdict, paper_rows, run_summaries
+from .verdicts import Verdict, claim_verdict, paper_rows, run_summaries
 
 
 @dataclass
@@ -20,7 +20,7 @@ class Section:
     spec: str
     exp: Experiment | None
     table_md: str = ""
-    verdicts: list[tuple[str, str, str, str]] | None = None  # (claim, setting, verdict, numbers)
+    verdicts: list[tuple[str, str, Verdict]] | None = None  # (claim, setting, verdict with its numbers)
     paper_rows: list[tuple[str, str, str, str, str, str]] | None = None
     missing: list[str] | None = None
     figures: list[Path] | None = None
@@ -80,13 +80,11 @@ def build_section(spec: str, root: Path, work: Path) -> Section:
         table, names = derived.get(claim["metric"], (runs, [s["name"] for s in exp.settings]))
         if claim.get("across"):  # one setting against another, seed by seed
             for s, t in claim["across"]:
-                v, nums = claim_verdict(table, claim, s, t)
-                sec.verdicts.append((claim["text"], f"{s} vs {t}", v, nums))
+                sec.verdicts.append((claim["text"], f"{s} vs {t}", claim_verdict(table, claim, s, t, len(exp.seeds))))
             continue
         for s in names:
             if claim.get("settings") and s not in claim["settings"]:
                 continue
-            v, nums = claim_verdict(table, claim, s)
-            sec.verdicts.append((claim["text"], s, v, nums))
+            sec.verdicts.append((claim["text"], s, claim_verdict(table, claim, s, first=len(exp.seeds))))
     sec.paper_rows = paper_rows(exp, runs, exp.tolerance)
     return sec

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -13,49 +14,113 @@ import pandas as pd
 from ..spec import Experiment
 
 
-def claim_verdict(runs: pd.DataFrame, claim: dict, setting: str, than_setting: str | None = None) -> tuple[str, str]:
-    """(verdict, the numbers behind it) of one claim in one setting; the rule is in the module doc. With
-    ``than_setting`` (a claim's ``across`` pair) the ``than`` side's runs come from that setting: the
-    same seeds are paired across the two settings."""
+CONFIDENCE = 0.95  # every interval of the report: two-sided 95%
+LOOKS = (0.05, 0.025)  # the error rate of each look of `compare --until-settled`: the spec's seeds, then the cap
+
+
+class Verdict(NamedTuple):
+    """One claim in one setting: the verdict, the numbers behind it, the interval and the seeds that decided it."""
+    verdict: str  # holds | does not hold | inconclusive | no data
+    detail: str  # means, wins over pairs
+    interval: str  # "+0.0123 [+0.0041, +0.0205], paired t" (the claim's direction is +)
+    n: int  # seed pairs
+
+
+def t_interval(d: np.ndarray, alpha: float = 1 - CONFIDENCE) -> tuple[float, float, float]:
+    """(mean, low, high): the paired t interval of the mean of ``d`` (finite values, n >= 2)."""
+    from scipy.stats import t
+
+    n, m = len(d), float(np.mean(d))
+    half = float(t.ppf(1 - alpha / 2, n - 1) * np.std(d, ddof=1) / math.sqrt(n))
+    return m, m - half, m + half
+
+
+def sign_interval(d: np.ndarray, alpha: float = 1 - CONFIDENCE) -> tuple[float, float, float]:
+    """(median, low, high): the distribution-free interval of the median of ``d`` from its order statistics
+    (the sign test's: [d_(k), d_(n+1-k)] with the largest k whose two binomial(n, 1/2) tails hold at most
+    ``alpha``). It takes infinite values (a run that never reaches the target). Below 6 values no such k
+    exists at 95%, and the interval is (-inf, inf)."""
+    from scipy.stats import binom
+
+    x, n = np.sort(d), len(d)
+    k = 0
+    while k + 1 <= n // 2 and 2 * binom.cdf(k, n, 0.5) <= alpha:
+        k += 1
+    med = float(np.median(x))
+    return (med, -math.inf, math.inf) if k == 0 else (med, float(x[k - 1]), float(x[n - k]))
+
+
+def paired_interval(d: np.ndarray, alpha: float = 1 - CONFIDENCE) -> tuple[float, float, float, str]:
+    """The interval of the paired differences ``d``: paired t when every difference is finite, the sign
+    test's interval of the median when one is infinite (a run that never reached the target, or diverged
+    or collapsed: the worst value)."""
+    if len(d) < 2:
+        return (float(d[0]) if len(d) else math.nan), -math.inf, math.inf, "1 pair: no interval"
+    if np.isfinite(d).all():
+        return (*t_interval(d, alpha), "paired t")
+    return (*sign_interval(d, alpha), "sign test, median")
+
+
+def decide(lo: float, hi: float, margin: float, equal: bool = False) -> str:
+    """*holds* when the interval lies above the margin (for a claim of no difference: inside ±margin),
+    *does not hold* when it lies below it (outside ±margin), *inconclusive* otherwise."""
+    if equal:
+        return "holds" if -margin <= lo and hi <= margin else "does not hold" if lo > margin or hi < -margin \
+            else "inconclusive"
+    return "holds" if lo > margin else "does not hold" if hi < margin else "inconclusive"
+
+
+def claim_verdict(runs: pd.DataFrame, claim: dict, setting: str, than_setting: str | None = None,
+                  first: int = 3) -> Verdict:
+    """The verdict of one claim in one setting, by the rule in the module doc. With ``than_setting`` (a
+    claim's ``across`` pair) the ``than`` side's runs come from that setting: the same seeds are paired
+    across the two settings. The interval's level is that of the look at which the pairs were compared
+    (:func:`look_alpha`; ``first``: the spec's number of seeds)."""
     metric, mode = claim["metric"], claim.get("mode", "max")
-    sign = 1.0 if mode == "max" else -1.0
-    fill = -math.inf if mode == "max" else math.inf  # never reaching the target is the worst value
+    sign = -1.0 if mode == "min" else 1.0
+    fill = -math.inf if mode != "min" else math.inf  # never reaching the target is the worst value
 
     def side(name, where):
-        g = runs[(runs.algorithm == name) & (runs.setting == where) & runs.status.isin(["done", "diverged"])]
+        g = runs[(runs.algorithm == name) & (runs.setting == where) & runs.status.isin(LOSING + ("done",))]
         if metric not in g:
             return pd.Series(dtype=float)
         v = g.set_index("seed")[metric].astype(float).fillna(fill)
-        v[(g.status == "diverged").to_numpy()] = fill  # a diverged run is the method's worst outcome
+        v[g.status.isin(LOSING).to_numpy()] = fill  # a diverged or collapsed run is the method's worst outcome
         return v
 
     a, b = side(claim["better"], setting), side(claim["than"], than_setting or setting)
-    if a.empty or b.empty:
-        return "no data", ""
-    counts = metric.endswith("to_target")
-    margin = claim.get("margin", 0.0 if counts else MARGIN)  # a win must exceed it
     common = a.index.intersection(b.index)
+    if a.empty or b.empty or common.empty:
+        return Verdict("no data", "", "", 0)
+    counts = metric.endswith("to_target")
+    margin = float(claim.get("margin", 0.0 if counts else MARGIN))
+    a, b = a[common].to_numpy(), b[common].to_numpy()
+    with np.errstate(invalid="ignore"):
+        d = sign * (a - b)
+    d[np.isnan(d)] = 0.0  # both never reach the target (or both lost): no difference
+    equal = mode == "equal"
+    if equal:
+        d = a - b
+        d[np.isnan(d)] = 0.0
+    alpha = look_alpha(len(d), first)
+    m, lo, hi, test = paired_interval(d, alpha)
+    center = (lambda v: float(np.median(v))) if counts else (lambda v: float(np.mean(v)))
+    wins = int(sum(abs(x) <= margin for x in d)) if equal else int(sum(x > margin for x in d))
+    detail = (f"{_fmt(center(a))} vs {_fmt(center(b))}; "
+              + (f"within {margin:g} in {wins}/{len(d)} seeds" if equal else f"wins {wins}/{len(d)} seeds"))
+    level = f"{1 - alpha:.1%}".replace(".0%", "%")
+    interval = f"{_fmt_d(m)} [{_fmt_d(lo)}, {_fmt_d(hi)}] ({level}, {test})"
+    return Verdict(decide(lo, hi, margin, equal), detail, interval, len(d))
 
-    def beats(u: float, v: float) -> bool:  # equal values (e.g. both never reach the target) are no win
-        return u != v and sign * (u - v) > margin
 
-    center = (lambda v: v.median()) if counts else (lambda v: v.mean())
-    ma, mb = center(a), center(b)
-    if mode == "equal":  # a finding of no difference: every pair within the margin
-        near = int(sum(abs(a[s] - b[s]) <= margin for s in common))
-        detail = f"{_fmt(ma)} vs {_fmt(mb)}; within {margin:g} in {near}/{len(common)} seeds"
-        if len(common) and near == len(common):
-            return "holds in every seed", detail
-        return ("holds in the mean" if abs(ma - mb) <= margin else "does not hold"), detail
-    wins = int(sum(beats(a[s], b[s]) for s in common))
-    detail = f"{_fmt(ma)} vs {_fmt(mb)}; wins {wins}/{len(common)} seeds"
-    if len(common) and wins == len(common):
-        return "holds in every seed", detail
-    if beats(ma, mb):
-        return "holds in the mean", detail
-    return "does not hold", detail
+def look_alpha(n: int, first: int = 3) -> float:
+    """The error rate of the look at which ``n`` seed pairs were compared: the spec's seeds (``first``, at
+    most) are the first look at 5%; more seeds come only from `compare --until-settled`, whose second and
+    last look is at 2.5% (so that both looks together err at most 7.5% of the time)."""
+    return LOOKS[0] if n <= first else LOOKS[1]
 
 
+LOSING = ("diverged", "collapsed")  # statuses that count as the method's worst outcome in a pair
 MARGIN = 0.005  # half a point of accuracy or AUC: a smaller difference is no win
 
 
@@ -63,22 +128,44 @@ def _fmt(v: float) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "–"
     if math.isinf(v):
-        return "never" if v > 0 else "−∞ (a run diverged)"
+        return "never" if v > 0 else "−∞ (a run diverged or collapsed)"
     return f"{v:.4g}"
 
 
-def match_paper(ours: pd.Series, paper: float, tolerance: float) -> str:
-    """Our mean is **within** the paper's number when ``|mean - paper| <= max(2 std, tolerance)``
-    (std over seeds; the tolerance is the spec's ``tolerance``, default 0.02 for fractions, 10% of the
-    paper's value for counts), else **above** or **below**."""
-    v = ours.dropna().astype(float)
-    v = v[np.isfinite(v)]
-    if v.empty:
-        return "no data"
-    sd = float(v.std(ddof=1)) if len(v) > 1 else 0.0
-    tol = max(2 * sd, tolerance if paper <= 1 else max(tolerance, 0.1 * abs(paper)))
-    d = float(v.mean()) - paper
-    return "within" if abs(d) <= tol else ("above" if d > 0 else "below")
+def _fmt_d(v: float) -> str:
+    """A difference: signed, four significant digits; ±∞ as words."""
+    if math.isinf(v):
+        return "+∞" if v > 0 else "−∞"
+    return f"{v:+.4g}".replace("-", "−")
+
+
+def match_paper(ours: pd.Series, paper: float, tolerance: float, counts: bool = False) -> tuple[str, str]:
+    """(verdict, our interval) for one number of the paper. Ours is **consistent with** the paper's when the
+    paper's value lies inside our 95% interval widened by the tolerance on each side, **above** or **below**
+    when it lies outside, and **inconclusive** when it lies inside but our interval alone is wider than the
+    tolerance (its half-width exceeds it: a wide spread never makes a favourable verdict) or there is one
+    seed only. The interval is the t interval of our mean; for rounds to a target with seeds that never reach
+    it, the order-statistics interval of our median (never = +∞). Tolerance: the spec's (default 0.02) for
+    fractions, at least 10% of the paper's value for counts."""
+    v = ours.astype(float).to_numpy()
+    v = v[~np.isnan(v)] if not counts else np.where(np.isnan(v), math.inf, v)
+    if len(v) == 0:
+        return "no data", ""
+    tol = max(tolerance, 0.1 * abs(paper)) if counts or paper > 1 else tolerance
+    if len(v) == 1:
+        m, lo, hi, test = float(v[0]), -math.inf, math.inf, "1 seed: no interval"
+    elif np.isfinite(v).all():
+        (m, lo, hi), test = t_interval(v), "t"
+    else:
+        (m, lo, hi), test = sign_interval(v), "order statistics, median"
+    text = f"{_fmt(m)} [{_fmt(lo)}, {_fmt(hi)}] ({test})".replace("−∞ (a run diverged or collapsed)", "−∞")
+    if lo - tol > paper:
+        return "above", text
+    if hi + tol < paper:
+        return "below", text
+    if (hi - lo) / 2 > tol:
+        return "inconclusive", text
+    return "consistent with", text
 
 
 # --------------------------------------------------------------------------------------------------
@@ -102,7 +189,7 @@ def paper_rows(exp: Experiment, runs: pd.DataFrame, tol: float) -> list[tuple[st
         for s, vals in (per or {}).items():
             cell = runs[(runs.algorithm == a) & (runs.setting == s)]
             g = cell[cell.status == "done"]
-            lost = ", ".join(f"{n} {k}" for k in ("diverged", "failed") if (n := int((cell.status == k).sum())))
+            lost = ", ".join(f"{n} {k}" for k in ("diverged", "collapsed", "failed") if (n := int((cell.status == k).sum())))
             ours_ds = datasets.get((a, s), "?")
             for k, v in vals.items():
                 c = PAPER_KEYS.get(k, k)
@@ -113,6 +200,7 @@ def paper_rows(exp: Experiment, runs: pd.DataFrame, tol: float) -> list[tuple[st
                 what = k if not counts else f"rounds to {pt:.0%}" if pt == ot and pt is not None else \
                     f"rounds to target (paper's {pt if pt is None else f'{pt:.0%}'}, ours {ot:.0%})"
                 ours = g[c].astype(float) if c in g else pd.Series(dtype=float)
+                verdict, interval = match_paper(ours, float(v), tol, counts) if not ours.empty else ("no data", "")
                 if ours.empty:
                     text = "–"
                 elif counts:
@@ -121,22 +209,21 @@ def paper_rows(exp: Experiment, runs: pd.DataFrame, tol: float) -> list[tuple[st
                             if len(hit) else "never") + f" ({len(hit)}/{len(ours)} reached)"
                 else:
                     text = f"{ours.mean():.4f}" + (f" ± {ours.std(ddof=1):.4f}" if len(ours) > 1 else "")
+                text += f"; 95% interval {interval}" if interval else ""
                 if not paper_sets:
                     verdict = "context: the spec does not name the paper's dataset"
                 elif ours_ds not in paper_sets:
                     verdict = f"context: the paper's number is on {', '.join(paper_sets)}, ours on {ours_ds}"
                 elif counts and on.get("target") != exp.target:
                     verdict = f"context: the paper's target is {on.get('target')}, ours {exp.target}"
-                elif counts and ours.notna().sum() < len(ours):
-                    verdict = f"above (slower): {int(ours.isna().sum())} of {len(ours)} seeds never reached the target"
-                else:
-                    m = match_paper(ours, float(v), tol)
-                    verdict = {"above": "above (slower)", "below": "below (faster)"}.get(m, m) if counts else m
+                elif counts:
+                    verdict = {"above": "above (slower)", "below": "below (faster)"}.get(verdict, verdict)
                 rows.append((a, s, what, f"{v:g}", text + (f"; {lost}, left out" if lost else ""), verdict))
     return rows
 
 
-VERDICTS = ("holds in every seed", "holds in the mean", "does not hold", "no data")
+VERDICTS = ("holds", "does not hold", "inconclusive", "no data")
+PAPER_VERDICTS = ("consistent with", "above", "below", "inconclusive")
 
 
 def run_summaries(runs: pd.DataFrame, key: str):

@@ -1,0 +1,104 @@
+"""Seeds until settled (``fbo compare SPEC --until-settled``): more seeds, by a procedure fixed in advance,
+for the claims whose verdict is inconclusive.
+
+The procedure, stated before any look (and in the report's rule):
+
+1. **First look** at the spec's seeds: every claim in every setting gets its verdict at 95%
+   (:func:`fbo_cli.report.verdicts.claim_verdict`).
+2. For each claim and setting still *inconclusive*, the two algorithms it compares get seeds up to the
+   **cap** (default 10) in the settings it pairs: the spec's seeds, then the next integers. Nothing else is
+   run: a setting whose claims are decided keeps the spec's seeds.
+3. **Second and last look** at the cap, at 97.5% (Bonferroni over the two looks: a false verdict at most
+   7.5% of the time in all). A claim still inconclusive there stays inconclusive: no look past the cap.
+   Claims on derived quantities (CODASCA's I_max) are not extended: their seeds are those of every
+   window, which this procedure does not add.
+
+The added seeds are written to ``<out>/compare/<name>/settled.yaml`` (``{cap, looks, added: [{setting,
+algorithms, seeds}]}``), which :func:`fbo_cli.spec.load_spec` reads like ``tuned.yaml``: the extra cells
+are part of the experiment from then on, and ``fbo report --collect`` keeps the file with the evidence.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from .errors import UsageError
+from .spec import Experiment
+
+CAP = 10
+
+
+def settled_path(exp: Experiment) -> Path:
+    return exp.out_root / "compare" / exp.name / "settled.yaml"
+
+
+def plan(exp: Experiment, runs, cap: int = CAP) -> tuple[list[dict], list[str]]:
+    """(the seeds to add: ``[{setting, algorithms, seeds}]``, the claims that asked for them as text)."""
+    from .report.verdicts import claim_verdict
+
+    if cap <= len(exp.seeds):
+        raise UsageError(f"--cap {cap}: the spec already has {len(exp.seeds)} seeds; the cap must be larger")
+    need: dict[str, set[str]] = {}
+    why = []
+    names = [s["name"] for s in exp.settings]
+    for claim in exp.claims:
+        if claim["metric"] not in runs.columns:
+            continue  # a derived quantity (I_max): not extended
+        pairs = claim.get("across") or [(s, None) for s in names if not claim.get("settings")
+                                         or s in claim["settings"]]
+        for s, t in pairs:
+            v = claim_verdict(runs, claim, s, t, first=len(exp.seeds))
+            if v.verdict == "inconclusive" and v.n < cap:
+                need.setdefault(s, set()).add(claim["better"])
+                need.setdefault(t or s, set()).add(claim["than"])
+                why.append(f"{claim['text']} ({s}{f' vs {t}' if t else ''}: {v.interval}, {v.n} seeds)")
+    extra, k = [], max(exp.seeds) + 1
+    while len(exp.seeds) + len(extra) < cap:
+        extra.append(k)
+        k += 1
+    order = {n: i for i, n in enumerate(names)}
+    algos = [a["name"] for a in exp.algorithms]
+    return ([{"setting": s, "algorithms": [a for a in algos if a in need[s]], "seeds": extra}
+             for s in sorted(need, key=order.get)], why)
+
+
+def write_settled(exp: Experiment, added: list[dict], cap: int) -> Path:
+    """Merge ``added`` into the experiment's ``settled.yaml`` (a setting's algorithms accumulate)."""
+    from .results import atomic_write
+
+    p = settled_path(exp)
+    old = load_settled(p) or {"added": []}
+    merged = {(e["setting"]): e for e in old["added"]}
+    for e in added:
+        if e["setting"] in merged:
+            m = merged[e["setting"]]
+            m["algorithms"] = sorted(set(m["algorithms"]) | set(e["algorithms"]))
+            m["seeds"] = sorted(set(m["seeds"]) | set(e["seeds"]))
+        else:
+            merged[e["setting"]] = e
+    doc = {"cap": cap, "looks": [len(exp.seeds), cap], "alpha": [0.05, 0.025],
+           "procedure": "fbo compare --until-settled (fbo_cli/settle.py): the inconclusive claims' two "
+                        "algorithms get seeds up to the cap in the settings they pair; two looks, no third",
+           "added": list(merged.values())}
+    atomic_write(p, yaml.safe_dump(doc, sort_keys=False))
+    return p
+
+
+def load_settled(p: Path) -> dict | None:
+    """A ``settled.yaml``, checked: ``added`` is a list of ``{setting, algorithms, seeds}``."""
+    from .config import load_config_file
+
+    if not p.is_file():
+        return None
+    d = load_config_file(p)
+    added = d.get("added")
+    ok = isinstance(added, list) and all(
+        isinstance(e, dict) and isinstance(e.get("setting"), str) and isinstance(e.get("algorithms"), list)
+        and isinstance(e.get("seeds"), list) and all(isinstance(k, int) and k >= 0 for k in e["seeds"])
+        for e in added)
+    if not ok:
+        raise UsageError(f"{p}: 'added' must be a list of {{setting, algorithms, seeds}}; run "
+                         f"`fbo compare --until-settled` again to rewrite it (or delete the file)")
+    return d

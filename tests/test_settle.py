@@ -1,0 +1,51 @@
+"""Seeds until settled: `fbo compare --until-settled` adds seeds to the inconclusive claims' settings, up to
+the cap, in one step (two looks), writes settled.yaml, and the spec's cells include them from then on."""
+
+import yaml
+from typer.testing import CliRunner
+
+from fbo_cli.cli import app
+from fbo_cli.spec import load_spec
+
+runner = CliRunner()
+
+
+def write_spec(tmp_path):
+    p = tmp_path / "s.yaml"
+    p.write_text(f"""
+name: s
+task: hyperrep
+seeds: [0, 1]
+base: {{dataset: digits, clients: 4, participation: 0.5, rounds: 30, threads: 1, out_dir: {tmp_path}}}
+algorithms:
+  - {{name: AggITD, algo: aggitd}}
+  - {{name: FedNest, algo: fednest}}
+  - {{name: Other, algo: aggitd, set: {{outer_lr: 0.02}}}}
+settings: [{{name: iid, set: {{partition: iid}}}}, {{name: shards, set: {{partition: shards}}}}]
+claims:
+  - {{text: "AggITD beats FedNest", metric: final, better: AggITD, than: FedNest, mode: max, margin: 0.08, settings: [iid]}}
+""")
+    return p
+
+
+def test_until_settled_adds_seeds_to_the_inconclusive_claims_settings_only(tmp_path):
+    p = write_spec(tmp_path)
+    r = runner.invoke(app, ["compare", str(p), "--until-settled", "--cap", "4", "--dry-run"])
+    assert r.exit_code == 0, r.output
+    assert "every claim is decided, or at the cap, or not yet run" in " ".join(r.output.split())  # nothing run yet
+    r = runner.invoke(app, ["compare", str(p), "--until-settled", "--cap", "4"])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "inconclusive at the first look" in text and "adds seeds 2-3 to iid: AggITD, FedNest" in text
+    settled = yaml.safe_load((tmp_path / "compare" / "s" / "settled.yaml").read_text())
+    assert settled["looks"] == [2, 4] and settled["added"] == [
+        {"setting": "iid", "algorithms": ["AggITD", "FedNest"], "seeds": [2, 3]}]
+    exp = load_spec(p)  # the added cells are part of the experiment now: 2 x 3 x 2 + 2 x 2
+    assert len(exp.cells) == 16 and {(c.algorithm, c.seed) for c in exp.cells if c.seed > 1} == {
+        ("AggITD", 2), ("AggITD", 3), ("FedNest", 2), ("FedNest", 3)}
+    assert all(c.cfg.run_dir.joinpath("summary.json").is_file() for c in exp.cells)  # and they ran
+    assert len(load_spec(p, seeds=[0]).cells) == 6  # --seeds replaces them
+    r = runner.invoke(app, ["compare", str(p), "--until-settled", "--cap", "4"])  # at the cap: no third look
+    assert r.exit_code == 0 and "no seeds to add" in " ".join(r.output.split())
+    r = runner.invoke(app, ["compare", str(p), "--until-settled", "--seeds", "0"])
+    assert r.exit_code == 2 and "needs the spec's own seeds" in " ".join(r.output.split())
