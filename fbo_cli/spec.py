@@ -66,6 +66,7 @@ class Experiment:
     incomplete: int = 0  # cells failed or not run at the last report
     outcomes: dict[Path, dict] = field(default_factory=dict)  # run_dir -> what run_cells returned this time
     settled: dict | None = None  # settled.yaml: the seeds `compare --until-settled` added
+    witness: dict | None = None  # the paper's own code beside a row: {algorithm, settings: {setting: witness's}}
 
 
 def _need(d: dict, key: str, kind, where: str):
@@ -103,7 +104,7 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
     where = str(path)
     known = {"name", "title", "task", "metric", "metrics", "target", "x", "seeds", "base", "algorithms", "settings",
              "reference", "reference_on", "description", "tune", "claims", "tolerance", "x_also", "derived", "band",
-             "paper", "order"}
+             "paper", "order", "witness"}
     unknown = set(spec) - known
     if unknown:
         raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(known))}")
@@ -169,6 +170,7 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
     exp.out_root = Path(str(overrides.get("out_dir") or base.get("out_dir") or "results"))
     check_path("out_dir", exp.out_root)
     exp.claims = list(spec.get("claims") or [])
+    exp.witness = _check_witness(where, spec.get("witness"), algos, settings)
     exp.derived = list(derived)
     exp.tolerance = float(spec.get("tolerance", 0.02))
     if spec.get("tune") is not None:
@@ -252,10 +254,19 @@ def _check_claims(where: str, claims: Any, algos: list, settings: list) -> None:
     if not isinstance(claims, list):
         raise UsageError(f"{where}: 'claims' must be a list of mappings")
     for c in claims:
-        if not isinstance(c, dict) or set(c) - {"text", "metric", "better", "than", "mode", "margin", "settings",
-                                                "across"} or not {"text", "metric", "better", "than"} <= set(c):
-            raise UsageError(f"{where}: each claim needs text, metric, better, than (optional: mode, margin, "
+        if not isinstance(c, dict) or set(c) - {"text", "metric", "better", "than", "mode", "margin", "factor",
+                                                "settings", "across"} or not {"text", "metric", "better", "than"} <= set(c):
+            raise UsageError(f"{where}: each claim needs text, metric, better, than (optional: mode, margin, factor, "
                              f"settings or across); got {c!r}")
+        for k in ("margin", "factor"):
+            v = c.get(k, 1.0)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (
+                    k == "factor" and v <= 0):
+                raise UsageError(f"{where}: claim '{c['text']}': '{k}' must be a finite number >= 0 (factor > 0), "
+                                 f"got {v!r}")
+        if "factor" in c and (c.get("mode", "max") != "min" or "margin" in c):
+            raise UsageError(f"{where}: claim '{c['text']}': 'factor' (better needs at most 1/factor of than's "
+                             f"value) goes with mode: min and no margin")
         across = c.get("across")
         if across is not None:
             derived = c["metric"] == "I_max"  # its settings are the derived table's K=<K>
@@ -273,6 +284,22 @@ def _check_claims(where: str, claims: Any, algos: list, settings: list) -> None:
                                  f"choose from: {', '.join(sorted(names))}")
         if c.get("mode", "max") not in ("min", "max", "equal"):
             raise UsageError(f"{where}: claim '{c['text']}': mode must be min, max or equal")
+
+
+def _check_witness(where: str, w: Any, algos: list, settings: list) -> dict | None:
+    """``witness: {algorithm, settings: {spec setting: witness setting}}``: the public code's runs
+    (``fbo witness``) shown beside that algorithm's in those settings."""
+    from .witness import SETTINGS
+
+    if w is None:
+        return None
+    ok = (isinstance(w, dict) and set(w) == {"algorithm", "settings"} and w["algorithm"] in {a["name"] for a in algos}
+          and isinstance(w["settings"], dict) and all(
+              k in {s["name"] for s in settings} and v in SETTINGS for k, v in w["settings"].items()))
+    if not ok:
+        raise UsageError(f"{where}: 'witness' must be {{algorithm: <an algorithm of the spec>, settings: {{<setting>: "
+                         f"one of {', '.join(SETTINGS)}}}}}; got {w!r:.200}")
+    return w
 
 
 def _check_reference(where: str, ref: Any, algos: list, settings: list) -> None:

@@ -579,3 +579,13 @@ def test_only_a_resolved_edge_note_says_at_the_grids_edge():
     unresolved = edge_note({"_at_grid_edge": "outer_lr"})
     assert "at the grid's edge" in resolved and "largest stable value" in resolved
     assert "at the grid's edge" not in unresolved and "unresolved edge" in unresolved and "outer_lr" in unresolved
+
+
+def test_a_factor_claim_tests_the_ratio_of_the_paired_values():
+    runs = pd.DataFrame({"algorithm": ["A"] * 3 + ["B"] * 3, "setting": "s", "seed": [0, 1, 2] * 2,
+                         "status": "done", "rounds_to_target": [500, 520, 480, 1500, 1640, 1420]})
+    claim = {"text": "", "metric": "rounds_to_target", "better": "A", "than": "B", "mode": "min", "factor": 2}
+    v = claim_verdict(runs, claim, "s")  # ratios 3.0, 3.15, 2.96: the interval of the ratio lies above 2
+    assert v.verdict == "holds" and "of than / better" in v.interval and v.interval.startswith("3.04x")
+    assert claim_verdict(runs, {**claim, "factor": 3}, "s").verdict == "inconclusive"
+    assert claim_verdict(runs, {**claim, "factor": 4}, "s").verdict == "does not hold"

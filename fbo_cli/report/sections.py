@@ -27,6 +27,7 @@ class Section:
     compute: str = ""
     error: str = ""
     derived_md: str = ""  # tables derived from the runs (``derived:`` in the spec)
+    witness_md: str = ""  # the paper's own code beside ours (``witness:`` in the spec)
 
 
 def compute_line(runs: pd.DataFrame, tuning_csv: Path) -> str:
@@ -57,7 +58,7 @@ def build_section(spec: str, root: Path, work: Path) -> Section:
         sec.error = str(e)
         return sec
     sec.exp = exp
-    runs, _ = collect(exp)
+    runs, curves = collect(exp)
     gone = runs[runs.status == "not run"]
     sec.missing = [f"{a} · {s} · seed {k}" for a, s, k in zip(gone.algorithm, gone.setting, gone.seed)]
     runs = runs[runs.status != "not run"]
@@ -87,4 +88,10 @@ def build_section(spec: str, root: Path, work: Path) -> Section:
                 continue
             sec.verdicts.append((claim["text"], s, claim_verdict(table, claim, s, first=len(exp.seeds))))
     sec.paper_rows = paper_rows(exp, runs, exp.tolerance)
+    if exp.witness:
+        from .witness import witness_md
+
+        sec.witness_md = witness_md(exp, runs, curves, root, out / "witness.png")
+        if sec.witness_md:
+            sec.figures.append(out / "witness.png")
     return sec

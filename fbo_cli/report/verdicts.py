@@ -95,8 +95,11 @@ def claim_verdict(runs: pd.DataFrame, claim: dict, setting: str, than_setting: s
     counts = metric.endswith("to_target")
     margin = float(claim.get("margin", 0.0 if counts else MARGIN))
     a, b = a[common].to_numpy(), b[common].to_numpy()
-    with np.errstate(invalid="ignore"):
-        d = sign * (a - b)
+    factor = claim.get("factor")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        d = sign * (a - b) if factor is None else np.log(b) - np.log(a)  # factor: log(than / better)
+    if factor is not None:
+        margin = math.log(factor)
     d[np.isnan(d)] = 0.0  # both never reach the target (or both lost): no difference
     equal = mode == "equal"
     if equal:
@@ -109,7 +112,12 @@ def claim_verdict(runs: pd.DataFrame, claim: dict, setting: str, than_setting: s
     detail = (f"{_fmt(center(a))} vs {_fmt(center(b))}; "
               + (f"within {margin:g} in {wins}/{len(d)} seeds" if equal else f"wins {wins}/{len(d)} seeds"))
     level = f"{1 - alpha:.1%}".replace(".0%", "%")
-    interval = f"{_fmt_d(m)} [{_fmt_d(lo)}, {_fmt_d(hi)}] ({level}, {test})"
+    if factor is not None:  # d is log(than / better): shown as the ratio
+        ratio = lambda v: "∞" if v == math.inf else "0" if v == -math.inf else f"{math.exp(v):.3g}x"
+        detail += f"; by more than {factor:g}x in {wins}/{len(d)} seeds"
+        interval = f"{ratio(m)} [{ratio(lo)}, {ratio(hi)}] ({level}, {test}, of than / better)"
+    else:
+        interval = f"{_fmt_d(m)} [{_fmt_d(lo)}, {_fmt_d(hi)}] ({level}, {test})"
     return Verdict(decide(lo, hi, margin, equal), detail, interval, len(d))
 
 

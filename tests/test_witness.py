@@ -1,0 +1,61 @@
+"""The paper's own code beside ours: witness runs (fbo witness) enter Table 2's section with a verdict."""
+
+import json
+
+import pandas as pd
+from typer.testing import CliRunner
+
+from fbo_cli.cli import app
+from fbo_cli.report import build_report
+from fbo_cli.report.witness import welch
+from fbo_cli.results import file_sha256
+
+runner = CliRunner()
+
+
+def fake_witness(root, name, seed, accs):
+    d = root / "witness" / "fednest" / f"{name}-s{seed}"
+    d.mkdir(parents=True)
+    m = pd.DataFrame({"iterations": range(1, len(accs) + 1), "rounds": [10 * (i + 1) for i in range(len(accs))],
+                      "test_acc": accs, "test_loss": 0.5})
+    m.to_csv(d / "metrics.csv", index=False)
+    hit = m[m.test_acc >= 0.9]
+    (d / "summary.json").write_text(json.dumps({
+        "status": "done", "setting": "IID, tau=1", "seed": seed, "final": accs[-1], "commit": "13b5e20",
+        "rounds_to_target": int(hit.rounds.iloc[0]) if len(hit) else None, "metrics_sha256": file_sha256(d / "metrics.csv")}))
+    return d
+
+
+def test_welch_interval():
+    d, lo, hi = welch(pd.Series([1.0, 2, 3]).to_numpy(), pd.Series([1.0, 2, 3]).to_numpy())
+    assert d == 0 and lo < 0 < hi
+    assert welch(pd.Series([1.0]).to_numpy(), pd.Series([1.0, 2]).to_numpy())[1:] == (float("-inf"), float("inf"))
+
+
+def test_the_witness_runs_stand_beside_our_row_with_a_verdict(tmp_path):
+    p = tmp_path / "w.yaml"
+    p.write_text(f"""
+name: w
+task: hyperrep
+seeds: [0, 1]
+target: 0.9
+base: {{dataset: digits, clients: 4, participation: 0.5, rounds: 20, threads: 1, out_dir: {tmp_path}}}
+algorithms: [{{name: FedNest, algo: fednest}}]
+settings: [{{name: "IID, tau=1", set: {{partition: iid}}}}]
+witness: {{algorithm: FedNest, settings: {{"IID, tau=1": iid-tau1}}}}
+""")
+    assert runner.invoke(app, ["compare", str(p)]).exit_code == 0
+    fake_witness(tmp_path, "iid-tau1", 0, [0.5, 0.8, 0.95])
+    fake_witness(tmp_path, "iid-tau1", 1, [0.5, 0.85, 0.96])
+    bad = fake_witness(tmp_path, "iid-tau1", 2, [0.5, 0.6, 0.7])
+    (bad / "metrics.csv").write_text("edited\n")  # its completion record no longer matches: left out
+    build_report(tmp_path, tmp_path / "r.md", tmp_path / "r.html", specs=[str(p)])
+    md = (tmp_path / "r.md").read_text()
+    assert "The paper's own code beside ours" in md and "make witness-fednest" in md
+    row = next(line for line in md.splitlines() if line.startswith("| IID, tau=1 | 2 / 2 |"))
+    assert "30 ± 0 (2/2 reached)" in row and "never (0/2 reached)" in row and "**differ**" in row
+    assert (tmp_path / "r.html").read_text().count("data:image/png") >= 2  # the witness figure too
+    bad_spec = p.read_text().replace("iid-tau1}", "iid-tau9}")
+    p.write_text(bad_spec)
+    r = runner.invoke(app, ["compare", str(p), "--dry-run"])
+    assert r.exit_code == 2 and "'witness' must be" in " ".join(r.output.split())
