@@ -16,7 +16,8 @@ Data (docs/fidelity.md): train and test pooled, 10% test,
 run's ``partition`` (``dirichlet`` with ``alpha`` in the paper). The task rebuilds the runner's
 :class:`FederatedData` *in place* with this pipeline, from the run's own partition settings
 (``data.spec``), so every algorithm sees the same object. Features are flattened pixels in [0, 1]
-(``features: unit``) or the loader's standardized values (``standard``).
+(``features: unit``), raw pixel values in [0, 255] (``raw``, as code that skips ToTensor's scaling sees them) or
+the loader's standardized values (``standard``).
 
 The task holds no algorithm logic: it provides batched closed-form oracles (cross-entropy gradients of
 stacked models ``[K, G·C, n]``: ``G`` models per client share each minibatch), the projection, the
@@ -71,7 +72,7 @@ class HFL(Task):
         server_frac: float = 0.3  # share of the training data given to the server
         pool_test: bool = True  # pool train and test, then split (docs/fidelity.md); False: the official test set
         holdout: float = 0.0  # per-client held-out share, for the optional personalized accuracy
-        features: str = "unit"  # unit (pixels in [0, 1]) | standard (the loader's normalization)
+        features: str = "unit"  # unit (pixels in [0, 1]) | raw (pixels in [0, 255]) | standard (the loader's)
         pretrain_steps: int = 300  # server pre-training: SGD steps on its own data for x̂_0 (0: x̂_0 = 0)
         pretrain_lr: float = 0.1  # constant step of the pre-training SGD
         pretrain_batch: int = 64  # minibatch of the pre-training SGD
@@ -83,8 +84,8 @@ class HFL(Task):
             raise UsageError(f"client_weighting must be one of data, uniform; got '{p.client_weighting}'")
         if p.local_constraint not in ("none", "ball"):
             raise UsageError(f"local_constraint must be one of none, ball; got '{p.local_constraint}'")
-        if p.features not in ("unit", "standard"):
-            raise UsageError(f"features must be one of unit, standard; got '{p.features}'")
+        if p.features not in ("unit", "raw", "standard"):
+            raise UsageError(f"features must be one of unit, raw, standard; got '{p.features}'")
         if p.pretrain_steps > 0 and (p.pretrain_lr <= 0 or p.pretrain_batch < 1):
             raise UsageError(f"server pre-training needs pretrain_lr > 0 and pretrain_batch >= 1; "
                              f"got {p.pretrain_lr}, {p.pretrain_batch}")
@@ -105,8 +106,10 @@ class HFL(Task):
         self.C = data.num_classes
         X = data.X.reshape(len(data.X), -1)
         Xt = data.X_test.reshape(len(data.X_test), -1)
-        if p.features == "unit" and data.dataset.name in _NORMALIZATION:
+        if p.features in ("unit", "raw") and data.dataset.name in _NORMALIZATION:
             X, Xt = self._unit(X, data), self._unit(Xt, data)
+            if p.features == "raw":  # integer pixel values, as a loader without ToTensor's scaling gives them
+                X, Xt = X * 255.0, Xt * 255.0
         self.X, self.Xt = X.contiguous(), Xt.contiguous()
         self.Y, self.Yt = data.y, data.y_test
         self.nf = self.X.shape[1]
