@@ -36,6 +36,7 @@ class RunSettings:
     alpha: float = 0.5  # Dirichlet concentration
     shards_per_client: int = 2
     val_frac: float | None = None  # None: 0.5 for iid, 0.2 otherwise (FedNest repo)
+    holdout: float = 0.0  # share of each client's data neither level trains on: the held-out tuning score
     rounds: int = 2000  # budget in communication rounds
     max_iters: int | None = None  # optional budget in outer iterations
     time_limit: float | None = None  # optional budget in seconds of training
@@ -59,12 +60,14 @@ _NOT_IDENTITY_TASK = {"fast"}
 # keys added after runs of their task were committed as evidence: they enter a run's identity only
 # when set away from this default, so that the older runs keep their ids (and stay reused)
 _IDENTITY_UNLESS_DEFAULT = {("auc", "holdout"): False, ("hyperrep", "eval"): "test,val"}
+_RUN_IDENTITY_UNLESS_DEFAULT = {"holdout": 0.0}
 
 
 def comparable(d: dict[str, Any]) -> dict[str, Any]:
     """A resolved config (``RunConfig.as_dict()``, or a run's config.yaml) with only what enters a run's
     identity: its hash is the run id's last part."""
-    d = {k: v for k, v in d.items() if k not in _NOT_IDENTITY and k != "device_used"}
+    d = {k: v for k, v in d.items() if k not in _NOT_IDENTITY and k != "device_used"
+         and not (k in _RUN_IDENTITY_UNLESS_DEFAULT and v == _RUN_IDENTITY_UNLESS_DEFAULT[k])}
     tp = {k: v for k, v in (d.get("task_params") or {}).items() if k not in _NOT_IDENTITY_TASK}
     for (task, k), default in _IDENTITY_UNLESS_DEFAULT.items():
         if task == d.get("task") and tp.get(k, default) == default:
@@ -296,6 +299,8 @@ def _validate(run: RunSettings, tcls) -> None:
         raise UsageError(f"shards_per_client must be >= 1, got {run.shards_per_client}")
     if run.val_frac is not None and not 0 < run.val_frac < 1:
         raise UsageError(f"val_frac must be in (0, 1), got {run.val_frac}")
+    if not 0 <= run.holdout < 1:
+        raise UsageError(f"holdout must be in [0, 1), got {run.holdout}")
     if run.checkpoint_every < 1:
         raise UsageError(f"checkpoint_every must be >= 1, got {run.checkpoint_every}")
     for key in ("out_dir", "data_dir"):

@@ -81,7 +81,8 @@ def build(cfg: RunConfig) -> Built:
     device = pick_device(r.device)
     torch.manual_seed(r.seed)
     ds = load_dataset(r.dataset, r.data_dir, r.download)
-    data = build_federated(ds, r.partition, r.clients, r.seed, device, r.val_frac, r.alpha, r.shards_per_client)
+    data = build_federated(ds, r.partition, r.clients, r.seed, device, r.val_frac, r.alpha, r.shards_per_client,
+                           r.holdout)
     if TASKS[cfg.task].client_major:
         data = data.client_major()
     task = TASKS[cfg.task](cfg.task_params, data)
