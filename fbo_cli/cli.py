@@ -182,12 +182,14 @@ def config_layer(data: dict[str, Any], task: str | None, algo: str | None) -> tu
                          "config.yaml")
     if data.get("task") and data["task"] != task:
         raise UsageError(f"the config file is for task '{data['task']}', not '{task}'")
-    algo = algo or data.get("algo")
+    algo = algo or data.get("algo_source") or data.get("algo")
     if not algo:
         raise UsageError("--algo is required (see `fbo list`), or --config with a run's config.yaml")
     layer = flatten_run_config(data)
     layer.pop("task", None)
     theirs = layer.pop("algo", None)
+    if theirs and data.get("algo_source") == algo:
+        theirs = algo
     if theirs and theirs != algo and algo in REGISTRY and isinstance(data.get("hp"), dict):
         mine = set(_hints(REGISTRY[algo].cls.HP))
         dropped = sorted(k for k in data["hp"] if k not in mine)
@@ -255,6 +257,8 @@ def compare(
     no_run: bool = typer.Option(False, "--no-run", help="Only aggregate the runs already done."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Say how many runs are left and what they cost "
                                  "(core-minutes, from finished runs of the same kind); run nothing."),
+    accept_code_change: bool = typer.Option(False, "--accept-code-change", help="Keep finished runs whose "
+                                            "algorithm's code changed since (recorded in their summary.json)."),
 ) -> None:
     """Run an experiment grid (algorithms x settings x seeds), reusing finished runs and resuming partial
     ones, then write results/compare/<name>/{table.md, table.csv, runs.csv, curves.png}. Exit 1 when a run
@@ -275,7 +279,10 @@ def compare(
         if dry_run:
             from .results import cost_line, todo_runs
 
-            todo = todo_runs(exp.cells, rerun)
+            stale: dict = {}
+            todo = todo_runs(exp.cells, rerun, False, stale)
+            for line in cmp.code_notes(exp.cells, stale):
+                out.print(f"{exp.name}: {line}", highlight=False)
             out.print(f"{exp.name}: {len(exp.cells)} cells; {cost_line(todo, jobs)}", highlight=False)
             return
         if (short := cmp.tuning_budget_note(exp)) and not no_run:
@@ -285,7 +292,8 @@ def compare(
                       f"values; `fbo tune {spec}` first chooses them on validation data[/yellow]")
         try:
             outdir = cmp.run_experiment(exp, jobs=jobs, rerun=rerun, no_run=no_run, console=err, executor=executor,
-                                        address=address, cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run)
+                                        address=address, cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run,
+                                        accept_code_change=accept_code_change)
         except KeyboardInterrupt as e:
             err.print(f"[yellow]{interrupted_note(e)}[/yellow]", highlight=False)
             raise typer.Exit(130) from None

@@ -49,9 +49,33 @@ from .spec import (  # noqa: F401  (load_spec, check_metrics: the public API com
 )
 
 
+def code_notes(cells: list, stale: dict) -> list[str]:
+    """What the reuse check found about code (:mod:`fbo_cli.provenance`): each stale run and why, and how
+    many reused runs were made by other code of fbo's own classes (drift: reported, not rerun)."""
+    from .provenance import changes
+
+    lines = [f"{d}: {why}; it runs again (--accept-code-change keeps it)" for d, why in stale.items()]
+    drift: dict[str, int] = {}
+    seen = set()
+    for c in cells:
+        d = c.cfg.run_dir
+        if d in seen or d in stale:
+            continue
+        seen.add(d)
+        state, s, _ = run_status(d)
+        if state == "finished":
+            for k in changes(c.cfg, s)[1]:
+                drift[k] = drift.get(k, 0) + 1
+    if drift:
+        lines.append(f"{max(drift.values())} finished run(s) reused were made by other code of fbo's built-in classes "
+                     f"({', '.join(k.removeprefix('fbo_cli.') for k in sorted(drift))}): reused, not rerun "
+                     "(`fbo check` tells whether such runs still reproduce; --rerun redoes them)")
+    return lines
+
+
 def run_experiment(exp: Experiment, jobs: int = 1, rerun: bool = False, no_run: bool = False, console=None,
                    executor: str | None = None, address: str | None = None, cpus_per_run: int = 1,
-                   gpus_per_run: float = 0) -> Path:
+                   gpus_per_run: float = 0, accept_code_change: bool = False) -> Path:
     """Run the grid's unfinished runs (all of them with ``rerun``), then write the report. Returns the
     report's folder; ``exp.incomplete`` counts the cells that failed or have no finished run."""
     from rich.markup import escape
@@ -63,7 +87,11 @@ def run_experiment(exp: Experiment, jobs: int = 1, rerun: bool = False, no_run: 
         claim_folder(exp, outdir, write=False)
         check_metrics(exp)
         claim_folder(exp, outdir)
-        todo = todo_runs(exp.cells, rerun)
+        stale: dict = {}
+        todo = todo_runs(exp.cells, rerun, accept_code_change, stale)
+        if console is not None:
+            for line in code_notes(exp.cells, stale):
+                console.print(f"{exp.name}: {line}", highlight=False)
         if todo and console is not None:
             console.print(f"{exp.name}: {cost_line(todo, jobs)}", highlight=False)
         if todo:

@@ -200,10 +200,29 @@ def is_finished(run_dir: Path) -> bool:
     return state == "finished" and s.get("status") in ("done", "diverged")
 
 
-def todo_runs(cells: list, rerun: bool = False) -> list:
+def todo_runs(cells: list, rerun: bool = False, accept: bool = False, stale: dict | None = None) -> list:
     """The cells (objects with ``.cfg``) still to run, one per run directory (two rows of a grid may be
-    the same run)."""
-    return list({c.cfg.run_dir: c for c in cells if rerun or not is_finished(c.cfg.run_dir)}.values())
+    the same run): not finished, or finished by code that has changed since (:mod:`fbo_cli.provenance`;
+    ``stale`` collects ``{run_dir: why}``), unless ``accept`` (the change is recorded and the run kept)."""
+    from .provenance import accept as accept_code
+    from .provenance import stale_reason
+
+    todo = {}
+    for c in cells:
+        d = c.cfg.run_dir
+        if d in todo:
+            continue
+        state, s, _ = run_status(d)
+        if rerun or not (state == "finished" and s.get("status") in ("done", "diverged")):
+            todo[d] = c
+        elif why := stale_reason(c.cfg, s):
+            if accept:
+                accept_code(c.cfg, d, s)
+            else:
+                todo[d] = c
+                if stale is not None:
+                    stale[d] = why
+    return list(todo.values())
 
 
 def read_metrics(path: Path) -> pd.DataFrame | None:

@@ -67,7 +67,7 @@ import pandas as pd
 from .config import resolve
 from .errors import UsageError
 from .results import atomic_write, fmt_num, save_figure, write_yaml
-from .spec import Cell, Experiment, TuneSpec, check_metrics, claim_folder, load_spec
+from .spec import Cell, Experiment, TuneSpec, algo_overrides, check_metrics, claim_folder, load_spec
 
 
 def grid_points(grid: dict[str, list]) -> list[dict[str, Any]]:
@@ -120,7 +120,8 @@ def _layers(exp: Experiment, ts: TuneSpec, a: dict, s: dict, point: dict, seed: 
     """The config layers of one tuning run: the spec's base, the setting's and the algorithm's keys, the
     grid point, the tune block's ``set``, the seed (and the tuning budget), the command line's overrides."""
     return (exp.base, s.get("set") or {}, a.get("set") or {}, point, ts.extra,
-            {"seed": seed, "target": None, **({"rounds": ts.rounds} if ts.rounds else {})}, overrides)
+            {"seed": seed, "target": None, **({"rounds": ts.rounds} if ts.rounds else {})},
+            algo_overrides(exp, a, overrides))
 
 
 PARTIAL = ("tuning.partial.yaml", "tuning.partial.csv")  # an unfinished tuning's record (module docstring)
