@@ -123,6 +123,7 @@ def run(
             target=target, seed=seed, device=device, data_dir=str(data_dir) if data_dir else None,
             out_dir=str(out_dir) if out_dir else None).items() if v is not None}
         cfg = resolve(task, algo, file_layer, cli_layer, parse_sets(set_))
+        long_run_warning(cfg)
         if dry_run:
             import yaml
 
@@ -167,6 +168,24 @@ def run(
     out.print(f"results: {cfg.run_dir}")
     if status != "done":
         raise typer.Exit(1)
+
+
+LONG_RUN_S = 3600.0  # a run estimated to take longer on this machine says so before it starts
+
+
+def long_run_warning(cfg) -> None:
+    """Warn (stderr) when the cost model (:func:`fbo_cli.results.estimate_cost`: finished runs of the kind)
+    puts this run above an hour on this machine."""
+    from types import SimpleNamespace
+
+    from .results import estimate_cost
+
+    secs, unknown = estimate_cost([SimpleNamespace(cfg=cfg)])
+    if not unknown and secs > LONG_RUN_S:
+        err.print(f"[yellow]this run is estimated at about {secs / 3600:.1f} h on this machine ({cfg.run.rounds} "
+                  f"rounds, {cfg.run.clients} clients x participation {cfg.run.participation:g}; from finished runs "
+                  f"of its kind): fewer --rounds or --clients make it shorter; Ctrl-C keeps a checkpoint[/yellow]",
+                  highlight=False)
 
 
 def config_layer(data: dict[str, Any], task: str | None, algo: str | None) -> tuple[str, str, dict[str, Any]]:
@@ -445,6 +464,8 @@ def tune(
                                  "was never run because it is not a valid value); refuses if the choices change."),
     ranking_only: bool = typer.Option(False, help="Run only the ranking check of a tuning recorded without it "
                                       "(from its tuning.csv: each choice's top 3 points at the evaluation budget)."),
+    accept_code_change: bool = typer.Option(False, "--accept-code-change", help="Keep finished tuning runs whose "
+                                            "algorithm's code changed since (recorded in their summary.json)."),
 ) -> None:
     """Choose every algorithm's hyperparameters on validation data: run the spec's grids on the tuning
     seeds with a short budget, reject diverging or oscillating runs, pick the best validation score,
@@ -474,18 +495,19 @@ def tune(
         if dry_run:
             from .results import cost_line
             from .spec import load_spec
-            from .tune import recorded_runs, tune_cells, tune_spec, tuning_todo
+            from .tune import estimate_text, recorded_runs, tune_cells, tune_spec, tuning_estimate, tuning_todo
 
             exp = load_spec(spec, overrides, use_tuned=False)
             ts = tune_spec(exp)
             cells = tune_cells(exp, ts, overrides)
             todo = tuning_todo(cells, {} if rerun else recorded_runs(exp, ts), rerun)
-            out.print(f"{exp.name} tuning: {len(cells)} grid runs; {cost_line(todo, jobs)}", highlight=False)
+            out.print(f"{exp.name} tuning: {estimate_text(tuning_estimate(exp, ts, overrides, cells, todo, jobs), jobs)}",
+                      highlight=False)
             return
         try:
             outdir = run_tuning(spec, overrides, jobs=jobs, rerun=rerun, console=err, executor=executor,
                                 address=address, cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run,
-                                ranking_check=ranking_check)
+                                ranking_check=ranking_check, accept_code_change=accept_code_change)
         except KeyboardInterrupt as e:
             err.print(f"[yellow]{interrupted_note(e)}[/yellow]", highlight=False)
             raise typer.Exit(130) from None
@@ -625,36 +647,50 @@ def _field_notes(cls: type) -> dict[str, str]:
 
 @app.command(no_args_is_help=True)
 def show(
-    algo: str = typer.Argument(..., help="Algorithm name (see `fbo list`)."),
+    algo: str = typer.Argument(..., help="Algorithm name (see `fbo list`), or FILE.py:CLASS of your own."),
     task: Optional[str] = typer.Option(None, help="Task whose defaults to show. \\[default: the algorithm's first]"),
 ) -> None:
     """Every setting of ALGO on TASK with the default `fbo run` uses, its meaning and the paper's symbol:
-    the run settings, the task's parameters and the algorithm's hyperparameters (paper defaults)."""
+    the run settings, the task's parameters and the algorithm's hyperparameters (the paper's defaults,
+    and where they differ on this task, the task's), with the common names (local_steps, lower_lr, ...)
+    each key answers to."""
     from dataclasses import fields
 
-    from .algorithms import REGISTRY
-    from .config import RunSettings, resolve, unknown
+    from .algorithms.base import VOCABULARY
+    from .config import RunSettings, lookup, resolve
 
     with user_errors():
-        if algo not in REGISTRY:
-            raise unknown("algorithm", algo, REGISTRY)
-        e = REGISTRY[algo]
+        name, e, source = lookup(algo)
         task = task or e.tasks[0]
         cfg = resolve(task, algo)
     view = _out if _out.is_terminal else Console(width=100_000)
-    view.print(f"[bold]{algo}[/bold] ({e.label}) on [bold]{task}[/bold]: {e.cls.paper}; rounds per outer "
-               f"iteration: {e.cls.rounds}", highlight=False)
+    view.print(f"[bold]{name}[/bold] ({e.label}) on [bold]{task}[/bold]: {e.cls.paper or source}; rounds per outer "
+               f"iteration: {e.cls.rounds or '?'}", highlight=False)
+    own = (getattr(e.cls, "task_defaults", None) or {}).get(task, {})
+    common = {v: k for k, v in (getattr(e.cls, "aliases", None) or {}).items()}
+    for k in VOCABULARY:  # the algorithm's own key is a common name
+        if k in {f.name for f in fields(cfg.hp)}:
+            common.setdefault(k, k)
     for title, obj, cls in (("run settings (fbo run options or --set)", cfg.run, RunSettings),
                             (f"{task} parameters (--set)", cfg.task_params, type(cfg.task_params)),
-                            (f"{algo} hyperparameters (--set; the paper's defaults)", cfg.hp, type(cfg.hp))):
+                            (f"{name} hyperparameters (--set; the paper's defaults)", cfg.hp, type(cfg.hp))):
         notes = _field_notes(cls)
         t = Table(title=title, title_justify="left")
         t.add_column("key", no_wrap=True)
         t.add_column("default", no_wrap=True)
         t.add_column("meaning", overflow="fold")
         for f in fields(obj):
-            t.add_row(f.name, repr(getattr(obj, f.name)), notes.get(f.name, ""))
+            note = notes.get(f.name, "")
+            if f.name in own and obj is cfg.hp:
+                note = f"(its default on {task}; the paper's: {getattr(type(obj)(), f.name)!r}) " + note
+            elif f.name in own:
+                note = f"(its default on {task}) " + note
+            key = f.name + (f" (= {common[f.name]})" if f.name in common and common[f.name] != f.name else "")
+            t.add_row(key, repr(getattr(obj, f.name)), note)
         view.print(t)
+    if common:
+        view.print("common names (--set NAME=value on any algorithm that has the quantity): " + "; ".join(
+            f"{c} = {k}: {VOCABULARY[c]}" for k, c in common.items()), highlight=False)
 
 
 @app.command(no_args_is_help=True)
@@ -792,6 +828,18 @@ def list_() -> None:
     for name, e in REGISTRY.items():
         t.add_row(name, e.label, ", ".join(e.tasks), e.cls.rounds, e.cls.paper)
     out.print(t)
+    with user_errors():
+        from .algorithms.external import entry_points, folder_algorithms
+        from .config import lookup
+
+        mine = {**entry_points(), **folder_algorithms(Path("algorithms"))}
+        if mine:
+            t = Table(title="Your algorithms (./algorithms/*.py and entry points fbo.algorithms)", title_justify="left")
+            for c in ("algorithm", "source", "tasks"):
+                t.add_column(c, no_wrap=c == "algorithm", overflow="fold")
+            for name, ref in mine.items():
+                t.add_row(name, ref, ", ".join(lookup(ref)[1].tasks))
+            out.print(t)
     t = Table(title="Datasets", title_justify="left")
     t.add_column("dataset", no_wrap=True)
     t.add_column("source", overflow="fold")

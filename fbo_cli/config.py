@@ -243,6 +243,10 @@ def lookup(algo: str, base: Path | None = None) -> tuple[str, Entry, str]:
     if found is None:
         raise unknown("algorithm", algo, REGISTRY)
     cls, source = found
+    if cls.__module__.startswith("fbo_cli."):
+        names = [k for k, e in REGISTRY.items() if e.cls is cls and not e.preset]
+        raise UsageError(f"'{algo}' is fbo's own {cls.__name__} (imported there): name it "
+                         + (f"'{names[0]}'" if names else "by its registry name (`fbo list`)"))
     name = algo_name(cls)
     if name in REGISTRY:
         raise UsageError(f"{source}: its name '{name}' is a built-in algorithm's; set another on the class "

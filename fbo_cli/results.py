@@ -382,6 +382,17 @@ def _cost_keys(cfg: dict) -> list[tuple]:
             (task, algo, cfg.get("dataset"), model), (task, algo, None, model)]
 
 
+_COARSE = 3  # _cost_keys from this one on match other client counts: their cost scales with the active clients
+
+
+def _active(cfg: dict) -> float:
+    """Clients taking part in a round (clients x participation)."""
+    try:
+        return max(float(cfg.get("clients") or 1) * float(cfg.get("participation") or 1), 1.0)
+    except (TypeError, ValueError):
+        return 1.0
+
+
 @functools.lru_cache(maxsize=8)
 def _seconds_per_round(roots: tuple[str, ...], here: str) -> dict[tuple, float]:
     """Median seconds per round (training and evaluation) of the finished runs under ``roots`` on this
@@ -400,12 +411,19 @@ def _seconds_per_round(roots: tuple[str, ...], here: str) -> dict[tuple, float]:
                 continue
             if not rounds or s.get("device", "cpu") != here:
                 continue
-            for key in _cost_keys(cfg):
-                per.setdefault(key, []).append(secs / rounds)
+            for i, key in enumerate(_cost_keys(cfg)):  # the coarse keys: per taking-part client and round
+                per.setdefault(key, []).append(secs / rounds / (_active(cfg) if i >= _COARSE else 1))
     return {k: float(np.median(v)) for k, v in per.items()}
 
 
-def estimate_cost(cells: list, roots: tuple[Path, ...] = (Path("docs/results"),)) -> tuple[float, int]:
+def evidence_roots() -> tuple[Path, ...]:
+    """Where finished runs tell the cost of a kind of run: ``docs/results`` here and in fbo's own checkout (a
+    spec in a folder of its own still gets the committed evidence's timings)."""
+    return tuple(dict.fromkeys(p for p in (Path("docs/results"), Path(__file__).parent.parent / "docs" / "results")
+                               if p.is_dir())) or (Path("docs/results"),)
+
+
+def estimate_cost(cells: list, roots: tuple[Path, ...] | None = None) -> tuple[float, int]:
     """(core-seconds, runs without a basis) of running ``cells``: each run's budget in rounds times the
     median seconds per round (training and evaluation) of finished runs of the same kind under ``roots``
     (the committed evidence, and the results folder) on this kind of device (a GPU's runs say nothing of a
@@ -416,13 +434,17 @@ def estimate_cost(cells: list, roots: tuple[Path, ...] = (Path("docs/results"),)
     import torch
 
     here = "cuda" if torch.cuda.is_available() else "cpu"
-    table = _seconds_per_round(tuple(sorted({str(r) for r in (*roots, *(c.cfg.run.out_dir for c in cells))})), here)
+    roots = evidence_roots() if roots is None else roots
+    table = _seconds_per_round(tuple(sorted({str(Path(r).resolve()) for r in (*roots, *(c.cfg.run.out_dir for c in cells))})),
+                               here)
     total, unknown = 0.0, 0
     for c in cells:
         if c.cfg.run.device not in ("auto", here):
             unknown += 1
             continue
-        spr = next((table[k] for k in _cost_keys(c.cfg.as_dict()) if table.get(k)), None)
+        d = c.cfg.as_dict()
+        spr = next((table[k] * (_active(d) if i >= _COARSE else 1) for i, k in enumerate(_cost_keys(d))
+                    if table.get(k)), None)
         if spr:
             total += spr * c.cfg.run.rounds
         else:

@@ -173,12 +173,66 @@ def stale_records(table: pd.DataFrame, recorded: dict[str, dict], rtol: float = 
     return out
 
 
-def tuning_todo(cells: list[tuple[Cell, dict]], recorded: dict[str, dict], rerun: bool = False) -> list[Cell]:
-    """The tuning runs still to run: unfinished, and not in the recorded tuning (unless ``rerun``)."""
+def tuning_todo(cells: list[tuple[Cell, dict]], recorded: dict[str, dict], rerun: bool = False,
+                accept: bool = False, stale: dict | None = None) -> list[Cell]:
+    """The tuning runs still to run: unfinished (or stale: their user algorithm's code changed, unless
+    ``accept``), and not in the recorded tuning (unless ``rerun``)."""
     from .results import todo_runs
 
-    todo = todo_runs([c for c, _ in cells], rerun)
+    todo = todo_runs([c for c, _ in cells], rerun, accept, stale)
     return todo if rerun else [c for c in todo if str(c.cfg.run_dir) not in recorded]
+
+
+# what the committed tunings (docs/results/compare/*/tuned.yaml, 76 algorithm-setting pairs) ran beyond their
+# grids, per (algorithm, setting): 1.3 extension points and 0.74 confirmed choices on average
+EXPECTED_EXTENSIONS, EXPECTED_CONFIRMATIONS = 1.3, 0.74
+RUN_STARTUP_S = 1.5  # a grid's fixed cost per run on this machine: build, files, its curves.png (measured)
+PROCESS_STARTUP_S = 5.0  # per process (the CLI, each worker of --jobs): importing torch (measured, 2 cores)
+
+
+def tuning_estimate(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], cells: list[tuple[Cell, dict]],
+                    todo: list[Cell], jobs: int = 1) -> dict[str, Any]:
+    """What a tuning will run, before it runs: its grid runs still to do, and beyond them the runs it may add
+    (extensions of a choice at a grid's edge, confirmations of a choice next to a rejected value, the ranking
+    check at the evaluation budget): the expected number (from the committed tunings' averages) and the
+    largest (every pair extended :data:`MAX_EXTENSIONS` times, every point confirmed once on
+    :data:`CONFIRM_SEEDS` seeds, the ranking check's top :data:`RANKING_TOP` points), with their time: the
+    cost model's seconds per run plus the fixed start-up."""
+    from .results import estimate_cost
+
+    pairs = {(c.algorithm, c.setting) for c, _ in cells}
+    n_seeds = len(ts.seeds)
+    per_pair = {k: len({str(p) for c, p in cells if (c.algorithm, c.setting) == k}) for k in pairs}
+    secs, unknown = estimate_cost([c for c, _ in cells])
+    known = len(cells) - unknown
+    run_s = secs / known if known else float("nan")  # a tuning run's mean cost
+    budget = tune_cells(exp, replace(ts, rounds=None), overrides)
+    ranking = any(c.cfg.run.rounds < f.cfg.run.rounds for (c, _), (f, _) in zip(cells, budget))
+    full_s = (estimate_cost([c for c, _ in budget])[0] / max(len(budget) - estimate_cost([c for c, _ in budget])[1], 1)
+              if ranking else 0.0)
+    rank_runs = len(pairs) * RANKING_TOP * n_seeds if ranking else 0
+    exp_more = len(pairs) * (EXPECTED_EXTENSIONS * n_seeds + EXPECTED_CONFIRMATIONS * CONFIRM_SEEDS)
+    max_more = sum(MAX_EXTENSIONS * n_seeds + (n + MAX_EXTENSIONS) * CONFIRM_SEEDS for n in per_pair.values())
+    todo_s, _ = estimate_cost(todo)
+    out = {"grid": len(cells), "todo": len(todo), "ranking": rank_runs,
+           "expected": len(todo) + round(exp_more) + rank_runs, "largest": len(todo) + max_more + rank_runs,
+           "run_s": run_s, "full_s": full_s, "unknown": unknown}
+    for k, more in (("expected", exp_more), ("largest", max_more)):
+        runs = out[k]
+        out[f"{k}_s"] = ((todo_s + more * run_s + rank_runs * full_s + runs * RUN_STARTUP_S) / max(jobs, 1)
+                         + PROCESS_STARTUP_S * (1 + (jobs if jobs > 1 else 0)))
+    return out
+
+
+def estimate_text(e: dict[str, Any], jobs: int) -> str:
+    """The estimate in words (``fbo tune --dry-run``)."""
+    mins = lambda s: "?" if s != s else f"{s / 60:.0f} min" if s >= 90 else f"{s:.0f} s"  # noqa: E731
+    return (f"{e['todo']} of {e['grid']} grid runs to do; with the runs a tuning adds (extensions at a grid's edge, "
+            f"confirmations, {e['ranking']} ranking-check runs at the evaluation budget) expect about "
+            f"{e['expected']} runs in {mins(e['expected_s'])}, at most {e['largest']} runs in {mins(e['largest_s'])}"
+            f" of wall time with {jobs} job{'s' if jobs > 1 else ''} (start-up included: {PROCESS_STARTUP_S:g} s per "
+            f"process, {RUN_STARTUP_S:g} s per run)"
+            + (f"; {e['unknown']} grid run(s) of a kind never run here have no cost estimate" if e["unknown"] else ""))
 
 
 def tune_cells(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any],
@@ -223,7 +277,7 @@ def point_error(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], key: t
 
 def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, rerun: bool = False,
                console=None, executor: str | None = None, address: str | None = None, cpus_per_run: int = 1,
-               gpus_per_run: float = 0, ranking_check: bool = True) -> Path:
+               gpus_per_run: float = 0, ranking_check: bool = True, accept_code_change: bool = False) -> Path:
     from .executors import run_cells
     from .results import cost_line
 
@@ -240,7 +294,11 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
     checked = False
     while True:  # run the grid; while a choice sits at an edge, run one more point beyond it
         cells = tune_cells(exp, ts, overrides, extended, confirm)
-        todo = tuning_todo(cells, recorded, rerun)
+        stale: dict = {}
+        todo = tuning_todo(cells, recorded, rerun, accept_code_change, stale)
+        if console is not None:
+            for d, why in stale.items():
+                console.print(f"{exp.name}: {d}: {why}; it runs again (--accept-code-change keeps it)", highlight=False)
         if todo and console is not None:
             console.print(f"{exp.name}: tuning, {cost_line(todo, jobs)}", highlight=False)
         if todo:
