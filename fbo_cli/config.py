@@ -251,9 +251,9 @@ def lookup(algo: str, base: Path | None = None) -> tuple[str, Entry, str]:
     if name in REGISTRY:
         raise UsageError(f"{source}: its name '{name}' is a built-in algorithm's; set another on the class "
                          f"(name = \"my-{name}\")")
-    from .spec import NAME_CHARS
+    import re
 
-    if not NAME_CHARS.fullmatch(name):
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", name):  # spec.NAME_CHARS: a folder's name
         raise UsageError(f"{source}: its name {name!r} names a results folder: use letters, digits, '.', '_', '-'")
     return name, Entry(cls, {}, cls.__dict__.get("label") or name), source
 

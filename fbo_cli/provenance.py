@@ -23,7 +23,6 @@ import datetime
 import functools
 import hashlib
 import inspect
-from pathlib import Path
 from typing import Any
 
 from . import __version__
@@ -54,6 +53,7 @@ def _module(c: type) -> str:
 def git_commit() -> str | None:
     """The commit of fbo's checkout (``+dirty`` with uncommitted changes to fbo_cli/), or None."""
     import subprocess
+    from pathlib import Path
 
     here = Path(__file__).parent
     try:
@@ -109,14 +109,12 @@ def stale_reason(cfg, summary: dict | None) -> str | None:
     return f"stale: the source of {what}{where} changed since the run was made"
 
 
-def accept(cfg, run_dir: Path, summary: dict) -> None:
-    """Record in ``run_dir/summary.json`` that the user accepts the current code for this run's numbers."""
-    from .results import write_json
-
+def accepted(cfg, summary: dict) -> dict:
+    """The summary with the record that the user accepts the current code for this run's numbers (the
+    caller writes it into the run's ``summary.json``)."""
     now = code_identity(cfg)
     user, builtin = changes(cfg, summary)
     entry = {"at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
              "classes": {k: v for part in ("algorithm", "task") for k, v in now[part].items() if k in user + builtin},
              "commit": now["commit"], "by": "--accept-code-change"}
-    write_json(Path(run_dir) / "summary.json", {**summary, "code_accepted": [*(summary.get("code_accepted") or []),
-                                                                             entry]})
+    return {**summary, "code_accepted": [*(summary.get("code_accepted") or []), entry]}

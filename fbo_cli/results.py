@@ -204,8 +204,7 @@ def todo_runs(cells: list, rerun: bool = False, accept: bool = False, stale: dic
     """The cells (objects with ``.cfg``) still to run, one per run directory (two rows of a grid may be
     the same run): not finished, or finished by code that has changed since (:mod:`fbo_cli.provenance`;
     ``stale`` collects ``{run_dir: why}``), unless ``accept`` (the change is recorded and the run kept)."""
-    from .provenance import accept as accept_code
-    from .provenance import stale_reason
+    from .provenance import accepted, stale_reason
 
     todo = {}
     for c in cells:
@@ -217,7 +216,7 @@ def todo_runs(cells: list, rerun: bool = False, accept: bool = False, stale: dic
             todo[d] = c
         elif why := stale_reason(c.cfg, s):
             if accept:
-                accept_code(c.cfg, d, s)
+                write_json(d / "summary.json", accepted(c.cfg, s))
             else:
                 todo[d] = c
                 if stale is not None:

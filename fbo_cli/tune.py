@@ -227,6 +227,10 @@ def tuning_estimate(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], ce
 def estimate_text(e: dict[str, Any], jobs: int) -> str:
     """The estimate in words (``fbo tune --dry-run``)."""
     mins = lambda s: "?" if s != s else f"{s / 60:.0f} min" if s >= 90 else f"{s:.0f} s"  # noqa: E731
+    if not e["todo"]:
+        return (f"nothing left to run in the grid (its {e['grid']} runs are finished or recorded); extensions, "
+                f"confirmations and the ranking check may still add up to {e['largest']} runs "
+                f"({mins(e['largest_s'])} with {jobs} job{'s' if jobs > 1 else ''})")
     return (f"{e['todo']} of {e['grid']} grid runs to do; with the runs a tuning adds (extensions at a grid's edge, "
             f"confirmations, {e['ranking']} ranking-check runs at the evaluation budget) expect about "
             f"{e['expected']} runs in {mins(e['expected_s'])}, at most {e['largest']} runs in {mins(e['largest_s'])}"

@@ -231,20 +231,25 @@ def _cache_path(name: str) -> Path:
 def _load_cached(name: str, data_dir: Path, download: bool) -> Dataset:
     """A bundled dataset from its tensor file, made on the first load (a cache that cannot be written or
     read is skipped: the package's loader is the source)."""
-    import io
-
     p = _cache_path(name)
     with contextlib.suppress(Exception):
         d = torch.load(p, map_location="cpu", weights_only=True)
         return Dataset(name, d["X_train"], d["y_train"], d["X_test"], d["y_test"], int(d["num_classes"]))
     ds = LOADERS[name](data_dir, download)
-    with contextlib.suppress(Exception):
-        from ..results import atomic_write
+    with contextlib.suppress(Exception):  # written whole or not at all (a temporary file, then a rename)
+        import os
+        import tempfile
 
-        buf = io.BytesIO()
-        torch.save({"X_train": ds.X_train, "y_train": ds.y_train, "X_test": ds.X_test, "y_test": ds.y_test,
-                    "num_classes": ds.num_classes}, buf)
-        atomic_write(p, buf.getvalue())
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                torch.save({"X_train": ds.X_train, "y_train": ds.y_train, "X_test": ds.X_test,
+                            "y_test": ds.y_test, "num_classes": ds.num_classes}, f)
+            os.replace(tmp, p)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
     return ds
 
 
