@@ -331,37 +331,52 @@ def cost(
     todo: bool = typer.Option(False, "--todo", help="Count only the runs not finished under the results folder "
                               "(default: every run, as on a fresh machine)."),
 ) -> None:
-    """What regenerating the specs costs, before anything runs: per spec, its tuning runs (the spec's
-    grids, before any extension) and its compared runs, in core-minutes estimated from the committed
-    evidence (docs/results/) and the results folder: each run's rounds times the median seconds per
-    round of finished runs of its kind on this kind of device. `make reproduce` prints it first."""
+    """What regenerating the specs costs, before anything runs: per spec, its tuning runs (the spec's grid,
+    and what a tuning adds: extensions, confirmations, the ranking check, expected and at most; see `fbo tune
+    --dry-run`) and its compared runs, in core-minutes estimated from the committed evidence (docs/results/)
+    and the results folder (each run's rounds times the median seconds per round of finished runs of its
+    kind on this kind of device) plus each run's start-up. `make reproduce` prints it first."""
     from .results import estimate_cost, todo_runs
     from .spec import load_spec
-    from .tune import tune_cells, tune_spec
+    from .tune import RUN_STARTUP_S, tune_cells, tune_spec, tuning_estimate
 
     with user_errors():
         overrides = grid_overrides(None, out_dir, None)
-        t = Table(title="What the reproduction costs (estimated core-minutes)", title_justify="left")
-        for h in ("spec", "tuning runs", "compared runs", "core-minutes", "no estimate"):
+        t = Table(title="What the reproduction costs (estimated core-minutes, start-up included)",
+                  title_justify="left")
+        for h in ("spec", "tuning runs: grid / expected / at most", "compared runs",
+                  "core-minutes: expected / at most", "no estimate"):
             t.add_column(h, justify="left" if h == "spec" else "right", overflow="fold")
-        total = unknown_all = 0.0
+        total = largest = unknown_all = 0.0
         for spec in specs:
             exp0 = load_spec(spec, overrides, use_tuned=False)
-            tcells = [c for c, _ in tune_cells(exp0, tune_spec(exp0), overrides)] if any(
-                a.get("tune") for a in exp0.algorithms) else []
+            tcells, est = [], None
+            if any(a.get("tune") for a in exp0.algorithms):
+                ts = tune_spec(exp0)
+                pairs = tune_cells(exp0, ts, overrides)
+                tcells = list({c.cfg.run_dir: c for c, _ in pairs}.values())  # rows that share runs count them once
+                if todo:
+                    tcells = todo_runs(tcells, False)
+                est = tuning_estimate(exp0, ts, overrides, pairs, tcells)
             exp = load_spec(spec, overrides)  # the compared runs at the tuned values, where tuning has run
-            tcells = list({c.cfg.run_dir: c for c in tcells}.values())  # rows that share runs count them once
-            cells = tcells + list({c.cfg.run_dir: c for c in exp.cells}.values())
+            cells = list({c.cfg.run_dir: c for c in exp.cells}.values())
             if todo:
-                cells, tcells = todo_runs(cells, False), todo_runs(tcells, False)
+                cells = todo_runs(cells, False)
             secs, unknown = estimate_cost(cells)
-            total, unknown_all = total + secs, unknown_all + unknown
-            t.add_row(exp.name, str(len(tcells)), str(len(cells) - len(tcells)), f"{secs / 60:.0f}",
-                      str(unknown) if unknown else "")
-        t.add_row("total", "", "", f"{total / 60:.0f}", str(int(unknown_all)) if unknown_all else "")
+            secs += len(cells) * RUN_STARTUP_S
+            t_exp, t_max = (est["expected_core_s"], est["largest_core_s"]) if est else (0.0, 0.0)
+            t_unknown = est["unknown"] if est else 0
+            total, largest = total + secs + t_exp, largest + secs + t_max
+            unknown_all += unknown + t_unknown
+            runs = f"{len(tcells)} / {est['expected']} / {est['largest']}" if est else "0"
+            t.add_row(exp.name, runs, str(len(cells)), f"{(secs + t_exp) / 60:.0f} / {(secs + t_max) / 60:.0f}",
+                      str(unknown + t_unknown) if unknown + t_unknown else "")
+        t.add_row("total", "", "", f"{total / 60:.0f} / {largest / 60:.0f}",
+                  str(int(unknown_all)) if unknown_all else "")
         out.print(t)
         none = f"; {int(unknown_all)} run(s) of a kind never run on this kind of device have no estimate"
-        out.print(f"about {total / 3600:.1f} core-hours: {total / 3600 / max(jobs, 1):.1f} h of wall time with "
+        out.print(f"about {total / 3600:.1f} core-hours expected, at most {largest / 3600:.1f}: "
+                  f"{total / 3600 / max(jobs, 1):.1f} to {largest / 3600 / max(jobs, 1):.1f} h of wall time with "
                   f"{jobs} job{'s' if jobs > 1 else ''}" + (none if unknown_all else ""), highlight=False)
 
 
@@ -493,7 +508,6 @@ def tune(
             out.print(f"relabelled {outdir / 'tuned.yaml'} ({n} invalid extension point(s) found)", highlight=False)
             return
         if dry_run:
-            from .results import cost_line
             from .spec import load_spec
             from .tune import estimate_text, recorded_runs, tune_cells, tune_spec, tuning_estimate, tuning_todo
 
@@ -501,8 +515,8 @@ def tune(
             ts = tune_spec(exp)
             cells = tune_cells(exp, ts, overrides)
             todo = tuning_todo(cells, {} if rerun else recorded_runs(exp, ts), rerun)
-            out.print(f"{exp.name} tuning: {estimate_text(tuning_estimate(exp, ts, overrides, cells, todo, jobs), jobs)}",
-                      highlight=False)
+            est = tuning_estimate(exp, ts, overrides, cells, todo, jobs)
+            out.print(f"{exp.name} tuning: {estimate_text(est, jobs)}", highlight=False)
             return
         try:
             outdir = run_tuning(spec, overrides, jobs=jobs, rerun=rerun, console=err, executor=executor,

@@ -299,7 +299,8 @@ def resolve(task: str, algo: str, *layers: dict[str, Any], base: Path | None = N
             near = difflib.get_close_matches(str(key), allowed, n=1)
             raise UsageError(f"unknown key '{key}' for task '{task}' with algorithm '{algo}'"
                              + (f" (did you mean '{near[0]}'?)" if near else "")
-                             + f"; allowed keys: {', '.join(allowed)} (`fbo show {algo} --task {task}` explains them)")
+                             + f"; allowed keys: {', '.join(allowed)} "
+                               f"(`fbo show {source or algo} --task {task}` explains them)")
     run = replace(RunSettings(), **groups[0][1])
     tparams = replace(tcls.Params(), **groups[1][1])
     hp = replace(entry.cls.HP(), **groups[2][1])

@@ -434,8 +434,8 @@ def estimate_cost(cells: list, roots: tuple[Path, ...] | None = None) -> tuple[f
 
     here = "cuda" if torch.cuda.is_available() else "cpu"
     roots = evidence_roots() if roots is None else roots
-    table = _seconds_per_round(tuple(sorted({str(Path(r).resolve()) for r in (*roots, *(c.cfg.run.out_dir for c in cells))})),
-                               here)
+    folders = {str(Path(r).resolve()) for r in (*roots, *(c.cfg.run.out_dir for c in cells))}
+    table = _seconds_per_round(tuple(sorted(folders)), here)
     total, unknown = 0.0, 0
     for c in cells:
         if c.cfg.run.device not in ("auto", here):
@@ -456,6 +456,7 @@ def cost_line(todo: list, jobs: int) -> str:
         return "nothing left to run (every run is finished)"
     secs, unknown = estimate_cost(todo)
     known = len(todo) - unknown
+    secs += known * 1.5  # each run's start-up (build, files, its figure: tune.RUN_STARTUP_S, measured)
     est = (f"about {secs / 60:.0f} core-minutes ({secs / 60 / max(jobs, 1):.0f} min of wall time with {jobs} "
            f"job{'s' if jobs > 1 else ''}) for the {known} whose kind has run before" if known else "no estimate")
     return (f"{len(todo)} run(s) to do: {est}" + (f"; {unknown} of a kind never run here (no estimate)"

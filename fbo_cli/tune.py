@@ -218,9 +218,8 @@ def tuning_estimate(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], ce
            "expected": len(todo) + round(exp_more) + rank_runs, "largest": len(todo) + max_more + rank_runs,
            "run_s": run_s, "full_s": full_s, "unknown": unknown}
     for k, more in (("expected", exp_more), ("largest", max_more)):
-        runs = out[k]
-        out[f"{k}_s"] = ((todo_s + more * run_s + rank_runs * full_s + runs * RUN_STARTUP_S) / max(jobs, 1)
-                         + PROCESS_STARTUP_S * (1 + (jobs if jobs > 1 else 0)))
+        out[f"{k}_core_s"] = todo_s + more * run_s + rank_runs * full_s + out[k] * RUN_STARTUP_S
+        out[f"{k}_s"] = out[f"{k}_core_s"] / max(jobs, 1) + PROCESS_STARTUP_S * (1 + (jobs if jobs > 1 else 0))
     return out
 
 

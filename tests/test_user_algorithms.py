@@ -191,15 +191,15 @@ def test_common_names_and_set_applies_where_the_key_exists(folder):
         resolve("hyperrep", "fednest", {"local_steps": 3, "tau": 4})
     (folder / "mix.yaml").write_text(SPEC.replace("./my_algos/decay.py:DecayFedNest", "fedbio")
                                      .replace("name: Decay", "name: FedBiO"))
-    from fbo_cli.compare import table_markdown, summarize
-    from fbo_cli.compare import collect
+    from fbo_cli.compare import collect, summarize, table_markdown
     from fbo_cli.spec import load_spec
 
     exp = load_spec(folder / "mix.yaml", {"tau": 2, "rounds": 20}, seeds=[0])
     assert exp.ignored == {"tau": ["FedBiO"]}
     assert {c.algorithm: c.cfg.hp.__dict__.get("tau") for c in exp.cells} == {"FedNest": 2, "FedBiO": None}
     md = table_markdown(exp, summarize(exp, collect(exp)[0])[0])
-    assert "Overridden on the command line: --set tau=2 (ignored by FedBiO: no such key); --set rounds=20; --seeds 0" in md
+    assert ("Overridden on the command line: --set tau=2 (ignored by FedBiO: no such key); --set rounds=20; "
+            "--seeds 0") in md
     r = cli("compare", "mix.yaml", "--set", "nosuchkey=1", "--dry-run")
     assert r.exit_code == 2 and "no algorithm of the spec has the key 'nosuchkey'" in " ".join(r.output.split())
 

@@ -97,7 +97,8 @@ def load_reference(ref: str, base: Path | None = None):
     ``module:Class``; ``source`` is the absolute form that finds the class again from anywhere."""
     target, _, cls_name = ref.rpartition(":")
     if not target or not cls_name.isidentifier():
-        raise UsageError(f"'{ref}': an algorithm by file is named FILE.py:CLASS (e.g. ./my_algos/decay.py:DecayFedNest)")
+        raise UsageError(f"'{ref}': an algorithm by file is named FILE.py:CLASS "
+                         "(e.g. ./my_algos/decay.py:DecayFedNest)")
     if target.endswith(".py") or "/" in target or "\\" in target:
         path = Path(target).expanduser()
         if not path.is_absolute():

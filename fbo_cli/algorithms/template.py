@@ -52,8 +52,8 @@ The contract (``base.Algorithm``):
 Checkpoints need no code: the runner snapshots the whole object (tensors, numbers, strings and fbo
 classes, loaded with ``weights_only=True``) and restores it bit for bit.
 
-The template of a method from scratch is a working algorithm, kept out of the registry: **minibatch SGD on the average of the
-clients' gradients** for the ``auc`` task's binary cross-entropy (FedSGD: McMahan et al., AISTATS
+The template of a method from scratch is a working algorithm, kept out of the registry: **minibatch SGD on
+the average of the clients' gradients** for the ``auc`` task's binary cross-entropy (FedSGD: McMahan et al., AISTATS
 2017, with one local step), all clients taking part. One step:
 
 1. every client k draws a minibatch and computes ``g_k = ∇_w BCE(w; batch_k)`` (in one vectorized
