@@ -336,9 +336,9 @@ def cost(
     --dry-run`) and its compared runs, in core-minutes estimated from the committed evidence (docs/results/)
     and the results folder (each run's rounds times the median seconds per round of finished runs of its
     kind on this kind of device) plus each run's start-up. `make reproduce` prints it first."""
-    from .results import estimate_cost, todo_runs
+    from .results import RUN_STARTUP_S, estimate_cost, todo_runs
     from .spec import load_spec
-    from .tune import RUN_STARTUP_S, tune_cells, tune_spec, tuning_estimate
+    from .tune import tune_cells, tune_spec, tuning_estimate
 
     with user_errors():
         overrides = grid_overrides(None, out_dir, None)

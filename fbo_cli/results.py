@@ -320,14 +320,18 @@ def plot_run(path: Path, df: pd.DataFrame, title: str, metric: str) -> None:
         ax.grid(alpha=0.3)
         ax.spines[["top", "right"]].set_visible(False)
     fig.suptitle(title, fontsize=11)
-    save_figure(fig, path)
+    # fixed margins: tight_layout is half of the figure's cost, and a grid pays it per run (issue 37)
+    fig.subplots_adjust(left=1.0 / (5.2 * len(cols)), right=1 - 0.1 / len(cols), bottom=0.14, top=0.87,
+                        wspace=0.28)
+    save_figure(fig, path, tight=False)
 
 
-def save_figure(fig, path: Path) -> None:
-    """Write a matplotlib figure atomically as PNG and close it."""
+def save_figure(fig, path: Path, tight: bool = True) -> None:
+    """Write a matplotlib figure atomically as PNG and close it (``tight``: fit its layout first)."""
     import matplotlib.pyplot as plt
 
-    fig.tight_layout()
+    if tight:
+        fig.tight_layout()
     make_dirs(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")  # unique per writer
     os.close(fd)
@@ -451,12 +455,18 @@ def estimate_cost(cells: list, roots: tuple[Path, ...] | None = None) -> tuple[f
     return total, unknown
 
 
+# the fixed cost of a run beyond its rounds, measured on this machine (2 cores; docs/fidelity.md): per run in a
+# grid (build, its files, its curves.png), and per process (the CLI, each --jobs worker: importing torch)
+RUN_STARTUP_S = 1.0
+PROCESS_STARTUP_S = 5.0
+
+
 def cost_line(todo: list, jobs: int) -> str:
     if not todo:
         return "nothing left to run (every run is finished)"
     secs, unknown = estimate_cost(todo)
     known = len(todo) - unknown
-    secs += known * 1.5  # each run's start-up (build, files, its figure: tune.RUN_STARTUP_S, measured)
+    secs += known * RUN_STARTUP_S
     est = (f"about {secs / 60:.0f} core-minutes ({secs / 60 / max(jobs, 1):.0f} min of wall time with {jobs} "
            f"job{'s' if jobs > 1 else ''}) for the {known} whose kind has run before" if known else "no estimate")
     return (f"{len(todo)} run(s) to do: {est}" + (f"; {unknown} of a kind never run here (no estimate)"

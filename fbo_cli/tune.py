@@ -66,7 +66,7 @@ import pandas as pd
 
 from .config import resolve
 from .errors import UsageError
-from .results import atomic_write, fmt_num, save_figure, write_yaml
+from .results import PROCESS_STARTUP_S, RUN_STARTUP_S, atomic_write, fmt_num, save_figure, write_yaml
 from .spec import Cell, Experiment, TuneSpec, algo_overrides, check_metrics, claim_folder, load_spec
 
 
@@ -186,8 +186,6 @@ def tuning_todo(cells: list[tuple[Cell, dict]], recorded: dict[str, dict], rerun
 # what the committed tunings (docs/results/compare/*/tuned.yaml, 76 algorithm-setting pairs) ran beyond their
 # grids, per (algorithm, setting): 1.3 extension points and 0.74 confirmed choices on average
 EXPECTED_EXTENSIONS, EXPECTED_CONFIRMATIONS = 1.3, 0.74
-RUN_STARTUP_S = 1.5  # a grid's fixed cost per run on this machine: build, files, its curves.png (measured)
-PROCESS_STARTUP_S = 5.0  # per process (the CLI, each worker of --jobs): importing torch (measured, 2 cores)
 
 
 def tuning_estimate(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], cells: list[tuple[Cell, dict]],

@@ -74,6 +74,12 @@ def test_compare_runs_a_user_algorithm_and_an_edit_makes_its_run_stale(folder):
 
     r = cli("compare", "decay.yaml", "--dry-run")
     assert "nothing left to run" in r.output and "stale" not in r.output
+    # fbo's own code changed since FedNest's run (a refactor): reported, not rerun
+    fs = json.loads((fed / "summary.json").read_text())
+    fs["code"]["algorithm"]["fbo_cli.algorithms.fednest.FedNest"] = "0" * 16
+    (fed / "summary.json").write_text(json.dumps(fs))
+    out = " ".join(cli("compare", "decay.yaml", "--dry-run").output.split())
+    assert "nothing left to run" in out and "other code of fbo's built-in classes (algorithms.fednest.FedNest)" in out
     (folder / "my_algos" / "decay.py").write_text(DECAY.replace("(1 + self.ledger.iterations)",
                                                                 "(1 + 2 * self.ledger.iterations)"))
     r = cli("compare", "decay.yaml", "--dry-run")
