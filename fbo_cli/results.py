@@ -402,6 +402,7 @@ def _seconds_per_round(roots: tuple[str, ...], here: str) -> dict[tuple, float]:
     kind of device, under each of its :func:`_cost_keys`."""
     import yaml
 
+    _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's: many files, each read once
     per: dict[tuple, list[float]] = {}
     for root in roots:
         for f in Path(root).glob("*/*/*/summary.json"):
@@ -409,7 +410,7 @@ def _seconds_per_round(roots: tuple[str, ...], here: str) -> dict[tuple, float]:
                 s = json.loads(f.read_text())
                 rounds = s["ledger"]["rounds"]
                 secs = (s.get("train_time_s") or 0) + (s.get("eval_time_s") or 0)
-                cfg = yaml.safe_load((f.parent / "config.yaml").read_text()) or {}
+                cfg = yaml.load((f.parent / "config.yaml").read_text(), Loader=_LOADER) or {}
             except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError):
                 continue
             if not rounds or s.get("device", "cpu") != here:
@@ -434,6 +435,8 @@ def estimate_cost(cells: list, roots: tuple[Path, ...] | None = None) -> tuple[f
     same local work per round with other step sizes, :func:`_shape`, strict then loose), else the same task, algorithm,
     dataset and model, else the same task, algorithm and model on any dataset (a rough guide then: the
     evaluation cadence, participation and local work change the cost too)."""
+    if not cells:
+        return 0.0, 0
     import torch
 
     here = "cuda" if torch.cuda.is_available() else "cpu"
