@@ -289,6 +289,8 @@ def _user_algorithms(where: str, algos: list, folder: Path) -> None:
             name, _, source = lookup(a["algo"], folder)
         except UsageError as e:
             raise UsageError(f"{where}: algorithm {a['name']!r}: {e}") from None
+        if a["name"] == a["algo"]:  # no display name given: the algorithm's own
+            a["name"] = name
         a["algo"], a["algo_name"] = source, name
 
 

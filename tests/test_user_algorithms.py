@@ -258,3 +258,18 @@ def test_bundled_datasets_are_cached_as_tensors(tmp_path, monkeypatch):
     monkeypatch.setattr(sklearn.datasets, "load_digits", lambda: 1 / 0)  # the second load is the tensor file's
     b = sources.load_dataset("digits")
     assert a is not b and torch.equal(a.X_train, b.X_train) and torch.equal(a.y_test, b.y_test)
+
+
+def test_a_user_algorithm_resumes_bit_for_bit(folder, stop_after_checkpoint):
+    import pandas as pd
+
+    from fbo_cli.runner import execute
+
+    keys = {"dataset": "digits", "clients": 4, "participation": 0.5, "rounds": 40, "checkpoint_every": 2}
+    whole = execute(resolve("hyperrep", "./my_algos/decay.py:DecayFedNest", {**keys, "out_dir": str(folder / "a")}))
+    cfg = resolve("hyperrep", "./my_algos/decay.py:DecayFedNest", {**keys, "out_dir": str(folder / "b")})
+    stop_after_checkpoint(cfg)
+    again = execute(cfg)
+    assert again.get("resumed_from_iteration") and whole["status"] == again["status"] == "done"
+    a, b = (pd.read_csv(next((folder / x).glob("hyperrep/*/*/metrics.csv"))) for x in "ab")
+    pd.testing.assert_frame_equal(a.drop(columns="train_time"), b.drop(columns="train_time"))
