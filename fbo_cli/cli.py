@@ -251,6 +251,13 @@ def grid_overrides(set_: list[str] | None, out_dir: Path | None, data_dir: Path 
     return overrides
 
 
+def ignored_note(exp) -> None:
+    """Say which algorithms of a spec ignore a --set key they do not have (stderr)."""
+    for k, names in exp.ignored.items():
+        err.print(f"--set {k}: applies to {', '.join(a['name'] for a in exp.algorithms if a['name'] not in names)}; "
+                  f"ignored by {', '.join(names)} (no such key)", highlight=False)
+
+
 JOBS_HELP = "Runs in parallel (processes; with --executor ray on a local Ray: the CPUs it starts with)."
 EXECUTOR_HELP = "serial | processes | ray. \\[default: serial for --jobs 1, else processes]"
 ADDRESS_HELP = "Ray cluster to join: auto or HOST:PORT. \\[default: a local Ray]"
@@ -295,6 +302,7 @@ def compare(
             except ValueError:
                 raise UsageError(f"--seeds expects comma-separated integers, got '{seeds}'") from None
         exp = cmp.load_spec(spec, overrides, seed_list)
+        ignored_note(exp)
         if dry_run:
             from .results import cost_line, todo_runs
 
@@ -494,6 +502,10 @@ def tune(
     with user_errors():
         check_executor(jobs, executor, address, cpus_per_run, gpus_per_run)
         overrides = grid_overrides(set_, out_dir, data_dir)
+        if set_:
+            from .spec import load_spec
+
+            ignored_note(load_spec(spec, overrides, use_tuned=False))
         if ranking_only:
             from .tune import ranking_only as do_ranking
 
