@@ -107,7 +107,7 @@ def rerun_cell(p: Pick, runs: Path) -> Cell:
     ran = (read_summary(p.cell.cfg.run_dir) or {}).get("device")
     here = "cuda" if torch.cuda.is_available() else "cpu"
     layers = (*p.cell.layers, {"out_dir": str(runs)} | ({"device": ran} if ran and ran != here else {}))
-    cfg = resolve(p.cell.cfg.task, p.cell.cfg.algo, *layers)
+    cfg = resolve(p.cell.cfg.task, p.cell.cfg.algo_ref, *layers)
     rest = lambda c: {k: v for k, v in c.as_dict().items() if k not in ("out_dir", "device")}
     if Path(cfg.run.out_dir).resolve() == Path(p.cell.cfg.run.out_dir).resolve() or rest(cfg) != rest(p.cell.cfg):
         raise UsageError(f"--out {runs}: the rerun of {p.cell.cfg.run_dir} would not be a separate copy of it")

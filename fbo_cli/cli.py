@@ -123,6 +123,7 @@ def run(
             target=target, seed=seed, device=device, data_dir=str(data_dir) if data_dir else None,
             out_dir=str(out_dir) if out_dir else None).items() if v is not None}
         cfg = resolve(task, algo, file_layer, cli_layer, parse_sets(set_))
+        long_run_warning(cfg)
         if dry_run:
             import yaml
 
@@ -169,6 +170,24 @@ def run(
         raise typer.Exit(1)
 
 
+LONG_RUN_S = 3600.0  # a run estimated to take longer on this machine says so before it starts
+
+
+def long_run_warning(cfg) -> None:
+    """Warn (stderr) when the cost model (:func:`fbo_cli.results.estimate_cost`: finished runs of the kind)
+    puts this run above an hour on this machine."""
+    from types import SimpleNamespace
+
+    from .results import estimate_cost
+
+    secs, unknown = estimate_cost([SimpleNamespace(cfg=cfg)])
+    if not unknown and secs > LONG_RUN_S:
+        err.print(f"[yellow]this run is estimated at about {secs / 3600:.1f} h on this machine ({cfg.run.rounds} "
+                  f"rounds, {cfg.run.clients} clients x participation {cfg.run.participation:g}; from finished runs "
+                  f"of its kind): fewer --rounds or --clients make it shorter; Ctrl-C keeps a checkpoint[/yellow]",
+                  highlight=False)
+
+
 def config_layer(data: dict[str, Any], task: str | None, algo: str | None) -> tuple[str, str, dict[str, Any]]:
     """(task, algorithm, override layer) of ``fbo run`` from a ``--config`` file: TASK and ``--algo`` may
     come from a run's config.yaml; an ``--algo`` that replaces the file's drops the file's hyperparameters
@@ -182,12 +201,14 @@ def config_layer(data: dict[str, Any], task: str | None, algo: str | None) -> tu
                          "config.yaml")
     if data.get("task") and data["task"] != task:
         raise UsageError(f"the config file is for task '{data['task']}', not '{task}'")
-    algo = algo or data.get("algo")
+    algo = algo or data.get("algo_source") or data.get("algo")
     if not algo:
         raise UsageError("--algo is required (see `fbo list`), or --config with a run's config.yaml")
     layer = flatten_run_config(data)
     layer.pop("task", None)
     theirs = layer.pop("algo", None)
+    if theirs and data.get("algo_source") == algo:
+        theirs = algo
     if theirs and theirs != algo and algo in REGISTRY and isinstance(data.get("hp"), dict):
         mine = set(_hints(REGISTRY[algo].cls.HP))
         dropped = sorted(k for k in data["hp"] if k not in mine)
@@ -230,6 +251,13 @@ def grid_overrides(set_: list[str] | None, out_dir: Path | None, data_dir: Path 
     return overrides
 
 
+def ignored_note(exp) -> None:
+    """Say which algorithms of a spec ignore a --set key they do not have (stderr)."""
+    for k, names in exp.ignored.items():
+        err.print(f"--set {k}: applies to {', '.join(a['name'] for a in exp.algorithms if a['name'] not in names)}; "
+                  f"ignored by {', '.join(names)} (no such key)", highlight=False)
+
+
 JOBS_HELP = "Runs in parallel (processes; with --executor ray on a local Ray: the CPUs it starts with)."
 EXECUTOR_HELP = "serial | processes | ray. \\[default: serial for --jobs 1, else processes]"
 ADDRESS_HELP = "Ray cluster to join: auto or HOST:PORT. \\[default: a local Ray]"
@@ -259,6 +287,8 @@ def compare(
                                        "settings of the claims still inconclusive, and run them (a second and last "
                                        "look; the procedure is in fbo_cli/settle.py and the report's rule)."),
     cap: int = typer.Option(10, help="--until-settled: the most seeds a setting gets."),
+    accept_code_change: bool = typer.Option(False, "--accept-code-change", help="Keep finished runs whose "
+                                            "algorithm's code changed since (recorded in their summary.json)."),
 ) -> None:
     """Run an experiment grid (algorithms x settings x seeds), reusing finished runs and resuming partial
     ones, then write results/compare/<name>/{table.md, table.csv, runs.csv, curves.png}. Exit 1 when a run
@@ -280,10 +310,14 @@ def compare(
             raise UsageError("--until-settled needs the spec's own seeds (no --seeds), claims in the spec, and "
                              f"--cap in [2, 1000]; got {'--seeds, ' if seed_list else ''}{len(exp.claims)} claims, "
                              f"cap {cap}")
+        ignored_note(exp)
         if dry_run:
             from .results import cost_line, todo_runs
 
-            todo = todo_runs(exp.cells, rerun)
+            stale: dict = {}
+            todo = todo_runs(exp.cells, rerun, False, stale)
+            for line in cmp.code_notes(exp.cells, stale):
+                out.print(f"{exp.name}: {line}", highlight=False, markup=False)
             out.print(f"{exp.name}: {len(exp.cells)} cells; {cost_line(todo, jobs)}", highlight=False, markup=False)
             if until_settled:
                 _settle(exp, spec, overrides, cap, jobs, dry_run=True)
@@ -295,12 +329,13 @@ def compare(
                       f"values; `fbo tune {spec}` first chooses them on validation data[/yellow]")
         try:
             outdir = cmp.run_experiment(exp, jobs=jobs, rerun=rerun, no_run=no_run, console=err, executor=executor,
-                                        address=address, cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run)
+                                        address=address, cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run,
+                                        accept_code_change=accept_code_change)
             if until_settled and (more := _settle(exp, spec, overrides, cap, jobs)) is not None:
                 exp = more
                 outdir = cmp.run_experiment(exp, jobs=jobs, rerun=False, no_run=no_run, console=err,
                                             executor=executor, address=address, cpus_per_run=cpus_per_run,
-                                            gpus_per_run=gpus_per_run)
+                                            gpus_per_run=gpus_per_run, accept_code_change=accept_code_change)
         except KeyboardInterrupt as e:
             err.print(f"[yellow]{interrupted_note(e)}[/yellow]", highlight=False)
             raise typer.Exit(130) from None
@@ -347,37 +382,52 @@ def cost(
     todo: bool = typer.Option(False, "--todo", help="Count only the runs not finished under the results folder "
                               "(default: every run, as on a fresh machine)."),
 ) -> None:
-    """What regenerating the specs costs, before anything runs: per spec, its tuning runs (the spec's
-    grids, before any extension) and its compared runs, in core-minutes estimated from the committed
-    evidence (docs/results/) and the results folder: each run's rounds times the median seconds per
-    round of finished runs of its kind on this kind of device. `make reproduce` prints it first."""
-    from .results import estimate_cost, todo_runs
+    """What regenerating the specs costs, before anything runs: per spec, its tuning runs (the spec's grid,
+    and what a tuning adds: extensions, confirmations, the ranking check, expected and at most; see `fbo tune
+    --dry-run`) and its compared runs, in core-minutes estimated from the committed evidence (docs/results/)
+    and the results folder (each run's rounds times the median seconds per round of finished runs of its
+    kind on this kind of device) plus each run's start-up. `make reproduce` prints it first."""
+    from .results import RUN_STARTUP_S, estimate_cost, todo_runs
     from .spec import load_spec
-    from .tune import tune_cells, tune_spec
+    from .tune import tune_cells, tune_spec, tuning_estimate
 
     with user_errors():
         overrides = grid_overrides(None, out_dir, None)
-        t = Table(title="What the reproduction costs (estimated core-minutes)", title_justify="left")
-        for h in ("spec", "tuning runs", "compared runs", "core-minutes", "no estimate"):
+        t = Table(title="What the reproduction costs (estimated core-minutes, start-up included)",
+                  title_justify="left")
+        for h in ("spec", "tuning runs: grid / expected / at most", "compared runs",
+                  "core-minutes: expected / at most", "no estimate"):
             t.add_column(h, justify="left" if h == "spec" else "right", overflow="fold")
-        total = unknown_all = 0.0
+        total = largest = unknown_all = 0.0
         for spec in specs:
             exp0 = load_spec(spec, overrides, use_tuned=False)
-            tcells = [c for c, _ in tune_cells(exp0, tune_spec(exp0), overrides)] if any(
-                a.get("tune") for a in exp0.algorithms) else []
+            tcells, est = [], None
+            if any(a.get("tune") for a in exp0.algorithms):
+                ts = tune_spec(exp0)
+                pairs = tune_cells(exp0, ts, overrides)
+                tcells = list({c.cfg.run_dir: c for c, _ in pairs}.values())  # rows that share runs count them once
+                if todo:
+                    tcells = todo_runs(tcells, False)
+                est = tuning_estimate(exp0, ts, overrides, pairs, tcells)
             exp = load_spec(spec, overrides)  # the compared runs at the tuned values, where tuning has run
-            tcells = list({c.cfg.run_dir: c for c in tcells}.values())  # rows that share runs count them once
-            cells = tcells + list({c.cfg.run_dir: c for c in exp.cells}.values())
+            cells = list({c.cfg.run_dir: c for c in exp.cells}.values())
             if todo:
-                cells, tcells = todo_runs(cells, False), todo_runs(tcells, False)
+                cells = todo_runs(cells, False)
             secs, unknown = estimate_cost(cells)
-            total, unknown_all = total + secs, unknown_all + unknown
-            t.add_row(exp.name, str(len(tcells)), str(len(cells) - len(tcells)), f"{secs / 60:.0f}",
-                      str(unknown) if unknown else "")
-        t.add_row("total", "", "", f"{total / 60:.0f}", str(int(unknown_all)) if unknown_all else "")
+            secs += len(cells) * RUN_STARTUP_S
+            t_exp, t_max = (est["expected_core_s"], est["largest_core_s"]) if est else (0.0, 0.0)
+            t_unknown = est["unknown"] if est else 0
+            total, largest = total + secs + t_exp, largest + secs + t_max
+            unknown_all += unknown + t_unknown
+            runs = f"{len(tcells)} / {est['expected']} / {est['largest']}" if est else "0"
+            t.add_row(exp.name, runs, str(len(cells)), f"{(secs + t_exp) / 60:.0f} / {(secs + t_max) / 60:.0f}",
+                      str(unknown + t_unknown) if unknown + t_unknown else "")
+        t.add_row("total", "", "", f"{total / 60:.0f} / {largest / 60:.0f}",
+                  str(int(unknown_all)) if unknown_all else "")
         out.print(t)
         none = f"; {int(unknown_all)} run(s) of a kind never run on this kind of device have no estimate"
-        out.print(f"about {total / 3600:.1f} core-hours: {total / 3600 / max(jobs, 1):.1f} h of wall time with "
+        out.print(f"about {total / 3600:.1f} core-hours expected, at most {largest / 3600:.1f}: "
+                  f"{total / 3600 / max(jobs, 1):.1f} to {largest / 3600 / max(jobs, 1):.1f} h of wall time with "
                   f"{jobs} job{'s' if jobs > 1 else ''}" + (none if unknown_all else ""), highlight=False)
 
 
@@ -480,6 +530,8 @@ def tune(
                                  "was never run because it is not a valid value); refuses if the choices change."),
     ranking_only: bool = typer.Option(False, help="Run only the ranking check of a tuning recorded without it "
                                       "(from its tuning.csv: each choice's top 3 points at the evaluation budget)."),
+    accept_code_change: bool = typer.Option(False, "--accept-code-change", help="Keep finished tuning runs whose "
+                                            "algorithm's code changed since (recorded in their summary.json)."),
 ) -> None:
     """Choose every algorithm's hyperparameters on validation data: run the spec's grids on the tuning
     seeds with a short budget, reject diverging or oscillating runs, pick the best validation score,
@@ -493,6 +545,10 @@ def tune(
     with user_errors():
         check_executor(jobs, executor, address, cpus_per_run, gpus_per_run)
         overrides = grid_overrides(set_, out_dir, data_dir)
+        if set_:
+            from .spec import load_spec
+
+            ignored_note(load_spec(spec, overrides, use_tuned=False))
         if ranking_only:
             from .tune import ranking_only as do_ranking
 
@@ -507,20 +563,20 @@ def tune(
             out.print(f"relabelled {outdir / 'tuned.yaml'} ({n} invalid extension point(s) found)", highlight=False)
             return
         if dry_run:
-            from .results import cost_line
             from .spec import load_spec
-            from .tune import recorded_runs, tune_cells, tune_spec, tuning_todo
+            from .tune import estimate_text, recorded_runs, tune_cells, tune_spec, tuning_estimate, tuning_todo
 
             exp = load_spec(spec, overrides, use_tuned=False)
             ts = tune_spec(exp)
             cells = tune_cells(exp, ts, overrides)
             todo = tuning_todo(cells, {} if rerun else recorded_runs(exp, ts), rerun)
-            out.print(f"{exp.name} tuning: {len(cells)} grid runs; {cost_line(todo, jobs)}", highlight=False)
+            est = tuning_estimate(exp, ts, overrides, cells, todo, jobs)
+            out.print(f"{exp.name} tuning: {estimate_text(est, jobs)}", highlight=False)
             return
         try:
             outdir = run_tuning(spec, overrides, jobs=jobs, rerun=rerun, console=err, executor=executor,
                                 address=address, cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run,
-                                ranking_check=ranking_check)
+                                ranking_check=ranking_check, accept_code_change=accept_code_change)
         except KeyboardInterrupt as e:
             err.print(f"[yellow]{interrupted_note(e)}[/yellow]", highlight=False)
             raise typer.Exit(130) from None
@@ -660,36 +716,50 @@ def _field_notes(cls: type) -> dict[str, str]:
 
 @app.command(no_args_is_help=True)
 def show(
-    algo: str = typer.Argument(..., help="Algorithm name (see `fbo list`)."),
+    algo: str = typer.Argument(..., help="Algorithm name (see `fbo list`), or FILE.py:CLASS of your own."),
     task: Optional[str] = typer.Option(None, help="Task whose defaults to show. \\[default: the algorithm's first]"),
 ) -> None:
     """Every setting of ALGO on TASK with the default `fbo run` uses, its meaning and the paper's symbol:
-    the run settings, the task's parameters and the algorithm's hyperparameters (paper defaults)."""
+    the run settings, the task's parameters and the algorithm's hyperparameters (the paper's defaults,
+    and where they differ on this task, the task's), with the common names (local_steps, lower_lr, ...)
+    each key answers to."""
     from dataclasses import fields
 
-    from .algorithms import REGISTRY
-    from .config import RunSettings, resolve, unknown
+    from .algorithms.base import VOCABULARY
+    from .config import RunSettings, lookup, resolve
 
     with user_errors():
-        if algo not in REGISTRY:
-            raise unknown("algorithm", algo, REGISTRY)
-        e = REGISTRY[algo]
+        name, e, source = lookup(algo)
         task = task or e.tasks[0]
         cfg = resolve(task, algo)
     view = _out if _out.is_terminal else Console(width=100_000)
-    view.print(f"[bold]{algo}[/bold] ({e.label}) on [bold]{task}[/bold]: {e.cls.paper}; rounds per outer "
-               f"iteration: {e.cls.rounds}", highlight=False)
+    view.print(f"[bold]{name}[/bold] ({e.label}) on [bold]{task}[/bold]: {e.cls.paper or source}; rounds per outer "
+               f"iteration: {e.cls.rounds or '?'}", highlight=False)
+    own = (getattr(e.cls, "task_defaults", None) or {}).get(task, {})
+    common = {v: k for k, v in (getattr(e.cls, "aliases", None) or {}).items()}
+    for k in VOCABULARY:  # the algorithm's own key is a common name
+        if k in {f.name for f in fields(cfg.hp)}:
+            common.setdefault(k, k)
     for title, obj, cls in (("run settings (fbo run options or --set)", cfg.run, RunSettings),
                             (f"{task} parameters (--set)", cfg.task_params, type(cfg.task_params)),
-                            (f"{algo} hyperparameters (--set; the paper's defaults)", cfg.hp, type(cfg.hp))):
+                            (f"{name} hyperparameters (--set; the paper's defaults)", cfg.hp, type(cfg.hp))):
         notes = _field_notes(cls)
         t = Table(title=title, title_justify="left")
         t.add_column("key", no_wrap=True)
         t.add_column("default", no_wrap=True)
         t.add_column("meaning", overflow="fold")
         for f in fields(obj):
-            t.add_row(f.name, repr(getattr(obj, f.name)), notes.get(f.name, ""))
+            note = notes.get(f.name, "")
+            if f.name in own and obj is cfg.hp:
+                note = f"(its default on {task}; the paper's: {getattr(type(obj)(), f.name)!r}) " + note
+            elif f.name in own:
+                note = f"(its default on {task}) " + note
+            key = f.name + (f" (= {common[f.name]})" if f.name in common and common[f.name] != f.name else "")
+            t.add_row(key, repr(getattr(obj, f.name)), note)
         view.print(t)
+    if common:
+        view.print("common names (--set NAME=value on any algorithm that has the quantity): " + "; ".join(
+            f"{c} = {k}: {VOCABULARY[c]}" for k, c in common.items()), highlight=False)
 
 
 @app.command(no_args_is_help=True)
@@ -878,6 +948,18 @@ def list_() -> None:
     for name, e in REGISTRY.items():
         t.add_row(name, e.label, ", ".join(e.tasks), e.cls.rounds, e.cls.paper)
     out.print(t)
+    with user_errors():
+        from .algorithms.external import entry_points, folder_algorithms
+        from .config import lookup
+
+        mine = {**entry_points(), **folder_algorithms(Path("algorithms"))}
+        if mine:
+            t = Table(title="Your algorithms (./algorithms/*.py and entry points fbo.algorithms)", title_justify="left")
+            for c in ("algorithm", "source", "tasks"):
+                t.add_column(c, no_wrap=c == "algorithm", overflow="fold")
+            for name, ref in mine.items():
+                t.add_row(name, ref, ", ".join(lookup(ref)[1].tasks))
+            out.print(t)
     t = Table(title="Datasets", title_justify="left")
     t.add_column("dataset", no_wrap=True)
     t.add_column("source", overflow="fold")

@@ -45,14 +45,39 @@ from .spec import (  # noqa: F401  (load_spec, check_metrics: the public API com
     claim_folder,
     edge_note,
     load_spec,
+    overrides_note,
     tuned_entry,
     tuned_layer,
 )
 
 
+def code_notes(cells: list, stale: dict) -> list[str]:
+    """What the reuse check found about code (:mod:`fbo_cli.provenance`): each stale run and why, and how
+    many reused runs were made by other code of fbo's own classes (drift: reported, not rerun)."""
+    from .provenance import changes
+
+    lines = [f"{d}: {why}; it runs again (--accept-code-change keeps it)" for d, why in stale.items()]
+    drift: dict[str, int] = {}
+    seen = set()
+    for c in cells:
+        d = c.cfg.run_dir
+        if d in seen or d in stale:
+            continue
+        seen.add(d)
+        state, s, _ = run_status(d)
+        if state == "finished":
+            for k in changes(c.cfg, s)[1]:
+                drift[k] = drift.get(k, 0) + 1
+    if drift:
+        lines.append(f"{max(drift.values())} finished run(s) reused were made by other code of fbo's built-in classes "
+                     f"({', '.join(k.removeprefix('fbo_cli.') for k in sorted(drift))}): reused, not rerun "
+                     "(`fbo check` tells whether such runs still reproduce; --rerun redoes them)")
+    return lines
+
+
 def run_experiment(exp: Experiment, jobs: int = 1, rerun: bool = False, no_run: bool = False, console=None,
                    executor: str | None = None, address: str | None = None, cpus_per_run: int = 1,
-                   gpus_per_run: float = 0) -> Path:
+                   gpus_per_run: float = 0, accept_code_change: bool = False) -> Path:
     """Run the grid's unfinished runs (all of them with ``rerun``), then write the report. Returns the
     report's folder; ``exp.incomplete`` counts the cells that failed or have no finished run."""
     from rich.markup import escape
@@ -64,7 +89,11 @@ def run_experiment(exp: Experiment, jobs: int = 1, rerun: bool = False, no_run: 
         claim_folder(exp, outdir, write=False)
         check_metrics(exp)
         claim_folder(exp, outdir)
-        todo = todo_runs(exp.cells, rerun)
+        stale: dict = {}
+        todo = todo_runs(exp.cells, rerun, accept_code_change, stale)
+        if console is not None:
+            for line in code_notes(exp.cells, stale):
+                console.print(f"{exp.name}: {line}", highlight=False)
         if todo and console is not None:
             console.print(f"{exp.name}: {cost_line(todo, jobs)}", highlight=False)
         if todo:
@@ -127,6 +156,33 @@ def collect(exp: Experiment, warn=None) -> tuple[pd.DataFrame, dict[tuple[str, s
     return pd.DataFrame(rows), curves
 
 
+def same_runs(exp: Experiment) -> dict[tuple[str, str], list[str]]:
+    """``{(algorithm, setting): [later algorithms whose runs there are the very same]}`` (e.g. an untuned
+    "(tuned)" row that landed on the paper's steps): the table shows them as one row and the figure as one
+    line, named by all of them, so that neither hides the other."""
+    runs: dict[tuple[str, str], set] = {}
+    for c in exp.cells:
+        runs.setdefault((c.algorithm, c.setting), set()).add(c.cfg.run_dir)
+    out: dict[tuple[str, str], list[str]] = {}
+    for s in exp.settings:
+        first: dict[frozenset, str] = {}
+        for a in exp.algorithms:
+            key = frozenset(runs.get((a["name"], s["name"]), ()))
+            if key in first:
+                out.setdefault((first[key], s["name"]), []).append(a["name"])
+                out[(a["name"], s["name"])] = []  # shown under the first
+            elif key:
+                first[key] = a["name"]
+    return out
+
+
+def _shown_as(dups: dict, a: str, s: str) -> str | None:
+    """The row name of ``a`` in setting ``s`` ("A = B" for the same runs), or None when it is merged away."""
+    if (a, s) in dups and not dups[(a, s)]:
+        return None
+    return " = ".join([a, *dups.get((a, s), [])])
+
+
 def _ms(v: pd.Series) -> str:
     """``mean ± std`` over seeds as text (fractions stay fractions, as in metrics.csv); ``-`` when empty."""
     v = v.dropna().astype(float)
@@ -145,11 +201,15 @@ def summarize(exp: Experiment, runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.Dat
     """The table as text (``table.md``: mean ± std) and as numbers (``table.csv``: for each quantity its
     mean, ``<q> std`` and ``<q> n``), one row per (setting, algorithm)."""
     out, nums = [], []
+    dups = same_runs(exp)
     for s in exp.settings:
         for a in exp.algorithms:
+            shown = _shown_as(dups, a["name"], s["name"])
+            if shown is None:
+                continue
             cell = runs[(runs.algorithm == a["name"]) & (runs.setting == s["name"])]
             g = cell[cell.status == "done"]  # the rule: means over the runs that finished 'done'
-            row = {"setting": s["name"], "algorithm": a["name"], "seeds": len(g),
+            row = {"setting": s["name"], "algorithm": shown, "seeds": len(g),
                    "diverged": int((cell.status == "diverged").sum()),
                    "collapsed": int((cell.status == "collapsed").sum()), "failed": int((cell.status == "failed").sum()),
                    "not run": int((cell.status == "not run").sum())}
@@ -200,7 +260,10 @@ def table_markdown(exp: Experiment, table: pd.DataFrame) -> str:
               f"round budget; 'best' the best evaluation (the {'lowest' if low else 'highest'})."
             + (f" 'rounds to target': first communication round with {exp.metric} {'≤' if low else '≥'} {exp.target} "
                "(mean over the seeds that reach it; reached/total)." if exp.target is not None else "")
-            + (" Columns 'paper ...' are the paper's numbers." if exp.reference else "")
+            + ((" Columns 'paper ...' are the paper's numbers" + (
+                ", at the spec's own settings: beside runs made with the overrides below they are context, not a "
+                "comparison." if overrides_note(exp) else ".")) if exp.reference else "")
+            + (f" **Overridden on the command line: {overrides_note(exp)}.**" if overrides_note(exp) else "")
             + " Rule: means, spreads and 'seeds' count only the runs that finished with status done; diverged runs "
               "(a NaN/inf, or a loss above 1000 x max(its first value, 1)), collapsed runs (the headline metric fell to "
               "chance level and stayed there to the end), failed runs and runs not run are left "
@@ -315,7 +378,11 @@ def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFram
         ax = axes[k // ncol][k % ncol]
         drawn = False
         lines: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # (x, mean, lo, hi)
+        dups = same_runs(exp)
         for j, a in enumerate(exp.algorithms):
+            shown = _shown_as(dups, a["name"], s)
+            if shown is None:  # the same runs as an earlier line, which names both
+                continue
             st = {} if runs is None or runs.empty else {
                 int(r.seed): r.status for r in runs[(runs.algorithm == a["name"]) & (runs.setting == s)].itertuples()}
             mine = {key[2]: curves[key] for key in curves if key[0] == a["name"] and key[1] == s}
@@ -332,7 +399,7 @@ def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFram
             note = ", ".join(f"{n} {k}" for k, n in bad.items() if n)
             if not done:
                 if note:
-                    ax.plot([], [], color=f"C{j}", lw=1.6, label=f"{a['name']} (n=0, {note})")
+                    ax.plot([], [], color=f"C{j}", lw=1.6, label=f"{shown} (n=0, {note})")
                 continue
             drawn = True
             grid = np.asarray(max(done, key=len)[exp.x], dtype=float)
@@ -347,7 +414,7 @@ def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFram
                     lo, hi = mean - half, mean + half
             lines.append((grid, mean, lo, hi))
             ax.plot(grid, mean, color=f"C{j}", lw=1.6,
-                    label=f"{a['name']} (n={len(done)}" + (f", {note})" if note else ")"))
+                    label=f"{shown} (n={len(done)}" + (f", {note})" if note else ")"))
             if len(done) > 1:
                 ax.fill_between(grid, lo, hi, color=f"C{j}", alpha=0.18, lw=0)
         if not drawn:
@@ -381,8 +448,9 @@ def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFram
     for k in range(n, nrow * ncol):
         axes[k // ncol][k % ncol].set_visible(False)
     zoom = f" (zoom: the last {1 - tail:.0%} of the x axis)" if tail is not None else ""
+    over = f"\noverridden: {overrides_note(exp)}" if overrides_note(exp) else ""
     fig.suptitle(f"{exp.title or exp.name}{zoom}\nlines: mean over the seeds' done runs; shaded bands: "
-                 f"{BANDS[exp.band]}; dashed with x: a diverged or collapsed run", fontsize=10)
+                 f"{BANDS[exp.band]}; dashed with x: a diverged or collapsed run{over}", fontsize=10)
     save_figure(fig, path)
     return squeeze
 

@@ -55,12 +55,15 @@ class RunSettings:
 # Settings that do not change a run's numbers beyond float rounding (left out of its identity): the
 # thread count, checkpointing, and the task's closed-form fast path (tested equal to the generic path
 # in float64).
-_NOT_IDENTITY = {"data_dir", "out_dir", "download", "threads", "target", "checkpoint_every", "keep_checkpoint"}
+_NOT_IDENTITY = {"data_dir", "out_dir", "download", "threads", "target", "checkpoint_every", "keep_checkpoint",
+                 "algo_source"}  # where a user's algorithm lives: moving its folder keeps its runs
 _NOT_IDENTITY_TASK = {"fast"}
 # keys added after runs of their task were committed as evidence: they enter a run's identity only
 # when set away from this default, so that the older runs keep their ids (and stay reused)
 _IDENTITY_UNLESS_DEFAULT = {("auc", "holdout"): False, ("hyperrep", "eval"): "test,val"}
 _RUN_IDENTITY_UNLESS_DEFAULT = {"holdout": 0.0}
+# hyperparameters added after runs were committed as evidence, likewise (any task)
+_HP_IDENTITY_UNLESS_DEFAULT = {"outer_lr_schedule": "constant", "outer_lr_t0": 1.0}
 
 
 def comparable(d: dict[str, Any]) -> dict[str, Any]:
@@ -72,6 +75,10 @@ def comparable(d: dict[str, Any]) -> dict[str, Any]:
     for (task, k), default in _IDENTITY_UNLESS_DEFAULT.items():
         if task == d.get("task") and tp.get(k, default) == default:
             tp.pop(k, None)
+    hp = d.get("hp")
+    if isinstance(hp, dict):
+        hp = {k: v for k, v in hp.items() if _HP_IDENTITY_UNLESS_DEFAULT.get(k, object()) != v}
+        return {**d, "task_params": tp, "hp": hp}
     return {**d, "task_params": tp}
 
 
@@ -83,14 +90,22 @@ class RunConfig:
     task_params: Any
     hp: Any
     extra: dict[str, Any] = field(default_factory=dict)
+    source: str = ""  # a user's algorithm: its absolute file.py:Class or module:Class ('' for a built-in one)
+    user_entry: Entry | None = field(default=None, repr=False, compare=False)
 
     @property
     def entry(self) -> Entry:
-        return REGISTRY[self.algo]
+        return self.user_entry or REGISTRY[self.algo]
+
+    @property
+    def algo_ref(self) -> str:
+        """What finds the algorithm again in another process: the registry name or the source."""
+        return self.source or self.algo
 
     def as_dict(self) -> dict[str, Any]:
-        return {"task": self.task, "algo": self.algo, **asdict(self.run), "task_params": asdict(self.task_params),
-                "hp": asdict(self.hp)}
+        src = {"algo_source": self.source} if self.source else {}
+        return {"task": self.task, "algo": self.algo, **src, **asdict(self.run),
+                "task_params": asdict(self.task_params), "hp": asdict(self.hp)}
 
     def identity(self) -> str:
         d = comparable(self.as_dict())
@@ -198,7 +213,7 @@ def flatten_run_config(data: dict[str, Any]) -> dict[str, Any]:
     """A run's resolved ``config.yaml`` (``task_params`` and ``hp`` nested) as one flat layer, so that
     ``fbo run --config results/<task>/<algo>/<run-id>/config.yaml`` repeats that run; a flat file is
     returned as it is."""
-    out = {k: v for k, v in data.items() if k not in ("task_params", "hp", "device_used")}
+    out = {k: v for k, v in data.items() if k not in ("task_params", "hp", "device_used", "algo_source")}
     for group in ("task_params", "hp"):
         nested = data.get(group)
         if nested is None:
@@ -217,29 +232,66 @@ def unknown(what: str, name: Any, choices) -> UsageError:
                       + f"; choose one of: {', '.join(choices)}")
 
 
-def resolve(task: str, algo: str, *layers: dict[str, Any]) -> RunConfig:
-    """Build a validated :class:`RunConfig` from override layers (later layers win)."""
+def lookup(algo: str, base: Path | None = None) -> tuple[str, Entry, str]:
+    """``(name, entry, source)`` of an algorithm: a registry name (source ''), or a user's algorithm
+    (:mod:`fbo_cli.algorithms.external`: ``file.py:Class`` relative to ``base``, a class in the folder
+    ``algorithms/`` beside it, an entry point)."""
+    if not isinstance(algo, str) or not algo:
+        raise UsageError(f"an algorithm is a name or FILE.py:CLASS, got {algo!r}")
+    if algo in REGISTRY:
+        return algo, REGISTRY[algo], ""
+    from .algorithms.external import algo_name, find
+
+    found = find(algo, base)
+    if found is None:
+        raise unknown("algorithm", algo, REGISTRY)
+    cls, source = found
+    if cls.__module__.startswith("fbo_cli."):
+        names = [k for k, e in REGISTRY.items() if e.cls is cls and not e.preset]
+        raise UsageError(f"'{algo}' is fbo's own {cls.__name__} (imported there): name it "
+                         + (f"'{names[0]}'" if names else "by its registry name (`fbo list`)"))
+    name = algo_name(cls)
+    if name in REGISTRY:
+        raise UsageError(f"{source}: its name '{name}' is a built-in algorithm's; set another on the class "
+                         f"(name = \"my-{name}\")")
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", name):  # spec.NAME_CHARS: a folder's name
+        raise UsageError(f"{source}: its name {name!r} names a results folder: use letters, digits, '.', '_', '-'")
+    return name, Entry(cls, {}, cls.__dict__.get("label") or name), source
+
+
+def defaults_for(entry: Entry, task: str) -> dict[str, Any]:
+    """The algorithm's run settings and hyperparameters on ``task`` before the user's layers: its
+    ``run_defaults`` and then its ``task_defaults[task]`` (e.g. FedBiO's steps on hyperrep)."""
+    return {**entry.cls.run_defaults, **(getattr(entry.cls, "task_defaults", {}) or {}).get(task, {})}
+
+
+def resolve(task: str, algo: str, *layers: dict[str, Any], base: Path | None = None) -> RunConfig:
+    """Build a validated :class:`RunConfig` from override layers (later layers win). ``algo`` is a registry
+    name or a user's algorithm (:func:`lookup`; a relative file is taken from ``base``)."""
     if task not in TASKS:
         raise unknown("task", task, TASKS)
     user: dict[str, Any] = {}
     for layer in layers:
         user.update({k: v for k, v in layer.items() if v is not None or k in ("target", "max_iters")})
+    user.pop("algo_source", None)  # a run's config.yaml: where its algorithm was (the caller has used it)
+    algo, entry, source = lookup(algo, base)
     for key, what in (("algo", "--algo (fbo run) or the spec's 'algorithms' list (fbo compare)"),
                       ("task", "the TASK argument (fbo run) or the spec's 'task' (fbo compare)")):
         if key in user and user.pop(key) != (algo if key == "algo" else task):
             raise UsageError(f"'{key}' cannot be set with --set or in a config file; use {what}")
-    if algo not in REGISTRY:
-        raise unknown("algorithm", algo, REGISTRY)
-    entry = REGISTRY[algo]
     tcls = TASKS[task]
-    # defaults < the task's run defaults < the algorithm's run defaults < the user's layers
-    merged = {**tcls.run_defaults, **entry.cls.run_defaults, **user}
+    # defaults < the task's run defaults < the algorithm's run defaults (and its defaults on this task)
+    # < the user's layers
+    merged = {**tcls.run_defaults, **defaults_for(entry, task), **user}
     if task not in entry.tasks:
         runs_on = ", ".join(entry.tasks)
         raise UsageError(f"algorithm '{algo}' does not run on task '{task}' (it runs on: {runs_on})")
 
     groups = [(RunSettings, {}), (tcls.Params, {}), (entry.cls.HP, dict(entry.preset))]
     hints = [_hints(c) for c, _ in groups]
+    merged = _unalias(merged, user, entry, set().union(*hints))
     for key, value in merged.items():
         for (_, vals), h in zip(groups, hints):
             if key in h:
@@ -250,7 +302,8 @@ def resolve(task: str, algo: str, *layers: dict[str, Any]) -> RunConfig:
             near = difflib.get_close_matches(str(key), allowed, n=1)
             raise UsageError(f"unknown key '{key}' for task '{task}' with algorithm '{algo}'"
                              + (f" (did you mean '{near[0]}'?)" if near else "")
-                             + f"; allowed keys: {', '.join(allowed)} (`fbo show {algo} --task {task}` explains them)")
+                             + f"; allowed keys: {', '.join(allowed)} "
+                               f"(`fbo show {source or algo} --task {task}` explains them)")
     run = replace(RunSettings(), **groups[0][1])
     tparams = replace(tcls.Params(), **groups[1][1])
     hp = replace(entry.cls.HP(), **groups[2][1])
@@ -264,7 +317,28 @@ def resolve(task: str, algo: str, *layers: dict[str, Any]) -> RunConfig:
                 raise UsageError(f"'{f.name}' must be >= 0, got {v}")
     check_hp(hp)  # the declared bounds, before any data loads
     entry.cls.check(hp)  # what ties several keys together
-    return RunConfig(task, algo, run, tparams, hp)
+    return RunConfig(task, algo, run, tparams, hp, source=source, user_entry=entry if source else None)
+
+
+def _unalias(merged: dict[str, Any], user: dict[str, Any], entry: Entry, own: set[str]) -> dict[str, Any]:
+    """The common names (``Algorithm.aliases``: ``local_steps`` for FedNest's ``tau``) as the algorithm's own
+    keys; the same quantity given under both names with two values is an error."""
+    out = dict(merged)
+    for common, key in (getattr(entry.cls, "aliases", None) or {}).items():
+        if common in out and common not in own:
+            v = out.pop(common)
+            if key in user and str(user[key]) != str(v):
+                raise UsageError(f"'{common}' is '{key}' for this algorithm; they are set to two values "
+                                 f"({v!r} and {user[key]!r}): set one")
+            out[key] = v
+    return out
+
+
+def known_keys(task: str, entry: Entry) -> set[str]:
+    """Every key ``--set`` may give a run of this algorithm on this task: run settings, the task's
+    parameters, the algorithm's hyperparameters and its common names."""
+    keys = set(_hints(RunSettings)) | set(_hints(TASKS[task].Params)) | set(_hints(entry.cls.HP))
+    return keys | set(getattr(entry.cls, "aliases", None) or {})
 
 
 def _validate(run: RunSettings, tcls) -> None:

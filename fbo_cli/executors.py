@@ -184,7 +184,7 @@ def _run_processes(cells, jobs, console, rerun, title) -> list[dict]:
                                  initargs=(os.getpid(),)) as pool:
             for wait in (False, True):
                 idx = [i for i in range(len(cells)) if out[i] is None or out[i]["status"] == "busy"]
-                futs = {pool.submit(_worker, cells[i].cfg.task, cells[i].cfg.algo, cells[i].layers, threads,
+                futs = {pool.submit(_worker, cells[i].cfg.task, cells[i].cfg.algo_ref, cells[i].layers, threads,
                                     rerun and not wait, wait, os.getpid()): i for i in idx}
                 for fut in as_completed(futs):
                     i = futs[fut]
@@ -401,7 +401,7 @@ def _run_ray(cells, address, cpus_per_run, gpus_per_run, console, rerun, title, 
                         prog.console.print(f"{c.cfg.run_dir}: {why}; running it again", highlight=False)
                     ck = c.cfg.run_dir / CHECKPOINT
                     files_in = {CHECKPOINT: ck.read_bytes()} if ck.is_file() and not rerun else {}
-                    ref = remote.remote(c.cfg.task, c.cfg.algo, c.layers, cpus_per_run, files_in, rerun)
+                    ref = remote.remote(c.cfg.task, c.cfg.algo_ref, c.layers, cpus_per_run, files_in, rerun)
                     inflight[ref] = i
                     locks[i] = fd
                 if not inflight:

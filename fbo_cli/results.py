@@ -200,10 +200,28 @@ def is_finished(run_dir: Path) -> bool:
     return state == "finished" and s.get("status") in ("done", "diverged")
 
 
-def todo_runs(cells: list, rerun: bool = False) -> list:
+def todo_runs(cells: list, rerun: bool = False, accept: bool = False, stale: dict | None = None) -> list:
     """The cells (objects with ``.cfg``) still to run, one per run directory (two rows of a grid may be
-    the same run)."""
-    return list({c.cfg.run_dir: c for c in cells if rerun or not is_finished(c.cfg.run_dir)}.values())
+    the same run): not finished, or finished by code that has changed since (:mod:`fbo_cli.provenance`;
+    ``stale`` collects ``{run_dir: why}``), unless ``accept`` (the change is recorded and the run kept)."""
+    from .provenance import accepted, stale_reason
+
+    todo = {}
+    for c in cells:
+        d = c.cfg.run_dir
+        if d in todo:
+            continue
+        state, s, _ = run_status(d)
+        if rerun or not (state == "finished" and s.get("status") in ("done", "diverged")):
+            todo[d] = c
+        elif why := stale_reason(c.cfg, s):
+            if accept:
+                write_json(d / "summary.json", accepted(c.cfg, s))
+            else:
+                todo[d] = c
+                if stale is not None:
+                    stale[d] = why
+    return list(todo.values())
 
 
 def read_metrics(path: Path) -> pd.DataFrame | None:
@@ -302,14 +320,18 @@ def plot_run(path: Path, df: pd.DataFrame, title: str, metric: str) -> None:
         ax.grid(alpha=0.3)
         ax.spines[["top", "right"]].set_visible(False)
     fig.suptitle(title, fontsize=11)
-    save_figure(fig, path)
+    # fixed margins: tight_layout is half of the figure's cost, and a grid pays it per run (issue 37)
+    fig.subplots_adjust(left=1.0 / (5.2 * len(cols)), right=1 - 0.1 / len(cols), bottom=0.14, top=0.87,
+                        wspace=0.28)
+    save_figure(fig, path, tight=False)
 
 
-def save_figure(fig, path: Path) -> None:
-    """Write a matplotlib figure atomically as PNG and close it."""
+def save_figure(fig, path: Path, tight: bool = True) -> None:
+    """Write a matplotlib figure atomically as PNG and close it (``tight``: fit its layout first)."""
     import matplotlib.pyplot as plt
 
-    fig.tight_layout()
+    if tight:
+        fig.tight_layout()
     make_dirs(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")  # unique per writer
     os.close(fd)
@@ -363,12 +385,24 @@ def _cost_keys(cfg: dict) -> list[tuple]:
             (task, algo, cfg.get("dataset"), model), (task, algo, None, model)]
 
 
+_COARSE = 3  # _cost_keys from this one on match other client counts: their cost scales with the active clients
+
+
+def _active(cfg: dict) -> float:
+    """Clients taking part in a round (clients x participation)."""
+    try:
+        return max(float(cfg.get("clients") or 1) * float(cfg.get("participation") or 1), 1.0)
+    except (TypeError, ValueError):
+        return 1.0
+
+
 @functools.lru_cache(maxsize=8)
 def _seconds_per_round(roots: tuple[str, ...], here: str) -> dict[tuple, float]:
     """Median seconds per round (training and evaluation) of the finished runs under ``roots`` on this
     kind of device, under each of its :func:`_cost_keys`."""
     import yaml
 
+    _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's: many files, each read once
     per: dict[tuple, list[float]] = {}
     for root in roots:
         for f in Path(root).glob("*/*/*/summary.json"):
@@ -376,17 +410,24 @@ def _seconds_per_round(roots: tuple[str, ...], here: str) -> dict[tuple, float]:
                 s = json.loads(f.read_text())
                 rounds = s["ledger"]["rounds"]
                 secs = (s.get("train_time_s") or 0) + (s.get("eval_time_s") or 0)
-                cfg = yaml.safe_load((f.parent / "config.yaml").read_text()) or {}
+                cfg = yaml.load((f.parent / "config.yaml").read_text(), Loader=_LOADER) or {}
             except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError):
                 continue
             if not rounds or s.get("device", "cpu") != here:
                 continue
-            for key in _cost_keys(cfg):
-                per.setdefault(key, []).append(secs / rounds)
+            for i, key in enumerate(_cost_keys(cfg)):  # the coarse keys: per taking-part client and round
+                per.setdefault(key, []).append(secs / rounds / (_active(cfg) if i >= _COARSE else 1))
     return {k: float(np.median(v)) for k, v in per.items()}
 
 
-def estimate_cost(cells: list, roots: tuple[Path, ...] = (Path("docs/results"),)) -> tuple[float, int]:
+def evidence_roots() -> tuple[Path, ...]:
+    """Where finished runs tell the cost of a kind of run: ``docs/results`` here and in fbo's own checkout (a
+    spec in a folder of its own still gets the committed evidence's timings)."""
+    return tuple(dict.fromkeys(p for p in (Path("docs/results"), Path(__file__).parent.parent / "docs" / "results")
+                               if p.is_dir())) or (Path("docs/results"),)
+
+
+def estimate_cost(cells: list, roots: tuple[Path, ...] | None = None) -> tuple[float, int]:
     """(core-seconds, runs without a basis) of running ``cells``: each run's budget in rounds times the
     median seconds per round (training and evaluation) of finished runs of the same kind under ``roots``
     (the committed evidence, and the results folder) on this kind of device (a GPU's runs say nothing of a
@@ -394,16 +435,22 @@ def estimate_cost(cells: list, roots: tuple[Path, ...] = (Path("docs/results"),)
     same local work per round with other step sizes, :func:`_shape`, strict then loose), else the same task, algorithm,
     dataset and model, else the same task, algorithm and model on any dataset (a rough guide then: the
     evaluation cadence, participation and local work change the cost too)."""
+    if not cells:
+        return 0.0, 0
     import torch
 
     here = "cuda" if torch.cuda.is_available() else "cpu"
-    table = _seconds_per_round(tuple(sorted({str(r) for r in (*roots, *(c.cfg.run.out_dir for c in cells))})), here)
+    roots = evidence_roots() if roots is None else roots
+    folders = {str(Path(r).resolve()) for r in (*roots, *(c.cfg.run.out_dir for c in cells))}
+    table = _seconds_per_round(tuple(sorted(folders)), here)
     total, unknown = 0.0, 0
     for c in cells:
         if c.cfg.run.device not in ("auto", here):
             unknown += 1
             continue
-        spr = next((table[k] for k in _cost_keys(c.cfg.as_dict()) if table.get(k)), None)
+        d = c.cfg.as_dict()
+        spr = next((table[k] * (_active(d) if i >= _COARSE else 1) for i, k in enumerate(_cost_keys(d))
+                    if table.get(k)), None)
         if spr:
             total += spr * c.cfg.run.rounds
         else:
@@ -411,11 +458,18 @@ def estimate_cost(cells: list, roots: tuple[Path, ...] = (Path("docs/results"),)
     return total, unknown
 
 
+# the fixed cost of a run beyond its rounds, measured on this machine (2 cores; docs/fidelity.md): per run in a
+# grid (build, its files, its curves.png), and per process (the CLI, each --jobs worker: importing torch)
+RUN_STARTUP_S = 1.0
+PROCESS_STARTUP_S = 5.0
+
+
 def cost_line(todo: list, jobs: int) -> str:
     if not todo:
         return "nothing left to run (every run is finished)"
     secs, unknown = estimate_cost(todo)
     known = len(todo) - unknown
+    secs += known * RUN_STARTUP_S
     est = (f"about {secs / 60:.0f} core-minutes ({secs / 60 / max(jobs, 1):.0f} min of wall time with {jobs} "
            f"job{'s' if jobs > 1 else ''}) for the {known} whose kind has run before" if known else "no estimate")
     return (f"{len(todo)} run(s) to do: {est}" + (f"; {unknown} of a kind never run here (no estimate)"

@@ -38,6 +38,7 @@ from .config import RunConfig
 from .data import build_federated, load_dataset
 from .errors import UsageError
 from .federation import Ledger
+from .provenance import code_identity
 from .results import (
     CHECKPOINT,
     atomic_write,
@@ -202,11 +203,19 @@ def _execute_locked(cfg: RunConfig, on_eval, reuse: bool, wait: bool, log, fresh
         if not got:
             raise RunBusy(f"run directory {run_dir} is in use by another fbo process")
         state, summary, why = run_status(run_dir)
+        stale = None
         if reuse and state == "finished" and summary.get("status") in ("done", "diverged"):
-            return {**summary, "reused": True}
+            from .provenance import stale_reason
+
+            stale = stale_reason(cfg, summary)
+            if not stale:
+                return {**summary, "reused": True}
         with _run_log(run_dir, log) as note:
             if state == "corrupt":
                 note(f"{run_dir}: {why}; running it again")
+            if stale:
+                note(f"{run_dir}: {stale}; running it again")
+                fresh = True
             if fresh:
                 (run_dir / CHECKPOINT).unlink(missing_ok=True)
             note(f"start: {cfg.task}/{cfg.algo} {cfg.run_id}", show=False)
@@ -250,9 +259,17 @@ def _run_log(run_dir, log: Callable[[str], None] | None):
         handler.close()
 
 
+def _code_key(cfg: RunConfig) -> str:
+    """One string for the algorithm's and the task's code (a checkpoint of other code is not resumed)."""
+    import json
+
+    c = code_identity(cfg)
+    return json.dumps([c["algorithm"], c["task"]], sort_keys=True)
+
+
 def _save_checkpoint(path, cfg, b: Built, base, rows, train_time, eval_time) -> None:
     buf = io.BytesIO()
-    torch.save({"run_id": cfg.run_id, "fbo": __version__, "algo": ckpt.snapshot(b.algo, base),
+    torch.save({"run_id": cfg.run_id, "fbo": __version__, "code": _code_key(cfg), "algo": ckpt.snapshot(b.algo, base),
                 "gen": b.algo.fed.gen.get_state(), "torch_rng": torch.get_rng_state(),
                 "ledger": b.ledger.as_dict(), "rows": rows, "train_time": train_time, "eval_time": eval_time}, buf)
     atomic_write(path, buf.getvalue())
@@ -274,6 +291,8 @@ def _load_checkpoint(path, cfg, b: Built) -> tuple[dict | None, str]:
         return None, "malformed: not a mapping"
     if c.get("run_id") != cfg.run_id or c.get("fbo") != __version__:
         return None, f"from another run or fbo version (run_id {c.get('run_id')!r}, fbo {c.get('fbo')!r})"
+    if c.get("code", _code_key(cfg)) != _code_key(cfg):
+        return None, "made by another version of the algorithm's or the task's code"
     bad = [k for k, t in CHECKPOINT_KEYS.items() if not isinstance(c.get(k), t)]
     if bad or not all(isinstance(r, dict) for r in c["rows"]):
         return None, f"malformed: missing or mistyped {', '.join(bad) or 'rows'}"
@@ -389,6 +408,7 @@ def _execute(cfg: RunConfig, on_eval, write: bool, log) -> dict:
         "seconds_per_round": round(train_time / max(led.rounds, 1), 5),
         "device": str(b.device),
         "versions": {"fbo": __version__, "torch": torch.__version__, "python": platform.python_version()},
+        "code": code_identity(cfg),
     }
     if resumed is not None:
         summary["resumed_from_iteration"] = resumed

@@ -67,6 +67,9 @@ class Experiment:
     outcomes: dict[Path, dict] = field(default_factory=dict)  # run_dir -> what run_cells returned this time
     settled: dict | None = None  # settled.yaml: the seeds `compare --until-settled` added
     witness: dict | None = None  # the paper's own code beside a row: {algorithm, settings: {setting: witness's}}
+    overrides: dict[str, Any] = field(default_factory=dict)  # the command line's --set keys
+    seeds_given: bool = False  # --seeds replaced the spec's seeds
+    ignored: dict[str, list[str]] = field(default_factory=dict)  # --set key -> the algorithms without it
 
 
 def _need(d: dict, key: str, kind, where: str):
@@ -161,6 +164,7 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
         raise UsageError("'algo' and 'task' cannot be set with --set in compare: they come from the spec's "
                          "'algorithms' list and 'task'")
     _check_entries(where, algos, {"algo", "name", "set", "tune"}, "algorithm", "algo")
+    _user_algorithms(where, algos, Path(path).parent)
     _check_entries(where, settings, {"name", "set"}, "setting", "name")
     _check_reference(where, exp.reference, algos, settings)
     _check_claims(where, spec.get("claims"), algos, settings)
@@ -177,12 +181,15 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
         exp.tune = parse_tune(spec, exp, where)
     if use_tuned:
         exp.tuned = load_tuned(exp)
+    exp.overrides = {k: v for k, v in overrides.items() if k not in ("out_dir", "data_dir")}
+    exp.seeds_given = seeds is not None
+    exp.ignored = _ignored_keys(where, task, algos, overrides)
     for seed in seed_list:  # seed-major: a first complete picture of the grid arrives early
         for s in settings:
             for a in algos:
                 tuned = tuned_layer(exp.tuned, a["name"], s["name"]) if exp.tuned else {}
                 layers = (base, s.get("set") or {}, a.get("set") or {}, tuned,
-                          {"seed": seed, "target": exp.target}, overrides)
+                          {"seed": seed, "target": exp.target}, algo_overrides(exp, a, overrides))
                 try:
                     cfg = resolve(task, a["algo"], *layers)
                 except UsageError as e:
@@ -234,6 +241,63 @@ def _check_entries(where: str, items: list, allowed: set[str], what: str, key: s
         if a["name"] in names:
             raise UsageError(f"{where}: two {what}s are named '{a['name']}'; give each a distinct 'name'")
         names.add(a["name"])
+
+
+def _ignored_keys(where: str, task: str, algos: list, overrides: dict[str, Any]) -> dict[str, list[str]]:
+    """``{key: [algorithm names]}``: the ``--set`` keys that some algorithms of the spec do not have (they
+    ignore them; the output says so). A key that no algorithm has is an error."""
+    from .config import REGISTRY, known_keys, lookup
+
+    out: dict[str, list[str]] = {}
+    for a in algos:
+        entry = REGISTRY.get(a["algo"]) or lookup(a["algo"])[1]
+        for k in overrides:
+            if k not in known_keys(task, entry) and k not in ("out_dir", "data_dir"):
+                out.setdefault(k, []).append(a["name"])
+    for k, names in out.items():
+        if len(names) == len(algos):
+            raise UsageError(f"{where}: --set {k}: no algorithm of the spec has the key '{k}' "
+                             f"(`fbo show ALGO --task {task}` lists each one's keys)")
+    return out
+
+
+def algo_overrides(exp: Experiment, a: dict, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The ``--set`` keys that apply to algorithm ``a`` (the others it ignores: ``exp.ignored``)."""
+    return {k: v for k, v in overrides.items() if a["name"] not in exp.ignored.get(k, ())}
+
+
+def overrides_note(exp: Experiment) -> str:
+    """What the command line changed from the spec, in words ('' when nothing): the ``--set`` keys (and the
+    algorithms that ignore one), ``--seeds``."""
+    from .results import fmt_num
+
+    parts = []
+    for k, v in exp.overrides.items():
+        ign = exp.ignored.get(k)
+        parts.append(f"--set {k}={fmt_num(v)}" + (f" (ignored by {', '.join(ign)}: no such key)" if ign else ""))
+    if exp.seeds_given:
+        parts.append(f"--seeds {','.join(map(str, exp.seeds))}")
+    return "; ".join(parts)
+
+
+def _user_algorithms(where: str, algos: list, folder: Path) -> None:
+    """A user's algorithm (``./file.py:Class`` beside the spec, a class in the spec's ``algorithms/``
+    folder, an entry point): its ``algo`` becomes the absolute source that finds it from anywhere (grid
+    workers, tune), its name is kept as ``algo_name``."""
+    from .config import REGISTRY, lookup
+
+    for a in algos:
+        if not isinstance(a["algo"], str):
+            raise UsageError(f"{where}: algorithm {a['name']!r}: 'algo' must be a name or FILE.py:CLASS")
+        if a["algo"] in REGISTRY:
+            continue
+        try:
+            name, _, source = lookup(a["algo"], folder)
+        except UsageError as e:
+            raise UsageError(f"{where}: algorithm {a['name']!r}: {e}") from None
+        if a["name"] == a["algo"]:  # no display name given: the algorithm's own
+            a["name"] = name
+        a["algo"], a["algo_name"] = source, name
 
 
 # tables a report derives from a spec's runs (``derived:``): name -> what it is
@@ -370,7 +434,8 @@ def identity(exp: Experiment) -> str:
     """What makes a spec's results folder its own: the task, the algorithms and the settings by name."""
     import hashlib
 
-    key = repr((exp.task, [(a["name"], a["algo"]) for a in exp.algorithms], [s["name"] for s in exp.settings]))
+    key = repr((exp.task, [(a["name"], a.get("algo_name", a["algo"])) for a in exp.algorithms],
+                [s["name"] for s in exp.settings]))
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 

@@ -31,3 +31,20 @@ def test_template_is_fedsgd_and_charges_one_round():
     led = algo.ledger.as_dict()
     assert led["rounds"] == 3 * algo.rounds_per_iteration() and led["floats_up"] == 3 * algo.K * task.dw
     assert set(algo.evaluate()) >= {"test_auc"}
+
+
+def test_the_variant_template_is_fednest_with_a_decaying_outer_step():
+    from fbo_cli.algorithms.fednest import FedNest
+    from fbo_cli.algorithms.template import TemplateDecayFedNest
+
+    b = build(resolve("hyperrep", "fednest", {"dataset": "digits", "clients": 4, "participation": 0.5}))
+    made = {}
+    for cls in (FedNest, TemplateDecayFedNest):
+        gen = torch.Generator().manual_seed(0)
+        a = cls(b.task, cls.HP(decay_t0=1.0) if cls is TemplateDecayFedNest else cls.HP(),
+                FederationView(b.task.data, 0.5, gen, Ledger()))
+        a.step()  # t = 0: the same step
+        a.ledger.iterations = 1
+        made[cls] = (a.x.clone(), a.outer_lr())
+    torch.testing.assert_close(made[FedNest][0], made[TemplateDecayFedNest][0])
+    assert made[FedNest][1] == 0.01 and made[TemplateDecayFedNest][1] == 0.005

@@ -77,6 +77,10 @@ ADAPTIVE = ("adam", "adabelief", "none")
 
 
 class AdaFBiO(ClientStateAlgorithm):
+    aliases: ClassVar[dict[str, str]] = {"local_steps": "q", "lower_lr": "lambda_y", "upper_lr": "gamma_x",
+                                         "neumann_lr": "neumann_step", "neumann_steps": "K"}
+    # its hyperrep specs: 10 clients (all taking part; 100 would cost hours at the default budget)
+    task_defaults: ClassVar[dict[str, dict]] = {"hyperrep": {"clients": 10}}
     paper: ClassVar[str] = "Huang, arXiv 2211.01122 (2022), Alg. 1 (AdaFBiO)"
     rounds: ClassVar[str] = "1 per q local iterations (+1 at the start with init_matrices=average)"
     tasks: ClassVar[tuple[str, ...]] = ("hyperrep", "hyperclean")

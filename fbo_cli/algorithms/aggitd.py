@@ -44,6 +44,8 @@ from .base import BilevelAlgorithm, bounded, mean
 
 
 class AggITD(BilevelAlgorithm):
+    aliases: ClassVar[dict[str, str]] = {"local_steps": "tau", "lower_lr": "inner_lr", "upper_lr": "outer_lr",
+                                         "neumann_lr": "lam", "lower_rounds": "N"}
     paper: ClassVar[str] = "Xiao & Ji, ICML 2023 (FBO-AggITD)"
     rounds: ClassVar[str] = "2N+3 (svrg lower), N+3 (sgd lower)"
     tasks: ClassVar[tuple[str, ...]] = ("hyperrep", "hyperclean")

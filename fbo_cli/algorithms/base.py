@@ -67,6 +67,12 @@ class Algorithm:
     run_defaults: ClassVar[dict] = {}  # run settings the algorithm needs (above the task's, below the user's)
     step_metrics: ClassVar[tuple[str, ...]] = ()  # metrics its evaluate() adds once it has taken a step
     work_grows: ClassVar[bool] = False  # an outer iteration does more work as the rounds go (the bench times one)
+    # defaults on one task that differ from the paper's (above run_defaults, below the user's keys), e.g.
+    # FedBiO's steps on hyperrep: {"hyperrep": {"upper_lr": 0.16}}; `fbo show ALGO --task T` shows them
+    task_defaults: ClassVar[dict[str, dict]] = {}
+    # the common vocabulary (VOCABULARY) -> this algorithm's own key (its paper's symbol): --set local_steps=5
+    # sets FedNest's tau; `fbo show` lists both
+    aliases: ClassVar[dict[str, str]] = {}
 
     @dataclass
     class HP:
@@ -95,6 +101,25 @@ class Algorithm:
         return {}
 
 
+# the common names one may use for any algorithm that has the quantity (``Algorithm.aliases`` maps them to
+# the algorithm's own key): name -> meaning
+VOCABULARY = {
+    "local_steps": "local steps between two averaging rounds (upper level, or the single level)",
+    "lower_lr": "lower-level (inner, y) step size",
+    "upper_lr": "upper-level (outer, x) step size",
+    "neumann_lr": "step of the Hessian-inverse-vector estimate (Neumann step; FedBiO: its u-step)",
+    "neumann_steps": "terms of the Hessian-inverse-vector estimate (Neumann terms / order)",
+    "lower_rounds": "federated lower-level rounds per outer iteration",
+}
+
+# outer step-size schedules (``outer_lr_schedule``): alpha_t = alpha * factor(t, t0), t = 0, 1, ... the outer iteration
+SCHEDULES = {
+    "constant": lambda t, t0: 1.0,
+    "inverse_sqrt": lambda t, t0: (t0 / (t0 + t)) ** 0.5,
+    "inverse": lambda t, t0: t0 / (t0 + t),
+}
+
+
 class BilevelAlgorithm(Algorithm):
     """Shared machinery of the federated bilevel algorithms on a :class:`BilevelTask` with a global
     lower level: the global iterate ``(x, y)``, charged vectorized oracles, the federated lower
@@ -117,6 +142,16 @@ class BilevelAlgorithm(Algorithm):
 
     def state(self) -> dict[str, torch.Tensor]:
         return {"x": self.x, "y": self.y}
+
+    def outer_lr(self) -> float:
+        """The upper (outer) step of this outer iteration: ``hp.outer_lr`` times the declared schedule's
+        factor (``outer_lr_schedule``, :data:`SCHEDULES`; constant: exactly ``hp.outer_lr``). A variant may
+        override this one method (the template's DecayFedNest)."""
+        hp = self.hp
+        rule = getattr(hp, "outer_lr_schedule", "constant")
+        if rule == "constant":
+            return hp.outer_lr
+        return hp.outer_lr * SCHEDULES[rule](self.ledger.iterations, getattr(hp, "outer_lr_t0", 1.0))
 
     # charged oracles -------------------------------------------------------------------------------
     def noise(self, batch: Batch) -> Batch:

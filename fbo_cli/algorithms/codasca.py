@@ -105,6 +105,7 @@ class EpochSampler:
 
 
 class CodaPlus(Algorithm):
+    aliases: ClassVar[dict[str, str]] = {"local_steps": "I"}
     paper: ClassVar[str] = "Yuan, Guo, Xu, Ying & Yang, ICML 2021 (CODASCA), Alg. 1/2"
     tasks: ClassVar[tuple[str, ...]] = ("auc",)
     rounds: ClassVar[str] = "1 round of I local iterations"

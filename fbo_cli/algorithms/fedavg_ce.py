@@ -31,6 +31,7 @@ from .codasca import EpochSampler
 
 
 class FedAvgCE(Algorithm):
+    aliases: ClassVar[dict[str, str]] = {"local_steps": "I"}
     paper: ClassVar[str] = "McMahan et al., AISTATS 2017 (extra baseline for CODASCA)"
     tasks: ClassVar[tuple[str, ...]] = ("auc",)
     rounds: ClassVar[str] = "1 round of I local iterations"

@@ -85,6 +85,12 @@ class Draw:
 
 class _GlobalLowerBase(BilevelAlgorithm):
     """Shared machinery of FedBiO and FedBiOAcc: batches, the three oracles ω, µ, p, checks."""
+    aliases: ClassVar[dict[str, str]] = {"neumann_lr": "aux_lr"}  # local_steps, lower_lr, upper_lr: its own keys
+    # hyperrep (a representation, not per-example weights): its hyperrep specs' setting and the steps `fbo tune`
+    # chose there (fedbio_local_hyperrep_mnist, fedbio_global_head_control: lower_lr = aux_lr = 0.05, upper_lr
+    # 0.16 on MNIST, 0.32 on Fashion-MNIST; 0.16 is stable on both)
+    task_defaults: ClassVar[dict[str, dict]] = {"hyperrep": {"clients": 10, "partition": "dirichlet", "alpha": 0.5,
+                                                             "lower_lr": 0.05, "aux_lr": 0.05, "upper_lr": 0.16}}
 
     tasks: ClassVar[tuple[str, ...]] = ("hyperclean", "hyperrep")
     run_defaults: ClassVar[dict] = {"participation": 1.0}  # the paper: every client in every round

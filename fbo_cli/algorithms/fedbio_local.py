@@ -45,6 +45,7 @@ from .base import bounded
 
 
 class FedBiOLocal(ClientStateAlgorithm):
+    aliases: ClassVar[dict[str, str]] = {"neumann_lr": "neumann_step", "neumann_steps": "Q"}
     paper: ClassVar[str] = "Li, Huang & Huang, arXiv 2302.06701 / NeurIPS 2023, Alg. 3 (FedBiO)"
     rounds: ClassVar[str] = "1 per I local iterations"
 

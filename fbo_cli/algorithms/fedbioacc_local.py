@@ -51,6 +51,7 @@ from .storm import check_schedule, pair, step_factor, storm, twice, unpair
 
 
 class FedBiOAccLocal(ClientStateAlgorithm):
+    aliases: ClassVar[dict[str, str]] = {"neumann_lr": "neumann_step", "neumann_steps": "Q"}
     paper: ClassVar[str] = "Li, Huang & Huang, arXiv 2302.06701 / NeurIPS 2023, Alg. 4 (FedBiO)"
     rounds: ClassVar[str] = "1 per I local iterations"
 

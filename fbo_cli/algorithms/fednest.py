@@ -27,6 +27,9 @@ v_i = ∇_y F_i(x_i, y); P_i = λ Σ_{j=0}^{T} (I - λ ∇²_y G_i(x_i, y))^j v_
 h_i = ∇_x F_i(x_i, y) - ∇_x∇_y G_i(x_i, y) P_i; x_i <- x_i - α h_i; then x = mean_i x_i (1 round).
 Rounds: 2N + 1 (svrg), N + 1 (sgd). The estimator is biased under heterogeneity.
 
+Outer step schedule (ours, not the paper's): ``outer_lr_schedule`` (constant, the paper's; inverse_sqrt;
+inverse) scales α by a factor of the outer iteration t, ``outer_lr_t0`` its t0 (:meth:`outer_lr`).
+
 Hyperparameters (docs/fidelity.md): N = 1 (``inner_ep``), T = 5 (``neumann``), λ = 0.01,
 β = 0.003, α = 0.01, 5 local lower epochs, batch 64, τ ∈ {1, 5}, C = 0.1. ``neumann: random`` is
 the Ghadimi-Wang form P = λ T Π_{t=1}^{T'} (I - λ H̄_t) p_0 with T' ~ U{0..T-1}; it charges the T'
@@ -40,7 +43,7 @@ from typing import ClassVar
 
 import torch
 
-from .base import BilevelAlgorithm, bounded, mean
+from .base import SCHEDULES, BilevelAlgorithm, bounded, mean
 
 
 class FedNest(BilevelAlgorithm):
@@ -62,6 +65,12 @@ class FedNest(BilevelAlgorithm):
         local_hypergrad: bool = False  # True: LFedNest
         # sum (deterministic, the paper's FedIHGP) | random (Ghadimi-Wang) | code (the public repository's)
         neumann: str = bounded("sum", choices=("sum", "random", "code"))
+        # α_t = α · factor(t): constant (the paper) | inverse_sqrt: √(t0/(t0+t)) | inverse: t0/(t0+t)
+        outer_lr_schedule: str = bounded("constant", choices=tuple(SCHEDULES))
+        outer_lr_t0: float = bounded(1.0, gt=0)  # t0 of the outer step schedule (outer iterations)
+
+    aliases: ClassVar[dict[str, str]] = {"local_steps": "tau", "lower_lr": "inner_lr", "upper_lr": "outer_lr",
+                                         "neumann_lr": "lam", "neumann_steps": "T", "lower_rounds": "N"}
 
     def rounds_per_iteration(self) -> int | None:
         hp = self.hp
@@ -90,7 +99,7 @@ class FedNest(BilevelAlgorithm):
             self.x = mean(self._local_outer(x, y, train, val))
         else:
             P = self._fedihgp(x, y, train, val, M, dy)
-            _, self.x = self.upper_round(x, y, train, val, P, hp.tau, hp.outer_lr, same_sample=True)
+            _, self.x = self.upper_round(x, y, train, val, P, hp.tau, self.outer_lr(), same_sample=True)
             led.comm(M, dx)  # h
         led.comm(M, dx)
         self.y = y
@@ -138,11 +147,12 @@ class FedNest(BilevelAlgorithm):
         """LFedNest's fully local hypergradient steps (docs/fidelity.md); returns ``[M, dx]``."""
         hp, f, g = self.hp, self.task.f, self.task.g
         xi = x.expand(train.M, -1).clone()
+        lr = self.outer_lr()
         for _ in range(hp.tau):
             v = self.grad(f, 1, xi, y, self.noise(val.full()))
             acc, p = v.clone(), v
             for _ in range(hp.T):
                 p = p - hp.lam * self.hvp(g, xi, y, self.noise(train.full()), p)
                 acc = acc + p
-            xi = xi - hp.outer_lr * self.hypergradient(xi, y, hp.lam * acc, train, val).h
+            xi = xi - lr * self.hypergradient(xi, y, hp.lam * acc, train, val).h
         return xi

@@ -1,4 +1,29 @@
-"""Template of an algorithm: copy this file to add one (as benchopt's ``template_solver.py``).
+"""Template of an algorithm: copy this file to add one (as benchopt's ``template_solver.py``), or derive a
+variant of a built-in one (``TemplateDecayFedNest`` below).
+
+**Your own method needs no fork.** A class in any file is named by file and class, ``fbo run hyperrep --algo
+./decay.py:DecayFedNest``, ``algo: ./my_algos/decay.py:DecayFedNest`` in a spec (relative to the spec), or by
+class name when its file sits in a folder ``algorithms/`` beside the spec; an installed package declares
+it as an entry point in the group ``fbo.algorithms``. ``fbo show``, ``run``, ``compare``, ``tune`` and the
+report treat it like a built-in one, and a run records the source hash of its class: editing the file makes
+its finished runs stale, and ``fbo compare`` redoes them (``--accept-code-change`` keeps them).
+
+**A variant of an existing method** subclasses it and changes one step, e.g. FedNest with a decaying
+outer step (the whole file)::
+
+    from fbo_cli.algorithms.fednest import FedNest
+
+    class DecayFedNest(FedNest):  # FedNest (Tarzanagh et al., ICML 2022), alpha_t = alpha / (1 + t / t0)
+        label = "FedNest (decaying step)"
+
+        def outer_lr(self) -> float:  # the hook FedNest's step reads its outer step from
+            return self.hp.outer_lr / (1 + self.ledger.iterations / self.hp.outer_lr_t0)
+
+(For this one no code is needed at all: the schedule is a declared hyperparameter of FedNest,
+``--set outer_lr_schedule=inverse`` with ``outer_lr_t0``; a subclass is for the rule that is not there.) A
+variant with hyperparameters of its own extends the ``HP`` dataclass: ``class HP(FedNest.HP): decay: float
+= 0.1``. Never patch ``self.hp`` during a run: the run's config and its id are the hyperparameters it
+started with.
 
 Adding an algorithm is this file plus its registry line in ``algorithms/__init__.py``, plus a spec in
 ``experiments/`` when it belongs to a paper (``tests/test_registry_links.py`` fails until the
@@ -27,8 +52,8 @@ The contract (``base.Algorithm``):
 Checkpoints need no code: the runner snapshots the whole object (tensors, numbers, strings and fbo
 classes, loaded with ``weights_only=True``) and restores it bit for bit.
 
-This template is a working algorithm, kept out of the registry: **minibatch SGD on the average of the
-clients' gradients** for the ``auc`` task's binary cross-entropy (FedSGD: McMahan et al., AISTATS
+The template of a method from scratch is a working algorithm, kept out of the registry: **minibatch SGD on
+the average of the clients' gradients** for the ``auc`` task's binary cross-entropy (FedSGD: McMahan et al., AISTATS
 2017, with one local step), all clients taking part. One step:
 
 1. every client k draws a minibatch and computes ``g_k = ∇_w BCE(w; batch_k)`` (in one vectorized
@@ -48,6 +73,7 @@ import torch
 
 from .base import Algorithm, bounded
 from .codasca import EpochSampler
+from .fednest import FedNest
 
 
 class TemplateFedSGD(Algorithm):
@@ -83,3 +109,17 @@ class TemplateFedSGD(Algorithm):
 
     def state(self) -> dict[str, torch.Tensor]:
         return {"v": self.v}
+
+
+class TemplateDecayFedNest(FedNest):
+    """The variant template: FedNest (Tarzanagh et al., ICML 2022) with a decaying outer step
+    ``alpha_t = alpha / (1 + t / t0)``, t the outer iteration; everything else is FedNest's."""
+
+    label = "FedNest (decaying step)"
+
+    @dataclass
+    class HP(FedNest.HP):
+        decay_t0: float = bounded(10.0, gt=0)  # t0 of the decay (outer iterations)
+
+    def outer_lr(self) -> float:
+        return self.hp.outer_lr / (1 + self.ledger.iterations / self.hp.decay_t0)

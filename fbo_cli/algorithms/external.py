@@ -1,0 +1,155 @@
+"""The user's own algorithms: found outside the package, used like the built-in ones.
+
+An algorithm is named, wherever fbo takes one (``--algo``, a spec's ``algo:``, ``fbo show``), by
+
+* a registry name (``fednest``: the built-in ones, ``fbo list``);
+* a file and a class, ``path/to/file.py:Class`` (a spec's path is relative to the spec's folder, the
+  command line's to the working folder);
+* a class name found in a folder ``algorithms/`` beside the spec (or in the working folder), as
+  benchopt finds the solvers of a benchmark: every ``*.py`` there is read and its :class:`Algorithm`
+  subclasses are offered by class name;
+* an installed package's entry point in the group ``fbo.algorithms`` (``name = "pkg.module:Class"``), or
+  ``pkg.module:Class`` directly.
+
+The class is an :class:`~fbo_cli.algorithms.base.Algorithm` like the built-in ones: it may subclass one
+(``class DecayFedNest(FedNest)``) and change one step. Its name (results folder, tables) is its ``name``
+attribute when the class sets one, else the class name; its ``label`` likewise. A resolved user algorithm
+carries its *source*: the absolute ``file.py:Class`` (or ``module:Class``), which a run's ``config.yaml``
+records as ``algo_source`` so that a rerun from it, and a grid's worker process, finds the same class.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+
+from ..errors import UsageError
+
+ENTRY_POINT_GROUP = "fbo.algorithms"
+_FILES: dict[tuple[str, int, int], object] = {}  # (path, mtime_ns, size) -> module
+
+
+def is_reference(ref: str) -> bool:
+    """``file.py:Class`` or ``module:Class`` (anything with a ':'), as opposed to a plain name."""
+    return ":" in ref
+
+
+def _load_file(path: Path):
+    """The module of a user's Python file, loaded once per version of the file, registered in
+    ``sys.modules`` (dataclasses and type hints need it), with the file's folder on ``sys.path`` while it
+    loads (so that it may import a helper beside it)."""
+    st = path.stat()
+    key = (str(path), st.st_mtime_ns, st.st_size)
+    if key in _FILES:
+        return _FILES[key]
+    digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
+    name = f"fbo_user_{digest}_{''.join(c if c.isalnum() else '_' for c in path.stem)}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise UsageError(f"{path}: not a Python file fbo can load")
+    mod = importlib.util.module_from_spec(spec)
+    old = sys.modules.get(name)
+    sys.modules[name] = mod
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec.loader.exec_module(mod)
+    except UsageError:
+        raise
+    except Exception as e:
+        if old is not None:
+            sys.modules[name] = old
+        else:
+            sys.modules.pop(name, None)
+        raise UsageError(f"{path}: loading it failed: {type(e).__name__}: {e}") from None
+    finally:
+        sys.path.remove(str(path.parent))
+    _FILES[key] = mod
+    return mod
+
+
+def _algorithm_class(mod, cls_name: str, where: str):
+    from .base import Algorithm
+
+    cls = getattr(mod, cls_name, None)
+    if cls is None:
+        found = sorted(n for n, v in vars(mod).items() if isinstance(v, type) and issubclass(v, Algorithm)
+                       and v.__module__ == mod.__name__)
+        raise UsageError(f"{where}: no class '{cls_name}'" + (f"; its algorithms: {', '.join(found)}" if found
+                                                               else "; it defines no Algorithm subclass"))
+    if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
+        raise UsageError(f"{where}: '{cls_name}' is not a subclass of fbo_cli.algorithms.base.Algorithm "
+                         f"(or of a built-in algorithm such as FedNest)")
+    if not cls.tasks:
+        raise UsageError(f"{where}: '{cls_name}' declares no tasks (set `tasks = (\"hyperrep\",)` on the class)")
+    return cls
+
+
+def algo_name(cls) -> str:
+    """A user algorithm's name: its own ``name`` attribute, else its class name."""
+    return cls.__dict__.get("name") or cls.__name__
+
+
+def load_reference(ref: str, base: Path | None = None):
+    """``(class, source)`` of ``file.py:Class`` (relative to ``base``, default the working folder) or
+    ``module:Class``; ``source`` is the absolute form that finds the class again from anywhere."""
+    target, _, cls_name = ref.rpartition(":")
+    if not target or not cls_name.isidentifier():
+        raise UsageError(f"'{ref}': an algorithm by file is named FILE.py:CLASS "
+                         "(e.g. ./my_algos/decay.py:DecayFedNest)")
+    if target.endswith(".py") or "/" in target or "\\" in target:
+        path = Path(target).expanduser()
+        if not path.is_absolute():
+            path = (base or Path.cwd()) / path
+        path = path.resolve()
+        if not path.is_file():
+            raise UsageError(f"'{ref}': no file {path}")
+        return _algorithm_class(_load_file(path), cls_name, str(path)), f"{path}:{cls_name}"
+    try:
+        mod = importlib.import_module(target)
+    except ImportError as e:
+        raise UsageError(f"'{ref}': cannot import module '{target}' ({e})") from None
+    return _algorithm_class(mod, cls_name, target), f"{target}:{cls_name}"
+
+
+def folder_algorithms(folder: Path) -> dict[str, str]:
+    """``{name: 'file.py:Class'}`` of the algorithms in a folder (benchopt's solvers folder): every
+    Algorithm subclass that a ``*.py`` there defines (not the ones it imports)."""
+    from .base import Algorithm
+
+    out: dict[str, str] = {}
+    if not folder.is_dir():
+        return out
+    for f in sorted(folder.glob("*.py")):
+        if f.name.startswith("_"):
+            continue
+        mod = _load_file(f.resolve())
+        for n, v in vars(mod).items():
+            if isinstance(v, type) and issubclass(v, Algorithm) and v.__module__ == mod.__name__ and v.tasks:
+                out.setdefault(algo_name(v), f"{f.resolve()}:{n}")
+                out.setdefault(n, f"{f.resolve()}:{n}")
+    return out
+
+
+def entry_points() -> dict[str, str]:
+    """``{name: 'module:Class'}`` of the installed packages' entry points in the group ``fbo.algorithms``."""
+    from importlib.metadata import entry_points as eps
+
+    return {ep.name: ep.value for ep in eps(group=ENTRY_POINT_GROUP)}
+
+
+def find(name: str, base: Path | None = None):
+    """``(class, source)`` of a user algorithm given by reference or by name (``algorithms/`` under
+    ``base`` or the working folder, then the entry points); ``None`` when the name is unknown."""
+    if is_reference(name):
+        return load_reference(name, base)
+    for folder in dict.fromkeys([(base or Path.cwd()) / "algorithms", Path.cwd() / "algorithms"]):
+        ref = folder_algorithms(folder).get(name)
+        if ref:
+            return load_reference(ref)
+    ref = entry_points().get(name)
+    if ref:
+        return load_reference(ref)
+    return None

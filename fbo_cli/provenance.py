@@ -1,0 +1,120 @@
+"""Which code made a run, and whether a finished run is stale.
+
+Every run's ``summary.json`` records ``code``: the fbo version, the git commit of the checkout (when
+there is one), and a hash of the source (``inspect.getsource``) of every class of its algorithm's MRO
+but ``object`` (the class, the built-in algorithm it derives from, ``BilevelAlgorithm``, ``Algorithm``)
+and of its task class's, each under ``module.Class``.
+
+**Staleness** (the rule, docs/fidelity.md "Runs that know their code"): a finished run is *stale*, and
+``compare``/``tune`` redo it, when the source of a class *outside the package* (a user's algorithm)
+differs from the one recorded. A class of fbo itself that changed is *drift*: reported (``fbo compare``
+says how many reused runs were made by other built-in code, and which classes), never rerun by
+itself, since a built-in refactor must not force a rerun of the committed evidence; ``fbo check``
+is the instrument that says whether such runs still reproduce, and ``--rerun`` redoes them. A run made
+before code hashes existed (no ``code`` in its summary) is neither stale nor drifted. A user who knows
+that an edit does not touch the numbers passes ``--accept-code-change``: the run is reused and its
+summary records the acceptance (``code_accepted``: when, and the hashes accepted), which later checks
+compare against.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import hashlib
+import inspect
+from typing import Any
+
+from . import __version__
+
+
+@functools.lru_cache(maxsize=256)
+def _source_hash(cls: type) -> str:
+    try:
+        src = inspect.getsource(cls)
+    except (OSError, TypeError):
+        return "unknown"
+    return hashlib.sha256(src.encode()).hexdigest()[:16]
+
+
+def class_hashes(cls: type) -> dict[str, str]:
+    """``{module.Class: hash of its source}`` over ``cls.__mro__`` but ``object``."""
+    return {f"{_module(c)}.{c.__qualname__}": _source_hash(c) for c in cls.__mro__ if c is not object}
+
+
+def _module(c: type) -> str:
+    """A class's module; a user's file (loaded as ``fbo_user_<hash>_<stem>``) by its stem, so that moving
+    its folder keeps the record."""
+    m = c.__module__
+    return m.split("_", 3)[3] if m.startswith("fbo_user_") and m.count("_") >= 3 else m
+
+
+@functools.lru_cache(maxsize=1)
+def git_commit() -> str | None:
+    """The commit of fbo's checkout (``+dirty`` with uncommitted changes to fbo_cli/), or None."""
+    import subprocess
+    from pathlib import Path
+
+    here = Path(__file__).parent
+    try:
+        run = lambda *a: subprocess.run(["git", *a], cwd=here, text=True, capture_output=True, timeout=10)  # noqa: E731
+        sha = run("rev-parse", "HEAD").stdout.strip()
+        if not sha:
+            return None
+        dirty = run("status", "--porcelain", "--", str(here)).stdout.strip()
+    except (OSError, ValueError, Exception):
+        return None
+    return sha[:12] + ("+dirty" if dirty else "")
+
+
+def code_identity(cfg) -> dict[str, Any]:
+    """What ``summary.json`` records as ``code`` for a run of ``cfg`` (a :class:`~fbo_cli.config.RunConfig`)."""
+    from .tasks import TASKS
+
+    out = {"fbo": __version__, "commit": git_commit(), "algorithm": class_hashes(cfg.entry.cls),
+           "task": class_hashes(TASKS[cfg.task])}
+    if cfg.source:
+        out["algo_source"] = cfg.source
+    return out
+
+
+def is_user(key: str) -> bool:
+    """A class outside the package (``module.Class`` not under ``fbo_cli``)."""
+    return not key.startswith("fbo_cli.")
+
+
+def changes(cfg, summary: dict | None) -> tuple[list[str], list[str]]:
+    """``(user classes changed, fbo classes changed)`` between a finished run's recorded code (and what
+    was accepted since) and the code ``cfg`` runs now; both empty for a run without a record."""
+    rec = (summary or {}).get("code")
+    if not isinstance(rec, dict) or not isinstance(rec.get("algorithm"), dict):
+        return [], []
+    then = {**rec.get("algorithm", {}), **(rec.get("task") or {})}
+    for acc in (summary or {}).get("code_accepted") or []:
+        if isinstance(acc, dict):
+            then.update(acc.get("classes") or {})
+    now = code_identity(cfg)
+    now = {**now["algorithm"], **now["task"]}
+    diff = sorted(k for k in set(then) | set(now) if then.get(k) != now.get(k))
+    return [k for k in diff if is_user(k)], [k for k in diff if not is_user(k)]
+
+
+def stale_reason(cfg, summary: dict | None) -> str | None:
+    """Why a finished run is stale (its user algorithm's code changed since it ran), or None."""
+    user, _ = changes(cfg, summary)
+    if not user:
+        return None
+    what = ", ".join(k.rsplit(".", 1)[-1] for k in user)
+    where = f" ({cfg.source.rpartition(':')[0]})" if cfg.source else ""
+    return f"stale: the source of {what}{where} changed since the run was made"
+
+
+def accepted(cfg, summary: dict) -> dict:
+    """The summary with the record that the user accepts the current code for this run's numbers (the
+    caller writes it into the run's ``summary.json``)."""
+    now = code_identity(cfg)
+    user, builtin = changes(cfg, summary)
+    entry = {"at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+             "classes": {k: v for part in ("algorithm", "task") for k, v in now[part].items() if k in user + builtin},
+             "commit": now["commit"], "by": "--accept-code-change"}
+    return {**summary, "code_accepted": [*(summary.get("code_accepted") or []), entry]}
