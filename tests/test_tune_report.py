@@ -496,9 +496,11 @@ def test_the_report_summary_counts_tuned_choices_by_their_grid_edge_and_budget()
     at_budget = NS(exp=NS(name="e1", cells=[cell], tuned={"rounds": "budget", "chosen": chosen}))
     short = NS(exp=NS(name="e2", cells=[cell], tuned={"rounds": 40, "chosen": {"A": {"s": {"lr": 0.1}}}}))
     line = tuning_md([at_budget, short])[1]
-    assert "6 tuned choices (algorithm × setting) in 2 experiments: 2 interior" in line
+    assert "6 tuned choices (algorithm × setting) in 2 experiments, each classified" in line
+    assert "): 2 interior" in line
     assert "1 the last value of the key's valid range" in line
-    assert "1 the largest or smallest stable value" in line and "1 at a grid's edge, not resolved (e1: C, s)" in line
+    assert "1 the largest or smallest stable value" in line
+    assert "1 at a grid's edge, not resolved (no value run beyond it) (e1: C, s)" in line
     assert "1 with every grid point rejected" in line
     assert "evaluation budget: 1 experiments" in line and "without it: 1 (e2)" in line
 
@@ -589,3 +591,21 @@ def test_a_factor_claim_tests_the_ratio_of_the_paired_values():
     assert v.verdict == "holds" and "of than / better" in v.interval and v.interval.startswith("3.04x")
     assert claim_verdict(runs, {**claim, "factor": 3}, "s").verdict == "inconclusive"
     assert claim_verdict(runs, {**claim, "factor": 4}, "s").verdict == "does not hold"
+
+
+def test_a_choice_beside_a_rejected_value_is_no_interior_choice_and_an_unexplored_side_is_an_edge():
+    import itertools
+
+    from fbo_cli.report.render import choice_kind
+
+    grid = list(itertools.product([0.01, 0.1, 1.0], [0.5, 0.7, 0.9]))
+    rec = pd.DataFrame({"algorithm": "A", "setting": "s", "grid": "spec", "lr": [g[0] for g in grid],
+                        "mom": [g[1] for g in grid], "rejected": [g == (1.0, 0.7) for g in grid]})
+    kind, why = choice_kind({"lr": 0.1, "mom": 0.7}, rec, "A", "s")
+    assert kind == "stable" and "beside the rejected lr=1" in why
+    assert choice_kind({"lr": 0.1, "mom": 0.9}, rec, "A", "s")[0] == "edge"  # mom=0.9: nothing run above it
+    kind, why = choice_kind({"lr": 0.01, "mom": 0.7}, rec, "A", "s")
+    assert kind == "edge" and "lr=0.01 is the smallest value run" in why
+    assert choice_kind({"lr": 0.1, "mom": 0.7}, rec.assign(rejected=False), "A", "s")[0] == "interior"
+    tied = rec.assign(mom=rec.lr)  # lr and mom tuned together (a grid key "lr,mom"): one line, lr=1 rejected
+    assert choice_kind({"lr": 0.1, "mom": 0.1}, tied, "A", "s", {"lr,mom": [0.01, 0.1, 1.0]})[0] == "stable"

@@ -202,8 +202,9 @@ def tuning_md(sections: list[Section]) -> list[str]:
 
 
 def _tuning_records(exp: Experiment) -> pd.DataFrame | None:
-    p = exp.out_root / "compare" / exp.name / "tuning.csv"
-    return pd.read_csv(p) if p.is_file() else None
+    root = getattr(exp, "out_root", None)
+    p = root / "compare" / exp.name / "tuning.csv" if root is not None else None
+    return pd.read_csv(p) if p is not None and p.is_file() else None
 
 
 def choice_kind(vals: dict, records: pd.DataFrame | None, algo: str, setting: str,
