@@ -357,12 +357,14 @@ def _check_witness(where: str, w: Any, algos: list, settings: list) -> dict | No
 
     if w is None:
         return None
-    ok = (isinstance(w, dict) and set(w) == {"algorithm", "settings"} and w["algorithm"] in {a["name"] for a in algos}
+    ok = (isinstance(w, dict) and {"algorithm", "settings"} <= set(w) <= {"algorithm", "settings", "inner_lr"}
+          and w["algorithm"] in {a["name"] for a in algos}
+          and isinstance(w.get("inner_lr", 0.01), (int, float)) and not isinstance(w.get("inner_lr"), bool)
           and isinstance(w["settings"], dict) and all(
               k in {s["name"] for s in settings} and v in SETTINGS for k, v in w["settings"].items()))
     if not ok:
         raise UsageError(f"{where}: 'witness' must be {{algorithm: <an algorithm of the spec>, settings: {{<setting>: "
-                         f"one of {', '.join(SETTINGS)}}}}}; got {w!r:.200}")
+                         f"one of {', '.join(SETTINGS)}}}, inner_lr: <the public code's --lr>}}; got {w!r:.200}")
     return w
 
 

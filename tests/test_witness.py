@@ -13,15 +13,15 @@ from fbo_cli.results import file_sha256
 runner = CliRunner()
 
 
-def fake_witness(root, name, seed, accs):
-    d = root / "witness" / "fednest" / f"{name}-s{seed}"
+def fake_witness(root, name, seed, accs, lr=0.01):
+    d = root / "witness" / "fednest" / f"{name}-inner{lr:g}-s{seed}"
     d.mkdir(parents=True)
     m = pd.DataFrame({"iterations": range(1, len(accs) + 1), "rounds": [10 * (i + 1) for i in range(len(accs))],
                       "test_acc": accs, "test_loss": 0.5})
     m.to_csv(d / "metrics.csv", index=False)
     hit = m[m.test_acc >= 0.9]
     (d / "summary.json").write_text(json.dumps({
-        "status": "done", "setting": "IID, tau=1", "seed": seed, "final": accs[-1], "commit": "13b5e20",
+        "status": "done", "setting": "IID, tau=1", "seed": seed, "inner_lr": lr, "final": accs[-1], "commit": "13b5e20",
         "rounds_to_target": int(hit.rounds.iloc[0]) if len(hit) else None, "metrics_sha256": file_sha256(d / "metrics.csv")}))
     return d
 
@@ -49,9 +49,10 @@ witness: {{algorithm: FedNest, settings: {{"IID, tau=1": iid-tau1}}}}
     fake_witness(tmp_path, "iid-tau1", 1, [0.5, 0.85, 0.96])
     bad = fake_witness(tmp_path, "iid-tau1", 2, [0.5, 0.6, 0.7])
     (bad / "metrics.csv").write_text("edited\n")  # its completion record no longer matches: left out
+    fake_witness(tmp_path, "iid-tau1", 0, [0.1, 0.2, 0.3], lr=0.003)  # another inner step: not this row's
     build_report(tmp_path, tmp_path / "r.md", tmp_path / "r.html", specs=[str(p)])
     md = (tmp_path / "r.md").read_text()
-    assert "The paper's own code beside ours" in md and "make witness-fednest" in md
+    assert "The paper's own code beside ours" in md and "make witness-fednest" in md and "--inner-lr 0.01" in md
     row = next(line for line in md.splitlines() if line.startswith("| IID, tau=1 | 2 / 2 |"))
     assert "30 ± 0 (2/2 reached)" in row and "never (0/2 reached)" in row and "**differ**" in row
     assert (tmp_path / "r.html").read_text().count("data:image/png") >= 2  # the witness figure too

@@ -48,7 +48,9 @@ def witness_md(exp, runs: pd.DataFrame, curves: dict, root: Path, png: Path) -> 
     pub = witness_runs(root)
     if pub.empty:
         return ""
-    algo, tol = exp.witness["algorithm"], exp.tolerance
+    algo, tol, lr = exp.witness["algorithm"], exp.tolerance, float(exp.witness.get("inner_lr", 0.01))
+    if "inner_lr" in pub:
+        pub = pub[pub.inner_lr.astype(float).sub(lr).abs() < 1e-12]
     rows, panels = [], []
     for setting, key in exp.witness["settings"].items():
         theirs = pub[pub.setting == setting]
@@ -73,9 +75,10 @@ def witness_md(exp, runs: pd.DataFrame, curves: dict, root: Path, png: Path) -> 
     commits = sorted(set(str(c)[:7] for c in pub.get("commit", pd.Series(dtype=str)).dropna()))
     head = (f"**The paper's own code beside ours.** The public FedNest code (`ucr-optml/FedNest`, `main_hr.py`"
             f"{', commit ' + ', '.join(commits) if commits else ''}; unedited, seeded by fbo's driver) at the "
-            f"paper's steps (inner 0.01 in its SVRG lower solver as `reproduce/fig2.sh` runs it, outer 0.01), "
-            f"against our row *{algo}*. Reproduce: `make witness-fednest FEDNEST=<checkout>` (`fbo witness "
-            f"fednest --checkout DIR --out-dir docs/results`; about 10 minutes a run on one core). Agreement: the "
+            f"steps of its own `reproduce/fig2.sh` (inner {lr:g} in its SVRG lower solver, outer 0.01), against "
+            f"our row *{algo}* at the same steps. Reproduce: `make witness-fednest FEDNEST=<checkout>` (`fbo "
+            f"witness fednest --checkout DIR --out-dir docs/results --inner-lr {lr:g}`; 10-45 minutes a run on "
+            f"one core, by the machine's load). Agreement: the "
             f"Welch 95% interval of the difference in final test accuracy (theirs − ours) inside ±{tol:g} "
             f"(**agree**), outside it (**differ**), else **inconclusive**. Rounds to 90% by each program's own "
             f"counter (10 per outer iteration in both).")
