@@ -75,7 +75,7 @@ def imax_per_seed(runs: "pd.DataFrame", expected: dict[int, set[int]] | None = N
 
 
 def imax_table(compare_dir: str | Path, delta: float = 0.01,
-               expected: dict[int, set[int]] | None = None) -> "pd.DataFrame":  # noqa: F821
+               expected: dict[int, set[int]] | None = None, plot: bool = True) -> "pd.DataFrame":  # noqa: F821
     """CODASCA Figure 1 analog: from a compare output's ``runs.csv`` (algorithms x settings that
     vary the window ``I`` and the client count ``K``), the final test AUC (mean ± std over seeds)
     per (algorithm, K, I) and ``I_max`` = the largest I whose mean AUC is >= the mean AUC at I=1
@@ -118,7 +118,8 @@ def imax_table(compare_dir: str | Path, delta: float = 0.01,
                                     (f"{x:.4f}" if isinstance(x, float) else str(x)) for x in r) + " |")
     atomic_write(d / "imax.md", "\n".join(md) + "\n")
     atomic_write(d / "imax.csv", table.to_csv(index=False))
-    plot_auc_vs_window(agg, d / "imax.png", delta)
+    if plot:
+        plot_auc_vs_window(agg, d / "imax.png", delta)
     return table
 
 
