@@ -19,7 +19,6 @@ adafbio-noise           AdaFBiO hyper-cleaning: final test accuracy against the 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -28,44 +27,8 @@ import pandas as pd
 
 from .. import plotstyle as ps
 from ..errors import UsageError
+from ..paper_figures import FIGURES, PaperFigure
 
-
-@dataclass(frozen=True)
-class PaperFigure:
-    name: str
-    paper: str  # the report's paper key
-    title: str
-    specs: tuple[str, ...]
-    kind: str = "curves"  # curves | codasca | dots | noise | partition
-
-
-FIGURES: tuple[PaperFigure, ...] = (
-    PaperFigure("aggitd-fig2", "aggitd", "FBO-AggITD Table 2 / Fig. 2: test accuracy against communication rounds "
-                "(MNIST MLP), the four settings, the 90% target", ("experiments/aggitd_table2.yaml",)),
-    PaperFigure("aggitd-fig3", "aggitd", "FBO-AggITD Fig. 3: FBO-AggITD, FedNest and LFedNest, MNIST MLP, non-IID, "
-                "tau = 1", ("experiments/aggitd_fig3_mnist.yaml",)),
-    PaperFigure("aggitd-fig4", "aggitd", "FBO-AggITD Fig. 4: the SGD-type lower solver (FedAvg), MNIST MLP",
-                ("experiments/aggitd_fig4_mnist.yaml",)),
-    PaperFigure("aggitd-fig6", "aggitd", "FBO-AggITD Fig. 6: training accuracy on MNIST with the CNN",
-                ("experiments/aggitd_fig6_mnist_cnn.yaml",)),
-    PaperFigure("fedbio-noise", "fedbio", "FedBiO hyper-cleaning: final test accuracy against the noise rate p",
-                ("experiments/fedbio_hyperclean_mnist.yaml", "experiments/fedbio_hyperclean_fmnist.yaml"), "noise"),
-    PaperFigure("adafbio-noise", "adafbio", "AdaFBiO hyper-cleaning: final test accuracy against the noise rate p",
-                ("experiments/adafbio_hyperclean_mnist.yaml", "experiments/adafbio_hyperclean.yaml"), "noise"),
-    PaperFigure("codasca-fig1", "codasca", "CODASCA Fig. 1 analog (synth-c100): test AUC against iterations per K, "
-                "a line per window I; final AUC against I with I_max", ("experiments/codasca_fig1_synth_val.yaml",),
-                "codasca"),
-    PaperFigure("codasca-fig1-fmnist", "codasca", "CODASCA Fig. 1 analog (Fashion-MNIST): test AUC against "
-                "iterations per K, a line per window I; final AUC against I with I_max",
-                ("experiments/codasca_fig1_fmnist.yaml",), "codasca"),
-    PaperFigure("zohfl-table1", "zohfl", "ZO-HFL Table I: final test accuracy per method and setting, ours "
-                "(mean ± std over seeds) beside the paper's",
-                ("experiments/zohfl_table1_mnist.yaml", "experiments/zohfl_table1_fmnist.yaml"), "dots"),
-    PaperFigure("zohfl-fig1", "zohfl", "ZO-HFL Fig. 1: examples per client and class of the Dirichlet(0.1) split",
-                (), "partition"),
-    PaperFigure("zohfl-fig2", "zohfl", "ZO-HFL Fig. 2: global loss against communication rounds for tau in "
-                "{5, 20, 50} (Fashion-MNIST)", ("experiments/zohfl_fig2.yaml",)),
-)
 BY_NAME = {f.name: f for f in FIGURES}
 PAPER_IMAX = {"CODASCA": {16: 128, 8: 512}, "CODA+": {16: 32, 8: 128}}  # Yuan et al. Fig. 1, ImageNet-IH
 COUNTS = ("figures/zohfl_fig1_mnist_a0.1.csv", "figures/zohfl_fig1_fashion-mnist_a0.1.csv")
@@ -115,7 +78,7 @@ def _curves(fig: PaperFigure, loaded, path: Path, formats):
 
     exp, runs, curves = loaded[0]
     plot_experiment(exp, curves, path, runs, formats=formats, title=False)
-    return [path.with_suffix("." + f) for f in formats], caption(exp)
+    return [path.with_suffix("." + f) for f in formats], f"{fig.title}. {caption(exp)}"
 
 
 def _final(runs: pd.DataFrame) -> pd.DataFrame:

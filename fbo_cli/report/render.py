@@ -308,7 +308,8 @@ def render_html(markdown: str, figs: dict[str, list[tuple[str, str]]] | None = N
            "nav li.h3{margin-left:1.5em;font-size:13px}nav.pages{font-size:14px}")
     cut = body.find("</h1>") + len("</h1>") if "</h1>" in body else 0  # the title, then the contents
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>fbo results</title><style>{css}</style>"
-            f"</head><body>{body[:cut]}{nav}{body[cut:]}</body></html>\n")
+            f"</head><body>{body[:cut]}{nav}{body[cut:]}<script>addEventListener('load',()=>document.body.dataset."
+            f"height=document.documentElement.scrollHeight)</script></body></html>\n")
 
 
 def _figure_html(href: str, caption: str) -> str:

@@ -22,7 +22,7 @@ from ..tasks.hfl import partition_counts, plot_partition
 
 
 def fig1(dataset: str = "mnist", alpha: float = 0.1, clients: int = 10, seed: int = 0,
-         data_dir: str = "data", out_dir: str | Path = "results/figures") -> Path:
+         data_dir: str = "data", out_dir: str | Path = "results/figures", formats=("png", "pdf", "svg")) -> Path:
     """Build the hfl split of ``dataset`` (Dirichlet ``alpha`` over ``clients``, after the 10% test
     and 30% server shares) and write its client x class counts: ``zohfl_fig1_<dataset>_a<alpha>.csv``
     (the evidence ``fbo report`` reads) and ``.png`` (a bubble chart)."""
@@ -35,7 +35,7 @@ def fig1(dataset: str = "mnist", alpha: float = 0.1, clients: int = 10, seed: in
     rows = ["client," + ",".join(f"class {c}" for c in range(counts.shape[1]))]
     rows += [f"{i}," + ",".join(str(int(v)) for v in r) for i, r in enumerate(counts.tolist())]
     atomic_write(Path(out_dir) / f"{stem}.csv", "\n".join(rows) + "\n")
-    return plot_partition(counts, Path(out_dir) / f"{stem}.png", fig1_title(dataset, alpha, clients, seed))
+    return plot_partition(counts, Path(out_dir) / f"{stem}.png", fig1_title(dataset, alpha, clients, seed), formats)
 
 
 def fig1_title(dataset: str, alpha: float, clients: int = 10, seed: int = 0) -> str:
