@@ -119,12 +119,13 @@ def collect(exp: Experiment, warn=None) -> tuple[pd.DataFrame, dict[tuple[str, s
     return pd.DataFrame(rows), curves
 
 
-def _ms(v: pd.Series) -> str:
-    """``mean ± std`` over seeds as text (fractions stay fractions, as in metrics.csv); ``-`` when empty."""
+def _ms(v: pd.Series, counts: bool = False) -> str:
+    """``mean ± std`` over seeds as text, one format per quantity: ``counts`` (rounds, iterations) as whole
+    numbers, mean and spread alike; fractions stay fractions, as in metrics.csv; ``-`` when empty."""
     v = v.dropna().astype(float)
     if v.empty:
         return "-"
-    if (v == v.round()).all() and v.abs().max() >= 10:  # counts (rounds, iterations): whole numbers
+    if counts:
         f = lambda x: f"{x:.0f}"  # noqa: E731
     elif v.abs().max() < 10:  # fractions and losses: four decimals, mean and spread alike
         f = lambda x: f"{x:.4f}"  # noqa: E731
@@ -149,14 +150,14 @@ def summarize(exp: Experiment, runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.Dat
 
             def put(name: str, v: pd.Series, text: str | None = None, row=row, num=num) -> None:
                 v = v.dropna().astype(float)
-                row[name] = _ms(v) if text is None else text
+                row[name] = _ms(v, counts=name.endswith("to target")) if text is None else text
                 num[name] = v.mean() if len(v) else math.nan
                 num[f"{name} std"] = v.std(ddof=1) if len(v) > 1 else math.nan
                 num[f"{name} n"] = len(v)
 
             if exp.target is not None:
                 hit = col("rounds_to_target").dropna()
-                put("rounds to target", hit, ("-" if g.empty else _ms(hit) if len(hit) else "never")
+                put("rounds to target", hit, ("-" if g.empty else _ms(hit, counts=True) if len(hit) else "never")
                     + f" ({len(hit)}/{len(g)})")
                 its = col("iterations_to_target")
                 put("iterations to target", its, None if len(hit) else "never")

@@ -155,8 +155,8 @@ def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFram
             ax.set_xlim(cut, top * (1.02 if exp.x not in LOG_X else 1.2))
         if exp.target is not None:
             ax.axhline(exp.target, color="0.45", ls=":", lw=1, label=f"target {exp.target:g}")
-        width = int(fig.get_figwidth() / ncol * 72 / (ps.FONT_PT * 0.5))
-        ax.set_title("\n".join([s, *[w for t in notes for w in textwrap.wrap(t, width)]]),
+        width = int(fig.get_figwidth() / ncol * 72 / (ps.FONT_PT * 0.56))
+        ax.set_title("\n".join(w for t in [s, *notes] for w in textwrap.wrap(t, width)),
                      fontsize=ps.FONT_PT + (0.5 if not notes else 0))
         ax.set_xlabel(X_AXES.get(exp.x, exp.x))
         ax.tick_params(labelleft=True)  # tick labels on every panel, shared y or not

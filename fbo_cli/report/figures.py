@@ -195,7 +195,7 @@ def codasca_fig1(fig: PaperFigure, loaded, path: Path, formats, delta: float = 0
         axes[r][0].set_ylabel("test AUC")
     done = runs[runs.status == "done"]
     agg = done.groupby(["algorithm", "K", "I"])["final"].agg(["mean", "std"]).reset_index()
-    styles = _styles(exp)
+    styles, marked = _styles(exp), False
     for c, K in enumerate(Ks):
         ax = axes[-1][c]
         for a in algos:
@@ -215,6 +215,7 @@ def codasca_fig1(fig: PaperFigure, loaded, path: Path, formats, delta: float = 0
             if K in PAPER_IMAX.get(a, {}):
                 ax.plot([PAPER_IMAX[a][K]], [0.03], transform=ax.get_xaxis_transform(), ls="none", marker="D",
                         mfc="none", mec=st["color"], mew=1.2, ms=5, clip_on=False)
+                marked = True
         ax.set_xscale("log", base=2)
         ax.set_title(f"final AUC against I, K = {K}")
         ax.set_xlabel("communication window I")
@@ -226,14 +227,14 @@ def codasca_fig1(fig: PaperFigure, loaded, path: Path, formats, delta: float = 0
 
     paper = Line2D([], [], ls="none", marker="D", mfc="none", mec="0.2", mew=1.2, ms=5,
                    label="paper's I_max (ImageNet-IH)")
-    ps.shared_legend(f, [paper])
+    ps.shared_legend(f, [paper] if marked else None)
     ps.save(f, path, formats)
     return [path.with_suffix("." + x) for x in formats], (
         f"{fig.title}. Top rows: test AUC (mean over seeds) against the local iterations each client ran, one "
         "panel per method and client count K, one line per window I (dark: small I, light: large I). Bottom row: "
         "final test AUC against I (mean ± one std over seeds, clipped to [0, 1]); dotted vertical lines: each "
         f"method's I_max, the largest I whose mean AUC is within {delta:g} of its I = 1 AUC; hollow diamonds at the "
-        "foot: the paper's I_max on ImageNet-IH (context only: another dataset).")
+        "foot (at the paper's K only): the paper's I_max on ImageNet-IH (context only: another dataset).")
 
 
 def _partition(fig: PaperFigure, root: Path, path: Path, formats):

@@ -32,6 +32,14 @@ def paper_figures(paper: Paper, sections: list[Section], root: Path, figdir: Pat
     return out
 
 
+def width_px(svg: Path, scale: float = 1.3) -> int:
+    """The width to show an SVG at: its print width (pt, from its header) in CSS px times ``scale``, the same
+    for every figure, so that its 8 pt fonts read as about 14 px."""
+    head = svg.read_text()[:2000] if svg.is_file() else ""
+    m = re.search(r'<svg[^>]*\swidth="([\d.]+)pt"', head)
+    return round(float(m.group(1)) * 4 / 3 * scale) if m else 900
+
+
 def split(md: str, papers: tuple[Paper, ...]) -> list[tuple[str, str]]:
     """``(key, markdown)`` of the index and of each paper's part; the index keeps the title, the rule, the
     summary and everything after the last paper (the checks and the bench)."""
@@ -57,14 +65,15 @@ def write_pages(md: str, sections: dict[str, list[Section]], paper_figs: dict[st
     names = {k: index.name if k == "index" else f"{index.stem}-{k}.html" for k, _ in parts}
     titles = {p.key: p.title.split(":")[0] for p in papers} | {"index": "Summary"}
     nav = [(names[k], titles.get(k, k)) for k, _ in parts]
-    figs: dict[str, list[tuple[str, str]]] = {}
+    figs: dict[str, list[tuple[str, str, int]]] = {}
     for secs in sections.values():
         for sec in secs:
             if sec.exp is not None and sec.figures:
-                figs[sec.exp.title or sec.exp.name] = [(f"{figname}/{p.name}", cap) for p, cap in sec.figures]
+                figs[sec.exp.title or sec.exp.name] = [(f"{figname}/{p.name}", cap, width_px(p))
+                                                       for p, cap in sec.figures]
     for p in papers:
         if paper_figs.get(p.key):
-            figs[p.title] = [(f"{figname}/{f.name}", cap) for f, cap in paper_figs[p.key]]
+            figs[p.title] = [(f"{figname}/{f.name}", cap, width_px(f)) for f, cap in paper_figs[p.key]]
     anchors = {k: {slug(re.sub(r"`", "", h)) for h in re.findall(r"^#{2,3} (.+)$", text, re.M)} for k, text in parts}
     written = []
     for k, text in parts:

@@ -267,11 +267,11 @@ def slug(text: str) -> str:
     return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
 
 
-def render_html(markdown: str, figs: dict[str, list[tuple[str, str]]] | None = None,
+def render_html(markdown: str, figs: dict[str, list[tuple[str, str, int]]] | None = None,
                 pages: list[tuple[str, str]] | None = None, here: str = "") -> str:
     """One page: the Markdown rendered by markdown-it-py (CommonMark with tables), an id on every heading, a
     table of contents, links to the other ``pages`` ``(href, title)``, and after a heading whose text is a key
-    of ``figs`` its figures ``(SVG href, caption)``, each linked to its SVG and beside it its PDF and PNG."""
+    of ``figs`` its figures ``(SVG href, caption, width in px)``, each linked to its SVG, its PDF and PNG."""
     from markdown_it import MarkdownIt
 
     figs = figs or {}
@@ -289,7 +289,7 @@ def render_html(markdown: str, figs: dict[str, list[tuple[str, str]]] | None = N
             toc.append((t.tag, anchor, tokens[i + 1]))
     body = md.renderer.render(tokens, md.options, {})
     for tag, anchor, inline in toc:  # figures right after their section's heading
-        items = "".join(_figure_html(href, cap) for href, cap in figs.get(inline.content, []))
+        items = "".join(_figure_html(*f) for f in figs.get(inline.content, []))
         if items:
             close = body.index(f"</{tag}>", body.index(f'<{tag} id="{anchor}">')) + len(f"</{tag}>")
             body = body[:close] + items + body[close:]
@@ -301,7 +301,7 @@ def render_html(markdown: str, figs: dict[str, list[tuple[str, str]]] | None = N
     css = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222;"
            "font-size:15px;line-height:1.45}"
            "table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px}"
-           "th{background:#f3f3f3}figure{margin:1em 0}figure img{width:100%;max-width:900px;border:1px solid #eee}"
+           "th{background:#f3f3f3}figure{margin:1em 0}figure img{max-width:100%;height:auto;border:1px solid #eee}"
            "figcaption{font-size:13px;color:#444;max-width:900px}"
            "h2{border-bottom:2px solid #444;margin-top:2em}code{background:#f5f5f5;padding:0 3px}"
            "nav{background:#fafafa;border:1px solid #ddd;padding:.5em 1em;margin:1em 0}nav ul{margin:.3em 0}"
@@ -312,9 +312,11 @@ def render_html(markdown: str, figs: dict[str, list[tuple[str, str]]] | None = N
             f"height=document.documentElement.scrollHeight)</script></body></html>\n")
 
 
-def _figure_html(href: str, caption: str) -> str:
+def _figure_html(href: str, caption: str, width: int) -> str:
+    """A figure at its print size scaled by the same factor for every figure (8 pt fonts read as about 14 px)."""
     stem = href.rsplit(".", 1)[0]
+    text = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(caption))
     return (f'<figure><a href="{html.escape(href)}"><img alt="{html.escape(caption[:120])}" loading="lazy" '
-            f'src="{html.escape(href)}"></a><figcaption>{html.escape(caption)} '
+            f'style="width:{width}px" src="{html.escape(href)}"></a><figcaption>{text} '
             f'<a href="{html.escape(stem)}.pdf">PDF</a> · <a href="{html.escape(stem)}.png">PNG</a> · '
             f'<a href="{html.escape(href)}">SVG</a></figcaption></figure>')
