@@ -86,6 +86,11 @@ def _final(runs: pd.DataFrame) -> pd.DataFrame:
     return done.groupby(["algorithm", "setting"], sort=False)["final"].agg(["mean", "std", "count"]).reset_index()
 
 
+def _dataset(exp) -> str:
+    """The dataset of the spec's runs, as a panel title (the spec's name when it has none)."""
+    return ", ".join(dict.fromkeys(c.cfg.run.dataset for c in exp.cells)) or exp.name
+
+
 def _styles(exp):
     return ps.row_styles([(a["name"], a.get("algo", a["name"])) for a in exp.algorithms])
 
@@ -113,7 +118,7 @@ def table_dots(fig: PaperFigure, loaded, path: Path, formats):
                                              for s in settings])
         ax.set_ylim(len(settings) - 0.5, -0.5)
         ax.set_xlabel("final test accuracy")
-        ax.set_title(str(exp.reference_on.get("dataset") or exp.cells[0].cfg.run.dataset))
+        ax.set_title(_dataset(exp))
         ax.tick_params(labelleft=True)
         lo, hi = ax.get_xlim()
         ax.set_xlim(max(lo, 0.0), min(hi, 1.0))
@@ -148,7 +153,7 @@ def noise_figure(fig: PaperFigure, loaded, path: Path, formats):
                         marker=st["marker"], ms=4, capsize=2, label=a["name"])
         ax.set_xticks(sorted({p for p in p_of.values() if p is not None}))
         ax.set_xlabel("noise rate p (share of training labels flipped)")
-        ax.set_title(exp.cells[0].cfg.run.dataset)
+        ax.set_title(_dataset(exp))
         ps.limit_y(ax, "test_acc")
     axes[0][0].set_ylabel("final test accuracy")
     ps.shared_legend(f)
