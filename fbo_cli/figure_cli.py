@@ -4,10 +4,12 @@ command per figure (:data:`fbo_cli.report.figures.FIGURES`), plus the two that b
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.console import Console
 
 from .errors import UsageError
 from .paper_figures import FIGURES
@@ -23,8 +25,22 @@ FORMAT = typer.Option(None, "--format", help="Output formats: png, pdf, svg (rep
                       "\\[default: all three]")
 
 
+out, err = Console(), Console(stderr=True)
+
+
+@contextlib.contextmanager
+def user_errors():
+    """A :class:`UsageError` as one line and exit code 2, as every fbo command does (cli.user_errors)."""
+    try:
+        yield
+    except UsageError as e:
+        from rich.markup import escape
+
+        err.print(f"[bold red]Error:[/bold red] {escape(str(e))}", highlight=False)
+        raise typer.Exit(2) from None
+
+
 def _draw(name: str, root: Path, out_dir: Path, formats: list[str] | None) -> None:
-    from .cli import out, user_errors
     from .plotstyle import parse_formats
     from .report.figures import draw
 
@@ -66,7 +82,6 @@ def figure_zohfl_fig1(
     split and write its counts as CSV (`fbo report --collect` keeps the CSV) and its bubble chart."""
     if dataset is None:
         return _draw("zohfl-fig1", root, out_dir, formats)
-    from .cli import out, user_errors
     from .plotstyle import parse_formats
     from .report.zohfl import fig1
 
@@ -86,7 +101,6 @@ def figure_codasca_imax(
     """The CODASCA Figure 1 analog's I_max table (Yuan et al., ICML 2021): final AUC against the window I per
     algorithm and K, and I_max; writes imax.md, imax.csv and imax.png (.pdf, .svg) beside runs.csv and prints
     the table. The whole Figure 1 from the evidence: `fbo figure codasca-fig1`."""
-    from .cli import user_errors
     from .report.codasca import imax_table
 
     with user_errors():

@@ -8,7 +8,6 @@ import numpy as np
 import pandas as pd
 import pytest
 from matplotlib.collections import PolyCollection
-from matplotlib.lines import Line2D
 
 from fbo_cli import plotstyle as ps
 from fbo_cli.paper_figures import PaperFigure
@@ -173,8 +172,10 @@ def test_formats_and_pages():
     from fbo_cli.report.papers import Paper
 
     papers = (Paper("a", "Paper A", ""), Paper("b", "Paper B", ""))
-    md = "# T\n\nrule\n\n## Summary\n\nx\n\n## Paper A\n\na\n\n## Paper B\n\nb\n\n## Do the committed numbers reproduce? x\n\nc\n"
+    md = ("# T\n\nrule\n\n## Summary\n\nx\n\n## Paper A\n\na\n\n## Paper B\n\nb\n\n"
+          "## Do the committed numbers reproduce? x\n\nc\n")
     parts = dict(split(md, papers))
-    assert "## Summary" in parts["index"] and "## Do the committed" in parts["index"] and "Paper A" not in parts["index"]
+    index = parts["index"]
+    assert "## Summary" in index and "## Do the committed" in index and "Paper A" not in index
     assert parts["a"].startswith("# T") and "## Paper A" in parts["a"] and "Paper B" not in parts["a"]
     assert "## Paper B" in parts["b"] and "reproduce" not in parts["b"]

@@ -244,7 +244,6 @@ def codasca_fig1(fig: PaperFigure, loaded, path: Path, formats, delta: float = 0
 
 def _partition(fig: PaperFigure, root: Path, path: Path, formats):
     from ..tasks.hfl import draw_partition
-    from .render import counts_title
 
     files = [root / c for c in COUNTS if (root / c).is_file()]
     if not files:
@@ -253,7 +252,7 @@ def _partition(fig: PaperFigure, root: Path, path: Path, formats):
     f, axes = ps.subplots(1, len(files), panel_h=2.6)
     for ax, p in zip(axes[0], files, strict=True):
         draw_partition(ax, pd.read_csv(p).drop(columns="client").to_numpy())
-        ax.set_title(counts_title(p).split(": ")[0].replace("Fig. 1 of ZO-HFL on ", ""))
+        ax.set_title(re.sub(r"^zohfl_fig1_(.+)_a[\d.e-]+$", r"\1", p.stem))
     ps.save(f, path, formats)
     return [path.with_suffix("." + x) for x in formats], (
         f"{fig.title}, seed 0, after the test and server shares. Bubble area is proportional to the count; "

@@ -88,7 +88,7 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
 
 def figures_md(paper: Paper, sections: list[Section]) -> list[str]:
     """The paper's figures that the HTML page shows under its heading, each with the command that draws it."""
-    from .figures import FIGURES
+    from ..paper_figures import FIGURES
 
     have = {sec.spec for sec in sections if sec.exp is not None and len(sec.missing or []) < len(sec.exp.cells)}
     figs = [f for f in FIGURES if f.paper == paper.key and (f.specs and set(f.specs) <= have
@@ -201,7 +201,7 @@ def _render_section_md(sec: Section) -> list[str]:
         return [f"### `{sec.spec}`", "", f"Spec not readable: {sec.error}", ""]
     exp = sec.exp
     title = exp.title or exp.name
-    from .figures import FIGURES
+    from ..paper_figures import FIGURES
 
     named = [f.name for f in FIGURES if sec.spec in f.specs and f.kind in ("curves", "codasca")]
     lines = [f"### {title}", "", f"Spec `{sec.spec}`; regenerate with `fbo compare {sec.spec}`"

@@ -52,7 +52,8 @@ def compute_line(runs: pd.DataFrame, tuning_csv: Path) -> str:
 def build_section(spec: str, root: Path, work: Path, figdir: Path | None = None, evidence=None) -> Section:
     """One spec's section; its curves figures are drawn into ``figdir`` (none without it), except for a spec
     whose figure is one of the papers' figures (:mod:`.figures`), which the paper's page shows."""
-    from .figures import FIGURES, Evidence
+    from ..paper_figures import FIGURES
+    from .figures import Evidence
 
     sec = Section(spec, None, verdicts=[], paper_rows=[], missing=[], figures=[])
     try:
