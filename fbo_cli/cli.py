@@ -501,7 +501,8 @@ def report(
                               "docs/results is the committed evidence."),
     md: Optional[Path] = typer.Option(None, "--md", help="Markdown report. \\[default: docs/results.md; with "
                                       "--spec: results/report/partial.md, never the full report]"),
-    html_out: Optional[Path] = typer.Option(None, "--html", help="Self-contained HTML report. \\[default: "
+    html_out: Optional[Path] = typer.Option(None, "--html", help="The HTML report's index page; a page "
+                                            "per paper and the figures (SVG, PDF, PNG) go beside it. \\[default: "
                                             "results/report/report.html; with --spec: results/report/partial.html]"),
     collect: Optional[Path] = typer.Option(None, "--collect", help="First copy the finished reproduction runs "
                                            "from this results root (e.g. results) into --from."),
@@ -509,7 +510,8 @@ def report(
                                               "(repeatable). \\[default: every paper's reproduction specs]"),
 ) -> None:
     """Write the report of every paper's reproduction (tables beside the papers' numbers, verdicts by a
-    stated rule, missing runs, figures in the HTML) from run directories only; runs nothing."""
+    stated rule, missing runs; in the HTML an index and a page per paper with the papers' figures) from run
+    directories only; runs nothing."""
     from .report import build_report, collect_evidence, prune_evidence
 
     partial = bool(spec)
