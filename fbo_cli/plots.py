@@ -156,7 +156,8 @@ def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFram
         if exp.target is not None:
             ax.axhline(exp.target, color="0.45", ls=":", lw=1, label=f"target {exp.target:g}")
         width = int(fig.get_figwidth() / ncol * 72 / (ps.FONT_PT * 0.56))
-        ax.set_title("\n".join(w for t in [s, *notes] for w in textwrap.wrap(t, width)),
+        head = [s] if n > 1 or s != "default" else []  # a spec's one unnamed setting needs no title
+        ax.set_title("\n".join(w for t in [*head, *notes] for w in textwrap.wrap(t, width)),
                      fontsize=ps.FONT_PT + (0.5 if not notes else 0))
         ax.set_xlabel(X_AXES.get(exp.x, exp.x))
         ax.tick_params(labelleft=True)  # tick labels on every panel, shared y or not

@@ -75,7 +75,7 @@ def method_style(algo: str) -> tuple[str, str]:
 
 def row_styles(rows: list[tuple[str, str]]) -> dict[str, dict]:
     """Line styles of a figure's rows ``(display name, algo)``: the method's colour and marker, and a new
-    dash for each further row of the same method, so that rows stay distinct where they overlap."""
+    dash for each further row of the same colour, so that rows stay distinct where they overlap."""
     out, seen = {}, {}
     if len(rows) > 1 and len({a for _, a in rows}) == 1:  # one method, several parameters: a colour per row
         cols = [OI[c] for c in ("vermillion", "blue", "green", "orange", "sky", "purple", "black", "grey")]
@@ -83,7 +83,7 @@ def row_styles(rows: list[tuple[str, str]]) -> dict[str, dict]:
                 for k, (name, _) in enumerate(rows)}
     for name, algo in rows:
         c, m = method_style(algo)
-        k = seen[c, m] = seen.get((c, m), -1) + 1
+        k = seen[c] = seen.get(c, -1) + 1  # a second row in one colour gets the next dash
         out[name] = {"color": c, "marker": m, "ls": DASHES[k % len(DASHES)]}
     return out
 
