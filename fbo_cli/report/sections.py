@@ -106,15 +106,15 @@ def section_figures(exp: Experiment, runs: pd.DataFrame, curves: dict, figdir: P
 
     out = []
     path = figdir / f"{exp.name}.png"
-    squeeze = plot_experiment(exp, curves, path, runs)
+    squeeze = plot_experiment(exp, curves, path, runs, title=False)  # the section's heading is its title
     out.append((path.with_suffix(".svg"), caption(exp)))
     if squeeze < ZOOM_BELOW:
         zoom = figdir / f"{exp.name}_zoom.png"
-        plot_experiment(exp, curves, zoom, runs, tail=0.5)
+        plot_experiment(exp, curves, zoom, runs, tail=0.5, title=False)
         out.append((zoom.with_suffix(".svg"), caption(exp, tail=0.5)))
     for xa in exp.x_also:
         other = replace(exp, x=xa)
         p = figdir / f"{exp.name}_{xa}.png"
-        plot_experiment(other, curves, p, runs)
+        plot_experiment(other, curves, p, runs, title=False)
         out.append((p.with_suffix(".svg"), caption(other)))
     return out
