@@ -43,8 +43,9 @@ def caption(exp: Experiment, tail: float | None = None) -> str:
     if exp.reference:
         out.append("Hollow diamonds, where our runs are on the paper's dataset: the paper's numbers (its final "
                    "value at our last point; its rounds to the target on the target line).")
-    out.append("A thin dashed line ending in x: a diverged run. A row whose runs are another row's runs is drawn "
-               "once: its markers sit on the other's line and the panel names both.")
+    out.append("A thin dashed line ending in x: a diverged run. A row whose runs are another row's runs, or whose "
+               "mean curve equals another row's, is drawn once: its hollow markers sit on the other's line and the "
+               "panel names both.")
     if exp.x in LOG_X:
         out.append("Log x axis from the first evaluation after the start (x > 0).")
     if tail is not None:
@@ -84,7 +85,7 @@ def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFram
     squeeze, has_paper = 1.0, False
     for k, s in enumerate(settings):
         ax = axes[k // ncol][k % ncol]
-        drawn, notes, same = False, [], {}
+        drawn, notes, same, shown = False, [], {}, {}
         lines: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # (x, mean, lo, hi)
         for j, a in enumerate(exp.algorithms):
             name, st_ = a["name"], styles[a["name"]]
@@ -114,10 +115,13 @@ def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFram
                 continue
             drawn = True
             grid, mean, lo, hi = _mean_band(exp, done)
+            equal = next((o for o, (g, m) in shown.items() if len(g) == len(grid) and np.allclose(g, grid)
+                          and np.allclose(m, mean, equal_nan=True)), None) if twin is None else None
+            shown[name] = (grid, mean)
             lines.append((grid, mean, lo, hi))
-            if twin is not None:  # the same runs as an earlier row: its markers on that row's line
+            if twin is not None or equal is not None:  # an earlier row's curve: its markers on that row's line
                 ps.line(ax, grid, mean, {**st_, "ls": "none"}, name, k=j, mfc="none")
-                notes.append(same_runs(name, twin))
+                notes.append(same_runs(name, twin) if twin is not None else f"{name} = {equal}, identical curves")
             else:
                 ps.line(ax, grid, mean, st_, name, k=j)
                 if len(done) > 1:

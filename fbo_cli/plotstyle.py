@@ -134,9 +134,12 @@ def shared_legend(fig, extra: list | None = None, ncol: int | None = None):
     handles, labels = {}, []
     for ax in fig.axes:
         for h, lab in zip(*ax.get_legend_handles_labels()):
-            if lab not in handles and not lab.startswith("_"):
-                handles[lab] = h
+            if lab.startswith("_"):
+                continue
+            if lab not in handles:
                 labels.append(lab)
+            if lab not in handles or _markers_only(handles[lab]) and not _markers_only(h):  # a drawn line first
+                handles[lab] = h
     for h in extra or []:
         if h.get_label() not in handles:
             handles[h.get_label()] = h
@@ -146,6 +149,10 @@ def shared_legend(fig, extra: list | None = None, ncol: int | None = None):
     width = max(len(s) for s in labels)
     ncol = ncol or max(1, min(len(labels), int(fig.get_figwidth() * 72 / (FONT_PT * 0.52 * width + 28))))
     return fig.legend([handles[k] for k in labels], labels, loc="outside lower center", ncol=ncol)
+
+
+def _markers_only(h) -> bool:
+    return hasattr(h, "get_linestyle") and h.get_linestyle() in ("None", "none", "")
 
 
 def suptitle(fig, text: str) -> None:
