@@ -46,18 +46,16 @@ data:   ## Fashion-MNIST from Debian's dataset-fashion-mnist (root with apt) and
 run:    ## the main job: FBO-AggITD vs FedNest on bundled MNIST digits (no network needed, < 2 min)
 	$(FBO) compare experiments/quick_mnist5k.yaml --jobs $(JOBS)
 
-report:  ## docs/results.md and results/report/report.html from the committed evidence (docs/results/); runs nothing
+report:  ## docs/results.md and the HTML report (results/report/report.html, a page per paper, figures/ as SVG, PDF, PNG) from the committed evidence (docs/results/); runs nothing
 	$(FBO) report
 
 report-collect:  ## copy the finished reproduction runs from results/ into docs/results/, then write the report
 	$(FBO) report --collect results
 
-report-check:  ## open the HTML report in headless Chromium and save a screenshot (results/report/report.png)
+report-check:  ## write the report, then a full-height screenshot of every page in headless Chromium (results/report/screens/)
 	@command -v chromium >/dev/null || { echo "make report-check needs Chromium: make browser (Debian: apt-get install chromium) installs it"; exit 2; }
 	$(FBO) report
-	chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1280,4000 \
-	  --screenshot=$(CURDIR)/results/report/report.png file://$(CURDIR)/results/report/report.html
-	@echo "screenshot: results/report/report.png"
+	$(PY) -m fbo_cli.report.screens results/report
 
 reproduce: reproduce-all  ## the same as reproduce-all
 
@@ -180,7 +178,7 @@ reproduce-zohfl:     ## Table I of Qiu, Kim & Yousefian (arXiv 2504.01839): MNIS
 	$(FBO) compare experiments/zohfl_table1_fmnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1_fmnist_x0zero.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_fig2.yaml --jobs $(JOBS)
-	$(FBO) figure zohfl-fig2 results/compare/zohfl_fig2
+	$(FBO) figure zohfl-fig2 --from results
 	$(FBO) figure zohfl-fig1 mnist --alpha 0.1
 	$(FBO) figure zohfl-fig1 fashion-mnist --alpha 0.1
 

@@ -600,7 +600,8 @@ def report(
                               "docs/results is the committed evidence."),
     md: Optional[Path] = typer.Option(None, "--md", help="Markdown report. \\[default: docs/results.md; with "
                                       "--spec: results/report/partial.md, never the full report]"),
-    html_out: Optional[Path] = typer.Option(None, "--html", help="Self-contained HTML report. \\[default: "
+    html_out: Optional[Path] = typer.Option(None, "--html", help="The HTML report's index page; a page "
+                                            "per paper and the figures (SVG, PDF, PNG) go beside it. \\[default: "
                                             "results/report/report.html; with --spec: results/report/partial.html]"),
     collect: Optional[Path] = typer.Option(None, "--collect", help="First copy the finished reproduction runs "
                                            "from this results root (e.g. results) into --from."),
@@ -608,7 +609,8 @@ def report(
                                               "(repeatable). \\[default: every paper's reproduction specs]"),
 ) -> None:
     """Write the report of every paper's reproduction (tables beside the papers' numbers, verdicts by a
-    stated rule, missing runs, figures in the HTML) from run directories only; runs nothing."""
+    stated rule, missing runs; in the HTML an index and a page per paper with the papers' figures) from run
+    directories only; runs nothing."""
     from .report import build_report, collect_evidence, prune_evidence
 
     partial = bool(spec)
@@ -650,56 +652,9 @@ def fetch(
         out.print(fetch_mnist(data_dir, log=lambda m: err.print(m, highlight=False)), highlight=False)
 
 
-figure_app = typer.Typer(no_args_is_help=True, help="Figures a compare table does not draw (ZO-HFL Figs. 1-2, "
-                         "the CODASCA I_max analog).")
+from .figure_cli import figure_app  # noqa: E402  (fbo figure NAME: the papers' figures)
+
 app.add_typer(figure_app, name="figure")
-
-
-@figure_app.command("zohfl-fig1")
-def figure_zohfl_fig1(
-    dataset: str = typer.Argument("mnist", help="Dataset of the split."),
-    alpha: float = typer.Option(0.1, help="Dirichlet concentration of the label split."),
-    clients: int = typer.Option(10, help="Number of clients."),
-    seed: int = typer.Option(0, help="Random seed of the split."),
-    data_dir: Path = typer.Option(Path("data"), help="Where datasets are read from."),
-    out_dir: Path = typer.Option(Path("results/figures"), help="Where the PNG and the counts CSV go."),
-) -> None:
-    """Fig. 1 of ZO-HFL (Qiu, Kim & Yousefian, arXiv 2504.01839): examples per client and class of the
-    Dirichlet split; writes a bubble chart and the counts as CSV (`fbo report --collect` keeps the CSV)."""
-    from .report.zohfl import fig1
-
-    with user_errors():
-        if not alpha > 0 or clients < 1:
-            raise UsageError(f"--alpha must be > 0 and --clients >= 1, got {alpha}, {clients}")
-        out.print(f"written: {fig1(dataset, alpha, clients, seed, str(data_dir), out_dir)} and its .csv")
-
-
-@figure_app.command("zohfl-fig2")
-def figure_zohfl_fig2(compare_dir: Path = typer.Argument(
-        Path("results/compare/zohfl_fig2"), help="Output folder of `fbo compare experiments/zohfl_fig2.yaml`.")
-) -> None:
-    """Fig. 2 of ZO-HFL: its global loss against the round for each tau, log scale."""
-    from .report.zohfl import fig2
-
-    with user_errors():
-        if not (compare_dir / "runs.csv").is_file():
-            raise UsageError(f"no runs.csv in {compare_dir}: run `fbo compare experiments/zohfl_fig2.yaml` first")
-        out.print(f"written: {fig2(compare_dir)}")
-
-
-@figure_app.command("codasca-imax")
-def figure_codasca_imax(
-    compare_dir: Path = typer.Argument(..., help="Output folder of `fbo compare experiments/codasca_fig1_*.yaml`."),
-    delta: float = typer.Option(0.01, help="AUC drop from I = 1 that a window may cost."),
-) -> None:
-    """The CODASCA Figure 1 analog (Yuan et al., ICML 2021): final AUC against the window I, and I_max."""
-    from .report.codasca import imax_table
-
-    with user_errors():
-        if not (compare_dir / "runs.csv").is_file():
-            raise UsageError(f"no runs.csv in {compare_dir}: run `fbo compare` on a codasca_fig1 spec first")
-        imax_table(compare_dir, delta)
-        typer.echo((compare_dir / "imax.md").read_text().rstrip("\n"))
 
 
 def _field_notes(cls: type) -> dict[str, str]:

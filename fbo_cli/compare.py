@@ -14,18 +14,15 @@ spec's x axis: one line per algorithm, mean over seeds with a min-max band, a pa
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from .collapse import collapsed
 from .errors import UsageError
+from .plots import T95, plot_experiment  # noqa: F401  (compare's public API)
 from .results import (
-    METRIC_LABELS,
-    X_AXES,
     atomic_write,
     cost_line,
     fmt_num,
@@ -34,7 +31,6 @@ from .results import (
     read_metrics,
     rounds_to_target,
     run_status,
-    save_figure,
     todo_runs,
 )
 from .spec import (  # noqa: F401  (load_spec, check_metrics: the public API compare has always had)
@@ -183,12 +179,13 @@ def _shown_as(dups: dict, a: str, s: str) -> str | None:
     return " = ".join([a, *dups.get((a, s), [])])
 
 
-def _ms(v: pd.Series) -> str:
-    """``mean ± std`` over seeds as text (fractions stay fractions, as in metrics.csv); ``-`` when empty."""
+def _ms(v: pd.Series, counts: bool = False) -> str:
+    """``mean ± std`` over seeds as text, one format per quantity: ``counts`` (rounds, iterations) as whole
+    numbers, mean and spread alike; fractions stay fractions, as in metrics.csv; ``-`` when empty."""
     v = v.dropna().astype(float)
     if v.empty:
         return "-"
-    if (v == v.round()).all() and v.abs().max() >= 10:  # counts (rounds, iterations): whole numbers
+    if counts:
         f = lambda x: f"{x:.0f}"  # noqa: E731
     elif v.abs().max() < 10:  # fractions and losses: four decimals, mean and spread alike
         f = lambda x: f"{x:.4f}"  # noqa: E731
@@ -218,14 +215,14 @@ def summarize(exp: Experiment, runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.Dat
 
             def put(name: str, v: pd.Series, text: str | None = None, row=row, num=num) -> None:
                 v = v.dropna().astype(float)
-                row[name] = _ms(v) if text is None else text
+                row[name] = _ms(v, counts=name.endswith("to target")) if text is None else text
                 num[name] = v.mean() if len(v) else math.nan
                 num[f"{name} std"] = v.std(ddof=1) if len(v) > 1 else math.nan
                 num[f"{name} n"] = len(v)
 
             if exp.target is not None:
                 hit = col("rounds_to_target").dropna()
-                put("rounds to target", hit, ("-" if g.empty else _ms(hit) if len(hit) else "never")
+                put("rounds to target", hit, ("-" if g.empty else _ms(hit, counts=True) if len(hit) else "never")
                     + f" ({len(hit)}/{len(g)})")
                 its = col("iterations_to_target")
                 put("iterations to target", its, None if len(hit) else "never")
@@ -271,9 +268,9 @@ def table_markdown(exp: Experiment, table: pd.DataFrame) -> str:
     return "\n".join(head) + "\n" + _to_markdown(table) + "\n" + tuned_note(exp)
 
 
-def write_report(exp: Experiment, outdir: Path, no_run: bool = False, warn=None) -> str:
-    """Write the experiment's table, runs and figures into ``outdir``; returns the table's Markdown
-    (without its title)."""
+def write_report(exp: Experiment, outdir: Path, no_run: bool = False, warn=None, plots: bool = True) -> str:
+    """Write the experiment's table, runs and (``plots``) figures into ``outdir``; returns the table's
+    Markdown (without its title)."""
     runs, curves = collect(exp, warn)
     exp.incomplete = int(runs.status.isin(["failed", "not run"]).sum())
     if no_run and not (runs.status != "not run").any():
@@ -283,10 +280,13 @@ def write_report(exp: Experiment, outdir: Path, no_run: bool = False, warn=None)
     atomic_write(outdir / "table.md", f"# {exp.title or exp.name}\n\n" + md)
     atomic_write(outdir / "table.csv", numbers.to_csv(index=False))
     atomic_write(outdir / "runs.csv", runs.to_csv(index=False))
+    if not plots:
+        return md
     if plot_experiment(exp, curves, outdir / "curves.png", runs) < ZOOM_BELOW:  # ends squeezed together
         plot_experiment(exp, curves, outdir / "curves_zoom.png", runs, tail=0.5)
     else:
-        (outdir / "curves_zoom.png").unlink(missing_ok=True)
+        for fmt in ("png", "pdf", "svg"):
+            (outdir / f"curves_zoom.{fmt}").unlink(missing_ok=True)
     for xa in exp.x_also:
         plot_experiment(replace(exp, x=xa), curves, outdir / f"curves_{xa}.png", runs)
     return md
@@ -351,107 +351,5 @@ def tuned_note(exp: Experiment) -> str:
 
 
 ZOOM_BELOW = 0.15  # a second figure of the last half when the lines' ends span less than this share of the axis
-T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}  # two-sided t quantiles
-
-
-def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFrame | None = None,
-                    tail: float | None = None) -> float:
-    """Mean over the done runs with a band (``exp.band``); a diverged run is drawn thin, ending in an x
-    at its divergence point; a panel without any finished run says so. ``tail``: only the last part of
-    the x axis (from that share of its end), each panel's y axis fitted to it. Returns how squeezed the
-    ends are: the smallest, over panels with two or more lines, of the spread of the lines' last values
-    over the panel's y range (1.0 when there is nothing to compare)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    settings = [s["name"] for s in exp.settings]
-    n = len(settings)
-    ncol = min(n, 3 if n != 4 else 2)
-    nrow = math.ceil(n / ncol)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(max(5.0 * ncol, 9.0), 3.7 * nrow + 0.4), squeeze=False,
-                             sharey=tail is None)
-    squeeze = 1.0
-    for k, s in enumerate(settings):
-        ax = axes[k // ncol][k % ncol]
-        drawn = False
-        lines: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # (x, mean, lo, hi)
-        dups = same_runs(exp)
-        for j, a in enumerate(exp.algorithms):
-            shown = _shown_as(dups, a["name"], s)
-            if shown is None:  # the same runs as an earlier line, which names both
-                continue
-            st = {} if runs is None or runs.empty else {
-                int(r.seed): r.status for r in runs[(runs.algorithm == a["name"]) & (runs.setting == s)].itertuples()}
-            mine = {key[2]: curves[key] for key in curves if key[0] == a["name"] and key[1] == s}
-            mine = {k: r for k, r in mine.items() if exp.x in r and exp.metric in r and len(r)}
-            for seed, r in mine.items():
-                if st.get(seed) in ("diverged", "collapsed"):
-                    ok = r[np.isfinite(r[exp.metric].to_numpy(float))]
-                    ax.plot(ok[exp.x], ok[exp.metric], color=f"C{j}", lw=0.7, ls="--")
-                    if len(ok):
-                        ax.plot(ok[exp.x].iloc[-1], ok[exp.metric].iloc[-1], "x", color=f"C{j}", ms=8, mew=2)
-                    drawn = True
-            done = [r for k, r in mine.items() if st.get(k, "done") == "done"]
-            bad = {k: sum(v == k for v in st.values()) for k in ("diverged", "collapsed", "failed", "not run")}
-            note = ", ".join(f"{n} {k}" for k, n in bad.items() if n)
-            if not done:
-                if note:
-                    ax.plot([], [], color=f"C{j}", lw=1.6, label=f"{shown} (n=0, {note})")
-                continue
-            drawn = True
-            grid = np.asarray(max(done, key=len)[exp.x], dtype=float)
-            ys = np.stack([np.interp(grid, r[exp.x].to_numpy(float), r[exp.metric].to_numpy(float),
-                                     right=np.nan) for r in done])
-            with warnings.catch_warnings():  # a grid point no run reached (all NaN) stays a gap
-                warnings.simplefilter("ignore", RuntimeWarning)
-                mean, lo, hi = np.nanmean(ys, 0), np.nanmin(ys, 0), np.nanmax(ys, 0)
-                if exp.band != "minmax" and len(done) > 1:  # ± one std, or a 95% t-interval of the mean
-                    half = np.nanstd(ys, 0, ddof=1) * (1.0 if exp.band == "std" else
-                                                       T95.get(len(done) - 1, 1.96) / np.sqrt(len(done)))
-                    lo, hi = mean - half, mean + half
-            lines.append((grid, mean, lo, hi))
-            ax.plot(grid, mean, color=f"C{j}", lw=1.6,
-                    label=f"{shown} (n={len(done)}" + (f", {note})" if note else ")"))
-            if len(done) > 1:
-                ax.fill_between(grid, lo, hi, color=f"C{j}", alpha=0.18, lw=0)
-        if not drawn:
-            ax.text(0.5, 0.5, "no finished runs", transform=ax.transAxes, ha="center", va="center", color="0.4")
-        ends = [m[np.isfinite(m)][-1] for _, m, _, _ in lines if np.isfinite(m).any()]
-        if len(ends) > 1:
-            span = np.ptp(np.concatenate([np.r_[lo[np.isfinite(lo)], hi[np.isfinite(hi)]] for _, _, lo, hi in lines]))
-            squeeze = min(squeeze, float(np.ptp(ends) / span) if span > 0 else 1.0)
-        if tail is not None and lines:  # the last part only, y fitted to what is visible there
-            cut = tail * max(float(np.nanmax(x)) for x, _, _, _ in lines)
-            seen = np.concatenate([np.r_[m[x >= cut], lo[x >= cut], hi[x >= cut]] for x, m, lo, hi in lines])
-            seen = seen[np.isfinite(seen)]
-            if len(seen):
-                pad = 0.08 * max(float(np.ptp(seen)), 1e-6)
-                ax.set_ylim(float(seen.min()) - pad, float(seen.max()) + pad)
-            ax.set_xlim(left=cut)
-        if exp.target is not None:
-            ax.axhline(exp.target, color="0.5", ls=":", lw=1, label=f"target {exp.target:g}")
-        ax.set_title(s, fontsize=10)
-        ax.set_xlabel(X_AXES[exp.x])
-        if exp.x in ("samples", "floats_up"):  # counts over decades: a linear axis puts every curve in its first 5%
-            ax.set_xscale("symlog", linthresh=1.0)
-        elif exp.x in ("rounds", "iterations"):
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        if k % ncol == 0:
-            ax.set_ylabel(METRIC_LABELS.get(exp.metric, exp.metric))
-        ax.grid(alpha=0.3)
-        ax.spines[["top", "right"]].set_visible(False)
-        ax.legend(fontsize=9 if n > 1 else 10, frameon=tail is not None, framealpha=0.85,
-                  loc="lower right" if tail is None else "best")
-    for k in range(n, nrow * ncol):
-        axes[k // ncol][k % ncol].set_visible(False)
-    zoom = f" (zoom: the last {1 - tail:.0%} of the x axis)" if tail is not None else ""
-    over = f"\noverridden: {overrides_note(exp)}" if overrides_note(exp) else ""
-    fig.suptitle(f"{exp.title or exp.name}{zoom}\nlines: mean over the seeds' done runs; shaded bands: "
-                 f"{BANDS[exp.band]}; dashed with x: a diverged or collapsed run{over}", fontsize=10)
-    save_figure(fig, path)
-    return squeeze
 
 

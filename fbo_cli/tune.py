@@ -66,7 +66,7 @@ import pandas as pd
 
 from .config import resolve
 from .errors import UsageError
-from .results import PROCESS_STARTUP_S, RUN_STARTUP_S, atomic_write, fmt_num, save_figure, write_yaml
+from .results import PROCESS_STARTUP_S, RUN_STARTUP_S, atomic_write, fmt_num, write_yaml
 from .spec import Cell, Experiment, TuneSpec, algo_overrides, check_metrics, claim_folder, load_spec
 
 
@@ -365,7 +365,7 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
         "confirmed": {f"{a} | {s}": {"points": pts, "seeds": extra_seeds} for (a, s), pts in confirm.items()},
         "chosen": chosen,
         **({"ranking_check": ranking[1]} if ranking is not None else {})})
-    plot_tuning(table, ts, outdir / "tuning.png", exp.title or exp.name)
+    plot_tuning(table, ts, outdir / "tuning.png", exp.title or exp.name, {a["name"]: a["algo"] for a in exp.algorithms})
     return outdir
 
 
@@ -723,49 +723,51 @@ def procedure_text(ts: TuneSpec) -> str:
             f"rejected value must also survive {CONFIRM_SEEDS} more seeds, else the next best is chosen")
 
 
-def plot_tuning(df: pd.DataFrame, ts: TuneSpec, path: Path, title: str) -> None:
-    import matplotlib
+def plot_tuning(df: pd.DataFrame, ts: TuneSpec, path: Path, title: str, algo_of: dict | None = None) -> None:
+    """The tuning grid: per key, the best score over the other keys at each value, a line per algorithm; a
+    value whose every point was rejected is an x at the foot of the panel (it has no score)."""
+    from matplotlib.ticker import LogLocator
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from . import plotstyle as ps
 
     df = df[df.grid != "confirmation"]  # their verdicts are in "rejected" already; their scores do not count
     keys = list(dict.fromkeys(k for g in ts.grids.values() for k in g))
     settings = list(dict.fromkeys(df.setting))
-    ncol = min(4, len(keys))  # panels wrap after 4 keys; one block of rows per setting
+    ncol = min(3, len(keys))  # panels wrap after 3 keys; one block of rows per setting
     rows = math.ceil(len(keys) / ncol)
-    fig, axes = plt.subplots(rows * len(settings), ncol, figsize=(max(4.4 * ncol, 8.0), 3.4 * rows * len(settings)),
-                             squeeze=False)
+    fig, axes = ps.subplots(rows * len(settings), ncol, panel_h=2.1)
     for ax in axes.flat[len(keys) * len(settings):]:
         ax.set_visible(False)
     algos = list(ts.grids)
+    styles = ps.row_styles([(a, (algo_of or {}).get(a, a)) for a in algos])  # each method's colour
     for i, s in enumerate(settings):
         for j, key in enumerate(keys):
             ax = axes[i * rows + j // ncol][j % ncol]
             col = key.split(",")[0].strip()
-            for a_i, a in enumerate(algos):
+            for a in algos:
                 if key not in ts.grids[a]:
                     continue
+                st = styles[a]
                 g = df[(df.algorithm == a) & (df.setting == s)]
                 per = g.groupby("point", sort=False).agg(v=(col, "first"), score=("score", "mean"),
                                                          rejected=("rejected", "any"))
                 ok = per[~per.rejected].groupby("v").score
                 best = (ok.min() if ts.mode == "min" else ok.max()).sort_index()
                 if len(best):
-                    ax.plot(best.index, best.values, "o-", color=f"C{a_i}", lw=1.5, ms=4, label=a)
+                    ax.plot(best.index, best.values, color=st["color"], marker=st["marker"], ls=st["ls"], label=a)
                 rej = sorted(set(per[per.rejected].v) - set(best.index))
                 if rej:
-                    ax.plot(rej, [ax.get_ylim()[1] if len(best) else 1.0] * len(rej), "x", color=f"C{a_i}",
-                            ms=7, label=f"{a}: all rejected")
+                    ax.plot(rej, [0.04] * len(rej), "x", color=st["color"], ms=6, mew=1.5, clip_on=False,
+                            transform=ax.get_xaxis_transform(), label=f"{a}: every point rejected")
             vals = [v for a in algos for v in ts.grids[a].get(key, [])]
             if vals and min(vals) > 0 and max(vals) / min(vals) >= 10:
                 ax.set_xscale("log")
+                ax.xaxis.set_major_locator(LogLocator(numticks=5))
+                ax.xaxis.set_minor_formatter("")  # minor tick labels crowd the major ones
             ax.set_xlabel(key)
             ax.set_ylabel(f"{ts.score} ({ts.mode}; validation)")
-            ax.set_title(s if len(settings) > 1 or ts.setting else key, fontsize=9)
-            ax.grid(alpha=0.3)
-            ax.spines[["top", "right"]].set_visible(False)
-            ax.legend(fontsize=7, frameon=False)
-    fig.suptitle(f"Tuning: {title}\nbest {ts.score} over the other keys at each value; × = every point rejected",
-                 fontsize=10)
-    save_figure(fig, path)
+            ax.set_title(s if len(settings) > 1 or ts.setting else key)
+    ps.shared_legend(fig)
+    ps.suptitle(fig, f"Tuning: {title}. Best {ts.score} over the other keys at each value; x at the foot: every "
+                f"point at that value rejected")
+    ps.save(fig, path)

@@ -85,7 +85,8 @@ def test_side_tools_are_subcommands_with_checked_options():
     for args, what in ((["bench", "--device", "tpu"], "--device must be cpu or cuda"),
                        (["bench", "--against", "no-such-revision"], "neither a checkout with fbo_cli/ nor a git"),
                        (["diagnose", "truncation", "--rounds", "-1"], "--rounds must be >= 0"),
-                       (["figure", "zohfl-fig2", "/nonexistent"], "no runs.csv"),
+                       (["figure", "zohfl-fig2", "--from", "/nonexistent"], "--from: no results folder"),
+                       (["figure", "aggitd-fig2", "--format", "jpg"], "--format: unknown format jpg"),
                        (["figure", "codasca-imax", "/nonexistent"], "no runs.csv")):
         r = runner.invoke(app, args)
         assert r.exit_code == 2 and what in " ".join(r.output.split()) and "Traceback" not in r.output, args

@@ -389,8 +389,11 @@ def test_report_from_evidence_shows_verdicts_paper_numbers_and_missing_runs(tmp_
     # no reference_on: the paper's number stands as context, never with a verdict
     assert "| AggITD | iid | final | 0.5 |" in md and "context: the spec does not name the paper's dataset" in md
     assert "## Summary: the papers' claims and their verdicts" in md and "[t](#" in md
-    html = (tmp_path / "r.html").read_text()
-    assert "<table>" in html and "data:image/png;base64," in html
+    html = (tmp_path / "r.html").read_text()  # the index: the summary; the experiments on their own page
+    page = (tmp_path / "r-specs.html").read_text()
+    assert "<table>" in html and "data:image" not in html + page and "every paper's reproduction" not in md
+    assert 'src="r-figures/t.svg"' in page and (tmp_path / "r-figures" / "t.pdf").is_file()
+    assert 'href="r-specs.html#' in html  # the summary links to the page that holds the section
     assert '<nav><b>Contents</b>' in html and 'id="summary-the-papers-claims-and-their-verdicts"' in html
     assert not re.search(r"<h[1-3][^>]*>[^<]*`", html)  # headings render code, not backticks
     # like with like: on the paper's dataset a verdict; on another dataset context

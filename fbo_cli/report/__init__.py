@@ -9,7 +9,8 @@ experiment specs it aggregates the runs exactly as ``fbo compare`` does, and wri
 * a Markdown report (``docs/results.md``): per paper, the table (mean ± std over seeds, the paper's
   numbers beside ours), how the hyperparameters were chosen, the budget, seeds and compute, which
   runs are missing, and a verdict per claim computed by the rule stated in the report;
-* a self-contained HTML page (figures embedded) with the same content and the figures.
+* HTML pages with the same content and the figures: an index (the claims summary, the checks, the
+  bench) and a page per paper, each figure linked as SVG beside its PDF and PNG (:mod:`.pages`).
 
 Claims are data in the specs (``claims:``): ``{text, metric, better, than, mode}`` says that
 algorithm ``better`` beats ``than`` on ``metric`` (a column of ``runs.csv``: ``final``,
@@ -33,10 +34,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import pandas as pd
-
 from ..errors import UsageError
+from ..results import atomic_write, make_dirs
 from .evidence import BENCH_FILES, CHECK_FILES, EVIDENCE_FILES, SPEC_FILES, collect_evidence, prune_evidence  # noqa: F401
+from .pages import paper_figures, write_pages
 from .papers import PAPERS, Paper, fidelity_anchor  # noqa: F401
 from .render import counts_title, finding_md, render_html, render_markdown, slug, summary_md  # noqa: F401
 from .sections import Section, build_section  # noqa: F401
@@ -60,31 +61,33 @@ def build_report(root: Path, md_path: Path, html_path: Path, command: str = "fbo
                 raise UsageError(f"{path}: 'paper: {paper}' is not a paper of the report; "
                                  f"choose one of: {', '.join(sorted(keys))}")
     work = Path(tempfile.mkdtemp(prefix="fbo-report-"))
+    figdir = html_path.parent / ("figures" if not specs else f"{html_path.stem}-figures")
+    make_dirs(html_path.parent)
+    fresh = Path(tempfile.mkdtemp(prefix=".figures-", dir=html_path.parent))
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(fresh, 0o777 & ~mask)  # mkdtemp's folder is private; the report's is not
     try:
-        sections = {p.key: [build_section(s, root, work) for s in p.specs if Path(s).is_file()] for p in papers}
+        from .figures import Evidence
+
+        ev = Evidence(root)
+        sections = {p.key: [build_section(s, root, work, fresh, ev) for s in p.specs if Path(s).is_file()]
+                    for p in papers}
         secs = [x for v in sections.values() for x in v if x.exp is not None]
         if not any(len(x.missing or []) < len(x.exp.cells) for x in secs):
             raise UsageError(f"no finished runs under {root} for {'these specs' if specs else 'any reproduction spec'}"
                              f": nothing to report (run them, or --from the folder that holds them)")
         md = render_markdown(sections, root, command, papers)
-        import torch
-
-        from ..results import atomic_write
-        from ..tasks.hfl import plot_partition
-
-        counts_figs = {}
-        for p in papers:
-            for f in p.counts:
-                if (root / f).is_file():
-                    c = pd.read_csv(root / f).drop(columns="client").to_numpy()
-                    png = work / (Path(f).stem + ".png")
-                    counts_figs[counts_title(root / f)] = [plot_partition(torch.as_tensor(c), png,
-                                                                           counts_title(root / f))]
         atomic_write(md_path, md)
+        paper_figs = {p.key: paper_figures(p, sections[p.key], root, fresh, ev) for p in papers}
         fid = os.path.relpath(md_path.parent / "fidelity.md", html_path.parent)  # links work from the HTML too
-        atomic_write(html_path, render_html(md, sections, counts_figs).replace('href="fidelity.md', f'href="{fid}'))
+        write_pages(md, sections, paper_figs, papers, html_path, fresh, figdir.name, fid)
+        if figdir.exists():
+            shutil.rmtree(figdir)
+        os.replace(fresh, figdir)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(fresh, ignore_errors=True)
     secs = [s for v in sections.values() for s in v]
     return {"sections": len(secs), "missing": sum(len(s.missing or []) for s in secs),
             "cells": sum(len(s.exp.cells) for s in secs if s.exp is not None)}

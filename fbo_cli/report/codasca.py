@@ -75,7 +75,7 @@ def imax_per_seed(runs: "pd.DataFrame", expected: dict[int, set[int]] | None = N
 
 
 def imax_table(compare_dir: str | Path, delta: float = 0.01,
-               expected: dict[int, set[int]] | None = None) -> "pd.DataFrame":  # noqa: F821
+               expected: dict[int, set[int]] | None = None, plot: bool = True) -> "pd.DataFrame":  # noqa: F821
     """CODASCA Figure 1 analog: from a compare output's ``runs.csv`` (algorithms x settings that
     vary the window ``I`` and the client count ``K``), the final test AUC (mean ± std over seeds)
     per (algorithm, K, I) and ``I_max`` = the largest I whose mean AUC is >= the mean AUC at I=1
@@ -118,35 +118,37 @@ def imax_table(compare_dir: str | Path, delta: float = 0.01,
                                     (f"{x:.4f}" if isinstance(x, float) else str(x)) for x in r) + " |")
     atomic_write(d / "imax.md", "\n".join(md) + "\n")
     atomic_write(d / "imax.csv", table.to_csv(index=False))
-    plot_auc_vs_window(agg, d / "imax.png", delta)
+    if plot:
+        plot_auc_vs_window(agg, d / "imax.png", delta)
     return table
 
 
 def plot_auc_vs_window(agg, path: Path, delta: float) -> None:
-    """The bottom row of the paper's Figure 1: final test AUC (mean ± std over seeds) against I,
-    one panel per client count, with the I=1 - delta threshold of each algorithm dotted."""
-    import matplotlib
+    """The bottom row of the paper's Figure 1: final test AUC (mean ± std over seeds, clipped to [0, 1])
+    against I, one panel per client count, each algorithm's I = 1 AUC minus ``delta`` dotted; PNG, PDF, SVG."""
+    import numpy as np
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from ..results import save_figure
+    from .. import plotstyle as ps
 
     Ks = sorted(agg.K.dropna().unique(), reverse=True)
-    fig, axes = plt.subplots(1, len(Ks), figsize=(4.6 * len(Ks), 3.6), squeeze=False, sharey=True)
+    fig, axes = ps.subplots(1, len(Ks), panel_h=2.3, sharey=True)
+    algo_of = {"CODA+": "codaplus", "CODASCA": "codasca"}
+    styles = ps.row_styles([(a, algo_of.get(a, a)) for a in dict.fromkeys(agg.algorithm)])
     for ax, K in zip(axes[0], Ks, strict=True):
-        for j, (algo, g) in enumerate(agg[agg.K == K].groupby("algorithm")):
-            g = g.sort_values("I")
-            ax.errorbar(g.I, g["mean"], yerr=g["std"].fillna(0), color=f"C{j}", marker="o", ms=4, lw=1.5,
-                        capsize=3, label=algo)
+        for algo, g in agg[agg.K == K].groupby("algorithm"):
+            g, st = g.sort_values("I"), styles[algo]
+            sd = g["std"].fillna(0)
+            lo, hi = np.clip(g["mean"] - sd, 0, 1), np.clip(g["mean"] + sd, 0, 1)
+            ax.errorbar(g.I, g["mean"], yerr=[g["mean"] - lo, hi - g["mean"]], color=st["color"],
+                        marker=st["marker"], ls=st["ls"], ms=4, capsize=2, label=algo)
             base = g[g.I == 1]["mean"]
             if len(base):
-                ax.axhline(base.iloc[0] - delta, color=f"C{j}", ls=":", lw=1,
-                           label=f"{algo}: AUC at I = 1 minus {delta:g} (the I_max line)")
+                ax.axhline(base.iloc[0] - delta, color=st["color"], ls=":", lw=1,
+                           label=f"{algo}: AUC at I = 1 minus {delta:g}")
         ax.set_xscale("log", base=2)
-        ax.set_title(f"K = {int(K)}", fontsize=10)
+        ax.set_title(f"K = {int(K)}")
         ax.set_xlabel("communication window I")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, frameon=False)
+        ax.tick_params(labelleft=True)
     axes[0][0].set_ylabel("final test AUC")
-    save_figure(fig, path)
+    ps.shared_legend(fig)
+    ps.save(fig, path)

@@ -71,7 +71,7 @@ PAPERS: tuple[Paper, ...] = (
                "LocalBSGVRM is not implemented"),
               ("fewer samples than the baselines for the same accuracy (Table 1's sample complexity)",
                "a sample-count claim; the hyper-representation sections plot accuracy against samples "
-               "(curves_samples.png) without a verdict")),
+               "(each section's samples figure) without a verdict")),
           numbers="Paper numbers: none. AdaFBiO prints no table of results and no figure (its only table is "
                   "the complexity comparison), so the experiments below are reconstructions and their claims are "
                   "that comparison's orderings."),

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..compare import collect, write_report
+from ..compare import write_report
 from ..errors import UsageError
-from ..spec import Experiment, load_spec
+from ..spec import Experiment
 from .verdicts import Verdict, claim_verdict, paper_rows, run_summaries
 
 
@@ -23,7 +23,7 @@ class Section:
     verdicts: list[tuple[str, str, Verdict]] | None = None  # (claim, setting, verdict with its numbers)
     paper_rows: list[tuple[str, str, str, str, str, str]] | None = None
     missing: list[str] | None = None
-    figures: list[Path] | None = None
+    figures: list[tuple[Path, str]] | None = None  # (the figure's SVG, its caption)
     compute: str = ""
     error: str = ""
     derived_md: str = ""  # tables derived from the runs (``derived:`` in the spec)
@@ -50,31 +50,35 @@ def compute_line(runs: pd.DataFrame, tuning_csv: Path) -> str:
     return line
 
 
-def build_section(spec: str, root: Path, work: Path) -> Section:
+def build_section(spec: str, root: Path, work: Path, figdir: Path | None = None, evidence=None) -> Section:
+    """One spec's section; its curves figures are drawn into ``figdir`` (none without it), except for a spec
+    whose figure is one of the papers' figures (:mod:`.figures`), which the paper's page shows."""
+    from ..paper_figures import FIGURES
+    from .figures import Evidence
+
     sec = Section(spec, None, verdicts=[], paper_rows=[], missing=[], figures=[])
     try:
-        exp = load_spec(spec, {"out_dir": str(root)})
+        exp, runs, curves = (evidence or Evidence(root))(spec)
     except UsageError as e:
         sec.error = str(e)
         return sec
     sec.exp = exp
-    runs, curves = collect(exp)
     gone = runs[runs.status == "not run"]
     sec.missing = [f"{a} · {s} · seed {k}" for a, s, k in zip(gone.algorithm, gone.setting, gone.seed)]
     runs = runs[runs.status != "not run"]
     if runs.empty:
         return sec
     out = work / exp.name
-    sec.table_md = write_report(exp, out)  # the figures go into ``work``; the table comes back as data
-    sec.figures = [out / "curves.png", *[out / f"curves_{xa}.png" for xa in ("zoom", *exp.x_also)]]
+    sec.table_md = write_report(exp, out, plots=False)  # the table comes back as data
+    if figdir is not None and not any(spec in f.specs and f.kind in ("curves", "codasca") for f in FIGURES):
+        sec.figures = section_figures(exp, runs, curves, figdir)
     sec.compute = compute_line(runs, root / "compare" / exp.name / "tuning.csv")
     derived = {}
     if "imax" in exp.derived:
         from .codasca import imax_per_seed, imax_table, windows
 
-        imax_table(out, expected=windows(exp.settings))
+        imax_table(out, expected=windows(exp.settings), plot=False)
         sec.derived_md = (out / "imax.md").read_text().replace("# I_max", "**I_max**", 1)
-        sec.figures.append(out / "imax.png")
         derived["I_max"] = (imax_per_seed(runs, windows(exp.settings)),
                             [f"K={k}" for k in sorted(windows(exp.settings), reverse=True)])
     for claim in exp.claims:
@@ -91,7 +95,33 @@ def build_section(spec: str, root: Path, work: Path) -> Section:
     if exp.witness:
         from .witness import witness_md
 
-        sec.witness_md = witness_md(exp, runs, curves, root, out / "witness.png")
-        if sec.witness_md:
-            sec.figures.append(out / "witness.png")
+        png = figdir / f"{exp.name}_witness.png" if figdir is not None else None
+        sec.witness_md = witness_md(exp, runs, curves, root, png)
+        if sec.witness_md and png is not None:
+            sec.figures.append((png.with_suffix(".svg"), "Test accuracy against communication rounds: the public "
+                                "FedNest code (dashed, each seed) and our FedNest at the same steps (each seed)"))
     return sec
+
+
+def section_figures(exp: Experiment, runs: pd.DataFrame, curves: dict, figdir: Path) -> list[tuple[Path, str]]:
+    """The section's curves (SVG, PDF, PNG in ``figdir``): the spec's x axis, a zoom on the last half when the
+    lines' ends are squeezed together, and each ``x_also`` axis; with their captions."""
+    from dataclasses import replace
+
+    from ..compare import ZOOM_BELOW
+    from ..plots import caption, plot_experiment
+
+    out = []
+    path = figdir / f"{exp.name}.png"
+    squeeze = plot_experiment(exp, curves, path, runs, title=False)  # the section's heading is its title
+    out.append((path.with_suffix(".svg"), caption(exp)))
+    if squeeze < ZOOM_BELOW:
+        zoom = figdir / f"{exp.name}_zoom.png"
+        plot_experiment(exp, curves, zoom, runs, tail=0.5, title=False)
+        out.append((zoom.with_suffix(".svg"), caption(exp, tail=0.5)))
+    for xa in exp.x_also:
+        other = replace(exp, x=xa)
+        p = figdir / f"{exp.name}_{xa}.png"
+        plot_experiment(other, curves, p, runs, title=False)
+        out.append((p.with_suffix(".svg"), caption(other)))
+    return out

@@ -41,8 +41,9 @@ def _reached(v: pd.Series) -> str:
     return f"{mean} ({len(hit)}/{len(v)} reached)"
 
 
-def witness_md(exp, runs: pd.DataFrame, curves: dict, root: Path, png: Path) -> str:
-    """The witness table (and figure ``png``) of a spec with ``witness:``; '' when no witness run exists."""
+def witness_md(exp, runs: pd.DataFrame, curves: dict, root: Path, png: Path | None) -> str:
+    """The witness table (and figure ``png``: PNG, PDF, SVG; none without it) of a spec with ``witness:``;
+    '' when no witness run exists."""
     from ..witness import witness_runs
 
     pub = witness_runs(root)
@@ -71,7 +72,8 @@ def witness_md(exp, runs: pd.DataFrame, curves: dict, root: Path, png: Path) -> 
         panels.append((setting, theirs, {k[2]: m for k, m in curves.items() if k[0] == algo and k[1] == setting}))
     if not rows:
         return ""
-    _plot(panels, exp, png)
+    if png is not None:
+        _plot(panels, exp, png)
     commits = sorted(set(str(c)[:7] for c in pub.get("commit", pd.Series(dtype=str)).dropna()))
     head = (f"**The paper's own code beside ours.** The public FedNest code (`ucr-optml/FedNest`, `main_hr.py`"
             f"{', commit ' + ', '.join(commits) if commits else ''}; unedited, seeded by fbo's driver) at the "
@@ -89,30 +91,23 @@ def witness_md(exp, runs: pd.DataFrame, curves: dict, root: Path, png: Path) -> 
 
 
 def _plot(panels, exp, png: Path) -> None:
-    import matplotlib
+    from .. import plotstyle as ps
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from ..results import save_figure
-
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels), 2.9), squeeze=False, sharey=True)
+    fig, axes = ps.subplots(1, len(panels), width=min(ps.PAGE_IN, 2.4 * len(panels) + 0.6), sharey=True)
+    theirs_c, ours_c = ps.OI["vermillion"], ps.OI["blue"]
     for ax, (setting, theirs, ours) in zip(axes[0], panels):
         for i, d in enumerate(theirs.run_dir):
             m = pd.read_csv(Path(d) / "metrics.csv")
-            ax.plot(m.rounds, m.test_acc, color="#D55E00", lw=0.9, ls="--", label="public FedNest code" if i == 0 else None)
+            ax.plot(m.rounds, m.test_acc, color=theirs_c, lw=0.9, ls="--",
+                    label="the public FedNest code" if i == 0 else "_")
         for i, m in enumerate(ours.values()):
-            ax.plot(m.rounds, m.test_acc, color="#0072B2", lw=0.9, label=f"ours: {exp.witness['algorithm']}"
-                    if i == 0 else None)
+            ax.plot(m.rounds, m.test_acc, color=ours_c, lw=0.9, label=f"ours: {exp.witness['algorithm']}"
+                    if i == 0 else "_")
         if exp.target is not None:
-            ax.axhline(exp.target, color="0.5", ls=":", lw=1)
-        ax.set_title(setting, fontsize=9)
-        ax.set_xlabel("communication rounds", fontsize=9)
+            ax.axhline(exp.target, color="0.5", ls=":", lw=1, label=f"target {exp.target:g}")
+        ax.set_title(setting)
+        ax.set_xlabel("communication rounds")
         ax.set_ylim(0.5, 1.0)
-        ax.grid(alpha=0.3)
-        ax.tick_params(labelsize=8)
-    axes[0][0].set_ylabel("test accuracy", fontsize=9)
-    h, lab = axes[0][0].get_legend_handles_labels()
-    fig.legend(h, lab, loc="lower center", ncol=2, fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
-    save_figure(fig, png)
+    axes[0][0].set_ylabel("test accuracy")
+    ps.shared_legend(fig)
+    ps.save(fig, png)

@@ -255,30 +255,29 @@ def partition_counts(data) -> torch.Tensor:
     return oh.sum(1)
 
 
-def plot_partition(counts: torch.Tensor, path: str | Path, title: str = "") -> Path:
-    """Fig. 1 of ZO-HFL: a bubble chart of the client x class counts (area proportional to count)."""
-    import matplotlib
+def draw_partition(ax, counts) -> None:
+    """Fig. 1 of ZO-HFL on ``ax``: a bubble chart of a client x class count matrix (area proportional to count)."""
+    import numpy as np
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    c = counts.cpu().numpy().astype(float)
+    c = np.asarray(counts, dtype=float)
     m, C = c.shape
-    fig, ax = plt.subplots(figsize=(0.55 * m + 2.0, 0.45 * C + 1.6))
-    ii, cc = [a.ravel() for a in torch.meshgrid(torch.arange(m), torch.arange(C), indexing="ij")]
-    size = 900.0 * c.ravel() / max(c.max(), 1.0)
-    ax.scatter(ii.numpy(), cc.numpy(), s=size, color="C3", alpha=0.75, edgecolors="none")
+    ii, cc = np.meshgrid(np.arange(m), np.arange(C), indexing="ij")
+    ax.scatter(ii.ravel(), cc.ravel(), s=120.0 * c.ravel() / max(c.max(), 1.0), color="#D55E00", alpha=0.75,
+               edgecolors="none", clip_on=False)
     ax.set_xticks(range(m))
     ax.set_yticks(range(C))
     ax.set_xlabel("client")
     ax.set_ylabel("class")
     ax.set_xlim(-0.7, m - 0.3)
     ax.set_ylim(-0.7, C - 0.3)
-    ax.grid(alpha=0.25)
-    ax.set_title(title or "examples per client and class", fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
+
+
+def plot_partition(counts: torch.Tensor, path: str | Path, title: str = "", formats=("png", "pdf", "svg")) -> Path:
+    """Fig. 1 of ZO-HFL: a bubble chart of the client x class counts, at a paper's column width (PNG, PDF,
+    SVG); returns the PNG's path."""
+    from .. import plotstyle as ps
+
+    fig, axes = ps.subplots(1, 1, width=ps.COLUMN_IN, panel_h=2.6)
+    draw_partition(axes[0][0], counts.cpu().numpy())
+    ps.suptitle(fig, title or "examples per client and class")
+    return ps.save(fig, Path(path), formats)[0]

@@ -1,0 +1,59 @@
+"""``make report-check``: a full-height screenshot of every page of the HTML report in headless Chromium.
+
+Each page is first loaded once with ``--dump-dom`` to read its height (the page writes its scroll height into
+``data-height`` of its body when loaded), then captured at that height (capped at ``MAX_H``)::
+
+    python -m fbo_cli.report.screens results/report [OUT_DIR]   # default OUT_DIR: <report>/screens
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+WIDTH, MAX_H = 1280, 60000
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--virtual-time-budget=15000"]
+
+
+def height(browser: str, page: Path) -> int:
+    dom = subprocess.run([browser, *FLAGS, f"--window-size={WIDTH},1000", "--dump-dom", page.resolve().as_uri()],
+                         capture_output=True, text=True, timeout=180).stdout
+    m = re.search(r'data-height="(\d+)"', dom)
+    return min(int(m.group(1)) if m else 4000, MAX_H)
+
+
+def screenshot(browser: str, page: Path, out: Path) -> tuple[Path, int]:
+    h = height(browser, page)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([browser, *FLAGS, f"--window-size={WIDTH},{h}", f"--screenshot={out.resolve()}",
+                    page.resolve().as_uri()], capture_output=True, timeout=300, check=True)
+    return out, h
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print(__doc__)
+        return 2
+    folder = Path(argv[0])
+    dest = Path(argv[1]) if len(argv) > 1 else folder / "screens"
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if browser is None:
+        print("needs Chromium: make browser (Debian: apt-get install chromium) installs it")
+        return 2
+    pages = sorted(folder.glob("*.html"))
+    if not pages:
+        print(f"no HTML pages in {folder}: run `fbo report` first")
+        return 2
+    for page in pages:
+        png, h = screenshot(browser, page, dest / f"{page.stem}.png")
+        print(f"screenshot: {png} ({WIDTH} x {h} px, {page.stat().st_size / 1e3:.0f} kB of HTML)")
+    total = sum(p.stat().st_size for p in pages)
+    print(f"{len(pages)} pages, {total / 1e6:.2f} MB of HTML in all")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

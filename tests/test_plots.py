@@ -1,0 +1,181 @@
+"""The figures, checked without eyes: each kind drawn from small synthetic evidence, then its artists
+inspected (bands inside the metric's range, one legend, every row of the table drawn, titles apart, tick
+labels on every panel, nothing at x <= 0 on a log axis) and its PDF and SVG written."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.collections import PolyCollection
+
+from fbo_cli import plotstyle as ps
+from fbo_cli.paper_figures import PaperFigure
+from fbo_cli.spec import Experiment
+
+
+@pytest.fixture
+def captured(monkeypatch):
+    """The figures handed to ``plotstyle.save``, drawn (constrained layout applied) before they are saved."""
+    figs = []
+    real = ps.save
+
+    def save(fig, path, formats=ps.FORMATS):
+        fig.canvas.draw()
+        fig._test_renderer = fig.canvas.get_renderer()  # the Agg canvas goes when the figure is closed
+        figs.append(fig)
+        written = real(fig, path, formats)
+        assert [p.suffix for p in written] == [f".{f}" for f in sorted(formats, key=lambda f: f != "png")]
+        assert all(p.stat().st_size > 500 for p in written)
+        return written
+
+    monkeypatch.setattr(ps, "save", save)
+    return figs
+
+
+def _exp(x="rounds", **kw) -> Experiment:
+    base = dict(name="t", title="A synthetic experiment whose title is long enough to wrap over two lines of "
+                "the figure", task="hyperrep", metric="test_acc", metrics=[], target=0.9, x=x, seeds=[0, 1, 2],
+                algorithms=[{"name": "A (paper's steps)", "algo": "aggitd"}, {"name": "A (tuned)", "algo": "aggitd"},
+                            {"name": "B", "algo": "fednest"}],
+                settings=[{"name": "IID, tau=1"}, {"name": "non-IID, tau=5, with a long setting name"}],
+                reference={"B": {"IID, tau=1": {"final": 0.93, "rounds_to_target": 40}}},
+                reference_on={"dataset": "mnist", "target": 0.9}, band="std")
+    return Experiment(**{**base, **kw})
+
+
+def _evidence(exp: Experiment):
+    """Curves near 1.0 with a wide spread (a std band would cross 1), 'A (tuned)' the same runs as
+    'A (paper's steps)' in the first setting only."""
+    rng = np.random.default_rng(0)
+    rows, curves = [], {}
+    for a in exp.algorithms:
+        for k, s in enumerate(exp.settings):
+            for seed in exp.seeds:
+                x = np.arange(0, 101, 10)
+                y = np.clip(1 - 0.9 * np.exp(-x / 15) + rng.normal(0, 0.04, len(x)) + 0.03 * seed, 0, 1)
+                curves[(a["name"], s["name"], seed)] = pd.DataFrame({"rounds": x, "samples": x * 1000,
+                                                                      "test_acc": y})
+                same = a["name"] == "A (tuned)" and k == 0
+                rows.append({"algorithm": a["name"], "setting": s["name"], "seed": seed, "status": "done",
+                             "final": y[-1], "algo": a["algo"],
+                             "run_dir": f"/r/{'A (paper' + chr(39) + 's steps)' if same else a['name']}/{k}/{seed}"})
+    return pd.DataFrame(rows), curves
+
+
+def _check_common(fig, metric_range=(0.0, 1.0)):
+    assert len(fig.legends) == 1, "one shared legend"
+    assert all(ax.get_legend() is None for ax in fig.axes), "no legend inside a panel"
+    r = fig._test_renderer
+    lo, hi = metric_range
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        for c in ax.collections:
+            if isinstance(c, PolyCollection):
+                ys = np.concatenate([p.vertices[:, 1] for p in c.get_paths()])
+                assert ys.min() >= lo - 1e-9 and ys.max() <= hi + 1e-9, "band outside the metric's range"
+        assert any(t.get_text() for t in ax.get_yticklabels()), "tick labels on every panel"
+        assert any(t.get_text() for t in ax.get_xticklabels())
+    sup = fig._suptitle.get_window_extent(r) if fig._suptitle is not None else None
+    titles = [ax.title.get_window_extent(r) for ax in fig.axes if ax.get_visible() and ax.get_title()]
+    for i, a in enumerate(titles):
+        assert sup is None or not sup.overlaps(a), "suptitle over a panel title"
+        for b in titles[i + 1:]:
+            assert not a.overlaps(b), "two panel titles overlap"
+    width = fig.bbox.width
+    for t in [*titles, *(fig.legends[0].get_window_extent(r),)] + ([sup] if sup is not None else []):
+        assert t.x0 >= -1 and t.x1 <= width + 1, "text cut at the figure's edge"
+    for t in fig.findobj(lambda o: hasattr(o, "get_fontsize") and hasattr(o, "get_text")):
+        if t.get_text() and t.get_visible():
+            assert t.get_fontsize() >= ps.FONT_PT, f"font below {ps.FONT_PT} pt: {t.get_text()!r}"
+
+
+def test_curves_figure(tmp_path, captured):
+    from fbo_cli.plots import plot_experiment
+
+    exp = _exp()
+    runs, curves = _evidence(exp)
+    plot_experiment(exp, curves, tmp_path / "c.png", runs)
+    fig = captured[-1]
+    _check_common(fig)
+    labels = {t.get_text() for t in fig.legends[0].get_texts()}
+    assert {a["name"] for a in exp.algorithms} <= labels and any(s.startswith("paper") for s in labels)
+    first, second = fig.axes[:2]
+    # every row of the table is a line in each panel; the same-run row is drawn once (markers only), named
+    for ax in (first, second):
+        drawn = {ln.get_label() for ln in ax.get_lines()}
+        assert {a["name"] for a in exp.algorithms} <= drawn
+    tuned = [ln for ln in first.get_lines() if ln.get_label() == "A (tuned)"][0]
+    assert tuned.get_linestyle() == "None" and "same runs" in first.get_title()
+    assert [ln for ln in second.get_lines() if ln.get_label() == "A (tuned)"][0].get_linestyle() != "None"
+    # colours fixed per method, rows of one method told apart by the dash
+    a1, a2 = ([ln for ln in second.get_lines() if ln.get_label() == n][0] for n in ("A (paper's steps)", "A (tuned)"))
+    assert a1.get_color() == a2.get_color() == ps.OI["vermillion"] and a1.get_linestyle() != a2.get_linestyle()
+
+
+def test_log_axis_starts_at_the_first_measured_point(tmp_path, captured):
+    from fbo_cli.plots import plot_experiment
+
+    exp = _exp(x="samples")
+    runs, curves = _evidence(exp)
+    plot_experiment(exp, curves, tmp_path / "s.png", runs, tail=0.5, formats=("png",))
+    fig = captured[-1]
+    _check_common(fig)
+    for ax in fig.axes:
+        assert ax.get_xscale() == "log"
+        for ln in ax.get_lines():
+            if ln.get_transform() is not ax.transData:  # the target line spans the axes, in axes coordinates
+                continue
+            x = np.asarray(ln.get_xdata(), float)
+            assert (x[np.isfinite(x)] > 0).all(), "a line from x <= 0 on a log axis"
+
+
+def test_paper_figure_kinds(tmp_path, captured):
+    from fbo_cli.report.figures import codasca_fig1, noise_figure, table_dots
+
+    exp = _exp(algorithms=[{"name": "FedAvg", "algo": "fedavg"}, {"name": "FedProx", "algo": "fedprox"},
+                           {"name": "ZO-HFL", "algo": "zohfl"}],
+               settings=[{"name": "p=0.2", "set": {"noise": 0.2}}, {"name": "p=0.4", "set": {"noise": 0.4}}],
+               reference={"ZO-HFL": {"p=0.2": {"final": 0.8}}})
+    runs, curves = _evidence(exp)
+    fig = PaperFigure("x", "zohfl", "a figure", ())
+    files, cap = table_dots(fig, [(exp, runs, curves)], tmp_path / "dots.png", ("png", "pdf", "svg"))
+    assert "paper" in cap and all(f.is_file() for f in files)
+    _check_common(captured[-1])
+    dots = captured[-1]
+    assert {t.get_text() for t in dots.legends[0].get_texts()} >= {"FedAvg", "FedProx", "ZO-HFL"}
+    noise_figure(fig, [(exp, runs, curves)], tmp_path / "noise.png", ("svg",))
+    _check_common(captured[-1])
+    assert (tmp_path / "noise.svg").is_file() and not (tmp_path / "noise.png").exists()
+
+    cod = _exp(metric="test_auc", algorithms=[{"name": "CODA+", "algo": "codaplus"},
+                                              {"name": "CODASCA", "algo": "codasca"}],
+               settings=[{"name": f"K={k}, I={i}", "set": {"clients": k, "I": i}} for k in (16, 8) for i in (1, 8, 64)])
+    runs, curves = _evidence(cod)
+    curves = {k: v.assign(local_iters=v.rounds * 10, test_auc=v.test_acc) for k, v in curves.items()}
+    codasca_fig1(fig, [(cod, runs, curves)], tmp_path / "cod.png", ("png",))
+    f = captured[-1]
+    _check_common(f)
+    assert len(f.axes) == 6  # a row per method, a panel per K, then the AUC-against-I row
+    labels = {t.get_text() for t in f.legends[0].get_texts()}
+    assert {"I = 1", "I = 8", "I = 64", "CODA+", "CODASCA"} <= labels
+
+
+def test_formats_and_pages():
+    from fbo_cli.errors import UsageError
+    from fbo_cli.report.pages import split
+
+    assert ps.parse_formats(["pdf,svg", "pdf"]) == ("pdf", "svg") and ps.parse_formats(None) == ps.FORMATS
+    with pytest.raises(UsageError, match="jpg"):
+        ps.parse_formats(["jpg"])
+    from fbo_cli.report.papers import Paper
+
+    papers = (Paper("a", "Paper A", ""), Paper("b", "Paper B", ""))
+    md = ("# T\n\nrule\n\n## Summary\n\nx\n\n## Paper A\n\na\n\n## Paper B\n\nb\n\n"
+          "## Do the committed numbers reproduce? x\n\nc\n")
+    parts = dict(split(md, papers))
+    index = parts["index"]
+    assert "## Summary" in index and "## Do the committed" in index and "Paper A" not in index
+    assert parts["a"].startswith("# T") and "## Paper A" in parts["a"] and "Paper B" not in parts["a"]
+    assert "## Paper B" in parts["b"] and "reproduce" not in parts["b"]
