@@ -23,7 +23,10 @@ Ctrl-C, or a worker that does not answer in time). The worker's temporary folder
 (``fbo-ray-<pid>-*``) goes on every exit path of the task; the folders of workers that were killed
 outright are removed by the next task on that node. A local Ray whose driver was killed (``kill -9``)
 leaves agents behind that ignore SIGTERM; the next local start reaps them (:func:`reap_orphaned_ray`),
-and says so, as ``fbo clean`` does.
+and says so, as ``fbo clean --yes`` does. Only a session fbo itself started is ever reaped: the driver
+writes ``fbo-driver`` (its pid and start time) into the session folder of the local Ray it starts, and
+the reaper acts only on processes whose session folders all carry that mark and whose driver is gone; a
+cluster of ``ray start --head`` (no mark) is never touched.
 """
 
 from __future__ import annotations
@@ -256,8 +259,8 @@ def stale_temp_folders() -> list[Path]:
     import tempfile
 
     return [d for d in sorted(Path(tempfile.gettempdir()).glob("fbo-ray-*-*"))
-            if (m := re.fullmatch(r"fbo-ray-(\d+)-.*", d.name)) and d.is_dir() and d.stat().st_uid == os.getuid()
-            and not _alive(int(m.group(1)))]
+            if (m := re.fullmatch(r"fbo-ray-(\d+)-[a-z0-9_]{8}", d.name)) and not d.is_symlink() and d.is_dir()
+            and d.lstat().st_uid == os.getuid() and not _alive(int(m.group(1)))]
 
 
 def _reap_temp_folders() -> None:
@@ -267,12 +270,45 @@ def _reap_temp_folders() -> None:
         shutil.rmtree(d, ignore_errors=True)
 
 
-_SESSION = re.compile(r"/session_\d{4}-\d\d-\d\d_[\d-]+_\d+_(\d+)(/|$)")
+_SESSION = re.compile(r"^(/.*/session_\d{4}-\d\d-\d\d_[\d-]+_\d+_\d+)(/|$)")
+FBO_DRIVER = "fbo-driver"  # in a Ray session folder fbo's driver started: "<pid> <start time>"
+
+
+def _started_at(pid: int) -> str | None:
+    """The start time of process ``pid`` (clock ticks since boot, /proc/PID/stat), None when it is gone: a
+    pid with another start time is another process."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def mark_session(ray) -> None:
+    """Mark the local Ray session this driver has just started (never a cluster it joined, e.g. one of
+    ``ray start --head``) as fbo's: only such a session's processes are ever reaped."""
+    try:
+        node = ray._private.worker._global_node
+        if node is None or not node.head:
+            return
+        Path(node.get_session_dir_path(), FBO_DRIVER).write_text(f"{os.getpid()} {_started_at(os.getpid())}\n")
+    except (AttributeError, OSError):
+        pass
+
+
+def _fbo_driver_dead(session: str) -> bool:
+    """The session was started by an fbo driver (its mark) that is no longer running."""
+    try:
+        pid, start = Path(session, FBO_DRIVER).read_text().split()
+    except (OSError, ValueError):
+        return False  # not fbo's session (a `ray start` cluster, another program's Ray): never touched
+    return _started_at(int(pid)) != start
 
 
 def orphaned_ray() -> list[tuple[int, str, int]]:
-    """Ray processes of this user left by a local Ray whose driver died: orphans (parent 1) with a file
-    open in a Ray session folder whose creator (the pid that ends its name) is gone. (pid, name, RSS kB)."""
+    """Ray processes of this user left by a local Ray that an fbo driver started and that driver died:
+    orphans (parent 1) whose open files lie only in Ray session folders marked by fbo (:func:`mark_session`)
+    whose driver is gone. A session without fbo's mark (``ray start --head``, another program) is never
+    listed. (pid, name, RSS kB)."""
     found = []
     uid = os.getuid()
     for proc in Path("/proc").iterdir():
@@ -285,11 +321,10 @@ def orphaned_ray() -> list[tuple[int, str, int]]:
             name = (proc / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
             if "ray" not in name:
                 continue
-            drivers = {int(m.group(1)) for fd in (proc / "fd").iterdir()
-                       if (m := _SESSION.search(os.readlink(fd)))}
+            sessions = {m.group(1) for fd in (proc / "fd").iterdir() if (m := _SESSION.search(os.readlink(fd)))}
         except OSError:
             continue
-        if drivers and not any(_alive(p) for p in drivers):
+        if sessions and all(_fbo_driver_dead(s) for s in sessions):
             rss = re.search(r"VmRSS:\s+(\d+)", st)
             found.append((int(proc.name), name, int(rss.group(1)) if rss else 0))
     return found
@@ -315,10 +350,9 @@ def reap_orphaned_ray() -> list[tuple[int, str, int]]:
 
 def _try_lock(run_dir: Path):
     """Open and lock ``run_dir/.lock`` without waiting; the fd (to close later) or None if busy."""
-    from .results import make_dirs
+    from .results import open_lock
 
-    make_dirs(run_dir)
-    fd = os.open(run_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o666)
+    fd = open_lock(run_dir)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -334,8 +368,17 @@ def _land(run_dir: Path, files: dict[str, bytes], keep_checkpoint: bool) -> None
     (run_dir / "summary.json").unlink(missing_ok=True)
     for name in sorted(files, key=lambda n: n == "summary.json"):
         atomic_write(run_dir / name, files[name])
-    if "summary.json" in files and not keep_checkpoint:
-        (run_dir / CHECKPOINT).unlink(missing_ok=True)
+    if "summary.json" in files and not keep_checkpoint and _ended(files["summary.json"]):
+        (run_dir / CHECKPOINT).unlink(missing_ok=True)  # a failed run keeps its last good checkpoint
+
+
+def _ended(summary: bytes) -> bool:
+    import json
+
+    try:
+        return json.loads(summary).get("status") in ("done", "diverged")
+    except (ValueError, AttributeError):
+        return False
 
 
 def _check_reachable(address: str, timeout: float = 5.0) -> None:
@@ -369,6 +412,8 @@ def _run_ray(cells, address, cpus_per_run, gpus_per_run, console, rerun, title, 
                           f"{', '.join(f'{n} ({p})' for p, n, _ in reaped)}", highlight=False)
         kw = {"address": address} if address else ({"num_cpus": jobs * cpus_per_run} if jobs > 1 else {})
         ray.init(log_to_driver=False, include_dashboard=False, configure_logging=False, **kw)
+        if not address:
+            mark_session(ray)
     have = ray.cluster_resources()
     for what, need in (("CPU", cpus_per_run), ("GPU", gpus_per_run)):
         if need and have.get(what, 0) < need:  # Ray would wait for them for ever

@@ -402,8 +402,8 @@ def _execute(cfg: RunConfig, on_eval, write: bool, log) -> dict:
             plot_run(run_dir / "curves.png", df, title, metric)
         summary["metrics_sha256"] = file_sha256(run_dir / "metrics.csv")
         write_json(run_dir / "summary.json", summary)  # the completion record: last
-        if not r.keep_checkpoint:
-            ck_path.unlink(missing_ok=True)
+        if not r.keep_checkpoint and status in ("done", "diverged"):
+            ck_path.unlink(missing_ok=True)  # a failed run keeps its last good checkpoint
     if failure is not None:
         raise failure
     return summary

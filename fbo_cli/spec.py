@@ -347,7 +347,7 @@ def claim_folder(exp: Experiment, outdir: Path, write: bool = True) -> None:
     """Mark ``outdir`` (``<out>/compare/<name>``) as this spec's; a folder already marked by a different
     spec of the same name is a UsageError, so two specs never share tables or ``tuned.yaml``. With
     ``write`` False it only checks (before anything is validated, nothing is written)."""
-    from .results import make_dirs
+    from .results import claim_root, make_dirs
 
     mark = outdir / ".spec"
     mine = f"{identity(exp)} {exp.path}\n"
@@ -359,6 +359,7 @@ def claim_folder(exp: Experiment, outdir: Path, write: bool = True) -> None:
                              f"'{exp.name}': give {exp.path or 'this spec'} its own 'name:'")
         return
     if write:
+        claim_root(outdir.parents[1])
         make_dirs(outdir)
         atomic_write(mark, mine)
 
