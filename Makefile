@@ -50,7 +50,7 @@ report:  ## docs/results.md and results/report/report.html from the committed ev
 	$(FBO) report
 
 report-collect:  ## copy the finished reproduction runs from results/ into docs/results/, then write the report
-	$(FBO) report --collect results
+	$(FBO) report --collect results --prune
 
 report-check:  ## open the HTML report in headless Chromium and save a screenshot (results/report/report.png)
 	@command -v chromium >/dev/null || { echo "make report-check needs Chromium: make browser (Debian: apt-get install chromium) installs it"; exit 2; }
@@ -107,7 +107,7 @@ reproduce-all:  ## every paper's reproduction at its budget (tuning first where 
 	$(FBO) compare experiments/zohfl_fig2.yaml --jobs $(JOBS)
 	$(FBO) figure zohfl-fig1 mnist --alpha 0.1
 	$(FBO) figure zohfl-fig1 fashion-mnist --alpha 0.1
-	$(FBO) report --collect results
+	$(FBO) report --collect results --prune
 
 reproduce-quick:  ## the reduced reproductions reported in docs/results.md (tuned; a few hours on 2 cores)
 	$(FBO) compare experiments/aggitd_table2_fmnist_500.yaml --jobs $(JOBS)
@@ -117,7 +117,7 @@ reproduce-quick:  ## the reduced reproductions reported in docs/results.md (tune
 	$(FBO) compare experiments/zohfl_table1_fmnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1_fmnist_x0zero.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_fig2.yaml --jobs $(JOBS)
-	$(FBO) report --collect results
+	$(FBO) report --collect results --prune
 
 test:
 	$(PY) -m pytest

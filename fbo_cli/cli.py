@@ -505,9 +505,13 @@ def report(
     html_out: Optional[Path] = typer.Option(None, "--html", help="Self-contained HTML report. \\[default: "
                                             "results/report/report.html; with --spec: results/report/partial.html]"),
     collect: Optional[Path] = typer.Option(None, "--collect", help="First copy the finished reproduction runs "
-                                           "from this results root (e.g. results) into --from."),
+                                           "from this results root (e.g. results) into --from: only runs whose "
+                                           "completion record holds, never through a link; removes nothing."),
     spec: Optional[list[Path]] = typer.Option(None, "--spec", help="Report these experiment specs only "
                                               "(repeatable). \\[default: every paper's reproduction specs]"),
+    prune: bool = typer.Option(False, "--prune", help="Remove the runs under --from that no reproduction spec "
+                               "refers to (listed by --collect): only finished fbo runs inside a results root fbo "
+                               "made (.fbo-results), never through a link."),
 ) -> None:
     """Write the report of every paper's reproduction (tables beside the papers' numbers, verdicts by a
     stated rule, missing runs, figures in the HTML) from run directories only; runs nothing."""
@@ -523,10 +527,20 @@ def report(
         if collect is not None:
             if not collect.is_dir():
                 raise UsageError(f"--collect: no results folder at {collect}")
-            n = collect_evidence(collect, root)
-            gone = prune_evidence(root)
-            err.print(f"collected {n} finished runs from {collect}/ into {root}/; removed {len(gone)} runs "
-                      f"no reproduction spec refers to")
+            refused: list = []
+            n = collect_evidence(collect, root, refused=refused)
+            for src, why in refused:
+                err.print(f"not collected: {src} ({why})", markup=False, highlight=False)
+            err.print(f"collected {n} finished runs from {collect}/ into {root}/"
+                      + (f"; {len(refused)} refused" if refused else ""), markup=False, highlight=False)
+        if collect is not None or prune:
+            stale = prune_evidence(root, remove=prune)
+            for p in stale:
+                err.print(f"{'removed' if prune else 'no reproduction spec refers to'} {p}", markup=False,
+                          highlight=False)
+            if stale and not prune:
+                err.print(f"{len(stale)} run(s) or records under {root}/ no reproduction spec refers to: "
+                          f"`fbo report --prune` removes them", markup=False, highlight=False)
         if not root.is_dir():
             raise UsageError(f"--from: no results folder at {root} (run the reproductions, or --collect results)")
         cmd = "fbo report" + (f" --from {root}" if root != Path("docs/results") else "")
@@ -697,8 +711,7 @@ def clean(
         found = leftovers(out_dir)
     found += stale_temp_folders()
     for p in found:
-        out.print(f"{'removed' if go else 'would remove'} {p}{'/' if p.is_dir() else ''}", markup=False,
-                  highlight=False)
+        typer.echo(f"{'removed' if go else 'would remove'} {p}{'/' if p.is_dir() else ''}")
         if go:
             if p.name.startswith("fbo-ray-"):
                 shutil.rmtree(p, ignore_errors=True)
@@ -706,8 +719,8 @@ def clean(
                 remove_leftover(p)
     procs = reap_orphaned_ray() if go else orphaned_ray()
     for pid, name, rss in procs:
-        out.print(f"{'stopped' if go else 'would stop'} Ray process {pid} {name} ({rss // 1024} MB), left by a "
-                  f"local Ray that fbo started and whose driver was killed", markup=False, highlight=False)
+        typer.echo(f"{'stopped' if go else 'would stop'} Ray process {pid} {name} ({rss // 1024} MB), left by a "
+                   f"local Ray that fbo started and whose driver was killed")
     n = len(found) + len(procs)
     out.print(f"{len(found)} leftover(s) (under {out_dir} and Ray workers' temporary folders) and {len(procs)} "
               f"orphaned Ray process(es) {'removed' if go else 'found'}"

@@ -236,6 +236,19 @@ def remove_temp_files(run_dir: Path) -> None:
             p.unlink(missing_ok=True)
 
 
+def remove_run(run_dir: Path) -> None:
+    """Remove a run directory's own files (those fbo writes, its lock, its temporary files), then the folder
+    when that empties it: a file fbo did not make keeps the folder. Never through a link."""
+    d = Path(run_dir)
+    if d.is_symlink() or not d.is_dir():
+        return
+    for p in d.iterdir():
+        if (p.name in RUN_FILES or p.name in (".lock", "checkpoint.bad") or is_temp_file(p)) and not p.is_dir():
+            p.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        d.rmdir()
+
+
 def prune_empty_run(run_dir: Path) -> None:
     """Remove a run directory that holds nothing but its ``.lock`` (bad input found while building the
     run), and its algorithm and task folders when that leaves them empty: nothing half-made stays."""
@@ -250,7 +263,12 @@ def prune_empty_run(run_dir: Path) -> None:
         try:
             x.rmdir()
         except OSError:
-            break
+            return
+    root = d.parents[2]  # a results root holding nothing but fbo's mark goes too
+    if is_fbo_root(root) and [p.name for p in root.iterdir()] == [ROOT_MARKER]:
+        (root / ROOT_MARKER).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            root.rmdir()
 
 
 def run_status(run_dir: Path) -> tuple[str, dict[str, Any] | None, str]:

@@ -141,23 +141,29 @@ def test_leftovers_of_kills_are_removed_on_the_next_start_and_by_fbo_clean(tmp_p
     import fcntl
     import os
 
+    from fbo_cli.results import claim_root
+
     cfg = _cfg(tmp_path / "out")
+    claim_root(tmp_path / "out")  # fbo made this results root (.fbo-results)
     cfg.run_dir.mkdir(parents=True)
-    (cfg.run_dir / ".metrics.csv.ab12cd").write_text("half")  # a SIGKILL between write and rename
+    (cfg.run_dir / ".metrics.csv.ab12cd_9").write_text("half")  # a SIGKILL between write and rename
+    (cfg.run_dir / ".notes").write_text("mine")  # not a temporary file of fbo's: it stays
     execute(cfg)
-    assert not (cfg.run_dir / ".metrics.csv.ab12cd").exists()
+    assert not (cfg.run_dir / ".metrics.csv.ab12cd_9").exists() and (cfg.run_dir / ".notes").exists()
     empty = tmp_path / "out" / "hyperrep" / "fednest" / "digits-iid-s0-0000000000"
     empty.mkdir(parents=True)
     (empty / ".lock").write_text("")
     (tmp_path / "out" / "compare" / "x").mkdir(parents=True)
-    (tmp_path / "out" / "compare" / "x" / ".curves.png.q1w2.png").write_bytes(b"")
+    (tmp_path / "out" / "compare" / "x" / ".curves.png.q1w2e3r4.png").write_bytes(b"")
     held = cfg.run_dir / ".lock"
     fd = os.open(held, os.O_RDWR)
     fcntl.flock(fd, fcntl.LOCK_EX)  # a run in progress: its lock stays
     try:
         r = runner.invoke(app, ["clean", "--out-dir", str(tmp_path / "out"), "--dry-run"])
         assert r.exit_code == 0 and "would remove" in r.stdout and empty.exists()
-        r = runner.invoke(app, ["clean", "--out-dir", str(tmp_path / "out")])
+        r = runner.invoke(app, ["clean", "--out-dir", str(tmp_path / "out")])  # lists only
+        assert r.exit_code == 0 and "would remove" in r.stdout and "--yes" in r.stdout and empty.exists()
+        r = runner.invoke(app, ["clean", "--out-dir", str(tmp_path / "out"), "--yes"])
         assert r.exit_code == 0, r.output
     finally:
         os.close(fd)
@@ -237,3 +243,64 @@ def test_a_path_component_too_long_for_the_file_system_is_bad_input(tmp_path, cm
         ["run", "hyperrep", "--algo", "aggitd", "--dataset", "digits", "--rounds", "2"]
     r = runner.invoke(app, [*args, "--out-dir", out])
     assert r.exit_code == 2 and "longer than the 255 bytes" in " ".join(r.output.split()), r.output
+
+
+def test_clean_removes_nothing_fbo_did_not_make(tmp_path):
+    h = tmp_path / "h"  # a folder fbo did not make: refused, nothing removed
+    h.mkdir()
+    (h / ".bashrc").write_text("x")
+    (h / ".lock").write_text("")
+    (h / "empty").mkdir()
+    r = runner.invoke(app, ["clean", "--out-dir", str(h), "--yes"])
+    assert r.exit_code == 2 and "not a results root fbo made" in " ".join(r.output.split())
+    assert (h / ".bashrc").read_text() == "x" and (h / ".lock").exists() and (h / "empty").is_dir()
+    # inside a root fbo made: dotfiles, empty folders of the user's, and anything behind a link stay
+    cfg = _cfg(tmp_path / "out")
+    execute(cfg)
+    root = tmp_path / "out"
+    assert (root / ".fbo-results").is_file()
+    (root / ".gitignore").write_text("*\n")
+    (root / "mine").mkdir()
+    (h / ".metrics.csv.abcdefgh").write_text("theirs")  # looks like a temp file, but behind a link
+    (root / "hyperrep" / "linked").symlink_to(h)
+    (cfg.run_dir / ".lock.backup").write_text("")
+    r = runner.invoke(app, ["clean", "--out-dir", str(root), "--yes"])
+    assert r.exit_code == 0, r.output
+    assert (root / ".gitignore").exists() and (root / "mine").is_dir() and (h / ".metrics.csv.abcdefgh").exists()
+    assert (cfg.run_dir / ".lock.backup").exists() and (cfg.run_dir / "summary.json").is_file()
+
+
+def test_a_linked_run_directory_keeps_the_targets_files(tmp_path):
+    from fbo_cli.results import remove_temp_files
+
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / ".metrics.csv.abcdefgh").write_text("theirs")
+    (tmp_path / "run").symlink_to(target)
+    remove_temp_files(tmp_path / "run")
+    assert (target / ".metrics.csv.abcdefgh").exists()
+
+
+def test_a_failed_checkpoint_write_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    import errno
+
+    import fbo_cli.runner as rn
+
+    cfg = _cfg(tmp_path / "out", keep_checkpoint=False)
+    real, calls = rn.atomic_write, []
+
+    def full_disk(path, data):
+        if str(path).endswith(CHECKPOINT):
+            calls.append(path)
+            if len(calls) > 1:  # the first checkpoint is written; the disk is full at the second
+                raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, data)
+
+    monkeypatch.setattr(rn, "atomic_write", full_disk)
+    with pytest.raises(OSError):
+        execute(cfg)
+    good = torch.load(cfg.run_dir / CHECKPOINT, weights_only=True)
+    assert good["ledger"]["iterations"] == 2  # the last good checkpoint stays
+    monkeypatch.setattr(rn, "atomic_write", real)
+    s = execute(cfg)
+    assert s["status"] == "done" and s.get("resumed_from_iteration") == 2
