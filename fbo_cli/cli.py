@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 from .errors import UsageError
 
@@ -22,8 +23,8 @@ app = typer.Typer(
          "[bold]fbo run TASK --algo ALGO[/bold] runs one algorithm; "
          "[bold]fbo compare SPEC.yaml[/bold] runs a paper's grid and writes its table and plots; "
          "[bold]fbo list[/bold] shows tasks, algorithms, datasets and experiment specs.")
-err = Console(stderr=True)
-out = Console()
+err = Console(stderr=True, markup=False)  # user text (names, settings, paths) is never markup
+out = Console(markup=False)
 _out = out
 
 
@@ -35,7 +36,7 @@ def user_errors():
     except UsageError as e:
         from rich.markup import escape
 
-        err.print(f"[bold red]Error:[/bold red] {escape(str(e))}", highlight=False)  # '[ray]' stays '[ray]'
+        err.print(f"[bold red]Error:[/bold red] {escape(str(e))}", markup=True, highlight=False)  # '[ray]' stays
         raise typer.Exit(2) from None
 
 
@@ -51,14 +52,12 @@ def threads_first() -> None:
 def interrupted_note(e: KeyboardInterrupt) -> str:
     """What Ctrl-C left: the Ray executor says which runs came home; the runner of the other executors
     writes each run's checkpoint on SIGINT."""
-    from rich.markup import escape
-
-    return escape(str(e)) if str(e) else ("interrupted: the runs in progress wrote their checkpoints; run the "
+    return str(e) if str(e) else ("interrupted: the runs in progress wrote their checkpoints; run the "
                                           "same command again to continue")
 
 
 def run_progress(console: Console) -> Progress:
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+    return Progress(TextColumn("{task.description}", style="bold", markup=False), BarColumn(), MofNCompleteColumn(),
                     TextColumn("rounds  {task.fields[metric]}"), TimeElapsedColumn(), TextColumn("left"),
                     TimeRemainingColumn(), console=console, transient=False)
 
@@ -152,7 +151,7 @@ def run(
             try:
                 summary = execute(cfg, on_eval=on_eval, wait=False, log=lambda m: err.print(m, highlight=False))
             except Interrupted as e:
-                err.print(f"[yellow]{e}[/yellow]", highlight=False)
+                err.print(str(e), style="yellow", highlight=False)
                 raise typer.Exit(130) from None
     if tensorboard:
         from .export import to_tensorboard
@@ -161,10 +160,10 @@ def run(
             err.print(f"TensorBoard: {to_tensorboard(cfg.run_dir)}", highlight=False)
     status = summary["status"]
     best = summary["best"]
-    out.print(f"[bold]{status}[/bold]: {summary['label']} on {task}/{cfg.run.dataset}, "
+    out.print(Text.assemble((status, "bold"), f": {summary['label']} on {task}/{cfg.run.dataset}, "
               f"{summary['ledger']['rounds']} rounds, {summary['ledger']['iterations']} iterations, "
               f"final {summary['metric']} {summary['final']:.4f}" + (f", best {best:.4f}" if best is not None else "")
-              + f", {summary['train_time_s']:.1f} s training")
+              + f", {summary['train_time_s']:.1f} s training"))
     out.print(f"results: {cfg.run_dir}")
     if status != "done":
         raise typer.Exit(1)
@@ -280,21 +279,21 @@ def compare(
             out.print(f"{exp.name}: {len(exp.cells)} cells; {cost_line(todo, jobs)}", highlight=False)
             return
         if (short := cmp.tuning_budget_note(exp)) and not no_run:
-            err.print(f"[yellow]{short.replace('**', '')}[/yellow]", highlight=False)
+            err.print(short.replace('**', ''), style="yellow", highlight=False)
         if exp.tuned is None and any(a.get("tune") for a in exp.algorithms) and not no_run:
-            err.print(f"[yellow]{spec} has tuning grids but no tuned.yaml yet: these runs use the spec's own "
-                      f"values; `fbo tune {spec}` first chooses them on validation data[/yellow]")
+            err.print(f"{spec} has tuning grids but no tuned.yaml yet: these runs use the spec's own "
+                      f"values; `fbo tune {spec}` first chooses them on validation data", style="yellow")
         try:
             outdir = cmp.run_experiment(exp, jobs=jobs, rerun=rerun, no_run=no_run, console=err, executor=executor,
                                         address=address, cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run)
         except KeyboardInterrupt as e:
-            err.print(f"[yellow]{interrupted_note(e)}[/yellow]", highlight=False)
+            err.print(interrupted_note(e), style="yellow", highlight=False)
             raise typer.Exit(130) from None
     typer.echo((outdir / "table.md").read_text().rstrip("\n"))  # plain: no markup, no wrap at 80 columns
     out.print(f"written: {outdir}/table.md, table.csv, runs.csv, curves.png")
     if exp.incomplete:
-        err.print(f"[red]{exp.incomplete} run(s) failed or did not finish (see the 'failed' and 'not run' "
-                  f"columns)[/red]")
+        err.print(f"{exp.incomplete} run(s) failed or did not finish (see the 'failed' and 'not run' "
+                  f"columns)", style="red")
         raise typer.Exit(1)
 
 
@@ -405,7 +404,7 @@ def check_cmd(
         try:
             run_cells(cells, jobs=jobs, console=err, rerun=True, title="check")
         except KeyboardInterrupt as e:
-            err.print(f"[yellow]{interrupted_note(e)}[/yellow]", highlight=False)
+            err.print(interrupted_note(e), style="yellow", highlight=False)
             raise typer.Exit(130) from None
         sd = check.seed_sd(picks)
         rows = [{"spec": p.spec, "algorithm": p.cell.algorithm, "setting": p.cell.setting, "seed": p.cell.seed,
@@ -480,7 +479,7 @@ def tune(
                                 address=address, cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run,
                                 ranking_check=ranking_check)
         except KeyboardInterrupt as e:
-            err.print(f"[yellow]{interrupted_note(e)}[/yellow]", highlight=False)
+            err.print(interrupted_note(e), style="yellow", highlight=False)
             raise typer.Exit(130) from None
     import yaml
 
@@ -648,9 +647,9 @@ def show(
         e = REGISTRY[algo]
         task = task or e.tasks[0]
         cfg = resolve(task, algo)
-    view = _out if _out.is_terminal else Console(width=100_000)
-    view.print(f"[bold]{algo}[/bold] ({e.label}) on [bold]{task}[/bold]: {e.cls.paper}; rounds per outer "
-               f"iteration: {e.cls.rounds}", highlight=False)
+    view = _out if _out.is_terminal else Console(width=100_000, markup=False)
+    view.print(Text.assemble((algo, "bold"), f" ({e.label}) on ", (task, "bold"), f": {e.cls.paper}; rounds per "
+                             f"outer iteration: {e.cls.rounds}"), highlight=False)
     for title, obj, cls in (("run settings (fbo run options or --set)", cfg.run, RunSettings),
                             (f"{task} parameters (--set)", cfg.task_params, type(cfg.task_params)),
                             (f"{algo} hyperparameters (--set; the paper's defaults)", cfg.hp, type(cfg.hp))):
@@ -800,7 +799,7 @@ def list_() -> None:
     from .tasks import TASKS
 
     # Piped (not a terminal): no width limit, so names and file names are never cut (fbo list | grep).
-    out = _out if _out.is_terminal else Console(width=100_000)
+    out = _out if _out.is_terminal else Console(width=100_000, markup=False)
     t = Table(title="Tasks", title_justify="left")
     for c in ("task", "kind", "metric", "datasets"):
         t.add_column(c, no_wrap=c == "task", overflow="fold")

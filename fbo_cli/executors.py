@@ -39,6 +39,7 @@ import re
 import signal
 import threading
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Protocol, Sequence
@@ -79,13 +80,12 @@ def _progress(console):
     # the bar, the count and the times keep their room at 80 columns; the last run's note comes last and
     # is cut first (never wrapped)
     keep = lambda w: Column(no_wrap=True, min_width=w)  # noqa: E731
-    return Progress(TextColumn("[bold]{task.description}", table_column=Column(no_wrap=True, overflow="ellipsis",
-                                                                               max_width=24)),
+    cut = lambda w: Column(no_wrap=True, overflow="ellipsis", max_width=w)  # noqa: E731
+    return Progress(TextColumn("{task.description}", style="bold", markup=False, table_column=cut(24)),
                     BarColumn(bar_width=16, table_column=keep(16)), MofNCompleteColumn(table_column=keep(7)),
                     TimeElapsedColumn(table_column=keep(7)), TextColumn("left", table_column=keep(4)),
                     TimeRemainingColumn(table_column=keep(7)),
-                    TextColumn("{task.fields[info]}", table_column=Column(no_wrap=True, overflow="ellipsis",
-                                                                          max_width=40)),
+                    TextColumn("{task.fields[info]}", markup=False, table_column=cut(40)),
                     console=console)
 
 
@@ -131,7 +131,8 @@ def _run_serial(cells, console, rerun, title) -> list[dict]:
                 bar = prog.add_task(_label(c), total=c.cfg.run.rounds, info="rounds")
                 on_eval = lambda row, bar=bar, total=c.cfg.run.rounds: prog.update(
                     bar, completed=min(row["rounds"], total))
-                out[i] = s = _one(c.cfg, rerun and not wait, wait, on_eval, log=lambda m: prog.console.print(m))
+                say = lambda m: prog.console.print(m, markup=False, highlight=False)  # noqa: E731
+                out[i] = s = _one(c.cfg, rerun and not wait, wait, on_eval, log=say)
                 prog.remove_task(bar)
                 if s["status"] == "interrupted":
                     raise KeyboardInterrupt
@@ -142,10 +143,12 @@ def _run_serial(cells, console, rerun, title) -> list[dict]:
 
 def _report(prog, overall, c, s, say_resume: bool = False) -> None:
     if s["status"] == "failed":
-        prog.console.print(f"[red]{_label(c)}: failed: {s.get('error')}[/red]", highlight=False)
+        from rich.text import Text
+
+        prog.console.print(Text(f"{_label(c)}: failed: {s.get('error')}", style="red"), highlight=False)
     elif say_resume and s.get("resumed_from_iteration") is not None and not s.get("reused"):
         prog.console.print(f"{_label(c)}: resumed from its checkpoint at outer iteration "
-                           f"{s['resumed_from_iteration']}", highlight=False)
+                           f"{s['resumed_from_iteration']}", markup=False, highlight=False)
     prog.update(overall, advance=1, info=f"last: {c.algorithm} · {c.setting} · s{c.seed}: {s['status']}")
 
 
@@ -183,19 +186,35 @@ def _run_processes(cells, jobs, console, rerun, title) -> list[dict]:
     out: list[dict | None] = [None] * len(cells)
     with _progress(console) as prog:
         overall = prog.add_task(title, total=len(cells), info="")
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"), initializer=_die_with_parent,
-                                 initargs=(os.getpid(),)) as pool:
-            for wait in (False, True):
-                idx = [i for i in range(len(cells)) if out[i] is None or out[i]["status"] == "busy"]
-                futs = {pool.submit(_worker, cells[i].cfg.task, cells[i].cfg.algo, cells[i].layers, threads,
-                                    rerun and not wait, wait, os.getpid()): i for i in idx}
-                for fut in as_completed(futs):
-                    i = futs[fut]
-                    out[i] = s = fut.result()
-                    if s["status"] == "interrupted":
-                        raise KeyboardInterrupt
-                    if s["status"] != "busy":
-                        _report(prog, overall, cells[i], s, say_resume=True)
+        lost: dict[int, int] = {}  # how often a run's worker died under it
+        for wait in (False, True):
+            idx = [i for i in range(len(cells)) if out[i] is None or out[i]["status"] == "busy"]
+            while idx:
+                broken = []
+                with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
+                                         initializer=_die_with_parent, initargs=(os.getpid(),)) as pool:
+                    futs = {pool.submit(_worker, cells[i].cfg.task, cells[i].cfg.algo, cells[i].layers, threads,
+                                        rerun and not wait, wait, os.getpid()): i for i in idx}
+                    for fut in as_completed(futs):
+                        i = futs[fut]
+                        try:
+                            s = fut.result()
+                        except BrokenProcessPool:  # a worker was killed (the OOM killer, kill -9): the pool is lost
+                            lost[i] = lost.get(i, 0) + 1
+                            if lost[i] < 2:
+                                broken.append(i)
+                                continue
+                            s = {"status": "failed", "error": "its worker process was killed twice (out of memory? "
+                                 "kill -9?); run the same command again to resume it from its checkpoint"}
+                        out[i] = s
+                        if s["status"] == "interrupted":
+                            raise KeyboardInterrupt
+                        if s["status"] != "busy":
+                            _report(prog, overall, cells[i], s, say_resume=True)
+                if broken:
+                    prog.console.print(f"a worker process died: {len(broken)} run(s) in flight go on in a fresh "
+                                       f"pool (a run whose worker dies twice is counted as failed)", highlight=False)
+                idx = broken
     return out  # type: ignore[return-value]
 
 
@@ -409,7 +428,7 @@ def _run_ray(cells, address, cpus_per_run, gpus_per_run, console, rerun, title, 
         if not address and (reaped := reap_orphaned_ray()) and console is not None:
             console.print(f"reaped {len(reaped)} Ray process(es) ({sum(r for *_, r in reaped) // 1024} MB) left by an "
                           f"earlier local Ray whose driver was killed: "
-                          f"{', '.join(f'{n} ({p})' for p, n, _ in reaped)}", highlight=False)
+                          f"{', '.join(f'{n} ({p})' for p, n, _ in reaped)}", markup=False, highlight=False)
         kw = {"address": address} if address else ({"num_cpus": jobs * cpus_per_run} if jobs > 1 else {})
         ray.init(log_to_driver=False, include_dashboard=False, configure_logging=False, **kw)
         if not address:
@@ -443,7 +462,7 @@ def _run_ray(cells, address, cpus_per_run, gpus_per_run, console, rerun, title, 
                         _report(prog, overall, c, summary)
                         continue
                     if state == "corrupt":
-                        prog.console.print(f"{c.cfg.run_dir}: {why}; running it again", highlight=False)
+                        prog.console.print(f"{c.cfg.run_dir}: {why}; running it again", markup=False, highlight=False)
                     ck = c.cfg.run_dir / CHECKPOINT
                     files_in = {CHECKPOINT: ck.read_bytes()} if ck.is_file() and not rerun else {}
                     ref = remote.remote(c.cfg.task, c.cfg.algo, c.layers, cpus_per_run, files_in, rerun)
