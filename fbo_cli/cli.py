@@ -380,7 +380,10 @@ def check_cmd(
             if not s.is_file():
                 raise UsageError(f"{s}: no such spec file")
         spec_list = list(specs) if specs else [s for p in PAPERS for s in p.specs if Path(s).is_file()]
-        picks = check.committed_runs(spec_list, evidence)
+        unusable: list = []
+        picks = check.committed_runs(spec_list, evidence, unusable)
+        for d, why in unusable:
+            err.print(f"evidence run not usable: {d} ({why})", style="red", highlight=False)
         if not picks:
             raise UsageError(f"no finished run of {'these specs' if specs else 'the report'} under {evidence}")
         chosen = check.select(picks, None if all_runs else minutes)
@@ -410,13 +413,14 @@ def check_cmd(
         rows = [{"spec": p.spec, "algorithm": p.cell.algorithm, "setting": p.cell.setting, "seed": p.cell.seed,
                  "evidence": str(p.cell.cfg.run_dir), "rerun": str(c.cfg.run_dir),
                  **check.compare_run(p.cell.cfg.run_dir, c.cfg.run_dir, rtol, atol,
-                                     sd.get((p.spec, p.cell.algorithm, p.cell.setting), float("nan")))}
+                                     sd.get((p.spec, p.cell.algorithm, p.cell.setting), float("nan")),
+                                     p.cell.cfg.run.rounds)}
                 for p, c in zip(chosen, cells)]
         command = "fbo check " + shlex.join(sys.argv[2:]) if sys.argv[1:2] == ["check"] else "fbo check"
-        check.write(rows, out_dir, rtol, atol, command)
+        check.write(rows, out_dir, rtol, atol, command, unusable)
     typer.echo((out_dir / "check.md").read_text().rstrip("\n"))
     out.print(f"written: {out_dir}/check.md, check.csv")
-    if any(r["outcome"] in ("differs", "failed") for r in rows):
+    if unusable or any(r["outcome"] in ("differs", "failed") for r in rows):
         raise typer.Exit(1)
 
 
