@@ -38,6 +38,16 @@ def user_errors():
 
         err.print(f"[bold red]Error:[/bold red] {escape(str(e))}", markup=True, highlight=False)  # '[ray]' stays
         raise typer.Exit(2) from None
+    except OSError as e:  # the machine, not the input: a full disk, a quota, a read-only file system
+        import errno
+
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO):
+            raise
+        err.print(Text.assemble(("Error: ", "bold red"), f"{e.strerror or e}{f' ({e.filename})' if e.filename else ''}"
+                                "; nothing half-written stays: free some space and run the same command again "
+                                "(finished runs are reused, partial ones resume from their last checkpoint)"),
+                  highlight=False)
+        raise typer.Exit(1) from None
 
 
 def threads_first() -> None:

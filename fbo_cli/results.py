@@ -72,9 +72,11 @@ def atomic_write(path: Path, text: str | bytes) -> None:
             f.write(text.encode() if isinstance(text, str) else text)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.errno and not e.filename:
+            raise OSError(e.errno, e.strerror or os.strerror(e.errno), str(path)) from None  # say which file
         raise
 
 

@@ -304,3 +304,29 @@ def test_a_failed_checkpoint_write_keeps_the_last_good_checkpoint(tmp_path, monk
     monkeypatch.setattr(rn, "atomic_write", real)
     s = execute(cfg)
     assert s["status"] == "done" and s.get("resumed_from_iteration") == 2
+
+
+@pytest.mark.parametrize("cmd", ["compare", "tune"])
+def test_a_full_disk_ends_with_a_message_not_a_traceback(tmp_path, monkeypatch, cmd):
+    import errno
+
+    import fbo_cli.results as res
+
+    p = tmp_path / "s.yaml"
+    p.write_text("name: full\ntask: hyperrep\nseeds: [0]\nalgorithms: [{name: A, algo: aggitd, tune: {outer_lr: "
+                 "[0.01, 0.1]}}]\nbase: {dataset: digits, clients: 4, participation: 0.5, rounds: 2, threads: 1}\n"
+                 "tune: {seeds: [100], rounds: 2}\n")
+
+    real, calls = res._umask, []
+
+    def full():
+        calls.append(1)
+        if len(calls) > 4:  # the disk fills up during the first run
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real()
+
+    monkeypatch.setattr(res, "_umask", full)  # an atomic write fails after writing its temporary file
+    r = runner.invoke(app, [cmd, str(p), "--out-dir", str(tmp_path / "out")])
+    assert r.exit_code == 1 and "No space left on device" in r.output, r.output
+    assert not isinstance(r.exception, OSError) and "Traceback" not in r.output
+    assert not [f for f in (tmp_path / "out").rglob(".*.*") if f.name != ".lock"]  # no temporary file stays
