@@ -495,9 +495,11 @@ def tune(
         except KeyboardInterrupt as e:
             err.print(interrupted_note(e), style="yellow", highlight=False)
             raise typer.Exit(130) from None
-    import yaml
 
-    tuned = yaml.safe_load((outdir / "tuned.yaml").read_text())
+    from .config import load_config_file
+
+    with user_errors():
+        tuned = load_config_file(outdir / "tuned.yaml")
     t = Table(title=f"Chosen by fbo tune ({tuned['score']}, {tuned['mode']})", title_justify="left")
     for c in ("algorithm", "setting", "values", "note"):
         t.add_column(c, overflow="fold")
@@ -834,15 +836,15 @@ def list_() -> None:
     out.print(t)
     specs = sorted(Path("experiments").glob("*.yaml"))
     if specs:
-        import yaml
+        from .config import load_yaml
 
         t = Table(title="Experiment specs (fbo compare FILE)", title_justify="left")
         t.add_column("file", no_wrap=True)
         t.add_column("title", overflow="fold")
         for p in specs:
             try:
-                d = yaml.safe_load(p.read_text()) or {}
-            except yaml.YAMLError:
+                d = load_yaml(p.read_bytes(), str(p)) or {}
+            except (UsageError, OSError):
                 d = {}
             if isinstance(d, dict) and "algorithms" in d:
                 t.add_row(str(p), str(d.get("title", "")))

@@ -118,8 +118,10 @@ def coerce(key: str, value: Any, tp: Any) -> Any:
     """Coerce ``value`` (a YAML scalar or a string from the command line) to the field type ``tp``."""
     if isinstance(value, str):
         try:
-            value = yaml.safe_load(value) if value.strip() else value
-        except yaml.YAMLError:
+            value = load_yaml(value, f"the value of '{key}'") if value.strip() else value
+        except UsageError as e:
+            if "not valid YAML" not in str(e):
+                raise
             pass
     args = typing.get_args(tp)
     if type(None) in args:  # Optional[X]
@@ -174,16 +176,66 @@ def parse_sets(items: list[str] | None) -> dict[str, Any]:
     return out
 
 
+MAX_YAML_BYTES = 1_000_000  # a spec, a config or a tuned.yaml is a few kB
+MAX_YAML_NODES = 100_000  # values after every alias is expanded (an alias bomb expands to billions)
+MAX_YAML_DEPTH = 50  # nesting (specs nest four or five levels)
+
+
+def _yaml_size(node, depth: int = 0, memo: dict | None = None, busy: frozenset = frozenset()) -> int:
+    """How many values ``node`` (a composed YAML node, aliases not yet expanded) holds once expanded; a
+    shared (aliased) node is counted each time it is used, computed once. ``ValueError`` past the limits."""
+    memo = {} if memo is None else memo
+    if id(node) in memo:
+        return memo[id(node)]
+    if depth > MAX_YAML_DEPTH:
+        raise ValueError(f"nested more than {MAX_YAML_DEPTH} levels deep")
+    if id(node) in busy:
+        raise ValueError("an alias refers to itself")
+    kids = node.value if isinstance(node.value, list) else []
+    n = 1
+    for k in kids:
+        for c in (k if isinstance(k, tuple) else (k,)):
+            n += _yaml_size(c, depth + 1, memo, busy | {id(node)})
+            if n > MAX_YAML_NODES:
+                raise ValueError(f"more than {MAX_YAML_NODES:,} values once its aliases are expanded (an alias bomb?)")
+    memo[id(node)] = n
+    return n
+
+
+def load_yaml(text: str | bytes, what: str) -> Any:
+    """``yaml.safe_load`` bounded before anything is expanded: at most ``MAX_YAML_BYTES``, ``MAX_YAML_DEPTH``
+    levels and ``MAX_YAML_NODES`` values with every alias expanded. Every YAML fbo reads goes through here;
+    anything else is a UsageError naming ``what``."""
+    if len(text) > MAX_YAML_BYTES:
+        raise UsageError(f"{what} is {len(text):,} bytes; fbo reads YAML files up to {MAX_YAML_BYTES:,} bytes")
+    if isinstance(text, bytes):
+        try:
+            text = text.decode()
+        except UnicodeDecodeError:
+            raise UsageError(f"{what} is not a text (YAML) file") from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        if node is not None:
+            _yaml_size(node)
+        return yaml.safe_load(text)
+    except ValueError as e:
+        raise UsageError(f"{what}: {e}") from None
+    except RecursionError:
+        raise UsageError(f"{what}: nested more than {MAX_YAML_DEPTH} levels deep") from None
+    except yaml.YAMLError as e:
+        raise UsageError(f"{what} is not valid YAML: {str(e).splitlines()[0]}") from None
+
+
 def load_config_file(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise UsageError(f"config file not found: {p}")
     try:
-        data = yaml.safe_load(p.read_text())
-    except (UnicodeDecodeError, ValueError):
-        raise UsageError(f"{p} is not a text (YAML) file") from None
-    except yaml.YAMLError as e:
-        raise UsageError(f"{p} is not valid YAML: {str(e).splitlines()[0]}") from None
+        if p.stat().st_size > MAX_YAML_BYTES:
+            raise UsageError(f"{p} is {p.stat().st_size:,} bytes; fbo reads YAML files up to {MAX_YAML_BYTES:,} bytes")
+        data = load_yaml(p.read_bytes(), str(p))
+    except OSError as e:
+        raise UsageError(f"cannot read {p}: {e.strerror or e}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

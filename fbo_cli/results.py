@@ -479,7 +479,8 @@ def _cost_keys(cfg: dict) -> list[tuple]:
 def _seconds_per_round(roots: tuple[str, ...], here: str) -> dict[tuple, float]:
     """Median seconds per round (training and evaluation) of the finished runs under ``roots`` on this
     kind of device, under each of its :func:`_cost_keys`."""
-    import yaml
+    from .config import load_config_file
+    from .errors import UsageError
 
     per: dict[tuple, list[float]] = {}
     for root in roots:
@@ -488,8 +489,8 @@ def _seconds_per_round(roots: tuple[str, ...], here: str) -> dict[tuple, float]:
                 s = json.loads(f.read_text())
                 rounds = s["ledger"]["rounds"]
                 secs = (s.get("train_time_s") or 0) + (s.get("eval_time_s") or 0)
-                cfg = yaml.safe_load((f.parent / "config.yaml").read_text()) or {}
-            except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError):
+                cfg = load_config_file(f.parent / "config.yaml")
+            except (OSError, ValueError, KeyError, TypeError, UsageError):
                 continue
             if not rounds or s.get("device", "cpu") != here:
                 continue

@@ -64,7 +64,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .config import resolve
+from .config import load_config_file, resolve
 from .errors import UsageError
 from .results import atomic_write, fmt_num, save_figure, write_yaml
 from .spec import Cell, Experiment, TuneSpec, check_metrics, claim_folder, load_spec
@@ -134,7 +134,6 @@ def recorded_runs(exp: Experiment, ts: TuneSpec) -> dict[str, dict]:
     """The runs of this spec's recorded tuning (``<out>/compare/<name>/tuning.csv``, and the record of an
     unfinished one, ``tuning.partial.csv``) that finished, by run directory, where they were scored by
     today's rule (same score, tail and budget); else nothing."""
-    import yaml
 
     outdir = exp.out_root / "compare" / exp.name
     records = []
@@ -145,7 +144,7 @@ def recorded_runs(exp: Experiment, ts: TuneSpec) -> dict[str, dict]:
         pass
     meta, csv = (outdir / f for f in PARTIAL)
     if meta.is_file() and csv.is_file():
-        records.append((yaml.safe_load(meta.read_text()) or {}, pd.read_csv(csv, keep_default_na=False,
+        records.append((load_config_file(meta), pd.read_csv(csv, keep_default_na=False,
                                                                              na_values=[""])))
     keep = ["status", "score", "start", "oscillation", "train_time_s", "eval_time_s"]
     out: dict[str, dict] = {}
@@ -349,7 +348,6 @@ def relabel(spec_path: str | Path, overrides: dict[str, Any]) -> tuple[Path, int
 
 def _recorded(exp: Experiment) -> tuple[Path, dict, pd.DataFrame]:
     """A recorded tuning: its folder, ``tuned.yaml`` and ``tuning.csv`` (older tables completed)."""
-    import yaml
 
     outdir = exp.out_root / "compare" / exp.name
     if not (outdir / "tuned.yaml").is_file() or not (outdir / "tuning.csv").is_file():
@@ -358,7 +356,7 @@ def _recorded(exp: Experiment) -> tuple[Path, dict, pd.DataFrame]:
     table["reason"] = table["reason"].astype(object).fillna("") if "reason" in table else ""
     if "grid" not in table:  # recorded before extensions were marked: every row a grid point
         table["grid"] = "spec"
-    return outdir, yaml.safe_load((outdir / "tuned.yaml").read_text()), table
+    return outdir, load_config_file(outdir / "tuned.yaml"), table
 
 
 def ranking_only(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, console=None,

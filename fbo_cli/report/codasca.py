@@ -23,12 +23,15 @@ from ..errors import UsageError
 
 
 def _run_keys(run_dir: str) -> tuple[int | None, int | None]:
-    import yaml
+    from ..config import load_config_file
 
     p = Path(run_dir) / "config.yaml"
     if not p.is_file():
         return None, None
-    c = yaml.safe_load(p.read_text())
+    try:
+        c = load_config_file(p)
+    except UsageError:
+        return None, None
     return (c.get("hp") or {}).get("I"), c.get("clients")
 
 
