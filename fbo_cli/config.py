@@ -311,7 +311,8 @@ def resolve(task: str, algo: str, *layers: dict[str, Any]) -> RunConfig:
             v = getattr(obj, f.name)
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0:
                 raise UsageError(f"'{f.name}' must be >= 0, got {v}")
-    check_hp(hp)  # the declared bounds, before any data loads
+    check_hp(tparams)  # the declared bounds, before any data loads
+    check_hp(hp)
     entry.cls.check(hp)  # what ties several keys together
     return RunConfig(task, algo, run, tparams, hp)
 
@@ -340,12 +341,14 @@ def _validate(run: RunSettings, tcls) -> None:
         raise UsageError(f"eval_every must be >= 1, got {run.eval_every}")
     if run.alpha <= 0:
         raise UsageError(f"alpha must be > 0, got {run.alpha}")
-    if not 0 <= run.seed < 2**63:
-        raise UsageError(f"seed must be in [0, 2^63), got {run.seed}")
-    if run.threads is not None and run.threads < 1:
-        raise UsageError(f"threads must be >= 1 (or none), got {run.threads}")
-    if run.shards_per_client < 1:
-        raise UsageError(f"shards_per_client must be >= 1, got {run.shards_per_client}")
+    if not 0 <= run.seed < 2**32:  # numpy's generators take 32-bit seeds
+        raise UsageError(f"seed must be in [0, 2^32), got {run.seed}")
+    if run.threads is not None and not 1 <= run.threads <= 1024:
+        raise UsageError(f"threads must be in [1, 1024] (or none), got {run.threads}")
+    if not 1 <= run.shards_per_client <= 10_000:
+        raise UsageError(f"shards_per_client must be in [1, 10000], got {run.shards_per_client}")
+    if run.clients > 100_000:
+        raise UsageError(f"clients must be <= 100000, got {run.clients}")
     if run.val_frac is not None and not 0 < run.val_frac < 1:
         raise UsageError(f"val_frac must be in (0, 1), got {run.val_frac}")
     if run.checkpoint_every < 1:

@@ -137,8 +137,11 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
     seed_list = seeds if seeds is not None else spec.get("seeds", [0])
     if not isinstance(seed_list, list) or not all(isinstance(s, int) for s in seed_list) or not seed_list:
         raise UsageError(f"{where}: 'seeds' must be a non-empty list of integers")
-    if any(s < 0 or s >= 2**63 for s in seed_list) or len(set(seed_list)) != len(seed_list):
-        raise UsageError(f"{where}: seeds must be distinct integers in [0, 2^63), got {seed_list}")
+    if len(seed_list) > MAX_SEEDS:
+        raise UsageError(f"{where}: {len(seed_list):,} seeds; fbo takes at most {MAX_SEEDS:,} per spec")
+    if any(s < 0 or s >= 2**32 for s in seed_list) or len(set(seed_list)) != len(seed_list):
+        raise UsageError(f"{where}: seeds must be distinct integers in [0, 2^32), got {seed_list[:20]}"
+                         + ("..." if len(seed_list) > 20 else ""))
     exp = Experiment(
         name=check_name(spec["name"] if "name" in spec else Path(path).stem, f"{where}: 'name'"),
         title=str(spec.get("title", "")), task=task,
@@ -147,6 +150,10 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
         reference_on=_check_reference_on(where, spec.get("reference_on")),
         description=" ".join(str(spec.get("description") or "").split()), path=str(path),
         band=spec.get("band", "minmax"), paper=spec.get("paper"), order=spec.get("order", 100))
+    n = len(exp.algorithms) * len(exp.settings) * len(exp.seeds)
+    if n > MAX_CELLS:
+        raise UsageError(f"{where}: {len(exp.algorithms)} algorithms x {len(exp.settings)} settings x {len(exp.seeds)} "
+                         f"seeds = {n:,} runs; fbo takes at most {MAX_CELLS:,} per spec")
     if exp.paper is not None and not isinstance(exp.paper, str):
         raise UsageError(f"{where}: 'paper' must be a paper's key (a string), got {exp.paper!r}")
     if not isinstance(exp.order, int) or isinstance(exp.order, bool):
@@ -365,6 +372,9 @@ def claim_folder(exp: Experiment, outdir: Path, write: bool = True) -> None:
 
 
 
+MAX_SEEDS = 1000  # seeds of one spec (evaluation or tuning)
+MAX_CELLS = 20_000  # runs of one grid (algorithms x settings x seeds, or a tuning grid's points x seeds)
+
 TUNE_KEYS = {"seeds", "rounds", "score", "mode", "setting", "tail", "tolerance", "set"}
 
 
@@ -390,8 +400,10 @@ def parse_tune(spec: dict, exp: Experiment, where: str) -> TuneSpec:
         raise UsageError(f"{where}: unknown key(s) in tune: {', '.join(sorted(unknown))}; "
                          f"allowed: {', '.join(sorted(TUNE_KEYS))}")
     seeds = t.get("seeds", [100])
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
-        raise UsageError(f"{where}: tune.seeds must be a non-empty list of integers >= 0")
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and 0 <= s < 2**32 for s in seeds):
+        raise UsageError(f"{where}: tune.seeds must be a non-empty list of integers in [0, 2^32)")
+    if len(seeds) > MAX_SEEDS:
+        raise UsageError(f"{where}: {len(seeds):,} tuning seeds; fbo takes at most {MAX_SEEDS:,}")
     clash = set(seeds) & set(exp.seeds)
     if clash:
         raise UsageError(f"{where}: tuning seeds {sorted(clash)} are also evaluation seeds; use disjoint seeds")
@@ -427,6 +439,10 @@ def parse_tune(spec: dict, exp: Experiment, where: str) -> TuneSpec:
         g = a.get("tune") or {}
         if not isinstance(g, dict) or not all(isinstance(v, list) and v for v in g.values()):
             raise UsageError(f"{where}: algorithm '{a['name']}': tune must map keys to non-empty lists of values")
+        points = math.prod(len(v) for v in g.values())
+        if points * len(seeds) > MAX_CELLS:
+            raise UsageError(f"{where}: algorithm '{a['name']}': its tuning grid has {points:,} points x "
+                             f"{len(seeds)} seeds; fbo takes at most {MAX_CELLS:,} runs per grid")
         grids[a["name"]] = g
     if not any(grids.values()):
         raise UsageError(f"{where}: no algorithm declares a 'tune:' grid")
