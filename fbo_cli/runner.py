@@ -97,12 +97,19 @@ DIVERGED_FACTOR = 1e3
 
 
 class Interrupted(Exception):
-    """SIGINT/SIGTERM arrived during a run; its checkpoint is written."""
+    """SIGINT/SIGTERM arrived during a run; its checkpoint is written (``now``: a second signal stopped the
+    run inside an outer iteration; its last checkpoint stays, and the run resumes from there)."""
 
-    def __init__(self, run_dir, iteration: int):
-        super().__init__(f"interrupted at outer iteration {iteration}; checkpoint written in {run_dir}; "
+    def __init__(self, run_dir, iteration: int, now: bool = False):
+        super().__init__(f"stopped inside outer iteration {iteration + 1}; the last checkpoint in {run_dir} stays; "
+                         "run the same command again to continue from it" if now else
+                         f"interrupted at outer iteration {iteration}; checkpoint written in {run_dir}; "
                          "run the same command again to continue")
         self.iteration = iteration
+
+
+class _StopNow(BaseException):
+    """A second SIGINT/SIGTERM while the first waits for the outer iteration to end: stop at once."""
 
 
 class RunBusy(UsageError):
@@ -150,7 +157,9 @@ cancel as SIGINT): the loop stops at its next check."""
 
 
 class _Stop:
-    """SIGINT/SIGTERM set a flag the loop checks after each outer iteration (main thread only)."""
+    """SIGINT/SIGTERM set a flag the loop checks after each outer iteration (main thread only); a second one
+    while the flag is set stops the run at once, inside its iteration (:class:`_StopNow`): a long outer
+    iteration never holds Ctrl-C hostage."""
 
     def __init__(self):
         self.old: dict[int, Any] = {}
@@ -166,7 +175,11 @@ class _Stop:
         return self
 
     def _set(self, signum, frame):
+        if STOP.is_set():
+            raise _StopNow
         STOP.set()
+        with contextlib.suppress(OSError):
+            os.write(2, b"stopping after this outer iteration (its checkpoint is written); again to stop now\n")
 
     def __exit__(self, *exc):
         for sig, h in self.old.items():
@@ -362,6 +375,8 @@ def _execute(cfg: RunConfig, on_eval, write: bool, log) -> dict:
                 evaluate()
         except Interrupted:
             raise
+        except _StopNow:  # inside an iteration: its state is half-updated, so no checkpoint of it
+            raise Interrupted(run_dir, led.iterations, now=True) from None
         except Exception as e:  # a bug, not bad input: record it in summary.json, then let it propagate
             status, failure = "failed", e
     if status == "interrupted":

@@ -330,3 +330,27 @@ def test_a_full_disk_ends_with_a_message_not_a_traceback(tmp_path, monkeypatch, 
     assert r.exit_code == 1 and "No space left on device" in r.output, r.output
     assert not isinstance(r.exception, OSError) and "Traceback" not in r.output
     assert not [f for f in (tmp_path / "out").rglob(".*.*") if f.name != ".lock"]  # no temporary file stays
+
+
+def test_a_second_ctrl_c_stops_inside_a_long_outer_iteration(tmp_path, monkeypatch):
+    import os
+    import signal
+
+    from fbo_cli.algorithms.aggitd import AggITD
+    from fbo_cli.runner import Interrupted
+
+    cfg = _cfg(tmp_path / "out", checkpoint_every=1, max_iters=50)
+    real, calls = AggITD.step, []
+
+    def step(self):
+        calls.append(1)
+        if len(calls) == 3:  # a long iteration: Ctrl-C twice inside it
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(self)
+
+    monkeypatch.setattr(AggITD, "step", step)
+    with pytest.raises(Interrupted, match="stopped inside outer iteration 3"):
+        execute(cfg)
+    ck = torch.load(cfg.run_dir / CHECKPOINT, weights_only=True)
+    assert ck["ledger"]["iterations"] == 2  # the last whole iteration's checkpoint, not a half-updated state
