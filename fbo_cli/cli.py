@@ -222,6 +222,11 @@ def check_executor(jobs: int, executor: str | None, address: str | None, cpus_pe
         raise UsageError("--address, --cpus-per-run and --gpus-per-run go with --executor ray")
     if cpus_per_run < 1 or not gpus_per_run >= 0:
         raise UsageError(f"--cpus-per-run must be >= 1 and --gpus-per-run >= 0, got {cpus_per_run}, {gpus_per_run}")
+    if address and address != "auto" and not address.startswith("ray://"):
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise UsageError(f"--address must be HOST:PORT (the head node's GCS, e.g. 10.0.0.5:6379), ray://HOST:PORT "
+                             f"or auto; got '{address}'")
     if executor == "ray":
         from .executors import _import_ray
 

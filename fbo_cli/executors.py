@@ -406,11 +406,22 @@ def _check_reachable(address: str, timeout: float = 5.0) -> None:
 
     host, _, port = address.rpartition(":")
     try:
-        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout):
-            pass
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout) as s:
+            # Ray's GCS speaks gRPC (HTTP/2): to HTTP/2's preface and an empty SETTINGS frame it answers with
+            # a SETTINGS frame; anything else (a web server, a database) would leave ray.init waiting for ever
+            s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+            head = b""
+            while len(head) < 9:
+                more = s.recv(9 - len(head))
+                if not more:
+                    break
+                head += more
     except (OSError, ValueError) as e:
         raise UsageError(f"--address {address}: no Ray cluster answers there ({e.strerror or e}); start one with "
                          f"`ray start --head`, or leave --address out for a local Ray") from None
+    if len(head) < 9 or head[3] != 0x04:
+        raise UsageError(f"--address {address}: something answers there, but not a Ray cluster's GCS (no gRPC); "
+                         f"the head node's address is what `ray start --head` prints (port 6379 by default)")
 
 
 def _run_ray(cells, address, cpus_per_run, gpus_per_run, console, rerun, title, jobs) -> list[dict]:
@@ -430,7 +441,13 @@ def _run_ray(cells, address, cpus_per_run, gpus_per_run, console, rerun, title, 
                           f"earlier local Ray whose driver was killed: "
                           f"{', '.join(f'{n} ({p})' for p, n, _ in reaped)}", markup=False, highlight=False)
         kw = {"address": address} if address else ({"num_cpus": jobs * cpus_per_run} if jobs > 1 else {})
-        ray.init(log_to_driver=False, include_dashboard=False, configure_logging=False, **kw)
+        try:
+            ray.init(log_to_driver=False, include_dashboard=False, configure_logging=False, **kw)
+        except (ConnectionError, ValueError, RuntimeError) as e:
+            why = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+            raise UsageError(f"Ray did not start{f' at --address {address}' if address else ''}: {why}"
+                             + ("; --address auto joins a cluster that `ray start --head` started on this node"
+                                if address == "auto" else "")) from None
         if not address:
             mark_session(ray)
     have = ray.cluster_resources()

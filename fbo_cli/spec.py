@@ -158,7 +158,7 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
         raise UsageError(f"{where}: 'paper' must be a paper's key (a string), got {exp.paper!r}")
     if not isinstance(exp.order, int) or isinstance(exp.order, bool):
         raise UsageError(f"{where}: 'order' must be an integer, got {exp.order!r}")
-    if exp.band not in BANDS:
+    if not isinstance(exp.band, str) or exp.band not in BANDS:
         raise UsageError(f"{where}: 'band' must be one of {', '.join(BANDS)}, got {exp.band!r}")
     overrides = overrides or {}
     if "algo" in overrides or "task" in overrides:
@@ -175,7 +175,7 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
     check_path("out_dir", exp.out_root)
     exp.claims = list(spec.get("claims") or [])
     exp.derived = list(derived)
-    exp.tolerance = float(spec.get("tolerance", 0.02))
+    exp.tolerance = _number(spec.get("tolerance", 0.02), f"{where}: 'tolerance'")
     if spec.get("tune") is not None:
         exp.tune = parse_tune(spec, exp, where)
     if use_tuned:
@@ -219,11 +219,21 @@ def check_name(name: Any, what: str) -> str:
     return name
 
 
+def _number(v: Any, what: str) -> float:
+    """A finite number >= 0 (a tolerance, a margin), else a UsageError naming ``what``."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise UsageError(f"{what} must be a finite number >= 0, got {v!r}")
+    return float(v)
+
+
 def _check_entries(where: str, items: list, allowed: set[str], what: str, key: str) -> None:
     names: set[str] = set()
     for a in items:
         if not isinstance(a, dict) or key not in a:
             raise UsageError(f"{where}: each {what} needs a '{key}' key, got {a!r}")
+        for k in ("name", key):
+            if k in a and not isinstance(a[k], (str, int, float)) or isinstance(a.get(k), bool):
+                raise UsageError(f"{where}: {what} '{k}' must be a single name, got {a[k]!r}")
         bad = set(a) - allowed
         if bad:
             raise UsageError(f"{where}: {what} {a.get('name', a[key])!r}: unknown key(s) {', '.join(sorted(bad))}; "
@@ -276,6 +286,8 @@ def _check_claims(where: str, claims: Any, algos: list, settings: list) -> None:
                                  f"choose from: {', '.join(sorted(names))}")
         if c.get("mode", "max") not in ("min", "max", "equal"):
             raise UsageError(f"{where}: claim '{c['text']}': mode must be min, max or equal")
+        if "margin" in c:
+            _number(c["margin"], f"{where}: claim '{c['text']}': 'margin'")
 
 
 def _check_reference(where: str, ref: Any, algos: list, settings: list) -> None:
@@ -409,6 +421,8 @@ def parse_tune(spec: dict, exp: Experiment, where: str) -> TuneSpec:
         raise UsageError(f"{where}: tuning seeds {sorted(clash)} are also evaluation seeds; use disjoint seeds")
     default_score, default_mode = TASKS[exp.task].tune_metric
     score, mode = t.get("score", default_score), t.get("mode", default_mode)
+    if score is not None and not isinstance(score, str):
+        raise UsageError(f"{where}: tune.score must be the name of a validation metric, got {score!r}")
     if not score:
         raise UsageError(f"{where}: task '{exp.task}' has no default validation score; set tune.score")
     if score.startswith("test"):
