@@ -328,6 +328,8 @@ def cost(
     from .tune import tune_cells, tune_spec
 
     with user_errors():
+        if jobs < 1:
+            raise UsageError(f"--jobs must be >= 1, got {jobs}")
         overrides = grid_overrides(None, out_dir, None)
         t = Table(title="What the reproduction costs (estimated core-minutes)", title_justify="left")
         for h in ("spec", "tuning runs", "compared runs", "core-minutes", "no estimate"):

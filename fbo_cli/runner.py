@@ -246,7 +246,10 @@ def _run_log(run_dir, log: Callable[[str], None] | None):
     logger = logging.getLogger(f"fbo.run.{run_dir.name}")
     logger.propagate = False
     logger.setLevel(logging.INFO)
-    handler = logging.FileHandler(run_dir / "run.log", encoding="utf-8")
+    try:
+        handler = logging.FileHandler(run_dir / "run.log", encoding="utf-8")
+    except OSError as e:  # an existing run directory we may not write to
+        raise UsageError(f"cannot write {run_dir / 'run.log'}: {e.strerror or e}") from None
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
     logger.addHandler(handler)
 
@@ -281,7 +284,8 @@ def _load_checkpoint(path, cfg, b: Built) -> tuple[dict | None, str]:
     try:
         c = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
-        return None, f"malformed: not a readable fbo checkpoint ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
+        first = (str(e).splitlines() or [""])[0][:120]  # an empty file's error has no text
+        return None, f"malformed: not a readable fbo checkpoint ({type(e).__name__}: {first})"
     if not isinstance(c, dict):
         return None, "malformed: not a mapping"
     if c.get("run_id") != cfg.run_id or c.get("fbo") != __version__:
