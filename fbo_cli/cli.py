@@ -57,6 +57,20 @@ def threads_first() -> None:
     import torch
 
     torch.set_num_threads(1)
+    _term_as_ctrl_c()
+
+
+def _term_as_ctrl_c() -> None:
+    """SIGTERM (a scheduler's stop, `kill`) ends a command as Ctrl-C does, with its message and exit 130,
+    also between runs (a run in progress writes its checkpoint either way)."""
+    import signal
+    import threading
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stop)
 
 
 def interrupted_note(e: KeyboardInterrupt) -> str:
