@@ -517,10 +517,10 @@ def tune(
             err.print(interrupted_note(e), style="yellow", highlight=False)
             raise typer.Exit(130) from None
 
-    from .config import load_config_file
+    from .config import load_yaml
 
     with user_errors():
-        tuned = load_config_file(outdir / "tuned.yaml")
+        tuned = load_yaml((outdir / "tuned.yaml").read_bytes(), str(outdir / "tuned.yaml"))
     t = Table(title=f"Chosen by fbo tune ({tuned['score']}, {tuned['mode']})", title_justify="left")
     for c in ("algorithm", "setting", "values", "note"):
         t.add_column(c, overflow="fold")

@@ -479,7 +479,7 @@ def _cost_keys(cfg: dict) -> list[tuple]:
 def _seconds_per_round(roots: tuple[str, ...], here: str) -> dict[tuple, float]:
     """Median seconds per round (training and evaluation) of the finished runs under ``roots`` on this
     kind of device, under each of its :func:`_cost_keys`."""
-    from .config import load_config_file
+    from .config import load_yaml
     from .errors import UsageError
 
     per: dict[tuple, list[float]] = {}
@@ -489,7 +489,7 @@ def _seconds_per_round(roots: tuple[str, ...], here: str) -> dict[tuple, float]:
                 s = json.loads(f.read_text())
                 rounds = s["ledger"]["rounds"]
                 secs = (s.get("train_time_s") or 0) + (s.get("eval_time_s") or 0)
-                cfg = load_config_file(f.parent / "config.yaml")
+                cfg = load_yaml((f.parent / "config.yaml").read_bytes(), str(f)) or {}
             except (OSError, ValueError, KeyError, TypeError, UsageError):
                 continue
             if not rounds or s.get("device", "cpu") != here:

@@ -64,7 +64,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .config import load_config_file, resolve
+from .config import load_yaml, resolve
 from .errors import UsageError
 from .results import atomic_write, fmt_num, save_figure, write_yaml
 from .spec import Cell, Experiment, TuneSpec, check_metrics, claim_folder, load_spec
@@ -144,7 +144,7 @@ def recorded_runs(exp: Experiment, ts: TuneSpec) -> dict[str, dict]:
         pass
     meta, csv = (outdir / f for f in PARTIAL)
     if meta.is_file() and csv.is_file():
-        records.append((load_config_file(meta), pd.read_csv(csv, keep_default_na=False,
+        records.append((load_yaml(meta.read_bytes(), str(meta)) or {}, pd.read_csv(csv, keep_default_na=False,
                                                                              na_values=[""])))
     keep = ["status", "score", "start", "oscillation", "train_time_s", "eval_time_s"]
     out: dict[str, dict] = {}
@@ -356,7 +356,7 @@ def _recorded(exp: Experiment) -> tuple[Path, dict, pd.DataFrame]:
     table["reason"] = table["reason"].astype(object).fillna("") if "reason" in table else ""
     if "grid" not in table:  # recorded before extensions were marked: every row a grid point
         table["grid"] = "spec"
-    return outdir, load_config_file(outdir / "tuned.yaml"), table
+    return outdir, load_yaml((outdir / "tuned.yaml").read_bytes(), str(outdir / "tuned.yaml")), table
 
 
 def ranking_only(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, console=None,

@@ -23,14 +23,14 @@ from ..errors import UsageError
 
 
 def _run_keys(run_dir: str) -> tuple[int | None, int | None]:
-    from ..config import load_config_file
+    from ..config import load_yaml
 
     p = Path(run_dir) / "config.yaml"
     if not p.is_file():
         return None, None
     try:
-        c = load_config_file(p)
-    except UsageError:
+        c = load_yaml(p.read_bytes(), str(p))
+    except (UsageError, OSError):
         return None, None
     return (c.get("hp") or {}).get("I"), c.get("clients")
 
@@ -97,7 +97,8 @@ def imax_table(compare_dir: str | Path, delta: float = 0.01,
         raise UsageError(f"{d / 'runs.csv'} is not a runs table of `fbo compare`") from None
     need = {"algorithm", "setting", "final"} - set(runs.columns)
     if need:
-        raise UsageError(f"{d / 'runs.csv'} has no column(s) {', '.join(sorted(need))}: not a runs table of `fbo compare`")
+        raise UsageError(f"{d / 'runs.csv'} has no column(s) {', '.join(sorted(need))}: not a runs table of "
+                         f"`fbo compare`")
     runs = _with_keys(runs)
     runs = runs[runs.status == "done"] if "status" in runs else runs
     runs = runs.dropna(subset=["I", "K"])
