@@ -569,6 +569,10 @@ def collect_tuning(cells: list[tuple[Cell, dict]], ts: TuneSpec,
                      "run_dir": str(c.cfg.run_dir), "recorded": old is not None,
                      # what the run cost (the report sums them into its section's compute, tuning included)
                      **cost})
+    if not rows:  # nothing to judge (e.g. a ranking check after every point was rejected)
+        return pd.DataFrame(columns=["algorithm", "setting", "seed", "point", "grid", "status", "score", "start",
+                                     "oscillation", "run_dir", "recorded", "train_time_s", "eval_time_s", "reason",
+                                     "rejected"])
     df = pd.DataFrame(rows)
     # a grid point is judged over all its tuning seeds; "no progress": the score ends no better than it began
     stuck = (df.score >= df.start) if ts.mode == "min" else (df.score <= df.start)

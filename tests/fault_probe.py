@@ -227,11 +227,15 @@ def removal(o: Path) -> None:
     keep(root / ".gitignore", "*")
     keep(root / "notes" / ".hidden")
     (root / "hyperrep" / "elsewhere").symlink_to(h)  # a link to a folder full of the user's files
+    run = next(root.glob("hyperrep/aggitd/*"))
+    (run / ".config.yaml.k9x2m4q7").write_text("half")  # a killed atomic write's temporary file
     r = CliRunner().invoke(app, ["clean", "--out-dir", str(root)])
-    check("fbo clean without --yes lists only", r.exit_code == 0 and "--yes" in r.output, r.output[-200:])
+    check("fbo clean without --yes lists only", r.exit_code == 0 and "--yes" in r.output
+          and (run / ".config.yaml.k9x2m4q7").exists(), r.output[-200:])
     r = CliRunner().invoke(app, ["clean", "--out-dir", str(root), "--yes"])
-    check("fbo clean --yes in a root fbo made: dotfiles, the user's folders and links stay",
-          r.exit_code == 0 and (root / "hyperrep" / "elsewhere").is_symlink(), r.output[-200:])
+    check("fbo clean --yes in a root fbo made: its temporary file goes; dotfiles, the user's folders and links stay",
+          r.exit_code == 0 and (root / "hyperrep" / "elsewhere").is_symlink()
+          and not (run / ".config.yaml.k9x2m4q7").exists(), r.output[-200:])
     from fbo_cli.results import remove_temp_files
 
     (ROOT / "linked-run").symlink_to(h)
@@ -284,7 +288,7 @@ def ray_probe(env: dict) -> None:
     try:
         r = CliRunner().invoke(app, ["clean", "--out-dir", str(ROOT / "out" / "kill"), "--dry-run"])
         check("`ray start --head`, then fbo clean --dry-run lists none of its processes",
-              up and "Ray process" not in r.output, f"up {up}: {r.output[-300:]}")
+              up and "would stop" not in r.output and "0 orphaned Ray" in r.output, f"up {up}: {r.output[-300:]}")
         d = subprocess.Popen([sys.executable, "-c", "import ray, time; from fbo_cli.executors import mark_session; "
                               "ray.init(address='local', num_cpus=1, include_dashboard=False); mark_session(ray); "
                               "print('up', flush=True); time.sleep(600)"], stdout=subprocess.PIPE,
