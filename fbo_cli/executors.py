@@ -424,6 +424,19 @@ def _check_reachable(address: str, timeout: float = 5.0) -> None:
                          f"the head node's address is what `ray start --head` prints (port 6379 by default)")
 
 
+def _auto_address(ray) -> str:
+    """``--address auto``: the address of the cluster ``ray start`` started on this node (Ray's own lookup),
+    so that it is checked before Ray connects: a stale address would leave Ray waiting, then abort."""
+    try:
+        found = ray._private.services.get_ray_address_from_environment("auto", None)
+    except ConnectionError:
+        raise UsageError("--address auto: no Ray cluster runs on this node; start one with `ray start --head`, "
+                         "or leave --address out for a local Ray") from None
+    except AttributeError:  # another Ray version: let Ray look
+        return "auto"
+    return found or "auto"
+
+
 def _run_ray(cells, address, cpus_per_run, gpus_per_run, console, rerun, title, jobs) -> list[dict]:
     import time
 
@@ -434,7 +447,9 @@ def _run_ray(cells, address, cpus_per_run, gpus_per_run, console, rerun, title, 
         raise UsageError(f"--cpus-per-run must be >= 1 and --gpus-per-run >= 0, got {cpus_per_run}, {gpus_per_run}")
     started = not ray.is_initialized()
     if started:  # a local Ray (--jobs runs at a time when > 1), or the cluster at --address
-        if address and address != "auto":
+        if address == "auto":
+            address = _auto_address(ray)
+        if address and not address.startswith("ray://"):
             _check_reachable(address)
         if not address and (reaped := reap_orphaned_ray()) and console is not None:
             console.print(f"reaped {len(reaped)} Ray process(es) ({sum(r for *_, r in reaped) // 1024} MB) left by an "
