@@ -280,11 +280,18 @@ def ray_probe(env: dict) -> None:
     except ImportError:
         check("Ray (not installed)", True)
         return
+    import socket
+
     from fbo_cli.executors import orphaned_ray, reap_orphaned_ray
 
     ray_bin = Path(sys.executable).parent / "ray"
-    up = subprocess.run([str(ray_bin), "start", "--head", "--num-cpus", "1", "--include-dashboard=false",
-                         "--disable-usage-stats"], capture_output=True, env=env, timeout=120).returncode == 0
+    tmp = Path(tempfile.mkdtemp(prefix="fbo-rp-"))  # this cluster's own folder: it is stopped by its pids alone
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    up = subprocess.run([str(ray_bin), "start", "--head", "--port", str(port), "--num-cpus", "1",
+                         "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={tmp}"],
+                        capture_output=True, env=env, timeout=120).returncode == 0
     try:
         r = CliRunner().invoke(app, ["clean", "--out-dir", str(ROOT / "out" / "kill"), "--dry-run"])
         check("`ray start --head`, then fbo clean --dry-run lists none of its processes",
@@ -302,11 +309,35 @@ def ray_probe(env: dict) -> None:
             time.sleep(1)
         found = reap_orphaned_ray()
         time.sleep(1)
-        alive = subprocess.run([str(ray_bin), "status"], capture_output=True, env=env, timeout=60).returncode == 0
+        alive = subprocess.run([str(ray_bin), "status", "--address", f"127.0.0.1:{port}"], capture_output=True,
+                               env=env, timeout=60).returncode == 0
         check("Ray agents of a kill -9'd fbo driver reaped, the `ray start` cluster left running",
               bool(found) and not orphaned_ray() and alive, f"found {found}, cluster up {alive}")
     finally:
-        subprocess.run([str(ray_bin), "stop", "--force"], capture_output=True, env=env, timeout=120)
+        stop_own_ray(tmp)
+
+
+def stop_own_ray(tmp: Path) -> None:
+    """Stop the processes of the cluster started with ``--temp-dir tmp`` by their pids (never `ray stop`, which
+    stops every Ray of this user on the machine)."""
+    def mine() -> list[int]:
+        pids = []
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and str(tmp).encode() in (proc / "cmdline").read_bytes():
+                    pids.append(int(proc.name))
+            except OSError:
+                pass
+        return pids
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in mine():
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        time.sleep(3)
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def more_inputs(o: Path, env: dict) -> None:
