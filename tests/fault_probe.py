@@ -292,6 +292,8 @@ def ray_probe(env: dict) -> None:
     up = subprocess.run([str(ray_bin), "start", "--head", "--port", str(port), "--num-cpus", "1",
                          "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={tmp}"],
                         capture_output=True, env=env, timeout=120).returncode == 0
+    time.sleep(2)
+    cluster = own_ray(tmp, port)  # its processes, all still running at the end
     try:
         r = CliRunner().invoke(app, ["clean", "--out-dir", str(ROOT / "out" / "kill"), "--dry-run"])
         check("`ray start --head`, then fbo clean --dry-run lists none of its processes",
@@ -309,29 +311,34 @@ def ray_probe(env: dict) -> None:
             time.sleep(1)
         found = reap_orphaned_ray()
         time.sleep(1)
-        alive = subprocess.run([str(ray_bin), "status", "--address", f"127.0.0.1:{port}"], capture_output=True,
-                               env=env, timeout=60).returncode == 0
+        alive = bool(cluster) and all(Path(f"/proc/{pid}").exists() for pid in cluster)
         check("Ray agents of a kill -9'd fbo driver reaped, the `ray start` cluster left running",
               bool(found) and not orphaned_ray() and alive, f"found {found}, cluster up {alive}")
     finally:
-        stop_own_ray(tmp)
+        stop_own_ray(tmp, port)
 
 
-def stop_own_ray(tmp: Path) -> None:
-    """Stop the processes of the cluster started with ``--temp-dir tmp`` by their pids (never `ray stop`, which
-    stops every Ray of this user on the machine)."""
-    def mine() -> list[int]:
-        pids = []
-        for proc in Path("/proc").iterdir():
-            try:
-                if proc.name.isdigit() and str(tmp).encode() in (proc / "cmdline").read_bytes():
-                    pids.append(int(proc.name))
-            except OSError:
-                pass
-        return pids
+def own_ray(tmp: Path, port: int) -> list[int]:
+    """The processes of the cluster started with ``--temp-dir tmp --port port``: its folder or port in their
+    command line, or a file open in its folder (agents rename themselves)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if not proc.name.isdigit() or int(proc.name) == os.getpid():
+                continue
+            cmd = (proc / "cmdline").read_bytes()
+            if str(tmp).encode() in cmd or f":{port}".encode() in cmd or any(
+                    os.readlink(fd).startswith(str(tmp)) for fd in (proc / "fd").iterdir()):
+                pids.append(int(proc.name))
+        except OSError:
+            pass
+    return pids
 
+
+def stop_own_ray(tmp: Path, port: int) -> None:
+    """Stop that cluster by its pids (never `ray stop`, which stops every Ray of this user on the machine)."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in mine():
+        for pid in own_ray(tmp, port):
             try:
                 os.kill(pid, sig)
             except OSError:
