@@ -50,7 +50,7 @@ report:  ## docs/results.md and the HTML report (results/report/report.html, a p
 	$(FBO) report
 
 report-collect:  ## copy the finished reproduction runs from results/ into docs/results/, then write the report
-	$(FBO) report --collect results
+	$(FBO) report --collect results --prune
 
 report-check:  ## write the report, then a full-height screenshot of every page in headless Chromium (results/report/screens/)
 	@command -v chromium >/dev/null || { echo "make report-check needs Chromium: make browser (Debian: apt-get install chromium) installs it"; exit 2; }
@@ -108,7 +108,7 @@ reproduce-all:  ## every paper's reproduction at its budget (tuning first where 
 	$(FBO) compare experiments/zohfl_fig2.yaml --jobs $(JOBS)
 	$(FBO) figure zohfl-fig1 mnist --alpha 0.1
 	$(FBO) figure zohfl-fig1 fashion-mnist --alpha 0.1
-	$(FBO) report --collect results
+	$(FBO) report --collect results --prune
 
 reproduce-quick:  ## the reduced reproductions reported in docs/results.md (tuned; a few hours on 2 cores)
 	$(FBO) compare experiments/aggitd_table2_fmnist_500.yaml --jobs $(JOBS)
@@ -118,7 +118,7 @@ reproduce-quick:  ## the reduced reproductions reported in docs/results.md (tune
 	$(FBO) compare experiments/zohfl_table1_fmnist.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_table1_fmnist_x0zero.yaml --jobs $(JOBS)
 	$(FBO) compare experiments/zohfl_fig2.yaml --jobs $(JOBS)
-	$(FBO) report --collect results
+	$(FBO) report --collect results --prune
 
 test:
 	$(PY) -m pytest
@@ -126,7 +126,7 @@ test:
 lint:
 	.venv/bin/ruff check fbo_cli tests
 
-probe:  ## the fault probe: the safety issue's bad inputs, planted files and kills against the CLI, with its count (about 2 min)
+probe:  ## the fault probe: the safety issues' bad inputs, planted files, full disks, signals and kills against the CLI, with its count (about 10 min on 2 cores; starts and stops a `ray start --head` cluster)
 	$(PY) tests/fault_probe.py
 
 bench:  ## s / outer iteration, GFLOP/s against sgemm, fast vs generic, growth, memory (results/bench/); DEVICE=cuda, BENCH_ARGS=--quick, FEDNEST=<checkout of github.com/mc-nya/FedNest> adds the public code's whole run

@@ -35,7 +35,16 @@ from typing import Any
 import numpy as np
 
 from .errors import UsageError
-from .results import atomic_write, code_commit, estimate_cost, is_finished, md_row, read_metrics, read_summary
+from .results import (
+    atomic_write,
+    code_commit,
+    estimate_cost,
+    is_finished,
+    md_row,
+    read_metrics,
+    read_summary,
+    run_status,
+)
 from .spec import Cell, load_spec
 
 EVIDENCE = Path("docs/results")
@@ -50,10 +59,12 @@ class Pick:
     secs: float  # estimated core-seconds of a rerun
 
 
-def committed_runs(specs: list[str | Path], evidence: Path = EVIDENCE) -> list[Pick]:
+def committed_runs(specs: list[str | Path], evidence: Path = EVIDENCE, unusable: list | None = None) -> list[Pick]:
     """The finished compared runs of ``specs`` in ``evidence`` (one per run directory) that can rerun on
     this machine (a run whose evidence ran on a GPU needs one), with their estimated cost
-    (``estimate_cost``; the evidence's own seconds where no estimate exists)."""
+    (``estimate_cost``; the evidence's own seconds where no estimate exists). An evidence run that is
+    there but cannot be used (its completion record fails: metrics.csv does not match its hash, the summary
+    names another run, files missing) is appended to ``unusable`` as ``(run directory, why)``."""
     import torch
 
     picks, seen = [], set()
@@ -61,9 +72,14 @@ def committed_runs(specs: list[str | Path], evidence: Path = EVIDENCE) -> list[P
         exp = load_spec(spec, {"out_dir": str(evidence)})
         for c in exp.cells:
             d = c.cfg.run_dir
-            if d in seen or not is_finished(d):
+            if d in seen:
                 continue
             seen.add(d)
+            if not is_finished(d):
+                state, summ, why = run_status(d)
+                if unusable is not None and (state == "corrupt" or (state == "finished" and summ)):
+                    unusable.append((d, why or f"it ended {summ.get('status')}"))
+                continue
             s = read_summary(d) or {}
             if s.get("device") == "cuda" and not torch.cuda.is_available():
                 continue
@@ -114,12 +130,29 @@ def rerun_cell(p: Pick, runs: Path) -> Cell:
     return dataclasses.replace(p.cell, cfg=cfg, layers=layers)
 
 
-def compare_run(old: Path, new: Path, rtol: float = 1e-3, atol: float = 1e-6, sd: float = math.nan) -> dict[str, Any]:
+def final_value(df, metric: str | None, rounds: int | None = None) -> float:
+    """A run's final headline metric recomputed from its ``metrics.csv`` (as the runner defines it: the last
+    evaluation within the round budget ``rounds``), never taken from ``summary.json``; NaN without one."""
+    if df is None or not metric or metric not in df or df.empty:
+        return math.nan
+    if rounds is not None and (df["rounds"] <= rounds).any():
+        df = df[df["rounds"] <= rounds]
+    try:
+        return float(df[metric].iloc[-1])
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def compare_run(old: Path, new: Path, rtol: float = 1e-3, atol: float = 1e-6, sd: float = math.nan,
+                rounds: int | None = None) -> dict[str, Any]:
     """How the run in ``new`` compares with the evidence in ``old`` (module docstring); ``sd`` is the
-    seed-to-seed standard deviation of the evidence's final headline metric in the run's cell."""
+    seed-to-seed standard deviation of the evidence's final headline metric in the run's cell. The finals
+    are recomputed from each run's metrics.csv (within the round budget ``rounds``)."""
     so, sn = read_summary(old) or {}, read_summary(new) or {}
     mo, mn = read_metrics(old / "metrics.csv"), read_metrics(new / "metrics.csv")
-    out: dict[str, Any] = {"metric": so.get("metric"), "final_then": so.get("final"), "final_now": sn.get("final"),
+    metric = so.get("metric")
+    out: dict[str, Any] = {"metric": metric, "final_then": final_value(mo, metric, rounds),
+                           "final_now": final_value(mn, metric, rounds),
                            "seed_sd": sd, "s_then": so.get("train_time_s"), "s_now": sn.get("train_time_s"),
                            "ledger": so.get("ledger") == sn.get("ledger") and "ledger" in so,
                            "max_rel_diff": math.nan, "apart_from_round": None}
@@ -143,7 +176,7 @@ def compare_run(old: Path, new: Path, rtol: float = 1e-3, atol: float = 1e-6, sd
         return {**out, "outcome": "agrees", "why": ""}
     first = int(np.argmin(close))  # the first evaluation beyond rtol
     out["apart_from_round"] = int(mo["rounds"].iloc[first])
-    delta = abs(float(sn.get("final", math.nan)) - float(so.get("final", math.nan)))
+    delta = abs(out["final_now"] - out["final_then"])
     if first >= 2 and math.isfinite(sd) and sd > 0 and delta <= DRIFT * sd:
         return {**out, "outcome": "drifts", "why": f"apart from round {out['apart_from_round']}; final off by "
                 f"{delta:.2g} = {delta / sd:.2f} seed sd"}
@@ -158,8 +191,9 @@ def seed_sd(picks: list[Pick]) -> dict[tuple[str, str, str], float]:
     setting)."""
     finals: dict[tuple[str, str, str], list[float]] = {}
     for p in picks:
-        f = (read_summary(p.cell.cfg.run_dir) or {}).get("final")
-        if isinstance(f, (int, float)) and math.isfinite(f):
+        d = p.cell.cfg.run_dir
+        f = final_value(read_metrics(d / "metrics.csv"), (read_summary(d) or {}).get("metric"), p.cell.cfg.run.rounds)
+        if math.isfinite(f):
             finals.setdefault((p.spec, p.cell.algorithm, p.cell.setting), []).append(float(f))
     return {k: float(np.std(v, ddof=1)) if len(v) > 1 else math.nan for k, v in finals.items()}
 
@@ -168,9 +202,10 @@ def _num(v: Any, fmt: str) -> str:
     return format(v, fmt) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else ""
 
 
-def report(rows: list[dict[str, Any]], rtol: float, atol: float, command: str, commit: str = "") -> str:
-    """``check.md``: the command and the code's commit (``, commit <sha>``), the verdict line, then one row
-    per rerun."""
+def report(rows: list[dict[str, Any]], rtol: float, atol: float, command: str, commit: str = "",
+           unusable: list | None = None) -> str:
+    """``check.md``: the command and the code's commit (``, commit <sha>``), the verdict line, the evidence
+    runs that could not be used, then one row per rerun."""
     n = {k: sum(r["outcome"] == k for r in rows) for k in ("identical", "agrees", "drifts", "differs", "failed")}
     then = sum(r["s_then"] or 0 for r in rows)
     now = sum(r["s_now"] or 0 for r in rows)
@@ -182,6 +217,9 @@ def report(rows: list[dict[str, Any]], rtol: float, atol: float, command: str, c
             f"rounding grew beyond rtol, the final headline metric within {DRIFT:g} seed-to-seed standard "
             f"deviation of the evidence); {n['differs']} differ, {n['failed']} failed. The communication ledger "
             "is compared exactly.", ""]
+    if unusable:
+        head += [f"**{len(unusable)} evidence run(s) could not be used** (not rerun, no other run checked in "
+                 f"their place): " + "; ".join(f"`{d}` ({why})" for d, why in unusable) + ".", ""]
     if then and now:
         head += [f"Training time: {then / 60:.1f} min in the evidence, {now / 60:.1f} min in the reruns "
                  f"({then / now:.1f}x; context only: the evidence's runs ran on another day, often two at once).", ""]
@@ -197,11 +235,12 @@ def report(rows: list[dict[str, Any]], rtol: float, atol: float, command: str, c
     return "\n".join(head + lines) + "\n"
 
 
-def write(rows: list[dict[str, Any]], out: Path, rtol: float, atol: float, command: str) -> None:
+def write(rows: list[dict[str, Any]], out: Path, rtol: float, atol: float, command: str,
+          unusable: list | None = None) -> None:
     import pandas as pd
 
     atomic_write(out / "check.csv", pd.DataFrame(rows).to_csv(index=False))
-    atomic_write(out / "check.md", report(rows, rtol, atol, command, code_commit()))
+    atomic_write(out / "check.md", report(rows, rtol, atol, command, code_commit(), unusable))
 
 
 def check_args(minutes: float | None, rtol: float, atol: float) -> None:

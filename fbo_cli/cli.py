@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 from .errors import UsageError
 
@@ -22,8 +23,8 @@ app = typer.Typer(
          "[bold]fbo run TASK --algo ALGO[/bold] runs one algorithm; "
          "[bold]fbo compare SPEC.yaml[/bold] runs a paper's grid and writes its table and plots; "
          "[bold]fbo list[/bold] shows tasks, algorithms, datasets and experiment specs.")
-err = Console(stderr=True)
-out = Console()
+err = Console(stderr=True, markup=False)  # user text (names, settings, paths) is never markup
+out = Console(markup=False)
 _out = out
 
 
@@ -35,8 +36,18 @@ def user_errors():
     except UsageError as e:
         from rich.markup import escape
 
-        err.print(f"[bold red]Error:[/bold red] {escape(str(e))}", highlight=False)  # '[ray]' stays '[ray]'
+        err.print(f"[bold red]Error:[/bold red] {escape(str(e))}", markup=True, highlight=False)  # '[ray]' stays
         raise typer.Exit(2) from None
+    except OSError as e:  # the machine, not the input: a full disk, a quota, a read-only file system
+        import errno
+
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO):
+            raise
+        err.print(Text.assemble(("Error: ", "bold red"), f"{e.strerror or e}{f' ({e.filename})' if e.filename else ''}"
+                                "; nothing half-written stays: free some space and run the same command again "
+                                "(finished runs are reused, partial ones resume from their last checkpoint)"),
+                  highlight=False)
+        raise typer.Exit(1) from None
 
 
 def threads_first() -> None:
@@ -46,19 +57,31 @@ def threads_first() -> None:
     import torch
 
     torch.set_num_threads(1)
+    _term_as_ctrl_c()
+
+
+def _term_as_ctrl_c() -> None:
+    """SIGTERM (a scheduler's stop, `kill`) ends a command as Ctrl-C does, with its message and exit 130,
+    also between runs (a run in progress writes its checkpoint either way)."""
+    import signal
+    import threading
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stop)
 
 
 def interrupted_note(e: KeyboardInterrupt) -> str:
     """What Ctrl-C left: the Ray executor says which runs came home; the runner of the other executors
     writes each run's checkpoint on SIGINT."""
-    from rich.markup import escape
-
-    return escape(str(e)) if str(e) else ("interrupted: the runs in progress wrote their checkpoints; run the "
+    return str(e) if str(e) else ("interrupted: the runs in progress wrote their checkpoints; run the "
                                           "same command again to continue")
 
 
 def run_progress(console: Console) -> Progress:
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+    return Progress(TextColumn("{task.description}", style="bold", markup=False), BarColumn(), MofNCompleteColumn(),
                     TextColumn("rounds  {task.fields[metric]}"), TimeElapsedColumn(), TextColumn("left"),
                     TimeRemainingColumn(), console=console, transient=False)
 
@@ -105,7 +128,7 @@ def run(
     resolved config."""
     from .config import load_config_file, parse_sets, resolve
     from .data import load_dataset
-    from .results import make_dirs, prune_empty_run
+    from .results import claim_root, make_dirs, prune_empty_run
     from .runner import Interrupted, execute
 
     threads_first()
@@ -130,6 +153,7 @@ def run(
             typer.echo(f"# fbo run, resolved (run directory {cfg.run_dir}; nothing was run)")
             typer.echo(yaml.safe_dump(cfg.as_dict(), sort_keys=False).rstrip("\n"))
             return
+        claim_root(cfg.run.out_dir)
         make_dirs(cfg.run_dir)  # an unwritable --out-dir fails before the data is loaded
         try:
             load_dataset(cfg.run.dataset, cfg.run.data_dir, cfg.run.download)  # fail before the progress bar
@@ -152,7 +176,7 @@ def run(
             try:
                 summary = execute(cfg, on_eval=on_eval, wait=False, log=lambda m: err.print(m, highlight=False))
             except Interrupted as e:
-                err.print(f"[yellow]{e}[/yellow]", highlight=False)
+                err.print(str(e), style="yellow", highlight=False)
                 raise typer.Exit(130) from None
     if tensorboard:
         from .export import to_tensorboard
@@ -161,10 +185,10 @@ def run(
             err.print(f"TensorBoard: {to_tensorboard(cfg.run_dir)}", highlight=False)
     status = summary["status"]
     best = summary["best"]
-    out.print(f"[bold]{status}[/bold]: {summary['label']} on {task}/{cfg.run.dataset}, "
+    out.print(Text.assemble((status, "bold"), f": {summary['label']} on {task}/{cfg.run.dataset}, "
               f"{summary['ledger']['rounds']} rounds, {summary['ledger']['iterations']} iterations, "
               f"final {summary['metric']} {summary['final']:.4f}" + (f", best {best:.4f}" if best is not None else "")
-              + f", {summary['train_time_s']:.1f} s training")
+              + f", {summary['train_time_s']:.1f} s training"))
     out.print(f"results: {cfg.run_dir}")
     if status != "done":
         raise typer.Exit(1)
@@ -182,10 +206,10 @@ def long_run_warning(cfg) -> None:
 
     secs, unknown = estimate_cost([SimpleNamespace(cfg=cfg)])
     if not unknown and secs > LONG_RUN_S:
-        err.print(f"[yellow]this run is estimated at about {secs / 3600:.1f} h on this machine ({cfg.run.rounds} "
+        err.print(f"this run is estimated at about {secs / 3600:.1f} h on this machine ({cfg.run.rounds} "
                   f"rounds, {cfg.run.clients} clients x participation {cfg.run.participation:g}; from finished runs "
-                  f"of its kind): fewer --rounds or --clients make it shorter; Ctrl-C keeps a checkpoint[/yellow]",
-                  highlight=False)
+                  f"of its kind): fewer --rounds or --clients make it shorter; Ctrl-C keeps a checkpoint",
+                  style="yellow", highlight=False)
 
 
 def config_layer(data: dict[str, Any], task: str | None, algo: str | None) -> tuple[str, str, dict[str, Any]]:
@@ -233,6 +257,11 @@ def check_executor(jobs: int, executor: str | None, address: str | None, cpus_pe
         raise UsageError("--address, --cpus-per-run and --gpus-per-run go with --executor ray")
     if cpus_per_run < 1 or not gpus_per_run >= 0:
         raise UsageError(f"--cpus-per-run must be >= 1 and --gpus-per-run >= 0, got {cpus_per_run}, {gpus_per_run}")
+    if address and address != "auto" and not address.startswith("ray://"):
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise UsageError(f"--address must be HOST:PORT (the head node's GCS, e.g. 10.0.0.5:6379), ray://HOST:PORT "
+                             f"or auto; got '{address}'")
     if executor == "ray":
         from .executors import _import_ray
 
@@ -323,10 +352,10 @@ def compare(
                 _settle(exp, spec, overrides, cap, jobs, dry_run=True)
             return
         if (short := cmp.tuning_budget_note(exp)) and not no_run:
-            err.print(f"[yellow]{short.replace('**', '')}[/yellow]", highlight=False)
+            err.print(short.replace('**', ''), style="yellow", highlight=False)
         if exp.tuned is None and any(a.get("tune") for a in exp.algorithms) and not no_run:
-            err.print(f"[yellow]{spec} has tuning grids but no tuned.yaml yet: these runs use the spec's own "
-                      f"values; `fbo tune {spec}` first chooses them on validation data[/yellow]")
+            err.print(f"{spec} has tuning grids but no tuned.yaml yet: these runs use the spec's own "
+                      f"values; `fbo tune {spec}` first chooses them on validation data", style="yellow")
         try:
             outdir = cmp.run_experiment(exp, jobs=jobs, rerun=rerun, no_run=no_run, console=err, executor=executor,
                                         address=address, cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run,
@@ -337,13 +366,13 @@ def compare(
                                             executor=executor, address=address, cpus_per_run=cpus_per_run,
                                             gpus_per_run=gpus_per_run, accept_code_change=accept_code_change)
         except KeyboardInterrupt as e:
-            err.print(f"[yellow]{interrupted_note(e)}[/yellow]", highlight=False)
+            err.print(interrupted_note(e), style="yellow", highlight=False)
             raise typer.Exit(130) from None
     typer.echo((outdir / "table.md").read_text().rstrip("\n"))  # plain: no markup, no wrap at 80 columns
     out.print(f"written: {outdir}/table.md, table.csv, runs.csv, curves.png")
     if exp.incomplete:
-        err.print(f"[red]{exp.incomplete} run(s) failed or did not finish (see the 'failed' and 'not run' "
-                  f"columns)[/red]")
+        err.print(f"{exp.incomplete} run(s) failed or did not finish (see the 'failed' and 'not run' "
+                  f"columns)", style="red")
         raise typer.Exit(1)
 
 
@@ -392,6 +421,8 @@ def cost(
     from .tune import tune_cells, tune_spec, tuning_estimate
 
     with user_errors():
+        if jobs < 1:
+            raise UsageError(f"--jobs must be >= 1, got {jobs}")
         overrides = grid_overrides(None, out_dir, None)
         t = Table(title="What the reproduction costs (estimated core-minutes, start-up included)",
                   title_justify="left")
@@ -473,7 +504,10 @@ def check_cmd(
             if not s.is_file():
                 raise UsageError(f"{s}: no such spec file")
         spec_list = list(specs) if specs else [s for p in PAPERS for s in p.specs if Path(s).is_file()]
-        picks = check.committed_runs(spec_list, evidence)
+        unusable: list = []
+        picks = check.committed_runs(spec_list, evidence, unusable)
+        for d, why in unusable:
+            err.print(f"evidence run not usable: {d} ({why})", style="red", highlight=False)
         if not picks:
             raise UsageError(f"no finished run of {'these specs' if specs else 'the report'} under {evidence}")
         chosen = check.select(picks, None if all_runs else minutes)
@@ -497,19 +531,20 @@ def check_cmd(
         try:
             run_cells(cells, jobs=jobs, console=err, rerun=True, title="check")
         except KeyboardInterrupt as e:
-            err.print(f"[yellow]{interrupted_note(e)}[/yellow]", highlight=False)
+            err.print(interrupted_note(e), style="yellow", highlight=False)
             raise typer.Exit(130) from None
         sd = check.seed_sd(picks)
         rows = [{"spec": p.spec, "algorithm": p.cell.algorithm, "setting": p.cell.setting, "seed": p.cell.seed,
                  "evidence": str(p.cell.cfg.run_dir), "rerun": str(c.cfg.run_dir),
                  **check.compare_run(p.cell.cfg.run_dir, c.cfg.run_dir, rtol, atol,
-                                     sd.get((p.spec, p.cell.algorithm, p.cell.setting), float("nan")))}
+                                     sd.get((p.spec, p.cell.algorithm, p.cell.setting), float("nan")),
+                                     p.cell.cfg.run.rounds)}
                 for p, c in zip(chosen, cells)]
         command = "fbo check " + shlex.join(sys.argv[2:]) if sys.argv[1:2] == ["check"] else "fbo check"
-        check.write(rows, out_dir, rtol, atol, command)
+        check.write(rows, out_dir, rtol, atol, command, unusable)
     typer.echo((out_dir / "check.md").read_text().rstrip("\n"))
     out.print(f"written: {out_dir}/check.md, check.csv")
-    if any(r["outcome"] in ("differs", "failed") for r in rows):
+    if unusable or any(r["outcome"] in ("differs", "failed") for r in rows):
         raise typer.Exit(1)
 
 
@@ -578,11 +613,13 @@ def tune(
                                 address=address, cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run,
                                 ranking_check=ranking_check, accept_code_change=accept_code_change)
         except KeyboardInterrupt as e:
-            err.print(f"[yellow]{interrupted_note(e)}[/yellow]", highlight=False)
+            err.print(interrupted_note(e), style="yellow", highlight=False)
             raise typer.Exit(130) from None
-    import yaml
 
-    tuned = yaml.safe_load((outdir / "tuned.yaml").read_text())
+    from .config import load_yaml
+
+    with user_errors():
+        tuned = load_yaml((outdir / "tuned.yaml").read_bytes(), str(outdir / "tuned.yaml"))
     t = Table(title=f"Chosen by fbo tune ({tuned['score']}, {tuned['mode']})", title_justify="left")
     for c in ("algorithm", "setting", "values", "note"):
         t.add_column(c, overflow="fold")
@@ -604,9 +641,13 @@ def report(
                                             "per paper and the figures (SVG, PDF, PNG) go beside it. \\[default: "
                                             "results/report/report.html; with --spec: results/report/partial.html]"),
     collect: Optional[Path] = typer.Option(None, "--collect", help="First copy the finished reproduction runs "
-                                           "from this results root (e.g. results) into --from."),
+                                           "from this results root (e.g. results) into --from: only runs whose "
+                                           "completion record holds, never through a link; removes nothing."),
     spec: Optional[list[Path]] = typer.Option(None, "--spec", help="Report these experiment specs only "
                                               "(repeatable). \\[default: every paper's reproduction specs]"),
+    prune: bool = typer.Option(False, "--prune", help="Remove the runs under --from that no reproduction spec "
+                               "refers to (listed by --collect): only finished fbo runs inside a results root fbo "
+                               "made (.fbo-results), never through a link."),
 ) -> None:
     """Write the report of every paper's reproduction (tables beside the papers' numbers, verdicts by a
     stated rule, missing runs; in the HTML an index and a page per paper with the papers' figures) from run
@@ -623,10 +664,20 @@ def report(
         if collect is not None:
             if not collect.is_dir():
                 raise UsageError(f"--collect: no results folder at {collect}")
-            n = collect_evidence(collect, root)
-            gone = prune_evidence(root)
-            err.print(f"collected {n} finished runs from {collect}/ into {root}/; removed {len(gone)} runs "
-                      f"no reproduction spec refers to")
+            refused: list = []
+            n = collect_evidence(collect, root, refused=refused)
+            for src, why in refused:
+                err.print(f"not collected: {src} ({why})", markup=False, highlight=False)
+            err.print(f"collected {n} finished runs from {collect}/ into {root}/"
+                      + (f"; {len(refused)} refused" if refused else ""), markup=False, highlight=False)
+        if collect is not None or prune:
+            stale = prune_evidence(root, remove=prune)
+            for p in stale:
+                err.print(f"{'removed' if prune else 'no reproduction spec refers to'} {p}", markup=False,
+                          highlight=False)
+            if stale and not prune:
+                err.print(f"{len(stale)} run(s) or records under {root}/ no reproduction spec refers to: "
+                          f"`fbo report --prune` removes them", markup=False, highlight=False)
         if not root.is_dir():
             raise UsageError(f"--from: no results folder at {root} (run the reproductions, or --collect results)")
         cmd = "fbo report" + (f" --from {root}" if root != Path("docs/results") else "")
@@ -687,9 +738,9 @@ def show(
         name, e, source = lookup(algo)
         task = task or e.tasks[0]
         cfg = resolve(task, algo)
-    view = _out if _out.is_terminal else Console(width=100_000)
-    view.print(f"[bold]{name}[/bold] ({e.label}) on [bold]{task}[/bold]: {e.cls.paper or source}; rounds per outer "
-               f"iteration: {e.cls.rounds or '?'}", highlight=False)
+    view = _out if _out.is_terminal else Console(width=100_000, markup=False)
+    view.print(Text.assemble((name, "bold"), f" ({e.label}) on ", (task, "bold"), f": {e.cls.paper or source}; "
+                             f"rounds per outer iteration: {e.cls.rounds or '?'}"), highlight=False)
     own = (getattr(e.cls, "task_defaults", None) or {}).get(task, {})
     common = {v: k for k, v in (getattr(e.cls, "aliases", None) or {}).items()}
     for k in VOCABULARY:  # the algorithm's own key is a common name
@@ -738,32 +789,46 @@ def export(
 
 @app.command()
 def clean(
-    out_dir: Path = typer.Option(Path("results"), help="Results root to clean."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="List what would go; remove nothing."),
+    out_dir: Path = typer.Option(Path("results"), help="Results root to clean (one fbo made: it holds .fbo-results)."),
+    yes: bool = typer.Option(False, "--yes", help="Remove what is listed. Without it nothing is removed."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List what would go; remove nothing (the default "
+                                 "without --yes)."),
 ) -> None:
-    """Remove what interrupted work left behind: temporary files of atomic writes, .lock files nobody
-    holds, the directories they leave empty, the temporary folders of killed Ray workers (fbo-ray-*),
-    and the Ray processes a killed local Ray left running. Finished and partial runs (checkpoints) stay."""
+    """List, then with --yes remove, what interrupted work left behind and nothing else: temporary files of
+    atomic writes (.NAME.XXXXXXXX), .lock files nobody holds and the folders removing them leaves empty,
+    inside a results root fbo made; the temporary folders of killed Ray workers (fbo-ray-PID-*); and the Ray
+    processes of a local Ray that fbo started and whose driver was killed (never a `ray start` cluster).
+    Finished and partial runs (checkpoints), links and every file fbo did not make stay."""
     import shutil
 
     from .executors import orphaned_ray, reap_orphaned_ray, stale_temp_folders
-    from .results import leftovers
+    from .results import ROOT_MARKER, is_fbo_root, leftovers, remove_leftover
 
+    go = yes and not dry_run
     with user_errors():
         if not out_dir.is_dir():
             raise UsageError(f"--out-dir: no results folder at {out_dir}")
+        if not is_fbo_root(out_dir):
+            raise UsageError(f"{out_dir} is not a results root fbo made (it has no {ROOT_MARKER}): nothing "
+                             f"removed. A results root of an older fbo: create {out_dir / ROOT_MARKER} by hand "
+                             f"once you are sure every file in it is fbo's")
         found = leftovers(out_dir)
     found += stale_temp_folders()
     for p in found:
-        typer.echo(f"{'would remove' if dry_run else 'removed'} {p}{'/' if p.is_dir() else ''}")
-        if not dry_run:
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
-    procs = orphaned_ray() if dry_run else reap_orphaned_ray()
+        typer.echo(f"{'removed' if go else 'would remove'} {p}{'/' if p.is_dir() else ''}")
+        if go:
+            if p.name.startswith("fbo-ray-"):
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                remove_leftover(p)
+    procs = reap_orphaned_ray() if go else orphaned_ray()
     for pid, name, rss in procs:
-        typer.echo(f"{'would stop' if dry_run else 'stopped'} Ray process {pid} {name} ({rss // 1024} MB), left by a "
-                   f"local Ray whose driver was killed")
+        typer.echo(f"{'stopped' if go else 'would stop'} Ray process {pid} {name} ({rss // 1024} MB), left by a "
+                   f"local Ray that fbo started and whose driver was killed")
+    n = len(found) + len(procs)
     out.print(f"{len(found)} leftover(s) (under {out_dir} and Ray workers' temporary folders) and {len(procs)} "
-              f"orphaned Ray process(es) {'found' if dry_run else 'removed'}", highlight=False)
+              f"orphaned Ray process(es) {'removed' if go else 'found'}"
+              + ("" if go or not n else "; `fbo clean --yes` removes them"), markup=False, highlight=False)
 
 
 @app.command()
@@ -893,7 +958,7 @@ def list_() -> None:
     from .tasks import TASKS
 
     # Piped (not a terminal): no width limit, so names and file names are never cut (fbo list | grep).
-    out = _out if _out.is_terminal else Console(width=100_000)
+    out = _out if _out.is_terminal else Console(width=100_000, markup=False)
     t = Table(title="Tasks", title_justify="left")
     for c in ("task", "kind", "metric", "datasets"):
         t.add_column(c, no_wrap=c == "task", overflow="fold")
@@ -926,15 +991,15 @@ def list_() -> None:
     out.print(t)
     specs = sorted(Path("experiments").glob("*.yaml"))
     if specs:
-        import yaml
+        from .config import load_yaml
 
         t = Table(title="Experiment specs (fbo compare FILE)", title_justify="left")
         t.add_column("file", no_wrap=True)
         t.add_column("title", overflow="fold")
         for p in specs:
             try:
-                d = yaml.safe_load(p.read_text()) or {}
-            except yaml.YAMLError:
+                d = load_yaml(p.read_bytes(), str(p)) or {}
+            except (UsageError, OSError):
                 d = {}
             if isinstance(d, dict) and "algorithms" in d:
                 t.add_row(str(p), str(d.get("title", "")))

@@ -76,7 +76,6 @@ def run_experiment(exp: Experiment, jobs: int = 1, rerun: bool = False, no_run: 
                    gpus_per_run: float = 0, accept_code_change: bool = False) -> Path:
     """Run the grid's unfinished runs (all of them with ``rerun``), then write the report. Returns the
     report's folder; ``exp.incomplete`` counts the cells that failed or have no finished run."""
-    from rich.markup import escape
 
     from .executors import run_cells
 
@@ -98,7 +97,7 @@ def run_experiment(exp: Experiment, jobs: int = 1, rerun: bool = False, no_run: 
                       rerun=rerun, title=f"{exp.name}: runs")
             exp.outcomes.update({c.cfg.run_dir: r for c, r in zip(todo, res)})
     write_report(exp, outdir, no_run=no_run,  # a corrupt run directory is named with the reason it is not counted
-                 warn=(lambda m: console.print(f"[yellow]{escape(m)}[/yellow]", highlight=False)) if console else None)
+                 warn=(lambda m: console.print(m, style="yellow", markup=False, highlight=False)) if console else None)
     return outdir
 
 

@@ -136,8 +136,10 @@ def coerce(key: str, value: Any, tp: Any) -> Any:
     """Coerce ``value`` (a YAML scalar or a string from the command line) to the field type ``tp``."""
     if isinstance(value, str):
         try:
-            value = yaml.safe_load(value) if value.strip() else value
-        except yaml.YAMLError:
+            value = load_yaml(value, f"the value of '{key}'") if value.strip() else value
+        except UsageError as e:
+            if "not valid YAML" not in str(e):
+                raise
             pass
     args = typing.get_args(tp)
     if type(None) in args:  # Optional[X]
@@ -192,16 +194,66 @@ def parse_sets(items: list[str] | None) -> dict[str, Any]:
     return out
 
 
+MAX_YAML_BYTES = 1_000_000  # a spec, a config or a tuned.yaml is a few kB
+MAX_YAML_NODES = 100_000  # values after every alias is expanded (an alias bomb expands to billions)
+MAX_YAML_DEPTH = 50  # nesting (specs nest four or five levels)
+
+
+def _yaml_size(node, depth: int = 0, memo: dict | None = None, busy: frozenset = frozenset()) -> int:
+    """How many values ``node`` (a composed YAML node, aliases not yet expanded) holds once expanded; a
+    shared (aliased) node is counted each time it is used, computed once. ``ValueError`` past the limits."""
+    memo = {} if memo is None else memo
+    if id(node) in memo:
+        return memo[id(node)]
+    if depth > MAX_YAML_DEPTH:
+        raise ValueError(f"nested more than {MAX_YAML_DEPTH} levels deep")
+    if id(node) in busy:
+        raise ValueError("an alias refers to itself")
+    kids = node.value if isinstance(node.value, list) else []
+    n = 1
+    for k in kids:
+        for c in (k if isinstance(k, tuple) else (k,)):
+            n += _yaml_size(c, depth + 1, memo, busy | {id(node)})
+            if n > MAX_YAML_NODES:
+                raise ValueError(f"more than {MAX_YAML_NODES:,} values once its aliases are expanded (an alias bomb?)")
+    memo[id(node)] = n
+    return n
+
+
+def load_yaml(text: str | bytes, what: str) -> Any:
+    """``yaml.safe_load`` bounded before anything is expanded: at most ``MAX_YAML_BYTES``, ``MAX_YAML_DEPTH``
+    levels and ``MAX_YAML_NODES`` values with every alias expanded. Every YAML fbo reads goes through here;
+    anything else is a UsageError naming ``what``."""
+    if len(text) > MAX_YAML_BYTES:
+        raise UsageError(f"{what} is {len(text):,} bytes; fbo reads YAML files up to {MAX_YAML_BYTES:,} bytes")
+    if isinstance(text, bytes):
+        try:
+            text = text.decode()
+        except UnicodeDecodeError:
+            raise UsageError(f"{what} is not a text (YAML) file") from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        if node is not None:
+            _yaml_size(node)
+        return yaml.safe_load(text)
+    except ValueError as e:
+        raise UsageError(f"{what}: {e}") from None
+    except RecursionError:
+        raise UsageError(f"{what}: nested more than {MAX_YAML_DEPTH} levels deep") from None
+    except yaml.YAMLError as e:
+        raise UsageError(f"{what} is not valid YAML: {str(e).splitlines()[0]}") from None
+
+
 def load_config_file(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise UsageError(f"config file not found: {p}")
     try:
-        data = yaml.safe_load(p.read_text())
-    except (UnicodeDecodeError, ValueError):
-        raise UsageError(f"{p} is not a text (YAML) file") from None
-    except yaml.YAMLError as e:
-        raise UsageError(f"{p} is not valid YAML: {str(e).splitlines()[0]}") from None
+        if p.stat().st_size > MAX_YAML_BYTES:
+            raise UsageError(f"{p} is {p.stat().st_size:,} bytes; fbo reads YAML files up to {MAX_YAML_BYTES:,} bytes")
+        data = load_yaml(p.read_bytes(), str(p))
+    except OSError as e:
+        raise UsageError(f"cannot read {p}: {e.strerror or e}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -315,7 +367,8 @@ def resolve(task: str, algo: str, *layers: dict[str, Any], base: Path | None = N
             v = getattr(obj, f.name)
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0:
                 raise UsageError(f"'{f.name}' must be >= 0, got {v}")
-    check_hp(hp)  # the declared bounds, before any data loads
+    check_hp(tparams)  # the declared bounds, before any data loads
+    check_hp(hp)
     entry.cls.check(hp)  # what ties several keys together
     return RunConfig(task, algo, run, tparams, hp, source=source, user_entry=entry if source else None)
 
@@ -365,12 +418,14 @@ def _validate(run: RunSettings, tcls) -> None:
         raise UsageError(f"eval_every must be >= 1, got {run.eval_every}")
     if run.alpha <= 0:
         raise UsageError(f"alpha must be > 0, got {run.alpha}")
-    if not 0 <= run.seed < 2**63:
-        raise UsageError(f"seed must be in [0, 2^63), got {run.seed}")
-    if run.threads is not None and run.threads < 1:
-        raise UsageError(f"threads must be >= 1 (or none), got {run.threads}")
-    if run.shards_per_client < 1:
-        raise UsageError(f"shards_per_client must be >= 1, got {run.shards_per_client}")
+    if not 0 <= run.seed < 2**32:  # numpy's generators take 32-bit seeds
+        raise UsageError(f"seed must be in [0, 2^32), got {run.seed}")
+    if run.threads is not None and not 1 <= run.threads <= 1024:
+        raise UsageError(f"threads must be in [1, 1024] (or none), got {run.threads}")
+    if not 1 <= run.shards_per_client <= 10_000:
+        raise UsageError(f"shards_per_client must be in [1, 10000], got {run.shards_per_client}")
+    if run.clients > 100_000:
+        raise UsageError(f"clients must be <= 100000, got {run.clients}")
     if run.val_frac is not None and not 0 < run.val_frac < 1:
         raise UsageError(f"val_frac must be in (0, 1), got {run.val_frac}")
     if not 0 <= run.holdout < 1:

@@ -23,7 +23,10 @@ Ctrl-C, or a worker that does not answer in time). The worker's temporary folder
 (``fbo-ray-<pid>-*``) goes on every exit path of the task; the folders of workers that were killed
 outright are removed by the next task on that node. A local Ray whose driver was killed (``kill -9``)
 leaves agents behind that ignore SIGTERM; the next local start reaps them (:func:`reap_orphaned_ray`),
-and says so, as ``fbo clean`` does.
+and says so, as ``fbo clean --yes`` does. Only a session fbo itself started is ever reaped: the driver
+writes ``fbo-driver`` (its pid and start time) into the session folder of the local Ray it starts, and
+the reaper acts only on processes whose session folders all carry that mark and whose driver is gone; a
+cluster of ``ray start --head`` (no mark) is never touched.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import re
 import signal
 import threading
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Protocol, Sequence
@@ -76,13 +80,12 @@ def _progress(console):
     # the bar, the count and the times keep their room at 80 columns; the last run's note comes last and
     # is cut first (never wrapped)
     keep = lambda w: Column(no_wrap=True, min_width=w)  # noqa: E731
-    return Progress(TextColumn("[bold]{task.description}", table_column=Column(no_wrap=True, overflow="ellipsis",
-                                                                               max_width=24)),
+    cut = lambda w: Column(no_wrap=True, overflow="ellipsis", max_width=w)  # noqa: E731
+    return Progress(TextColumn("{task.description}", style="bold", markup=False, table_column=cut(24)),
                     BarColumn(bar_width=16, table_column=keep(16)), MofNCompleteColumn(table_column=keep(7)),
                     TimeElapsedColumn(table_column=keep(7)), TextColumn("left", table_column=keep(4)),
                     TimeRemainingColumn(table_column=keep(7)),
-                    TextColumn("{task.fields[info]}", table_column=Column(no_wrap=True, overflow="ellipsis",
-                                                                          max_width=40)),
+                    TextColumn("{task.fields[info]}", markup=False, table_column=cut(40)),
                     console=console)
 
 
@@ -128,7 +131,8 @@ def _run_serial(cells, console, rerun, title) -> list[dict]:
                 bar = prog.add_task(_label(c), total=c.cfg.run.rounds, info="rounds")
                 on_eval = lambda row, bar=bar, total=c.cfg.run.rounds: prog.update(
                     bar, completed=min(row["rounds"], total))
-                out[i] = s = _one(c.cfg, rerun and not wait, wait, on_eval, log=lambda m: prog.console.print(m))
+                say = lambda m: prog.console.print(m, markup=False, highlight=False)  # noqa: E731
+                out[i] = s = _one(c.cfg, rerun and not wait, wait, on_eval, log=say)
                 prog.remove_task(bar)
                 if s["status"] == "interrupted":
                     raise KeyboardInterrupt
@@ -139,10 +143,12 @@ def _run_serial(cells, console, rerun, title) -> list[dict]:
 
 def _report(prog, overall, c, s, say_resume: bool = False) -> None:
     if s["status"] == "failed":
-        prog.console.print(f"[red]{_label(c)}: failed: {s.get('error')}[/red]", highlight=False)
+        from rich.text import Text
+
+        prog.console.print(Text(f"{_label(c)}: failed: {s.get('error')}", style="red"), highlight=False)
     elif say_resume and s.get("resumed_from_iteration") is not None and not s.get("reused"):
         prog.console.print(f"{_label(c)}: resumed from its checkpoint at outer iteration "
-                           f"{s['resumed_from_iteration']}", highlight=False)
+                           f"{s['resumed_from_iteration']}", markup=False, highlight=False)
     prog.update(overall, advance=1, info=f"last: {c.algorithm} · {c.setting} · s{c.seed}: {s['status']}")
 
 
@@ -180,19 +186,35 @@ def _run_processes(cells, jobs, console, rerun, title) -> list[dict]:
     out: list[dict | None] = [None] * len(cells)
     with _progress(console) as prog:
         overall = prog.add_task(title, total=len(cells), info="")
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"), initializer=_die_with_parent,
-                                 initargs=(os.getpid(),)) as pool:
-            for wait in (False, True):
-                idx = [i for i in range(len(cells)) if out[i] is None or out[i]["status"] == "busy"]
-                futs = {pool.submit(_worker, cells[i].cfg.task, cells[i].cfg.algo_ref, cells[i].layers, threads,
-                                    rerun and not wait, wait, os.getpid()): i for i in idx}
-                for fut in as_completed(futs):
-                    i = futs[fut]
-                    out[i] = s = fut.result()
-                    if s["status"] == "interrupted":
-                        raise KeyboardInterrupt
-                    if s["status"] != "busy":
-                        _report(prog, overall, cells[i], s, say_resume=True)
+        lost: dict[int, int] = {}  # how often a run's worker died under it
+        for wait in (False, True):
+            idx = [i for i in range(len(cells)) if out[i] is None or out[i]["status"] == "busy"]
+            while idx:
+                broken = []
+                with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
+                                         initializer=_die_with_parent, initargs=(os.getpid(),)) as pool:
+                    futs = {pool.submit(_worker, cells[i].cfg.task, cells[i].cfg.algo_ref, cells[i].layers, threads,
+                                        rerun and not wait, wait, os.getpid()): i for i in idx}
+                    for fut in as_completed(futs):
+                        i = futs[fut]
+                        try:
+                            s = fut.result()
+                        except BrokenProcessPool:  # a worker was killed (the OOM killer, kill -9): the pool is lost
+                            lost[i] = lost.get(i, 0) + 1
+                            if lost[i] < 2:
+                                broken.append(i)
+                                continue
+                            s = {"status": "failed", "error": "its worker process was killed twice (out of memory? "
+                                 "kill -9?); run the same command again to resume it from its checkpoint"}
+                        out[i] = s
+                        if s["status"] == "interrupted":
+                            raise KeyboardInterrupt
+                        if s["status"] != "busy":
+                            _report(prog, overall, cells[i], s, say_resume=True)
+                if broken:
+                    prog.console.print(f"a worker process died: {len(broken)} run(s) in flight go on in a fresh "
+                                       f"pool (a run whose worker dies twice is counted as failed)", highlight=False)
+                idx = broken
     return out  # type: ignore[return-value]
 
 
@@ -256,8 +278,8 @@ def stale_temp_folders() -> list[Path]:
     import tempfile
 
     return [d for d in sorted(Path(tempfile.gettempdir()).glob("fbo-ray-*-*"))
-            if (m := re.fullmatch(r"fbo-ray-(\d+)-.*", d.name)) and d.is_dir() and d.stat().st_uid == os.getuid()
-            and not _alive(int(m.group(1)))]
+            if (m := re.fullmatch(r"fbo-ray-(\d+)-[a-z0-9_]{8}", d.name)) and not d.is_symlink() and d.is_dir()
+            and d.lstat().st_uid == os.getuid() and not _alive(int(m.group(1)))]
 
 
 def _reap_temp_folders() -> None:
@@ -267,12 +289,45 @@ def _reap_temp_folders() -> None:
         shutil.rmtree(d, ignore_errors=True)
 
 
-_SESSION = re.compile(r"/session_\d{4}-\d\d-\d\d_[\d-]+_\d+_(\d+)(/|$)")
+_SESSION = re.compile(r"^(/.*/session_\d{4}-\d\d-\d\d_[\d-]+_\d+_\d+)(/|$)")
+FBO_DRIVER = "fbo-driver"  # in a Ray session folder fbo's driver started: "<pid> <start time>"
+
+
+def _started_at(pid: int) -> str | None:
+    """The start time of process ``pid`` (clock ticks since boot, /proc/PID/stat), None when it is gone: a
+    pid with another start time is another process."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def mark_session(ray) -> None:
+    """Mark the local Ray session this driver has just started (never a cluster it joined, e.g. one of
+    ``ray start --head``) as fbo's: only such a session's processes are ever reaped."""
+    try:
+        node = ray._private.worker._global_node
+        if node is None or not node.head:
+            return
+        Path(node.get_session_dir_path(), FBO_DRIVER).write_text(f"{os.getpid()} {_started_at(os.getpid())}\n")
+    except (AttributeError, OSError):
+        pass
+
+
+def _fbo_driver_dead(session: str) -> bool:
+    """The session was started by an fbo driver (its mark) that is no longer running."""
+    try:
+        pid, start = Path(session, FBO_DRIVER).read_text().split()
+    except (OSError, ValueError):
+        return False  # not fbo's session (a `ray start` cluster, another program's Ray): never touched
+    return _started_at(int(pid)) != start
 
 
 def orphaned_ray() -> list[tuple[int, str, int]]:
-    """Ray processes of this user left by a local Ray whose driver died: orphans (parent 1) with a file
-    open in a Ray session folder whose creator (the pid that ends its name) is gone. (pid, name, RSS kB)."""
+    """Ray processes of this user left by a local Ray that an fbo driver started and that driver died:
+    orphans (parent 1) whose open files lie only in Ray session folders marked by fbo (:func:`mark_session`)
+    whose driver is gone. A session without fbo's mark (``ray start --head``, another program) is never
+    listed. (pid, name, RSS kB)."""
     found = []
     uid = os.getuid()
     for proc in Path("/proc").iterdir():
@@ -285,11 +340,10 @@ def orphaned_ray() -> list[tuple[int, str, int]]:
             name = (proc / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
             if "ray" not in name:
                 continue
-            drivers = {int(m.group(1)) for fd in (proc / "fd").iterdir()
-                       if (m := _SESSION.search(os.readlink(fd)))}
+            sessions = {m.group(1) for fd in (proc / "fd").iterdir() if (m := _SESSION.search(os.readlink(fd)))}
         except OSError:
             continue
-        if drivers and not any(_alive(p) for p in drivers):
+        if sessions and all(_fbo_driver_dead(s) for s in sessions):
             rss = re.search(r"VmRSS:\s+(\d+)", st)
             found.append((int(proc.name), name, int(rss.group(1)) if rss else 0))
     return found
@@ -315,10 +369,9 @@ def reap_orphaned_ray() -> list[tuple[int, str, int]]:
 
 def _try_lock(run_dir: Path):
     """Open and lock ``run_dir/.lock`` without waiting; the fd (to close later) or None if busy."""
-    from .results import make_dirs
+    from .results import open_lock
 
-    make_dirs(run_dir)
-    fd = os.open(run_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o666)
+    fd = open_lock(run_dir)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -334,8 +387,17 @@ def _land(run_dir: Path, files: dict[str, bytes], keep_checkpoint: bool) -> None
     (run_dir / "summary.json").unlink(missing_ok=True)
     for name in sorted(files, key=lambda n: n == "summary.json"):
         atomic_write(run_dir / name, files[name])
-    if "summary.json" in files and not keep_checkpoint:
-        (run_dir / CHECKPOINT).unlink(missing_ok=True)
+    if "summary.json" in files and not keep_checkpoint and _ended(files["summary.json"]):
+        (run_dir / CHECKPOINT).unlink(missing_ok=True)  # a failed run keeps its last good checkpoint
+
+
+def _ended(summary: bytes) -> bool:
+    import json
+
+    try:
+        return json.loads(summary).get("status") in ("done", "diverged")
+    except (ValueError, AttributeError):
+        return False
 
 
 def _check_reachable(address: str, timeout: float = 5.0) -> None:
@@ -344,11 +406,35 @@ def _check_reachable(address: str, timeout: float = 5.0) -> None:
 
     host, _, port = address.rpartition(":")
     try:
-        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout):
-            pass
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout) as s:
+            # Ray's GCS speaks gRPC (HTTP/2): to HTTP/2's preface and an empty SETTINGS frame it answers with
+            # a SETTINGS frame; anything else (a web server, a database) would leave ray.init waiting for ever
+            s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+            head = b""
+            while len(head) < 9:
+                more = s.recv(9 - len(head))
+                if not more:
+                    break
+                head += more
     except (OSError, ValueError) as e:
         raise UsageError(f"--address {address}: no Ray cluster answers there ({e.strerror or e}); start one with "
                          f"`ray start --head`, or leave --address out for a local Ray") from None
+    if len(head) < 9 or head[3] != 0x04:
+        raise UsageError(f"--address {address}: something answers there, but not a Ray cluster's GCS (no gRPC); "
+                         f"the head node's address is what `ray start --head` prints (port 6379 by default)")
+
+
+def _auto_address(ray) -> str:
+    """``--address auto``: the address of the cluster ``ray start`` started on this node (Ray's own lookup),
+    so that it is checked before Ray connects: a stale address would leave Ray waiting, then abort."""
+    try:
+        found = ray._private.services.get_ray_address_from_environment("auto", None)
+    except ConnectionError:
+        raise UsageError("--address auto: no Ray cluster runs on this node; start one with `ray start --head`, "
+                         "or leave --address out for a local Ray") from None
+    except AttributeError:  # another Ray version: let Ray look
+        return "auto"
+    return found or "auto"
 
 
 def _run_ray(cells, address, cpus_per_run, gpus_per_run, console, rerun, title, jobs) -> list[dict]:
@@ -361,14 +447,24 @@ def _run_ray(cells, address, cpus_per_run, gpus_per_run, console, rerun, title, 
         raise UsageError(f"--cpus-per-run must be >= 1 and --gpus-per-run >= 0, got {cpus_per_run}, {gpus_per_run}")
     started = not ray.is_initialized()
     if started:  # a local Ray (--jobs runs at a time when > 1), or the cluster at --address
-        if address and address != "auto":
+        if address == "auto":
+            address = _auto_address(ray)
+        if address and not address.startswith("ray://"):
             _check_reachable(address)
         if not address and (reaped := reap_orphaned_ray()) and console is not None:
             console.print(f"reaped {len(reaped)} Ray process(es) ({sum(r for *_, r in reaped) // 1024} MB) left by an "
                           f"earlier local Ray whose driver was killed: "
-                          f"{', '.join(f'{n} ({p})' for p, n, _ in reaped)}", highlight=False)
+                          f"{', '.join(f'{n} ({p})' for p, n, _ in reaped)}", markup=False, highlight=False)
         kw = {"address": address} if address else ({"num_cpus": jobs * cpus_per_run} if jobs > 1 else {})
-        ray.init(log_to_driver=False, include_dashboard=False, configure_logging=False, **kw)
+        try:
+            ray.init(log_to_driver=False, include_dashboard=False, configure_logging=False, **kw)
+        except (ConnectionError, ValueError, RuntimeError) as e:
+            why = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+            raise UsageError(f"Ray did not start{f' at --address {address}' if address else ''}: {why}"
+                             + ("; --address auto joins a cluster that `ray start --head` started on this node"
+                                if address == "auto" else "")) from None
+        if not address:
+            mark_session(ray)
     have = ray.cluster_resources()
     for what, need in (("CPU", cpus_per_run), ("GPU", gpus_per_run)):
         if need and have.get(what, 0) < need:  # Ray would wait for them for ever
@@ -398,7 +494,7 @@ def _run_ray(cells, address, cpus_per_run, gpus_per_run, console, rerun, title, 
                         _report(prog, overall, c, summary)
                         continue
                     if state == "corrupt":
-                        prog.console.print(f"{c.cfg.run_dir}: {why}; running it again", highlight=False)
+                        prog.console.print(f"{c.cfg.run_dir}: {why}; running it again", markup=False, highlight=False)
                     ck = c.cfg.run_dir / CHECKPOINT
                     files_in = {CHECKPOINT: ck.read_bytes()} if ck.is_file() and not rerun else {}
                     ref = remote.remote(c.cfg.task, c.cfg.algo_ref, c.layers, cpus_per_run, files_in, rerun)

@@ -26,7 +26,13 @@ def to_tensorboard(run_dir: Path) -> Path:
     if df is None or df.empty:
         raise UsageError(f"{run_dir}: no readable metrics.csv to export")
     out = Path(run_dir) / "tensorboard"
-    shutil.rmtree(out, ignore_errors=True)
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise UsageError(f"{out} is a link or a file, not fbo's TensorBoard folder: move it away first")
+    if out.is_dir():  # an earlier export: only its event files go
+        if any(not p.name.startswith("events.out.tfevents.") or not p.is_file() or p.is_symlink()
+               for p in out.iterdir()):
+            raise UsageError(f"{out} holds files other than TensorBoard's event files: move them away first")
+        shutil.rmtree(out)
     w = SummaryWriter(log_dir=str(out))
     try:
         for _, row in df.iterrows():

@@ -19,6 +19,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
@@ -71,9 +72,11 @@ def atomic_write(path: Path, text: str | bytes) -> None:
             f.write(text.encode() if isinstance(text, str) else text)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.errno and not e.filename:
+            raise OSError(e.errno, e.strerror or os.strerror(e.errno), str(path)) from None  # say which file
         raise
 
 
@@ -95,12 +98,26 @@ def file_sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+def open_lock(run_dir: Path) -> int:
+    """Make the run directory (marking its results root, :func:`claim_root`) and open its ``.lock``; a
+    ``.lock`` that is a symbolic link is refused, never followed."""
+    from .errors import UsageError
+
+    run_dir = Path(run_dir)
+    claim_root(run_dir.parents[2])
+    make_dirs(run_dir)
+    try:
+        return os.open(run_dir / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+    except OSError as e:
+        raise UsageError(f"cannot open {run_dir / '.lock'}: {e.strerror or e} (a symbolic link, or not writable)"
+                         ) from None
+
+
 @contextlib.contextmanager
 def run_lock(run_dir: Path, wait: bool = True) -> Iterator[bool]:
     """Hold ``run_dir/.lock`` (an exclusive ``flock``). Yields False, without waiting, when another
     process holds it and ``wait`` is False. The OS drops the lock when its holder dies."""
-    make_dirs(run_dir)
-    fd = os.open(Path(run_dir) / ".lock", os.O_RDWR | os.O_CREAT, 0o666)
+    fd = open_lock(run_dir)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
@@ -112,53 +129,148 @@ def run_lock(run_dir: Path, wait: bool = True) -> Iterator[bool]:
         os.close(fd)
 
 
-def leftovers(root: Path) -> list[Path]:
-    """What interrupted work left under a results root: temporary files of atomic writes
-    (``.<name>.<random>``), ``.lock`` files nobody holds, and directories left empty. Live files
-    (``.spec`` marks, held locks) are kept."""
+ROOT_MARKER = ".fbo-results"
+# the temporary file of an atomic write: mkstemp's prefix ``.<name>.``, 8 random characters, save_figure's .png
+_TEMP = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}(\.png)?")
+RUN_FILES = frozenset({"config.yaml", "metrics.csv", "summary.json", CHECKPOINT, "curves.png", "run.log"})
+
+
+def is_fbo_root(root: Path) -> bool:
+    """A results root fbo made: it holds the marker ``.fbo-results`` (a regular file)."""
+    m = Path(root) / ROOT_MARKER
+    return m.is_file() and not m.is_symlink()
+
+
+def claim_root(root: Path) -> None:
+    """Mark ``root`` as a results root fbo made (``.fbo-results``) when fbo creates it, finds it empty, or
+    finds fbo's runs in it already (a root from before the marker: a finished run ``*/*/*/summary.json`` or
+    a spec's folder ``compare/*/.spec``). Any other folder (a home directory, a checkout) is never marked:
+    runs may still be written there, but nothing in it is ever removed by fbo (:func:`leftovers`)."""
     root = Path(root)
+    if is_fbo_root(root):
+        return
+    if root.is_dir() and any(root.iterdir()) and not (next(root.glob("*/*/*/summary.json"), None)
+                                                      or next(root.glob("compare/*/.spec"), None)):
+        return
+    atomic_write(root / ROOT_MARKER, "A results root made by fbo. fbo removes only what it made below it "
+                 "(README, 'What fbo removes').\n")
+
+
+def below(root: Path, p: Path) -> bool:
+    """``p`` lies inside ``root`` and no part of its path below ``root`` is a symbolic link."""
+    try:
+        rel = Path(p).relative_to(root)
+    except ValueError:
+        return False
+    q = Path(root)
+    for part in rel.parts:
+        if part == "..":
+            return False
+        q = q / part
+        if q.is_symlink():
+            return False
+    return True
+
+
+def is_temp_file(p: Path, names: frozenset[str] | None = None) -> bool:
+    """``p`` is a temporary file of :func:`atomic_write` or :func:`save_figure` (``.<name>.<8 random>``, a
+    regular file, not a link), of one of ``names`` when given."""
+    m = _TEMP.fullmatch(p.name)
+    return bool(m) and (names is None or m.group("name") in names) and p.is_file() and not p.is_symlink()
+
+
+def _unheld_lock(p: Path) -> bool:
+    try:
+        fd = os.open(p, os.O_RDWR | os.O_NOFOLLOW)
+    except OSError:  # a link, or not ours to open
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def leftovers(root: Path) -> list[Path]:
+    """What interrupted work left under a results root fbo made (:func:`is_fbo_root`; any other folder:
+    nothing): temporary files of atomic writes (exactly ``.<name>.<8 random characters>``), ``.lock`` files
+    nobody holds, and the directories that removing them leaves empty (never the root). Symbolic links are
+    neither followed nor removed; every other file (``.spec`` marks, held locks, the user's own) stays."""
+    root = Path(root)
+    if not root.is_dir() or not is_fbo_root(root):
+        return []
     found: list[Path] = []
-    if not root.is_dir():
-        return found
-    for p in sorted(root.rglob(".*")):
-        if not p.is_file() or p.name == ".spec":
-            continue
-        if p.name == ".lock":
-            fd = os.open(p, os.O_RDWR)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nobody holds it
-            except BlockingIOError:
+    for here, dirs, files in os.walk(root):  # does not descend into linked folders
+        d = Path(here)
+        dirs[:] = sorted(x for x in dirs if not (d / x).is_symlink())
+        for f in sorted(files):
+            p = d / f
+            if p.is_symlink():
                 continue
-            finally:
-                os.close(fd)
-        found.append(p)
+            if is_temp_file(p) or (f == ".lock" and d != root and p.is_file() and _unheld_lock(p)):
+                found.append(p)
     gone = set(found)
-    for d in sorted((d for d in root.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)):
-        if all(c in gone for c in d.iterdir()):
+    for d in sorted({p.parent for p in found}, key=lambda d: -len(d.parts)):
+        while d != root and below(root, d) and d not in gone and all(c in gone for c in d.iterdir()):
             found.append(d)
             gone.add(d)
+            d = d.parent
     return found
 
 
+def remove_leftover(p: Path) -> None:
+    """Remove one of :func:`leftovers`: a file by ``unlink`` (a link itself, never its target), a folder by
+    ``rmdir`` (only when empty)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.rmdir(p) if p.is_dir() and not p.is_symlink() else os.unlink(p)
+
+
 def remove_temp_files(run_dir: Path) -> None:
-    """Remove the temporary files a killed atomic write left in one run directory (not ``.lock``)."""
-    for p in Path(run_dir).glob(".*"):
-        if p.is_file() and p.name not in (".lock", ".spec"):
+    """Remove the temporary files a killed atomic write left in one run directory: only those of the run's
+    own files (``.metrics.csv.<8 random>``, ...), and nothing when the run directory is a link."""
+    d = Path(run_dir)
+    if d.is_symlink() or not d.is_dir():
+        return
+    for p in d.glob(".*"):
+        if is_temp_file(p, RUN_FILES):
             p.unlink(missing_ok=True)
+
+
+def remove_run(run_dir: Path) -> None:
+    """Remove a run directory's own files (those fbo writes, its lock, its temporary files), then the folder
+    when that empties it: a file fbo did not make keeps the folder. Never through a link."""
+    d = Path(run_dir)
+    if d.is_symlink() or not d.is_dir():
+        return
+    for p in d.iterdir():
+        if (p.name in RUN_FILES or p.name in (".lock", "checkpoint.bad") or is_temp_file(p)) and not p.is_dir():
+            p.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        d.rmdir()
 
 
 def prune_empty_run(run_dir: Path) -> None:
     """Remove a run directory that holds nothing but its ``.lock`` (bad input found while building the
     run), and its algorithm and task folders when that leaves them empty: nothing half-made stays."""
     d = Path(run_dir)
-    if not d.is_dir() or any(p.name != ".lock" for p in d.iterdir()):
+    if d.is_symlink() or not d.is_dir() or any(p.name != ".lock" for p in d.iterdir()):
         return
-    (d / ".lock").unlink(missing_ok=True)
+    lock = d / ".lock"
+    if lock.is_symlink() or (lock.exists() and not lock.is_file()):
+        return
+    lock.unlink(missing_ok=True)
     for x in (d, d.parent, d.parent.parent):
         try:
             x.rmdir()
         except OSError:
-            break
+            return
+    root = d.parents[2]  # a results root holding nothing but fbo's mark goes too
+    if is_fbo_root(root) and [p.name for p in root.iterdir()] == [ROOT_MARKER]:
+        (root / ROOT_MARKER).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            root.rmdir()
 
 
 def run_status(run_dir: Path) -> tuple[str, dict[str, Any] | None, str]:
@@ -400,9 +512,9 @@ def _active(cfg: dict) -> float:
 def _seconds_per_round(roots: tuple[str, ...], here: str) -> dict[tuple, float]:
     """Median seconds per round (training and evaluation) of the finished runs under ``roots`` on this
     kind of device, under each of its :func:`_cost_keys`."""
-    import yaml
+    from .config import load_yaml
+    from .errors import UsageError
 
-    _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's: many files, each read once
     per: dict[tuple, list[float]] = {}
     for root in roots:
         for f in Path(root).glob("*/*/*/summary.json"):
@@ -410,8 +522,8 @@ def _seconds_per_round(roots: tuple[str, ...], here: str) -> dict[tuple, float]:
                 s = json.loads(f.read_text())
                 rounds = s["ledger"]["rounds"]
                 secs = (s.get("train_time_s") or 0) + (s.get("eval_time_s") or 0)
-                cfg = yaml.load((f.parent / "config.yaml").read_text(), Loader=_LOADER) or {}
-            except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError):
+                cfg = load_yaml((f.parent / "config.yaml").read_bytes(), str(f)) or {}
+            except (OSError, ValueError, KeyError, TypeError, UsageError):
                 continue
             if not rounds or s.get("device", "cpu") != here:
                 continue

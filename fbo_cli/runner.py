@@ -99,12 +99,19 @@ DIVERGED_FACTOR = 1e3
 
 
 class Interrupted(Exception):
-    """SIGINT/SIGTERM arrived during a run; its checkpoint is written."""
+    """SIGINT/SIGTERM arrived during a run; its checkpoint is written (``now``: a second signal stopped the
+    run inside an outer iteration; its last checkpoint stays, and the run resumes from there)."""
 
-    def __init__(self, run_dir, iteration: int):
-        super().__init__(f"interrupted at outer iteration {iteration}; checkpoint written in {run_dir}; "
+    def __init__(self, run_dir, iteration: int, now: bool = False):
+        super().__init__(f"stopped inside outer iteration {iteration + 1}; the last checkpoint in {run_dir} stays; "
+                         "run the same command again to continue from it" if now else
+                         f"interrupted at outer iteration {iteration}; checkpoint written in {run_dir}; "
                          "run the same command again to continue")
         self.iteration = iteration
+
+
+class _StopNow(BaseException):
+    """A second SIGINT/SIGTERM while the first waits for the outer iteration to end: stop at once."""
 
 
 class RunBusy(UsageError):
@@ -152,7 +159,9 @@ cancel as SIGINT): the loop stops at its next check."""
 
 
 class _Stop:
-    """SIGINT/SIGTERM set a flag the loop checks after each outer iteration (main thread only)."""
+    """SIGINT/SIGTERM set a flag the loop checks after each outer iteration (main thread only); a second one
+    while the flag is set stops the run at once, inside its iteration (:class:`_StopNow`): a long outer
+    iteration never holds Ctrl-C hostage."""
 
     def __init__(self):
         self.old: dict[int, Any] = {}
@@ -168,7 +177,11 @@ class _Stop:
         return self
 
     def _set(self, signum, frame):
+        if STOP.is_set():
+            raise _StopNow
         STOP.set()
+        with contextlib.suppress(OSError):
+            os.write(2, b"stopping after this outer iteration (its checkpoint is written); again to stop now\n")
 
     def __exit__(self, *exc):
         for sig, h in self.old.items():
@@ -243,7 +256,10 @@ def _run_log(run_dir, log: Callable[[str], None] | None):
     logger = logging.getLogger(f"fbo.run.{run_dir.name}")
     logger.propagate = False
     logger.setLevel(logging.INFO)
-    handler = logging.FileHandler(run_dir / "run.log", encoding="utf-8")
+    try:
+        handler = logging.FileHandler(run_dir / "run.log", encoding="utf-8")
+    except OSError as e:  # an existing run directory we may not write to
+        raise UsageError(f"cannot write {run_dir / 'run.log'}: {e.strerror or e}") from None
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
     logger.addHandler(handler)
 
@@ -286,7 +302,8 @@ def _load_checkpoint(path, cfg, b: Built) -> tuple[dict | None, str]:
     try:
         c = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
-        return None, f"malformed: not a readable fbo checkpoint ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
+        first = (str(e).splitlines() or [""])[0][:120]  # an empty file's error has no text
+        return None, f"malformed: not a readable fbo checkpoint ({type(e).__name__}: {first})"
     if not isinstance(c, dict):
         return None, "malformed: not a mapping"
     if c.get("run_id") != cfg.run_id or c.get("fbo") != __version__:
@@ -382,6 +399,8 @@ def _execute(cfg: RunConfig, on_eval, write: bool, log) -> dict:
                 evaluate()
         except Interrupted:
             raise
+        except _StopNow:  # inside an iteration: its state is half-updated, so no checkpoint of it
+            raise Interrupted(run_dir, led.iterations, now=True) from None
         except Exception as e:  # a bug, not bad input: record it in summary.json, then let it propagate
             status, failure = "failed", e
     if status == "interrupted":
@@ -423,8 +442,8 @@ def _execute(cfg: RunConfig, on_eval, write: bool, log) -> dict:
             plot_run(run_dir / "curves.png", df, title, metric)
         summary["metrics_sha256"] = file_sha256(run_dir / "metrics.csv")
         write_json(run_dir / "summary.json", summary)  # the completion record: last
-        if not r.keep_checkpoint:
-            ck_path.unlink(missing_ok=True)
+        if not r.keep_checkpoint and status in ("done", "diverged"):
+            ck_path.unlink(missing_ok=True)  # a failed run keeps its last good checkpoint
     if failure is not None:
         raise failure
     return summary

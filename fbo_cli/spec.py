@@ -143,8 +143,11 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
     seed_list = seeds if seeds is not None else spec.get("seeds", [0])
     if not isinstance(seed_list, list) or not all(isinstance(s, int) for s in seed_list) or not seed_list:
         raise UsageError(f"{where}: 'seeds' must be a non-empty list of integers")
-    if any(s < 0 or s >= 2**63 for s in seed_list) or len(set(seed_list)) != len(seed_list):
-        raise UsageError(f"{where}: seeds must be distinct integers in [0, 2^63), got {seed_list}")
+    if len(seed_list) > MAX_SEEDS:
+        raise UsageError(f"{where}: {len(seed_list):,} seeds; fbo takes at most {MAX_SEEDS:,} per spec")
+    if any(s < 0 or s >= 2**32 for s in seed_list) or len(set(seed_list)) != len(seed_list):
+        raise UsageError(f"{where}: seeds must be distinct integers in [0, 2^32), got {seed_list[:20]}"
+                         + ("..." if len(seed_list) > 20 else ""))
     exp = Experiment(
         name=check_name(spec["name"] if "name" in spec else Path(path).stem, f"{where}: 'name'"),
         title=str(spec.get("title", "")), task=task,
@@ -153,11 +156,15 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
         reference_on=_check_reference_on(where, spec.get("reference_on")),
         description=" ".join(str(spec.get("description") or "").split()), path=str(path),
         band=spec.get("band", "minmax"), paper=spec.get("paper"), order=spec.get("order", 100))
+    n = len(exp.algorithms) * len(exp.settings) * len(exp.seeds)
+    if n > MAX_CELLS:
+        raise UsageError(f"{where}: {len(exp.algorithms)} algorithms x {len(exp.settings)} settings x {len(exp.seeds)} "
+                         f"seeds = {n:,} runs; fbo takes at most {MAX_CELLS:,} per spec")
     if exp.paper is not None and not isinstance(exp.paper, str):
         raise UsageError(f"{where}: 'paper' must be a paper's key (a string), got {exp.paper!r}")
     if not isinstance(exp.order, int) or isinstance(exp.order, bool):
         raise UsageError(f"{where}: 'order' must be an integer, got {exp.order!r}")
-    if exp.band not in BANDS:
+    if not isinstance(exp.band, str) or exp.band not in BANDS:
         raise UsageError(f"{where}: 'band' must be one of {', '.join(BANDS)}, got {exp.band!r}")
     overrides = overrides or {}
     if "algo" in overrides or "task" in overrides:
@@ -176,7 +183,7 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
     exp.claims = list(spec.get("claims") or [])
     exp.witness = _check_witness(where, spec.get("witness"), algos, settings)
     exp.derived = list(derived)
-    exp.tolerance = float(spec.get("tolerance", 0.02))
+    exp.tolerance = _number(spec.get("tolerance", 0.02), f"{where}: 'tolerance'")
     if spec.get("tune") is not None:
         exp.tune = parse_tune(spec, exp, where)
     if use_tuned:
@@ -225,11 +232,21 @@ def check_name(name: Any, what: str) -> str:
     return name
 
 
+def _number(v: Any, what: str) -> float:
+    """A finite number >= 0 (a tolerance, a margin), else a UsageError naming ``what``."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise UsageError(f"{what} must be a finite number >= 0, got {v!r}")
+    return float(v)
+
+
 def _check_entries(where: str, items: list, allowed: set[str], what: str, key: str) -> None:
     names: set[str] = set()
     for a in items:
         if not isinstance(a, dict) or key not in a:
             raise UsageError(f"{where}: each {what} needs a '{key}' key, got {a!r}")
+        for k in ("name", key):
+            if k in a and not isinstance(a[k], (str, int, float)) or isinstance(a.get(k), bool):
+                raise UsageError(f"{where}: {what} '{k}' must be a single name, got {a[k]!r}")
         bad = set(a) - allowed
         if bad:
             raise UsageError(f"{where}: {what} {a.get('name', a[key])!r}: unknown key(s) {', '.join(sorted(bad))}; "
@@ -348,6 +365,8 @@ def _check_claims(where: str, claims: Any, algos: list, settings: list) -> None:
                                  f"choose from: {', '.join(sorted(names))}")
         if c.get("mode", "max") not in ("min", "max", "equal"):
             raise UsageError(f"{where}: claim '{c['text']}': mode must be min, max or equal")
+        if "margin" in c:
+            _number(c["margin"], f"{where}: claim '{c['text']}': 'margin'")
 
 
 def _check_witness(where: str, w: Any, algos: list, settings: list) -> dict | None:
@@ -445,7 +464,7 @@ def claim_folder(exp: Experiment, outdir: Path, write: bool = True) -> None:
     """Mark ``outdir`` (``<out>/compare/<name>``) as this spec's; a folder already marked by a different
     spec of the same name is a UsageError, so two specs never share tables or ``tuned.yaml``. With
     ``write`` False it only checks (before anything is validated, nothing is written)."""
-    from .results import make_dirs
+    from .results import claim_root, make_dirs
 
     mark = outdir / ".spec"
     mine = f"{identity(exp)} {exp.path}\n"
@@ -457,10 +476,14 @@ def claim_folder(exp: Experiment, outdir: Path, write: bool = True) -> None:
                              f"'{exp.name}': give {exp.path or 'this spec'} its own 'name:'")
         return
     if write:
+        claim_root(outdir.parents[1])
         make_dirs(outdir)
         atomic_write(mark, mine)
 
 
+
+MAX_SEEDS = 1000  # seeds of one spec (evaluation or tuning)
+MAX_CELLS = 20_000  # runs of one grid (algorithms x settings x seeds, or a tuning grid's points x seeds)
 
 TUNE_KEYS = {"seeds", "rounds", "score", "mode", "setting", "tail", "tolerance", "set"}
 
@@ -487,13 +510,17 @@ def parse_tune(spec: dict, exp: Experiment, where: str) -> TuneSpec:
         raise UsageError(f"{where}: unknown key(s) in tune: {', '.join(sorted(unknown))}; "
                          f"allowed: {', '.join(sorted(TUNE_KEYS))}")
     seeds = t.get("seeds", [100])
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
-        raise UsageError(f"{where}: tune.seeds must be a non-empty list of integers >= 0")
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and 0 <= s < 2**32 for s in seeds):
+        raise UsageError(f"{where}: tune.seeds must be a non-empty list of integers in [0, 2^32)")
+    if len(seeds) > MAX_SEEDS:
+        raise UsageError(f"{where}: {len(seeds):,} tuning seeds; fbo takes at most {MAX_SEEDS:,}")
     clash = set(seeds) & set(exp.seeds)
     if clash:
         raise UsageError(f"{where}: tuning seeds {sorted(clash)} are also evaluation seeds; use disjoint seeds")
     default_score, default_mode = TASKS[exp.task].tune_metric
     score, mode = t.get("score", default_score), t.get("mode", default_mode)
+    if score is not None and not isinstance(score, str):
+        raise UsageError(f"{where}: tune.score must be the name of a validation metric, got {score!r}")
     if not score:
         raise UsageError(f"{where}: task '{exp.task}' has no default validation score; set tune.score")
     if score.startswith("test"):
@@ -527,6 +554,10 @@ def parse_tune(spec: dict, exp: Experiment, where: str) -> TuneSpec:
         g = a.get("tune") or {}
         if not isinstance(g, dict) or not all(isinstance(v, list) and v for v in g.values()):
             raise UsageError(f"{where}: algorithm '{a['name']}': tune must map keys to non-empty lists of values")
+        points = math.prod(len(v) for v in g.values())
+        if points * len(seeds) > MAX_CELLS:
+            raise UsageError(f"{where}: algorithm '{a['name']}': its tuning grid has {points:,} points x "
+                             f"{len(seeds)} seeds; fbo takes at most {MAX_CELLS:,} runs per grid")
         grids[a["name"]] = g
     if not any(grids.values()):
         raise UsageError(f"{where}: no algorithm declares a 'tune:' grid")
@@ -569,6 +600,10 @@ def load_tuned(exp: Experiment) -> dict | None:
     if not ok:
         raise UsageError(f"{p}: 'chosen' must map algorithm -> setting -> {{key: value}}, got {chosen!r:.120}; "
                          f"run `fbo tune` again to rewrite it (or delete the file)")
+    if exp.tune is not None and "grids" in t and t["grids"] != exp.tune.grids:
+        raise UsageError(f"{p} was chosen on another tuning grid than {exp.path or 'the spec'} now declares (was "
+                         f"{t['grids']!r:.150}); an edited spec is tuned again: `fbo tune {exp.path}` (it replaces "
+                         f"the file), or delete the file to run the spec's own values")
     for algo, per in chosen.items():
         for setting, vals in per.items():
             for k, v in vals.items():

@@ -64,7 +64,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .config import resolve
+from .config import load_yaml, resolve
 from .errors import UsageError
 from .results import PROCESS_STARTUP_S, RUN_STARTUP_S, atomic_write, fmt_num, write_yaml
 from .spec import Cell, Experiment, TuneSpec, algo_overrides, check_metrics, claim_folder, load_spec
@@ -135,7 +135,6 @@ def recorded_runs(exp: Experiment, ts: TuneSpec) -> dict[str, dict]:
     """The runs of this spec's recorded tuning (``<out>/compare/<name>/tuning.csv``, and the record of an
     unfinished one, ``tuning.partial.csv``) that finished, by run directory, where they were scored by
     today's rule (same score, tail and budget); else nothing."""
-    import yaml
 
     outdir = exp.out_root / "compare" / exp.name
     records = []
@@ -146,7 +145,7 @@ def recorded_runs(exp: Experiment, ts: TuneSpec) -> dict[str, dict]:
         pass
     meta, csv = (outdir / f for f in PARTIAL)
     if meta.is_file() and csv.is_file():
-        records.append((yaml.safe_load(meta.read_text()) or {}, pd.read_csv(csv, keep_default_na=False,
+        records.append((load_yaml(meta.read_bytes(), str(meta)) or {}, pd.read_csv(csv, keep_default_na=False,
                                                                              na_values=[""])))
     keep = ["status", "score", "start", "oscillation", "train_time_s", "eval_time_s"]
     out: dict[str, dict] = {}
@@ -409,7 +408,6 @@ def relabel(spec_path: str | Path, overrides: dict[str, Any]) -> tuple[Path, int
 
 def _recorded(exp: Experiment) -> tuple[Path, dict, pd.DataFrame]:
     """A recorded tuning: its folder, ``tuned.yaml`` and ``tuning.csv`` (older tables completed)."""
-    import yaml
 
     outdir = exp.out_root / "compare" / exp.name
     if not (outdir / "tuned.yaml").is_file() or not (outdir / "tuning.csv").is_file():
@@ -418,7 +416,7 @@ def _recorded(exp: Experiment) -> tuple[Path, dict, pd.DataFrame]:
     table["reason"] = table["reason"].astype(object).fillna("") if "reason" in table else ""
     if "grid" not in table:  # recorded before extensions were marked: every row a grid point
         table["grid"] = "spec"
-    return outdir, yaml.safe_load((outdir / "tuned.yaml").read_text()), table
+    return outdir, load_yaml((outdir / "tuned.yaml").read_bytes(), str(outdir / "tuned.yaml")), table
 
 
 def ranking_only(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, console=None,
@@ -631,6 +629,10 @@ def collect_tuning(cells: list[tuple[Cell, dict]], ts: TuneSpec,
                      "run_dir": str(c.cfg.run_dir), "recorded": old is not None,
                      # what the run cost (the report sums them into its section's compute, tuning included)
                      **cost})
+    if not rows:  # nothing to judge (e.g. a ranking check after every point was rejected)
+        return pd.DataFrame(columns=["algorithm", "setting", "seed", "point", "grid", "status", "score", "start",
+                                     "oscillation", "run_dir", "recorded", "train_time_s", "eval_time_s", "reason",
+                                     "rejected"])
     df = pd.DataFrame(rows)
     # a grid point is judged over all its tuning seeds; "no progress": the score ends no better than it began
     stuck = (df.score >= df.start) if ts.mode == "min" else (df.score <= df.start)

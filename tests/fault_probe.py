@@ -1,7 +1,9 @@
 """The fault probe (`make probe`): the bad inputs, planted files and kills of the safety issue, tried
 against the CLI, each judged clean or not. Clean means: the expected exit code (2 for bad input), no
-traceback, nothing written outside --out-dir, no empty run or compare folder and no stray .lock left,
-and, for planted files, the planted thing refused. Prints one line per input and the count.
+traceback, a clear message, nothing written outside --out-dir, no empty run or compare folder and no
+stray .lock left, for planted files the planted thing refused, and no file fbo did not make removed
+(every file the probe plants as "the user's" is checked at the end). Prints one line per input and
+the count.
 
 Not part of the test suite (the same cases live there as regressions, in tests/test_faults.py,
 tests/test_bad_input.py and tests/test_ray_cluster.py); this is the probe's own count, rerun at will:
@@ -30,6 +32,14 @@ FBO = [sys.executable, "-m", "fbo_cli.cli"]
 BASE = "{dataset: digits, clients: 4, participation: 0.5, rounds: 5, threads: 1}"
 results: list[tuple[str, bool, str]] = []
 made = iter(range(10**6))
+KEPT: dict[Path, bytes] = {}  # files of the user's that must never be removed or changed
+
+
+def keep(path: Path, text: str = "mine") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    KEPT[path] = text.encode()
+    return path
 
 
 def spec(name="p", extra="", algos="[{name: A, algo: aggitd}]", base=BASE) -> Path:
@@ -184,18 +194,114 @@ def main() -> int:
     k.send_signal(signal.SIGKILL)
     k.wait()
     kd = next((o / "kill").glob("hyperrep/aggitd/*"))
-    (kd / ".metrics.csv.abc123").write_text("half")
-    r = CliRunner().invoke(app, ["clean", "--out-dir", str(o / "kill")])
-    check("temp file of a SIGKILLed run removed by fbo clean",
-          r.exit_code == 0 and not (kd / ".metrics.csv.abc123").exists())
+    (kd / ".metrics.csv.abc123_x").write_text("half")
+    r = CliRunner().invoke(app, ["clean", "--out-dir", str(o / "kill"), "--yes"])
+    check("temp file of a SIGKILLed run removed by fbo clean --yes",
+          r.exit_code == 0 and not (kd / ".metrics.csv.abc123_x").exists(), r.output[-200:])
+    removal(o)
+    ray_probe(env)
+    more_inputs(o, env)
+    for f, text in KEPT.items():
+        check(f"the user's file {f.relative_to(ROOT)} stays", f.is_file() and f.read_bytes() == text,
+              "removed or changed")
+
+    width = max(len(w) for w, _, _ in results)
+    for what, ok, why in results:
+        print(f"{'clean' if ok else 'PROBLEM':8} {what:{width}}  {why}")
+    bad = sum(not ok for _, ok, _ in results)
+    print(f"\n{len(results)} inputs tried, {len(results) - bad} handled cleanly, {bad} problem(s) left")
+    shutil.rmtree(ROOT, ignore_errors=True)
+    return 1 if bad else 0
+
+
+def removal(o: Path) -> None:
+    """Issue 41, data loss 1, 3, 5: fbo removes only what it made, never through a link."""
+    h = ROOT / "h"
+    keep(h / ".bashrc", "x")
+    (h / ".lock").write_text("")
+    keep(h / ".metrics.csv.abcdefgh", "looks like a temp file")
+    case("fbo clean --out-dir h (a folder fbo did not make)", ["clean", "--out-dir", str(h), "--yes"],
+         says="not a results root fbo made")
+    check("h/.lock and h's files stay", (h / ".lock").exists(), "removed")
+    root = o / "kill"  # made by fbo run: marked
+    keep(root / ".gitignore", "*")
+    keep(root / "notes" / ".hidden")
+    (root / "hyperrep" / "elsewhere").symlink_to(h)  # a link to a folder full of the user's files
+    run = next(root.glob("hyperrep/aggitd/*"))
+    (run / ".config.yaml.k9x2m4q7").write_text("half")  # a killed atomic write's temporary file
+    r = CliRunner().invoke(app, ["clean", "--out-dir", str(root)])
+    check("fbo clean without --yes lists only", r.exit_code == 0 and "--yes" in r.output
+          and (run / ".config.yaml.k9x2m4q7").exists(), r.output[-200:])
+    r = CliRunner().invoke(app, ["clean", "--out-dir", str(root), "--yes"])
+    check("fbo clean --yes in a root fbo made: its temporary file goes; dotfiles, the user's folders and links stay",
+          r.exit_code == 0 and (root / "hyperrep" / "elsewhere").is_symlink()
+          and not (run / ".config.yaml.k9x2m4q7").exists(), r.output[-200:])
+    from fbo_cli.results import remove_temp_files
+
+    (ROOT / "linked-run").symlink_to(h)
+    remove_temp_files(ROOT / "linked-run")  # a run directory that is a link: its target's files stay
+    # report --collect: never removes anything under --from, copies only what its completion record vouches for
+    spec_p = ROOT / "collect.yaml"
+    spec_p.write_text("name: coll\ntask: hyperrep\nseeds: [0, 1]\nalgorithms: [{name: A, algo: aggitd}]\n"
+                      f"base: {BASE}\n")
+    src, ev = o / "csrc", ROOT / "MY_RUNS"
+    CliRunner().invoke(app, ["compare", str(spec_p), "--out-dir", str(src)])
+    CliRunner().invoke(app, ["compare", str(spec_p), "--out-dir", str(ev)])  # the user's own runs
+    mine = sorted(ev.glob("hyperrep/aggitd/*/metrics.csv"))
+    for m in mine:
+        KEPT[m] = m.read_bytes()
+    from fbo_cli.report import Paper, collect_evidence, prune_evidence
+
+    runs = sorted(src.glob("hyperrep/aggitd/*"))
+    runs[0].joinpath("metrics.csv").write_text(runs[0].joinpath("metrics.csv").read_text() + "9,9,9\n")  # no match
+    runs[1].joinpath("metrics.csv").unlink()
+    runs[1].joinpath("metrics.csv").symlink_to("/etc/hostname")
+    refused: list = []
+    reg = (Paper("c", "C", "", given=(str(spec_p),)),)
+    n = collect_evidence(src, ev, papers=reg, refused=refused)
+    check("--collect: a metrics.csv that fails its hash, and one linked to /etc/hostname, are refused",
+          n == 0 and len(refused) == 2 and all(m.read_bytes() == KEPT[m] for m in mine), f"copied {n}: {refused}")
+    stale = ev / "hyperrep" / "aggitd" / "not-in-any-spec"
+    keep(stale / "config.yaml", "task: hyperrep\n")
+    gone = prune_evidence(ev, papers=reg)  # lists; removes nothing
+    check("--collect's pruning lists, removes nothing, and never a folder without a completion record",
+          stale.exists() and stale not in gone, f"{gone}")
+    r = CliRunner().invoke(app, ["report", "--collect", str(src), "--from", str(ev), "--md", str(ROOT / "c.md"),
+                                 "--html", str(ROOT / "c.html")])
+    check("fbo report --collect X --from MY_RUNS removes nothing under MY_RUNS",
+          all(m.is_file() for m in mine) and stale.exists(), r.output[-300:])
+
+
+def ray_probe(env: dict) -> None:
+    """Issue 41, data loss 2: a `ray start --head` cluster is never listed or reaped; the agents of a
+    killed fbo driver are."""
     try:
         import ray  # noqa: F401
+    except ImportError:
+        check("Ray (not installed)", True)
+        return
+    import socket
 
-        from fbo_cli.executors import orphaned_ray, reap_orphaned_ray
+    from fbo_cli.executors import orphaned_ray, reap_orphaned_ray
 
-        d = subprocess.Popen([sys.executable, "-c", "import ray, time; ray.init(num_cpus=1, include_dashboard=False); "
+    ray_bin = Path(sys.executable).parent / "ray"
+    tmp = Path(tempfile.mkdtemp(prefix="fbo-rp-"))  # this cluster's own folder: it is stopped by its pids alone
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    up = subprocess.run([str(ray_bin), "start", "--head", "--port", str(port), "--num-cpus", "1",
+                         "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={tmp}"],
+                        capture_output=True, env=env, timeout=120).returncode == 0
+    time.sleep(2)
+    cluster = own_ray(tmp, port)  # its processes, all still running at the end
+    try:
+        r = CliRunner().invoke(app, ["clean", "--out-dir", str(ROOT / "out" / "kill"), "--dry-run"])
+        check("`ray start --head`, then fbo clean --dry-run lists none of its processes",
+              up and "would stop" not in r.output and "0 orphaned Ray" in r.output, f"up {up}: {r.output[-300:]}")
+        d = subprocess.Popen([sys.executable, "-c", "import ray, time; from fbo_cli.executors import mark_session; "
+                              "ray.init(address='local', num_cpus=1, include_dashboard=False); mark_session(ray); "
                               "print('up', flush=True); time.sleep(600)"], stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, start_new_session=True)
+                             stderr=subprocess.DEVNULL, start_new_session=True, env=env)
         d.stdout.readline()
         time.sleep(2)
         d.kill()
@@ -205,18 +311,329 @@ def main() -> int:
             time.sleep(1)
         found = reap_orphaned_ray()
         time.sleep(1)
-        check("Ray agents of a kill -9'd driver found and reaped", bool(found) and not orphaned_ray(),
-              f"found {found}")
-    except ImportError:
-        check("Ray agents of a kill -9'd driver (Ray not installed)", True)
+        alive = bool(cluster) and all(Path(f"/proc/{pid}").exists() for pid in cluster)
+        check("Ray agents of a kill -9'd fbo driver reaped, the `ray start` cluster left running",
+              bool(found) and not orphaned_ray() and alive, f"found {found}, cluster up {alive}")
+    finally:
+        stop_own_ray(tmp, port)
 
-    width = max(len(w) for w, _, _ in results)
-    for what, ok, why in results:
-        print(f"{'clean' if ok else 'PROBLEM':8} {what:{width}}  {why}")
-    bad = sum(not ok for _, ok, _ in results)
-    print(f"\n{len(results)} inputs tried, {len(results) - bad} handled cleanly, {bad} problem(s) left")
-    shutil.rmtree(ROOT, ignore_errors=True)
-    return 1 if bad else 0
+
+def own_ray(tmp: Path, port: int) -> list[int]:
+    """The processes of the cluster started with ``--temp-dir tmp --port port``: its folder or port in their
+    command line, or a file open in its folder (agents rename themselves)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if not proc.name.isdigit() or int(proc.name) == os.getpid():
+                continue
+            cmd = (proc / "cmdline").read_bytes()
+            if str(tmp).encode() in cmd or f":{port}".encode() in cmd or any(
+                    os.readlink(fd).startswith(str(tmp)) for fd in (proc / "fd").iterdir()):
+                pids.append(int(proc.name))
+        except OSError:
+            pass
+    return pids
+
+
+def stop_own_ray(tmp: Path, port: int) -> None:
+    """Stop that cluster by its pids (never `ray stop`, which stops every Ray of this user on the machine)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in own_ray(tmp, port):
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        time.sleep(3)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def more_inputs(o: Path, env: dict) -> None:
+    """Issue 41, items 4 and 6 to 12."""
+    import errno
+
+    import fbo_cli.results as res
+
+    # 4. a full disk
+    real = res._umask
+    for cmd in ("compare", "tune"):
+        calls = []
+
+        def full(calls=calls):
+            calls.append(1)
+            if len(calls) > 4:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real()
+
+        res._umask = full
+        try:
+            fs = spec("full" + cmd, extra="tune: {seeds: [100], rounds: 3}\n",
+                      algos="[{name: A, algo: aggitd, tune: {outer_lr: [0.1]}}]")
+            case(f"{cmd} on a full disk", [cmd, str(fs), "--out-dir", str(o / ("full" + cmd))], code=1,
+                 says="No space left on device")
+        finally:
+            res._umask = real
+    from fbo_cli.config import resolve
+    from fbo_cli.results import CHECKPOINT
+    from fbo_cli.runner import execute
+
+    cfg = resolve("hyperrep", "aggitd", {"dataset": "digits", "clients": 4, "threads": 1, "max_iters": 4,
+                                         "rounds": 10**6, "checkpoint_every": 2, "out_dir": str(o / "ck")})
+    import fbo_cli.runner as rn
+
+    real_w, n = rn.atomic_write, []
+
+    def ck_full(path, data):
+        if str(path).endswith(CHECKPOINT):
+            n.append(1)
+            if len(n) > 1:
+                raise OSError(errno.ENOSPC, "No space left on device")
+        return real_w(path, data)
+
+    rn.atomic_write = ck_full
+    try:
+        execute(cfg)
+    except OSError:
+        pass
+    finally:
+        rn.atomic_write = real_w
+    check("a failed checkpoint write keeps the last good checkpoint", (cfg.run_dir / CHECKPOINT).is_file(), "removed")
+    s = execute(cfg)
+    check("... and the rerun resumes from it", s.get("resumed_from_iteration") == 2,
+          f"{s.get('resumed_from_iteration')}")
+    # 6. fbo check: finals from metrics.csv, unusable evidence named
+    ev = o / "chk-ev"
+    sp = spec("chk", extra="seeds: [0, 1]\n",
+              base=BASE.replace("rounds: 5", f"rounds: 4, eval_every: 1, out_dir: {ev}"))
+    CliRunner().invoke(app, ["compare", str(sp)])
+    from fbo_cli.results import file_sha256
+
+    m = next(ev.glob("hyperrep/aggitd/*/metrics.csv"))
+    lines = m.read_text().splitlines()
+    head, last = lines[0].split(","), lines[-1].split(",")
+    last[head.index("test_acc")] = "0.99"
+    m.write_text("\n".join(lines[:-1] + [",".join(last)]) + "\n")
+    sj = m.parent / "summary.json"
+    import json
+
+    sj.write_text(json.dumps({**json.loads(sj.read_text()), "metrics_sha256": file_sha256(m)}))
+    case("fbo check: evidence whose last test_acc was edited (hash updated)",
+         ["check", str(sp), "--from", str(ev), "--out", str(o / "chk"), "--all"], code=1, says="differs")
+    with open(m, "a") as f:
+        f.write("5,5,5\n")
+    case("fbo check: an evidence run failing its hash is named",
+         ["check", str(sp), "--from", str(ev), "--out", str(o / "chk2"), "--all"], code=1, says="could not be used")
+    # 8-9. hangs and sizes: refused at once
+    bomb = "&a0 [l, l, l, l, l, l, l, l, l]" + "".join(f", x{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]"
+                                                     for i in range(1, 9))
+    deep = "[" * 20000 + "]" * 20000
+    for where, text in [("description", f"description: {{x: {bomb}}}\n"),
+                        ("base value", ""), ("setting name", "")]:
+        if where == "base value":
+            p = spec(base=BASE[:-1] + f", data_dir: {{x: {bomb}}}}}")
+        elif where == "setting name":
+            p = spec(extra=f"settings: [{{name: {{x: {bomb}}}, set: {{}}}}]\n")
+        else:
+            p = spec(extra=text)
+        t = time.time()
+        case(f"YAML alias bomb in a spec's {where}", ["compare", str(p), "--out-dir", str(o / "y"), "--dry-run"],
+             says="alias bomb")
+        check(f"... answered within 10 s ({where})", time.time() - t < 10, f"{time.time() - t:.0f} s")
+    cfgf = ROOT / "bomb-config.yaml"
+    cfgf.write_text(f"hidden: {{x: {bomb}}}\n")
+    case("YAML alias bomb in a --config value", ["run", "--config", str(cfgf), "hyperrep", "--algo", "aggitd",
+                                                 "--out-dir", str(o / "y")], says="alias bomb")
+    (ROOT / "deep.yaml").write_text(f"name: deep\nx: {deep}\n")
+    case("20,000-deep YAML", ["compare", str(ROOT / "deep.yaml"), "--out-dir", str(o / "y")], says="levels deep")
+    cwd = os.getcwd()
+    (ROOT / "lst" / "experiments").mkdir(parents=True)
+    (ROOT / "lst" / "experiments" / "t.yaml").write_text(f"title: {{x: {bomb}}}\nalgorithms: []\n")
+    os.chdir(ROOT / "lst")
+    try:
+        t = time.time()
+        case("YAML alias bomb in a title under experiments/ (fbo list)", ["list"], code=0)
+        check("... fbo list answered within 10 s", time.time() - t < 10, f"{time.time() - t:.0f} s")
+    finally:
+        os.chdir(cwd)
+    grid = "{" + ", ".join(f"k{i}: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]" for i in range(6)) + "}"
+    big = spec("big", extra="tune: {seeds: [100]}\n", algos=f"[{{name: A, algo: aggitd, tune: {grid}}}]")
+    case("a tune grid of 10^6 points (--dry-run)", ["tune", str(big), "--dry-run", "--out-dir", str(o / "y")],
+         says="1,000,000 points")
+    case("a tune grid of 10^6 points (fbo cost)", ["cost", str(big), "--out-dir", str(o / "y")],
+         says="1,000,000 points")
+    (ROOT / "seeds.yaml").write_text("name: many\ntask: hyperrep\nalgorithms: [{name: A, algo: aggitd}]\n"
+                                     f"base: {BASE}\nseeds: [" + ", ".join(map(str, range(200_000))) + "]\n")
+    case("200,000 seeds (--dry-run)", ["compare", str(ROOT / "seeds.yaml"), "--dry-run", "--out-dir", str(o / "y")],
+         says="bytes")
+    for task, algo, kv, says in [("hyperrep", "aggitd", "lower_epochs=100000000", "'lower_epochs' must be <= 1000"),
+                                 ("hyperrep", "fednest", "N=1000000000", "'N' must be <= 1000"),
+                                 ("auc", "codasca", "I=1000000000", "'I' must be <= 100000"),
+                                 ("hfl", "zohfl", "pretrain_steps=1000000000", "'pretrain_steps' must be <= 100000"),
+                                 ("hyperrep", "aggitd", "threads=100000", "threads must be in [1, 1024]"),
+                                 ("hyperrep", "aggitd", "hidden=1000000000000", "'hidden' must be <= 100000"),
+                                 ("hfl", "zohfl", "num_dirs=1000000000", "'num_dirs' must be <= 1000"),
+                                 ("hyperrep", "aggitd", "shards_per_client=1000000000", "shards_per_client must be in"),
+                                 ("hyperrep", "adafbio", "K=1000000000", "'K' must be <= 1000"),
+                                 ("hfl", "zohfl", "tau=1e300", "'tau' must be <= 10000"),
+                                 ("hyperrep", "aggitd", "hidden=0", "'hidden' must be >= 1"),
+                                 ("auc", "codasca", "channels=0", "'channels' must be >= 1"),
+                                 ("auc", "codasca", "norm_groups=0", "'norm_groups' must be >= 1")]:
+        case(f"{algo} {kv}", ["run", task, "--algo", algo, "--set", kv, "--rounds", "8", "--out-dir", str(o / "z")],
+             says=says, out=o / "z")
+    # Ctrl-C twice inside a long outer iteration
+    k = subprocess.Popen([*FBO, "run", "hyperrep", "--algo", "aggitd", "--dataset", "digits", "--set", "N=1000",
+                          "--set", "lower_epochs=1000", "--out-dir", str(o / "cc"), "--quiet"], env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not list((o / "cc").glob("hyperrep/aggitd/*/metrics.csv")):
+        time.sleep(0.2)
+    k.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    t = time.time()
+    k.send_signal(signal.SIGINT)
+    try:
+        rc = k.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        k.kill()
+        rc = None
+    err_text = k.stderr.read()
+    check("Ctrl-C twice stops a long outer iteration at once", rc == 130 and time.time() - t < 10
+          and "Traceback" not in err_text, f"rc {rc} after {time.time() - t:.0f} s: {err_text[-200:]}")
+    # 10. Rich markup in user text
+    mk = spec("mk", algos='[{name: "A[/x] [tuned]", algo: aggitd}]', extra='settings: [{name: "p=[/b]", set: {}}]\n')
+    case("display name A[/x], setting p=[/b], --out-dir [/x]", ["compare", str(mk), "--out-dir", str(o / "[/x]")],
+         code=0, says="A[/x] [tuned]")
+    # 11. exit 2 and a message
+    for extra, says in [("seeds: [4294967296]", "[0, 2^32)"), ("tolerance: abc", "'tolerance' must be"),
+                        ("band: [std]", "'band' must be"), ("tune: {score: 5, seeds: [100]}", "tune.score must be"),
+                        ("tolerance: .nan", "'tolerance' must be"),
+                        ("claims: [{text: t, metric: test_acc, better: A, than: A, margin: abc}]", "'margin' must be")]:
+        case(f"spec {extra[:40]}", ["compare", str(spec(extra=extra + "\n")), "--out-dir", str(o / "e")], says=says,
+             out=o / "e")
+    case("spec algo: [aggitd]", ["compare", str(spec(algos="[{name: A, algo: [aggitd]}]")), "--out-dir", str(o / "e")],
+         says="single name", out=o / "e")
+    for addr in [":", "localhost"]:
+        case(f"--address {addr}", ["compare", str(spec()), "--executor", "ray", "--address", addr, "--out-dir",
+                                   str(o / "e")], says="--address must be HOST:PORT", out=o / "e")
+    try:
+        import ray  # noqa: F401
+
+        r = subprocess.run([*FBO, "compare", str(spec()), "--executor", "ray", "--address", "auto", "--out-dir",
+                            str(o / "e")], env=env, capture_output=True, text=True, timeout=300)
+        text = " ".join((r.stdout + r.stderr).split())
+        check("--address auto without a cluster", r.returncode == 2 and "Traceback" not in text
+              and ("no Ray cluster runs on this node" in text or "Ray did not start" in text),
+              f"rc {r.returncode}: {text[-200:]}")
+        import socket
+        import threading
+
+        srv = socket.socket()
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(4)
+
+        def answer():
+            while True:
+                try:
+                    c, _ = srv.accept()
+                except OSError:
+                    return
+                c.recv(100)
+                c.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+                c.close()
+
+        threading.Thread(target=answer, daemon=True).start()
+        t = time.time()
+        case("--address at a port that answers but is not Ray", ["compare", str(spec()), "--executor", "ray",
+             "--address", f"127.0.0.1:{srv.getsockname()[1]}", "--out-dir", str(o / "e")], says="not a Ray cluster")
+        check("... answered within 30 s", time.time() - t < 30, f"{time.time() - t:.0f} s")
+        srv.close()
+    except ImportError:
+        pass
+    fig = o / "fig"
+    fig.mkdir()
+    (fig / "runs.csv").write_text("a,b\n1,2\n")
+    case("fbo figure codasca-imax on a foreign runs.csv", ["figure", "codasca-imax", str(fig)], says="not a runs table")
+    run_args = ["run", "hyperrep", "--algo", "aggitd", "--dataset", "digits", "--rounds", "4", "--out-dir",
+                str(o / "zb"), "--quiet"]
+    CliRunner().invoke(app, run_args)
+    zd = next((o / "zb").glob("hyperrep/aggitd/*"))
+    (zd / "summary.json").unlink()
+    (zd / "checkpoint.pt").write_bytes(b"")
+    case("a 0-byte checkpoint.pt", run_args, code=0)
+    case("... and the rerun after it", run_args, code=0)
+    import logging
+
+    real_fh = logging.FileHandler
+    (zd / "summary.json").unlink()
+
+    def denied(*a, **k):
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    logging.FileHandler = denied
+    try:
+        case("a rerun into an existing unwritable run directory", run_args, says="Permission denied")
+    finally:
+        logging.FileHandler = real_fh
+    # 12. smaller
+    tq = spec("tq2", extra="tune: {seeds: [100]}\n", algos="[{name: A, algo: aggitd, tune: {outer_lr: [0.5, 5]}}]")
+    (o / "tq" / "compare" / "tq2").mkdir(parents=True)
+    (o / "tq" / "compare" / "tq2" / "tuned.yaml").write_text("grids: {A: {outer_lr: [0.01, 0.1]}}\n"
+                                                            "chosen: {A: {default: {outer_lr: 10}}}\n")
+    case("an edited spec and the old tuned.yaml", ["compare", str(tq), "--out-dir", str(o / "tq")],
+         says="another tuning grid")
+    case("fbo cost --jobs -3", ["cost", str(spec()), "--jobs", "-3"], says="--jobs must be >= 1")
+    (ROOT / "mn" / "MNIST" / "raw").mkdir(parents=True)
+    for nm in ["train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+               "t10k-labels-idx1-ubyte"]:
+        (ROOT / "mn" / "MNIST" / "raw" / nm).write_bytes(b"\x00\x00\x08\x01\x00\x00\x00\x00")
+    case("an installed MNIST that fails its checksum", ["run", "hyperrep", "--algo", "aggitd", "--dataset", "mnist",
+                                                        "--data-dir", str(ROOT / "mn"), "--out-dir", str(o / "mn")],
+         says="does not match MNIST's SHA-256", out=o / "mn")
+    lk = resolve("hyperrep", "aggitd", {"dataset": "digits", "clients": 4, "rounds": 2, "out_dir": str(o / "lk")})
+    lk.run_dir.mkdir(parents=True)
+    (lk.run_dir / ".lock").symlink_to(ROOT / "lock-target")
+    r = CliRunner().invoke(app, ["run", "hyperrep", "--algo", "aggitd", "--dataset", "digits", "--set", "clients=4",
+                                 "--rounds", "2", "--out-dir", str(o / "lk")])
+    check(".lock symlinked out: refused, its target not created",
+          r.exit_code == 2 and not (ROOT / "lock-target").exists(), f"exit {r.exit_code}")
+    tt = spec("term", base=BASE.replace("rounds: 5", "rounds: 400"), extra="tune: {seeds: [100, 101], rounds: 400}\n",
+              algos="[{name: A, algo: aggitd, tune: {outer_lr: [0.01, 0.02, 0.03]}}]")
+    k = subprocess.Popen([*FBO, "tune", str(tt), "--out-dir", str(o / "term")], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not list((o / "term").glob("hyperrep/aggitd/*/summary.json")):
+        time.sleep(0.1)
+    k.send_signal(signal.SIGTERM)
+    try:
+        rc = k.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        k.kill()
+        rc = None
+    text = k.stdout.read()
+    check("SIGTERM of fbo tune between runs: a message and exit 130", rc == 130 and "interrupted" in text
+          and "Traceback" not in text, f"rc {rc}: {text[-200:]}")
+    # 7. a SIGKILLed --jobs 2 worker
+    pool = spec("pool", base=BASE.replace("rounds: 5", "rounds: 300"), extra="seeds: [0, 1, 2, 3]\n")
+    k = subprocess.Popen([*FBO, "compare", str(pool), "--jobs", "2", "--out-dir", str(o / "pool")], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 180
+    victim = None
+    while time.time() < deadline and victim is None and k.poll() is None:
+        time.sleep(0.5)
+        if list((o / "pool").glob("hyperrep/aggitd/*/metrics.csv")):
+            kids = [int(c) for c in Path(f"/proc/{k.pid}/task/{k.pid}/children").read_text().split()]
+            workers = [c for c in kids if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+            victim = workers[0] if workers else None
+    if victim:
+        os.kill(victim, signal.SIGKILL)
+    try:
+        rc = k.wait(timeout=300)
+    except subprocess.TimeoutExpired:
+        k.kill()
+        rc = None
+    text = k.stdout.read()
+    check("a SIGKILLed --jobs 2 worker: the grid goes on, no traceback", victim is not None and rc in (0, 1)
+          and "BrokenProcessPool" not in text and "worker process died" in text and "| A " in text,
+          f"victim {victim}, rc {rc}: {text[-300:]}")
 
 
 if __name__ == "__main__":

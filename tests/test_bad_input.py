@@ -22,10 +22,10 @@ algorithms: [{{name: A, algo: aggitd}}]
 """
 
 RUN_CASES = [
-    (["--seed", "-1"], "seed must be in [0, 2^63)"),
-    (["--seed", "99999999999999999999"], "seed must be in [0, 2^63)"),
-    (["--set", "threads=-1"], "threads must be >= 1"),
-    (["--set", "shards_per_client=0", "--partition", "shards"], "shards_per_client must be >= 1"),
+    (["--seed", "-1"], "seed must be in [0, 2^32)"),
+    (["--seed", "99999999999999999999"], "seed must be in [0, 2^32)"),
+    (["--set", "threads=-1"], "threads must be in [1, 1024]"),
+    (["--set", "shards_per_client=0", "--partition", "shards"], "shards_per_client must be in [1, 10000]"),
     (["--set", "alpha=nan", "--partition", "dirichlet"], "'alpha' must be a finite number"),
     (["--set", "time_limit=nan"], "'time_limit' must be a finite number"),
     (["--target", "nan"], "'target' must be a finite number"),
@@ -50,6 +50,16 @@ RUN_CASES = [
     (["--device", "tpu"], "device must be one of"),
     (["--dataset", "nope"], "unknown dataset 'nope'"),
     (["--clients", "5000"], "clients (5000) exceeds"),
+    (["--seed", "4294967296"], "seed must be in [0, 2^32)"),
+    (["--set", "hidden=0"], "'hidden' must be >= 1, got 0"),
+    (["--set", "hidden=1000000000000"], "'hidden' must be <= 100000"),
+    (["--set", "threads=100000"], "threads must be in [1, 1024]"),
+    (["--set", "shards_per_client=1000000000", "--partition", "shards"], "shards_per_client must be in [1, 10000]"),
+    (["--set", "lower_epochs=100000000"], "'lower_epochs' must be <= 1000"),
+    (["--set", "N=1000000000"], "'N' must be <= 1000"),
+    (["--set", "hidden=[&a [1,1,1,1,1,1,1,1,1,1], &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a], "
+      "&c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b], &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c], "
+      "&e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]]"], "an alias bomb"),
 ]
 
 
@@ -123,7 +133,7 @@ SPEC_CASES = [
     ("reference: {A: {nope: {final: 1}}}", "names setting 'nope'"),
     ("reference: {Z: {default: {final: 1}}}", "names algorithm 'Z'"),
     ("settings: []", "'settings' is empty"),
-    ("seeds: [-1]", "seeds must be distinct integers in [0, 2^63)"),
+    ("seeds: [-1]", "seeds must be distinct integers in [0, 2^32)"),
     ("seeds: [0, 0]", "seeds must be distinct"),
     ("target: .nan", "'target' must be a finite number"),
     ("x: bogus", "x and x_also must be among"),
@@ -202,3 +212,125 @@ def test_empty_or_binary_spec(tmp_path, content):
     p.write_bytes(content)
     r = runner.invoke(app, ["compare", str(p)])
     assert r.exit_code == 2 and "Traceback" not in r.output and "s.yaml" in " ".join(r.output.split()), r.output
+
+
+OTHER_CASES = [
+    (["run", "auc", "--algo", "codasca", "--set", "channels=0", "--rounds", "2"], "'channels' must be >= 1"),
+    (["run", "auc", "--algo", "codasca", "--set", "norm_groups=0", "--rounds", "2"], "'norm_groups' must be >= 1"),
+    (["run", "auc", "--algo", "codasca", "--set", "I=1000000000", "--rounds", "2"], "'I' must be <= 100000"),
+    (["run", "hyperrep", "--algo", "adafbio", "--set", "K=1000000000", "--rounds", "2"], "'K' must be <= 1000"),
+    (["run", "hfl", "--algo", "zohfl", "--set", "tau=1e300", "--rounds", "2"], "'tau' must be <= 10000"),
+    (["run", "hfl", "--algo", "zohfl", "--set", "num_dirs=1000000000", "--rounds", "2"], "'num_dirs' must be <= 1000"),
+    (["run", "hfl", "--algo", "zohfl", "--set", "pretrain_steps=1000000000", "--rounds", "2"],
+     "'pretrain_steps' must be <= 100000"),
+]
+
+
+@pytest.mark.parametrize("args,msg", OTHER_CASES, ids=[" ".join(a[1:]) for a, _ in OTHER_CASES])
+def test_count_settings_have_upper_bounds(tmp_path, args, msg):
+    check(tmp_path, [*args, "--out-dir", str(tmp_path / "out")], msg)
+
+
+BOMB = "\n".join([f"x{i}: &a{i} [" + ", ".join([f"*a{i - 1}" if i else "lol"] * 9) + "]" for i in range(9)])
+SPEC_CASES_41 = [
+    ("band: [std]", "'band' must be one of"),
+    ("tolerance: abc", "'tolerance' must be a finite number >= 0"),
+    ("tolerance: .nan", "'tolerance' must be a finite number >= 0"),
+    ("seeds: [4294967296]", "seeds must be distinct integers in [0, 2^32)"),
+    ("seeds: [" + ", ".join(map(str, range(1001))) + "]", "1,001 seeds; fbo takes at most 1,000"),
+    ("claims: [{text: t, metric: test_acc, better: A, than: A, margin: abc}]", "'margin' must be a finite number"),
+    ("tune: {score: 5, seeds: [100]}", "tune.score must be the name"),
+    ("tune: {tolerance: .nan, seeds: [100]}", "tune.tolerance must be a number"),
+    ("description: " + "[" * 20000 + "]" * 20000, "nested more than 50 levels deep"),
+    ("title: &t [" + ", ".join(["x"] * 10) + "]\n" + BOMB.replace("lol", "*t"), "an alias bomb"),
+]
+
+
+@pytest.mark.parametrize("extra,msg", SPEC_CASES_41, ids=[m for _, m in SPEC_CASES_41])
+def test_spec_values_sizes_and_yaml_bombs(tmp_path, extra, msg):
+    p = tmp_path / "s.yaml"
+    p.write_text(SPEC.format(extra=extra))
+    check(tmp_path, ["compare", str(p), "--out-dir", str(tmp_path / "out"), "--dry-run"], msg)
+
+
+def test_an_algorithm_list_and_a_huge_tuning_grid_are_refused(tmp_path):
+    p = tmp_path / "s.yaml"
+    p.write_text(SPEC.format(extra="").replace("algo: aggitd", "algo: [aggitd]"))
+    check(tmp_path, ["compare", str(p), "--out-dir", str(tmp_path / "out")], "must be a single name")
+    grid = "{" + ", ".join(f"k{i}: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]" for i in range(6)) + "}"
+    p.write_text(SPEC.format(extra="tune: {seeds: [100]}").replace("algo: aggitd", f"algo: aggitd, tune: {grid}"))
+    for cmd in (["tune", str(p), "--dry-run"], ["cost", str(p)]):
+        check(tmp_path, [*cmd, "--out-dir", str(tmp_path / "out")], "1,000,000 points")
+
+
+@pytest.mark.parametrize("address", [":", "localhost", "host:port", "h:99999"])
+def test_a_malformed_ray_address(tmp_path, address):
+    p = tmp_path / "s.yaml"
+    p.write_text(SPEC.format(extra=""))
+    check(tmp_path, ["compare", str(p), "--executor", "ray", "--address", address, "--out-dir", str(tmp_path / "out")],
+          "--address must be HOST:PORT")
+
+
+def test_a_port_that_answers_but_is_not_ray(tmp_path):
+    import socket
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+
+    def answer():
+        c, _ = srv.accept()
+        c.recv(100)
+        c.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+        c.close()
+
+    threading.Thread(target=answer, daemon=True).start()
+    from fbo_cli.errors import UsageError
+    from fbo_cli.executors import _check_reachable
+
+    with pytest.raises(UsageError, match="not a Ray cluster"):
+        _check_reachable(f"127.0.0.1:{srv.getsockname()[1]}")
+    srv.close()
+
+
+def test_cost_jobs_must_be_positive(tmp_path):
+    p = tmp_path / "s.yaml"
+    p.write_text(SPEC.format(extra=""))
+    check(tmp_path, ["cost", str(p), "--jobs", "-3"], "--jobs must be >= 1")
+
+
+def test_a_tuned_yaml_of_another_grid_is_refused(tmp_path):
+    p = tmp_path / "s.yaml"
+    p.write_text(SPEC.format(extra="tune: {seeds: [100]}").replace("algo: aggitd",
+                                                                    "algo: aggitd, tune: {outer_lr: [0.5, 5]}"))
+    d = tmp_path / "out" / "compare" / "b"
+    d.mkdir(parents=True)
+    (d / "tuned.yaml").write_text("grids: {A: {outer_lr: [0.01, 0.1]}}\nchosen: {A: {default: {outer_lr: 0.1}}}\n")
+    r = runner.invoke(app, ["compare", str(p), "--out-dir", str(tmp_path / "out"), "--dry-run"])
+    assert r.exit_code == 2 and "another tuning grid" in " ".join(r.output.split()), r.output
+
+
+def test_a_lock_linked_out_of_the_run_is_not_followed(tmp_path):
+    from fbo_cli.config import resolve
+    from fbo_cli.errors import UsageError
+    from fbo_cli.runner import execute
+
+    cfg = resolve("hyperrep", "aggitd", {"dataset": "digits", "clients": 4, "rounds": 2, "threads": 1,
+                                         "out_dir": str(tmp_path / "out")})
+    cfg.run_dir.mkdir(parents=True)
+    (cfg.run_dir / ".lock").symlink_to(tmp_path / "target")
+    with pytest.raises(UsageError, match="symbolic link"):
+        execute(cfg)
+    assert not (tmp_path / "target").exists()
+
+
+def test_user_text_is_printed_as_text_never_as_markup(tmp_path):
+    p = tmp_path / "s.yaml"
+    p.write_text(SPEC.format(extra='settings: [{name: "p=[/b]", set: {}}]')
+                 .replace("name: A,", 'name: "A[/x] [tuned]",').replace("rounds: 5", "rounds: 2"))
+    out = tmp_path / "[/x]"
+    r = runner.invoke(app, ["compare", str(p), "--out-dir", str(out)])
+    assert r.exit_code == 0 and r.exception is None, r.output
+    flat = " ".join(r.output.split())
+    assert "A[/x] [tuned]" in flat and "p=[/b]" in flat and f"{out}/compare/b/table.md" in r.output.replace("\n", "")

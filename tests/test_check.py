@@ -68,6 +68,31 @@ def test_check_reruns_committed_runs_and_finds_a_changed_ledger_or_metric(tmp_pa
     assert (out / "check.md").is_file() and (out / "check.csv").is_file()
 
 
+def _edit_last(m_path, col, delta, rehash=True):
+    lines = m_path.read_text().splitlines()
+    head, row = lines[0].split(","), lines[-1].split(",")
+    row[head.index(col)] = str(float(row[head.index(col)]) + delta)
+    m_path.write_text("\n".join(lines[:-1] + [",".join(row)]) + "\n")
+    if rehash:
+        s_path = m_path.parent / "summary.json"
+        s_path.write_text(json.dumps({**json.loads(s_path.read_text()), "metrics_sha256": file_sha256(m_path)}))
+
+
+def test_check_recomputes_finals_from_metrics_and_names_unusable_evidence(tmp_path):
+    spec = _spec(tmp_path)
+    ev, out = tmp_path / "ev", tmp_path / "chk"
+    # the last test_acc edited, its hash updated: summary.json's final still says the old value
+    _edit_last(next(ev.rglob("fednest/*s0*/metrics.csv")), "test_acc", 0.3)
+    broken = next(ev.rglob("aggitd/*s1*/metrics.csv"))  # metrics.csv no longer matches its hash
+    _edit_last(broken, "test_acc", 0.01, rehash=False)
+    r = runner.invoke(app, ["check", str(spec), "--from", str(ev), "--out", str(out), "--minutes", "1000"])
+    flat = " ".join(r.output.split())
+    assert r.exit_code == 1, r.output
+    assert "could not be used" in flat and str(broken.parent) in flat and "does not match the hash" in flat
+    assert "3 of 3 reproduce" not in flat and "differs" in flat  # the edited final is not a drift
+    assert len(list((out / "runs").rglob("summary.json"))) == 3  # no other run checked in the broken one's place
+
+
 def test_check_refuses_bad_input_without_a_traceback(tmp_path):
     (tmp_path / "runs").mkdir()
     for args, what in ((["check", "--minutes", "0"], "--minutes must be a positive"),

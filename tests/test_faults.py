@@ -141,23 +141,29 @@ def test_leftovers_of_kills_are_removed_on_the_next_start_and_by_fbo_clean(tmp_p
     import fcntl
     import os
 
+    from fbo_cli.results import claim_root
+
     cfg = _cfg(tmp_path / "out")
+    claim_root(tmp_path / "out")  # fbo made this results root (.fbo-results)
     cfg.run_dir.mkdir(parents=True)
-    (cfg.run_dir / ".metrics.csv.ab12cd").write_text("half")  # a SIGKILL between write and rename
+    (cfg.run_dir / ".metrics.csv.ab12cd_9").write_text("half")  # a SIGKILL between write and rename
+    (cfg.run_dir / ".notes").write_text("mine")  # not a temporary file of fbo's: it stays
     execute(cfg)
-    assert not (cfg.run_dir / ".metrics.csv.ab12cd").exists()
+    assert not (cfg.run_dir / ".metrics.csv.ab12cd_9").exists() and (cfg.run_dir / ".notes").exists()
     empty = tmp_path / "out" / "hyperrep" / "fednest" / "digits-iid-s0-0000000000"
     empty.mkdir(parents=True)
     (empty / ".lock").write_text("")
     (tmp_path / "out" / "compare" / "x").mkdir(parents=True)
-    (tmp_path / "out" / "compare" / "x" / ".curves.png.q1w2.png").write_bytes(b"")
+    (tmp_path / "out" / "compare" / "x" / ".curves.png.q1w2e3r4.png").write_bytes(b"")
     held = cfg.run_dir / ".lock"
     fd = os.open(held, os.O_RDWR)
     fcntl.flock(fd, fcntl.LOCK_EX)  # a run in progress: its lock stays
     try:
         r = runner.invoke(app, ["clean", "--out-dir", str(tmp_path / "out"), "--dry-run"])
         assert r.exit_code == 0 and "would remove" in r.stdout and empty.exists()
-        r = runner.invoke(app, ["clean", "--out-dir", str(tmp_path / "out")])
+        r = runner.invoke(app, ["clean", "--out-dir", str(tmp_path / "out")])  # lists only
+        assert r.exit_code == 0 and "would remove" in r.stdout and "--yes" in r.stdout and empty.exists()
+        r = runner.invoke(app, ["clean", "--out-dir", str(tmp_path / "out"), "--yes"])
         assert r.exit_code == 0, r.output
     finally:
         os.close(fd)
@@ -237,3 +243,114 @@ def test_a_path_component_too_long_for_the_file_system_is_bad_input(tmp_path, cm
         ["run", "hyperrep", "--algo", "aggitd", "--dataset", "digits", "--rounds", "2"]
     r = runner.invoke(app, [*args, "--out-dir", out])
     assert r.exit_code == 2 and "longer than the 255 bytes" in " ".join(r.output.split()), r.output
+
+
+def test_clean_removes_nothing_fbo_did_not_make(tmp_path):
+    h = tmp_path / "h"  # a folder fbo did not make: refused, nothing removed
+    h.mkdir()
+    (h / ".bashrc").write_text("x")
+    (h / ".lock").write_text("")
+    (h / "empty").mkdir()
+    r = runner.invoke(app, ["clean", "--out-dir", str(h), "--yes"])
+    assert r.exit_code == 2 and "not a results root fbo made" in " ".join(r.output.split())
+    assert (h / ".bashrc").read_text() == "x" and (h / ".lock").exists() and (h / "empty").is_dir()
+    # inside a root fbo made: dotfiles, empty folders of the user's, and anything behind a link stay
+    cfg = _cfg(tmp_path / "out")
+    execute(cfg)
+    root = tmp_path / "out"
+    assert (root / ".fbo-results").is_file()
+    (root / ".gitignore").write_text("*\n")
+    (root / "mine").mkdir()
+    (h / ".metrics.csv.abcdefgh").write_text("theirs")  # looks like a temp file, but behind a link
+    (root / "hyperrep" / "linked").symlink_to(h)
+    (cfg.run_dir / ".lock.backup").write_text("")
+    r = runner.invoke(app, ["clean", "--out-dir", str(root), "--yes"])
+    assert r.exit_code == 0, r.output
+    assert (root / ".gitignore").exists() and (root / "mine").is_dir() and (h / ".metrics.csv.abcdefgh").exists()
+    assert (cfg.run_dir / ".lock.backup").exists() and (cfg.run_dir / "summary.json").is_file()
+
+
+def test_a_linked_run_directory_keeps_the_targets_files(tmp_path):
+    from fbo_cli.results import remove_temp_files
+
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / ".metrics.csv.abcdefgh").write_text("theirs")
+    (tmp_path / "run").symlink_to(target)
+    remove_temp_files(tmp_path / "run")
+    assert (target / ".metrics.csv.abcdefgh").exists()
+
+
+def test_a_failed_checkpoint_write_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    import errno
+
+    import fbo_cli.runner as rn
+
+    cfg = _cfg(tmp_path / "out", keep_checkpoint=False)
+    real, calls = rn.atomic_write, []
+
+    def full_disk(path, data):
+        if str(path).endswith(CHECKPOINT):
+            calls.append(path)
+            if len(calls) > 1:  # the first checkpoint is written; the disk is full at the second
+                raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, data)
+
+    monkeypatch.setattr(rn, "atomic_write", full_disk)
+    with pytest.raises(OSError):
+        execute(cfg)
+    good = torch.load(cfg.run_dir / CHECKPOINT, weights_only=True)
+    assert good["ledger"]["iterations"] == 2  # the last good checkpoint stays
+    monkeypatch.setattr(rn, "atomic_write", real)
+    s = execute(cfg)
+    assert s["status"] == "done" and s.get("resumed_from_iteration") == 2
+
+
+@pytest.mark.parametrize("cmd", ["compare", "tune"])
+def test_a_full_disk_ends_with_a_message_not_a_traceback(tmp_path, monkeypatch, cmd):
+    import errno
+
+    import fbo_cli.results as res
+
+    p = tmp_path / "s.yaml"
+    p.write_text("name: full\ntask: hyperrep\nseeds: [0]\nalgorithms: [{name: A, algo: aggitd, tune: {outer_lr: "
+                 "[0.01, 0.1]}}]\nbase: {dataset: digits, clients: 4, participation: 0.5, rounds: 4, threads: 1}\n"
+                 "tune: {seeds: [100], rounds: 2}\n")  # shorter than the budget: tune checks the ranking too
+
+    real, calls = res._umask, []
+
+    def full():
+        calls.append(1)
+        if len(calls) > 4:  # the disk fills up during the first run
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real()
+
+    monkeypatch.setattr(res, "_umask", full)  # an atomic write fails after writing its temporary file
+    r = runner.invoke(app, [cmd, str(p), "--out-dir", str(tmp_path / "out")])
+    assert r.exit_code == 1 and "No space left on device" in r.output, r.output
+    assert not isinstance(r.exception, OSError) and "Traceback" not in r.output
+    assert not [f for f in (tmp_path / "out").rglob(".*.*") if f.name != ".lock"]  # no temporary file stays
+
+
+def test_a_second_ctrl_c_stops_inside_a_long_outer_iteration(tmp_path, monkeypatch):
+    import os
+    import signal
+
+    from fbo_cli.algorithms.aggitd import AggITD
+    from fbo_cli.runner import Interrupted
+
+    cfg = _cfg(tmp_path / "out", checkpoint_every=1, max_iters=50)
+    real, calls = AggITD.step, []
+
+    def step(self):
+        calls.append(1)
+        if len(calls) == 3:  # a long iteration: Ctrl-C twice inside it
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(self)
+
+    monkeypatch.setattr(AggITD, "step", step)
+    with pytest.raises(Interrupted, match="stopped inside outer iteration 3"):
+        execute(cfg)
+    ck = torch.load(cfg.run_dir / CHECKPOINT, weights_only=True)
+    assert ck["ledger"]["iterations"] == 2  # the last whole iteration's checkpoint, not a half-updated state

@@ -45,14 +45,24 @@ def test_bad_idx_files_name_the_file(tmp_path, content, what):
     assert str(p) in str(e.value)
 
 
-def test_mnist_loads_offline_from_idx_files(tmp_path):
+def _accept(monkeypatch, raw):
+    """MNIST's checksums replaced by those of the fake files in ``raw`` (load_mnist checks them)."""
+    monkeypatch.setattr(fetch_mod, "FILES", {a: (std, fetch_mod.sha256(raw / std))
+                                             for a, (std, _) in fetch_mod.FILES.items()})
+
+
+def test_mnist_loads_offline_from_idx_files(tmp_path, monkeypatch):
     Xtr, ytr, Xte, yte = _fake_mnist(tmp_path / "MNIST" / "raw")
+    with pytest.raises(UsageError, match="does not match MNIST's SHA-256"):  # not MNIST's own files
+        load_mnist(tmp_path, download=False)
+    _accept(monkeypatch, tmp_path / "MNIST" / "raw")
     d = load_mnist(tmp_path, download=False)
     assert d.X_train.shape == (12, 1, 28, 28) and d.X_test.shape == (5, 1, 28, 28)
     assert torch.equal(d.y_train, torch.as_tensor(ytr.astype(np.int64)))
     expect = (torch.as_tensor(Xtr[:, None].astype(np.float32)) / 255.0 - 0.1307) / 0.3081
     assert torch.equal(d.X_train, expect)
     write_idx(tmp_path / "MNIST" / "raw" / IDX_NAMES[1], ytr[:-1])  # one label short
+    _accept(monkeypatch, tmp_path / "MNIST" / "raw")
     with pytest.raises(UsageError, match="images and labels disagree"):
         load_mnist(tmp_path, download=False)
 

@@ -131,7 +131,8 @@ def test_ctrl_c_in_a_ray_grid_is_a_flag_the_loop_reads_not_an_exception():
 def test_a_killed_drivers_ray_agents_are_reaped(tmp_path):
     if ray.is_initialized():
         ray.shutdown()
-    code = ("import ray, time; ray.init(num_cpus=1, include_dashboard=False); print('up', flush=True); "
+    code = ("import ray, time; from fbo_cli.executors import mark_session; "  # as fbo's driver does
+            "ray.init(num_cpus=1, include_dashboard=False); mark_session(ray); print('up', flush=True); "
             "time.sleep(600)")
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                          start_new_session=True)

@@ -1,8 +1,10 @@
 """``fbo tune`` (grid, rejection rule, choice, use by compare) and ``fbo report`` (verdict rule, paper
 numbers, missing runs, evidence)."""
 
+import json
 import math
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -372,13 +374,22 @@ def test_report_from_evidence_shows_verdicts_paper_numbers_and_missing_runs(tmp_
 
     assert collect_evidence(tmp_path, ev, papers=(Paper("t", "T", "", given=(str(p),)),)) == 2
     files = {f.name for f in ev.rglob("*") if f.is_file()}
-    assert files == {"config.yaml", "metrics.csv", "summary.json"}  # compact: no plots, checkpoints
+    assert files == {"config.yaml", "metrics.csv", "summary.json", ".fbo-results"}  # compact: no plots, checkpoints
     reg = (Paper("t", "T", "", given=(str(p),)),)
     kept = sorted(d.parent for d in ev.rglob("config.yaml"))
-    stale = kept[0].parent / "stale-run"
-    stale.mkdir()
-    (stale / "config.yaml").write_text("task: hyperrep\n")
-    assert prune_evidence(ev, papers=reg) == [stale] and not stale.exists()
+    stale = kept[0].parent / "stale-run"  # a finished run no spec refers to any more
+    shutil.copytree(kept[0], stale)
+    (stale / "summary.json").write_text(json.dumps({**json.loads((stale / "summary.json").read_text()),
+                                                    "run_id": "stale-run"}))
+    (stale / "notes.txt").write_text("mine")  # a file fbo did not make: it stays, and so does its folder
+    foreign = kept[0].parent / "not-a-run"  # no completion record: never listed, never removed
+    foreign.mkdir()
+    (foreign / "config.yaml").write_text("task: hyperrep\n")
+    assert prune_evidence(ev, papers=reg) == [stale] and (stale / "summary.json").exists()  # listed only
+    assert prune_evidence(ev, papers=reg, remove=True) == [stale]
+    assert not (stale / "summary.json").exists() and (stale / "notes.txt").read_text() == "mine"
+    assert (foreign / "config.yaml").exists()
+    shutil.rmtree(foreign)
     assert sorted(d.parent for d in ev.rglob("config.yaml")) == kept  # the spec's runs stay
     p2 = spec(tmp_path, seeds="[0, 1]")  # seed 1 was never run: reported as missing
     stats = build_report(ev, tmp_path / "r.md", tmp_path / "r.html", specs=[str(p2)])

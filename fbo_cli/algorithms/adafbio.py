@@ -88,9 +88,9 @@ class AdaFBiO(ClientStateAlgorithm):
 
     @dataclass
     class HP:
-        q: int = bounded(5, ge=1)  # local iterations per round (sync when t mod q = 0)
+        q: int = bounded(5, ge=1, le=100_000)  # local iterations per round (sync when t mod q = 0)
         batch_size: int = bounded(64, ge=1)  # b: every minibatch (ξ, ζ_0..ζ_{K-1}, ζ)
-        K: int = bounded(10, ge=1)  # Neumann order: k ~ U{0..K-1}
+        K: int = bounded(10, ge=1, le=1000)  # Neumann order: k ~ U{0..K-1}
         neumann_step: float = 0.05  # ϑ (replaces 1/L_g; must be < 2/L_g; docs/fidelity.md)
         # random (eq. 13) | sum (deterministic truncation, ablation)
         neumann: str = bounded("random", choices=("random", "sum"))

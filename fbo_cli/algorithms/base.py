@@ -34,11 +34,13 @@ class FederationView:
 
 
 def bounded(default: Any, *, ge: float | None = None, gt: float | None = None, lt: float | None = None,
-       choices: tuple[str, ...] | None = None) -> Any:
+            le: float | None = None, choices: tuple[str, ...] | None = None) -> Any:
     """An ``HP`` field with its bounds, declared once: ``N: int = bounded(1, ge=0)``, ``solver: str =
     bounded("svrg", choices=("svrg", "sgd"))``. :func:`check_hp` enforces them before any data loads
-    (``None`` always passes: it means "the default rule", e.g. "= batch_size")."""
-    meta = {k: v for k, v in (("ge", ge), ("gt", gt), ("lt", lt), ("choices", choices)) if v is not None}
+    (``None`` always passes: it means "the default rule", e.g. "= batch_size"). Every count that sets the work
+    of one outer iteration or the size of a model has an upper bound ``le``, so that no setting asks for
+    terabytes or a days-long iteration (docs/fidelity.md, "Bounds")."""
+    meta = {k: v for k, v in (("ge", ge), ("gt", gt), ("lt", lt), ("le", le), ("choices", choices)) if v is not None}
     return field(default=default, metadata=meta)
 
 
@@ -51,9 +53,10 @@ def check_hp(params: Any) -> None:
             continue
         if "choices" in m and v not in m["choices"]:
             raise UsageError(f"'{f.name}' must be one of {', '.join(m['choices'])}; got {v!r}")
-        for op, bad in (("ge", lambda a, b: a < b), ("gt", lambda a, b: a <= b), ("lt", lambda a, b: a >= b)):
+        for op, bad in (("ge", lambda a, b: a < b), ("gt", lambda a, b: a <= b), ("lt", lambda a, b: a >= b),
+                        ("le", lambda a, b: a > b)):
             if op in m and bad(v, m[op]):
-                sym = {"ge": ">=", "gt": ">", "lt": "<"}[op]
+                sym = {"ge": ">=", "gt": ">", "lt": "<", "le": "<="}[op]
                 raise UsageError(f"'{f.name}' must be {sym} {m[op]:g}, got {v}")
 
 

@@ -114,8 +114,8 @@ class CodaPlus(Algorithm):
     @dataclass
     class HP:
         eta: float = bounded(0.1, gt=0)  # step size (CODASCA: eta_l), primal and dual
-        I: int = bounded(32, ge=1)  # communication window: local iterations per round
-        T0: int = bounded(2000, ge=1)  # stage length in local iterations
+        I: int = bounded(32, ge=1, le=100_000)  # communication window: local iterations per round
+        T0: int = bounded(2000, ge=1, le=10**8)  # stage length in local iterations
         decay: float = bounded(3.0, gt=0)  # the step is divided by this at every stage
         gamma: float = 2e-3  # proximal coefficient gamma of eq. 5 (1/500)
         inv_gamma: float | None = None  # paper-style 1/gamma (500, 700, 1000); overrides gamma

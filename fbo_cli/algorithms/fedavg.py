@@ -52,7 +52,7 @@ class FedAvg(HFLAlgorithm):
 
     @dataclass
     class HP:
-        tau: float = bounded(20.0, gt=0)  # τ: K_r = ceil(τ √(r+1)) local steps
+        tau: float = bounded(20.0, gt=0, le=10_000)  # τ: K_r = ceil(τ √(r+1)) local steps
         steps_multiplier: int = bounded(1, ge=1)  # 2 matches ZO-HFL's two Alg. 2 calls (docs/fidelity.md)
         local_lr: float = 0.1  # γ̃
         Gamma: float = 1.0  # Γ

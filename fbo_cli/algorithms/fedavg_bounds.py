@@ -47,7 +47,7 @@ class FedAvgBound(BilevelAlgorithm):
     class HP:
         # noisy: all training examples | clean: the clean ones only (oracle)
         data: str = bounded("noisy", choices=("noisy", "clean"))
-        local_steps: int = bounded(5, ge=1)  # I
+        local_steps: int = bounded(5, ge=1, le=100_000)  # I
         batch_size: int = bounded(64, ge=1)  # b
         lower_lr: float = 0.03  # γ
 

@@ -39,7 +39,7 @@ class FedAvgCE(Algorithm):
     @dataclass
     class HP:
         eta: float = bounded(0.1, gt=0)
-        I: int = bounded(32, ge=1)
+        I: int = bounded(32, ge=1, le=100_000)
         T0: int = bounded(2000, ge=1)
         decay: float = bounded(3.0, gt=0)
         batch_size: int = bounded(32, ge=1)

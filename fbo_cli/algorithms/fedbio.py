@@ -151,7 +151,7 @@ class FedBiO(_GlobalLowerBase):
 
     @dataclass
     class HP:
-        local_steps: int = bounded(5, ge=1)  # I, local iterations between averaging rounds
+        local_steps: int = bounded(5, ge=1, le=100_000)  # I, local iterations between averaging rounds
         batch_size: int = bounded(64, ge=1)  # b = b_y of B_y (and b_x unless upper_batch_size is set)
         # b_x of B_x = {B_g1, B_g2, B_f1, B_f2} (None: = batch_size)
         upper_batch_size: int | None = bounded(None, ge=1)
@@ -185,7 +185,7 @@ class FedBiOAcc(_GlobalLowerBase):
 
     @dataclass
     class HP:
-        local_steps: int = bounded(5, ge=1)  # I
+        local_steps: int = bounded(5, ge=1, le=100_000)  # I
         batch_size: int = bounded(64, ge=1)  # b
         upper_batch_size: int | None = bounded(None, ge=1)  # b_x of B_x (None: = batch_size)
         first_batch: int | None = bounded(None, ge=1)  # b_1 of the initial estimators (None: 4 b)

@@ -57,7 +57,7 @@ class FedBiOLocal(ClientStateAlgorithm):
         lower_lr: float = 0.05  # γ, lower (y) step (recommended 0.1; needs γ < 2/L_g; docs/fidelity.md)
         upper_lr: float = 0.003  # η, upper (x) step (recommended 0.05; docs/fidelity.md)
         neumann_step: float = 0.05  # τ of eq. (6) (must be < 2/L_g; docs/fidelity.md)
-        Q: int = bounded(10, ge=0)  # Neumann terms (Hessian samples) of eq. (6) (docs/fidelity.md)
+        Q: int = bounded(10, ge=0, le=1000)  # Neumann terms (Hessian samples) of eq. (6) (docs/fidelity.md)
 
     def draw_x(self, b: int) -> dict:
         """B_x = {ξ_f, ξ_g, ξ_1..ξ_Q} (eq. 6), mutually independent."""

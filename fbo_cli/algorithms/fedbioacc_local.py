@@ -65,7 +65,7 @@ class FedBiOAccLocal(ClientStateAlgorithm):
         lower_lr: float = 0.05  # γ, lower (y) step (recommended 0.1; needs γ < 2/L_g; docs/fidelity.md)
         upper_lr: float = 0.003  # η, upper (x) step (recommended 0.05; docs/fidelity.md)
         neumann_step: float = 0.05  # τ of eq. (6) (must be < 2/L_g; docs/fidelity.md)
-        Q: int = bounded(10, ge=0)  # Neumann terms of eq. (6) (docs/fidelity.md)
+        Q: int = bounded(10, ge=0, le=1000)  # Neumann terms of eq. (6) (docs/fidelity.md)
         schedule: str = "const"  # α_t: const (= delta) | cbrt (delta / (u0 + t)^(1/3))
         delta: float = 1.0
         u0: float = 0.0

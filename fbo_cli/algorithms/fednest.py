@@ -53,14 +53,14 @@ class FedNest(BilevelAlgorithm):
 
     @dataclass
     class HP:
-        N: int = bounded(1, ge=0)  # FedInn rounds per outer iteration
-        T: int = bounded(5, ge=0)  # Neumann terms / HessIV rounds
+        N: int = bounded(1, ge=0, le=1000)  # FedInn rounds per outer iteration
+        T: int = bounded(5, ge=0, le=1000)  # Neumann terms / HessIV rounds
         lam: float = 0.01  # λ, Neumann step
         inner_lr: float = 0.003  # β
         outer_lr: float = 0.01  # α
-        lower_epochs: int = bounded(5, ge=1)
+        lower_epochs: int = bounded(5, ge=1, le=1000)
         batch_size: int = bounded(64, ge=1)
-        tau: int = bounded(1, ge=1)  # local upper steps
+        tau: int = bounded(1, ge=1, le=1000)  # local upper steps
         lower_solver: str = bounded("svrg", choices=("svrg", "sgd"))  # svrg | sgd
         local_hypergrad: bool = False  # True: LFedNest
         # sum (deterministic, the paper's FedIHGP) | random (Ghadimi-Wang) | code (the public repository's)

@@ -67,13 +67,13 @@ class ZOHFL(HFLAlgorithm):
 
     @dataclass
     class HP:
-        tau: float = bounded(20.0, gt=0)  # τ: H_r = ceil(τ √(r+1)) local steps per Alg. 2 call
+        tau: float = bounded(20.0, gt=0, le=10_000)  # τ: H_r = ceil(τ √(r+1)) local steps per Alg. 2 call
         server_lr: float = 0.01  # γ: server step γ_r = γ/√(r+1)
         local_lr: float = 0.1  # γ̃: local step γ̃_t = γ̃/(t+Γ)
         Gamma: float = 1.0  # Γ
         lr_schedule: str = bounded("decay", choices=("decay", "constant"))  # decay (γ̃/(t+Γ), the paper) | constant (γ̃)
         eta: float = bounded(0.1, gt=0)  # η, smoothing radius
-        num_dirs: int = bounded(1, ge=1)  # q, directions per client per round (paper: 1)
+        num_dirs: int = bounded(1, ge=1, le=1000)  # q, directions per client per round (paper: 1)
         batch_size: int = 64  # B of the clients' minibatches ζ (0: full local data)
         server_batch: int = 64  # B of the server's minibatch ξ (0: full server data)
         crn: bool = True  # same minibatches for the + and - calls (docs/fidelity.md)

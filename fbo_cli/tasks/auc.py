@@ -50,7 +50,7 @@ test AUC is reported, never tuned on.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
@@ -130,9 +130,10 @@ class AUC(Task):
         margin: float = 1.0  # m
         dual_constraint: str | None = None  # none | nonneg (alpha in [0, 999]); None: the preset's
         model: str = "auto"  # auto | mlp | cnn | resnet20
-        hidden: int = 64  # MLP width / CNN fully connected width
-        channels: int = 16  # CNN first conv channels (the second has twice as many)
-        norm_groups: int = 8  # resnet20 GroupNorm groups
+        hidden: int = field(default=64, metadata={"ge": 1, "le": 100_000})  # MLP width / CNN fully connected width
+        # CNN first conv channels (the second has twice as many)
+        channels: int = field(default=16, metadata={"ge": 1, "le": 1024})
+        norm_groups: int = field(default=8, metadata={"ge": 1, "le": 1024})  # resnet20 GroupNorm groups
         # hold each client's validation part (val_frac of its rows) out of training: their union gives
         # val_auc, the tuning score; off, each client trains on all its rows and there is no val_auc
         holdout: bool = False

@@ -27,7 +27,7 @@ row tables of clients and server, and the metrics. Also here: :func:`partition_c
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import ClassVar
 
@@ -73,7 +73,8 @@ class HFL(Task):
         pool_test: bool = True  # pool train and test, then split (docs/fidelity.md); False: the official test set
         holdout: float = 0.0  # per-client held-out share, for the optional personalized accuracy
         features: str = "unit"  # unit (pixels in [0, 1]) | raw (pixels in [0, 255]) | standard (the loader's)
-        pretrain_steps: int = 300  # server pre-training: SGD steps on its own data for x̂_0 (0: x̂_0 = 0)
+        # server pre-training: SGD steps on its own data for x̂_0 (0: x̂_0 = 0)
+        pretrain_steps: int = field(default=300, metadata={"ge": 0, "le": 100_000})
         pretrain_lr: float = 0.1  # constant step of the pre-training SGD
         pretrain_batch: int = 64  # minibatch of the pre-training SGD
 

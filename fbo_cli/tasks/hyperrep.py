@@ -41,7 +41,7 @@ pooled test metric of Xiao & Ji, unchanged) and ``clients`` for per-client heads
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
@@ -91,7 +91,7 @@ class HyperRep(HeadClosedForms, BilevelTask):
     @dataclass
     class Params:
         model: str = "mlp"  # mlp | cnn
-        hidden: int = 200  # MLP hidden units
+        hidden: int = field(default=200, metadata={"ge": 1, "le": 100_000})  # MLP hidden units
         dropout: float = 0.5  # MLP dropout probability (0 disables)
         reg: str = "l2"  # l2 | norm | none
         reg_coef: float | None = None  # None: 0.01 for l2, 0.05 for norm (FedNest repo)
