@@ -61,3 +61,16 @@ witness: {{algorithm: FedNest, settings: {{"IID, tau=1": iid-tau1}}}}
     p.write_text(bad_spec)
     r = runner.invoke(app, ["compare", str(p), "--dry-run"])
     assert r.exit_code == 2 and "'witness' must be" in " ".join(r.output.split())
+
+
+def test_the_report_never_replaces_a_figures_folder_it_did_not_write(tmp_path):
+    import pytest
+
+    from fbo_cli.errors import UsageError
+
+    mine = tmp_path / "r-figures"
+    mine.mkdir()
+    (mine / "thesis.pdf").write_text("mine")
+    with pytest.raises(UsageError, match="not a figures folder fbo wrote"):
+        build_report(tmp_path, tmp_path / "r.md", tmp_path / "r.html", specs=["experiments/quick_mnist5k.yaml"])
+    assert (mine / "thesis.pdf").read_text() == "mine"

@@ -44,6 +44,9 @@ from .sections import Section, build_section  # noqa: F401
 from .verdicts import MARGIN, VERDICTS, claim_verdict, match_paper, paper_rows  # noqa: F401
 
 
+FIGURES_MARK = ".fbo-figures"  # the report replaces only a figures folder that carries it
+
+
 def build_report(root: Path, md_path: Path, html_path: Path, command: str = "fbo report",
                  specs: list[str] | None = None) -> dict[str, int]:
     """Write the Markdown and HTML reports (of every paper, or of ``specs`` only); returns counts of
@@ -60,13 +63,17 @@ def build_report(root: Path, md_path: Path, html_path: Path, command: str = "fbo
             if paper not in keys:
                 raise UsageError(f"{path}: 'paper: {paper}' is not a paper of the report; "
                                  f"choose one of: {', '.join(sorted(keys))}")
-    work = Path(tempfile.mkdtemp(prefix="fbo-report-"))
     figdir = html_path.parent / ("figures" if not specs else f"{html_path.stem}-figures")
+    if figdir.is_symlink() or (figdir.exists() and not (figdir / FIGURES_MARK).is_file()):
+        raise UsageError(f"{figdir} exists and is not a figures folder fbo wrote (no {FIGURES_MARK} in it): the "
+                         f"report replaces that folder, so move it away or write the report elsewhere (--html)")
+    work = Path(tempfile.mkdtemp(prefix="fbo-report-"))
     make_dirs(html_path.parent)
     fresh = Path(tempfile.mkdtemp(prefix=".figures-", dir=html_path.parent))
     mask = os.umask(0)
     os.umask(mask)
     os.chmod(fresh, 0o777 & ~mask)  # mkdtemp's folder is private; the report's is not
+    (fresh / FIGURES_MARK).write_text("written by fbo report; the next report replaces this folder\n")
     try:
         from .figures import Evidence
 
