@@ -261,7 +261,8 @@ def table_markdown(exp: Experiment, table: pd.DataFrame) -> str:
                 "comparison." if overrides_note(exp) else ".")) if exp.reference else "")
             + (f" **Overridden on the command line: {overrides_note(exp)}.**" if overrides_note(exp) else "")
             + " Rule: means, spreads and 'seeds' count only the runs that finished with status done; diverged runs "
-              "(a NaN/inf, or a loss above 1000 x max(its first value, 1)), collapsed runs (the headline metric fell to "
+              "(a NaN/inf, or a loss above 1000 x max(its first value, 1)), collapsed runs (the headline metric fell "
+              "to "
               "chance level and stayed there to the end), failed runs and runs not run are left "
               "out of them and counted in their columns; a cell without a done run shows '-'.", ""]
     return "\n".join(head) + "\n" + _to_markdown(table) + "\n" + tuned_note(exp)

@@ -43,7 +43,8 @@ def caption(exp: Experiment, tail: float | None = None) -> str:
     if exp.reference:
         out.append("Hollow diamonds, where our runs are on the paper's dataset: the paper's numbers (its final "
                    "value at our last point; its rounds to the target on the target line).")
-    out.append("A thin dashed line ending in x: a diverged or collapsed run. A row whose runs are another row's runs, or whose "
+    out.append("A thin dashed line ending in x: a diverged or collapsed run. A row whose runs are another row's "
+               "runs, or whose "
                "mean curve equals another row's, is drawn once: its hollow markers sit on the other's line and the "
                "panel names both.")
     if exp.x in LOG_X:
@@ -176,8 +177,8 @@ def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFram
     ps.shared_legend(fig, [ps.paper_handle()] if has_paper else None)
     if title:
         over = overrides_note(exp) if getattr(exp, "overrides", None) is not None else ""
-        ps.suptitle(fig, (exp.title or exp.name) + (f" (zoom: the last {1 - tail:.0%} of the x axis)"
-                                                     if tail is not None else "") + (f"; overridden: {over}" if over else ""))
+        zoom = f" (zoom: the last {1 - tail:.0%} of the x axis)" if tail is not None else ""
+        ps.suptitle(fig, (exp.title or exp.name) + zoom + (f"; overridden: {over}" if over else ""))
     ps.save(fig, path, formats)
     return squeeze
 

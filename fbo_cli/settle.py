@@ -25,13 +25,9 @@ from pathlib import Path
 import yaml
 
 from .errors import UsageError
-from .spec import Experiment
+from .spec import Experiment, load_settled, settled_path  # noqa: F401  (settle's API)
 
 CAP = 10
-
-
-def settled_path(exp: Experiment) -> Path:
-    return exp.out_root / "compare" / exp.name / "settled.yaml"
 
 
 def plan(exp: Experiment, runs, cap: int = CAP) -> tuple[list[dict], list[str]]:
@@ -84,21 +80,3 @@ def write_settled(exp: Experiment, added: list[dict], cap: int) -> Path:
            "added": list(merged.values())}
     atomic_write(p, yaml.safe_dump(doc, sort_keys=False))
     return p
-
-
-def load_settled(p: Path) -> dict | None:
-    """A ``settled.yaml``, checked: ``added`` is a list of ``{setting, algorithms, seeds}``."""
-    from .config import load_config_file
-
-    if not p.is_file():
-        return None
-    d = load_config_file(p)
-    added = d.get("added")
-    ok = isinstance(added, list) and all(
-        isinstance(e, dict) and isinstance(e.get("setting"), str) and isinstance(e.get("algorithms"), list)
-        and isinstance(e.get("seeds"), list) and all(isinstance(k, int) and k >= 0 for k in e["seeds"])
-        for e in added)
-    if not ok:
-        raise UsageError(f"{p}: 'added' must be a list of {{setting, algorithms, seeds}}; run "
-                         f"`fbo compare --until-settled` again to rewrite it (or delete the file)")
-    return d

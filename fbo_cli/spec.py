@@ -335,8 +335,8 @@ def _check_claims(where: str, claims: Any, algos: list, settings: list) -> None:
     if not isinstance(claims, list):
         raise UsageError(f"{where}: 'claims' must be a list of mappings")
     for c in claims:
-        if not isinstance(c, dict) or set(c) - {"text", "metric", "better", "than", "mode", "margin", "factor",
-                                                "settings", "across"} or not {"text", "metric", "better", "than"} <= set(c):
+        keys = {"text", "metric", "better", "than", "mode", "margin", "factor", "settings", "across"}
+        if not isinstance(c, dict) or set(c) - keys or not {"text", "metric", "better", "than"} <= set(c):
             raise UsageError(f"{where}: each claim needs text, metric, better, than (optional: mode, margin, factor, "
                              f"settings or across); got {c!r}")
         for k in ("margin", "factor"):
@@ -565,9 +565,28 @@ def parse_tune(spec: dict, exp: Experiment, where: str) -> TuneSpec:
 
 
 
-def _add_settled(exp: Experiment, where: str, task: str, base: dict, overrides: dict, settled: dict | None) -> None:
-    from .settle import load_settled, settled_path
+def settled_path(exp: Experiment) -> Path:
+    return exp.out_root / "compare" / exp.name / "settled.yaml"
 
+
+def load_settled(p: Path) -> dict | None:
+    """A ``settled.yaml`` (written by ``compare --until-settled``, :mod:`fbo_cli.settle`), checked: ``added``
+    is a list of ``{setting, algorithms, seeds}``."""
+    if not p.is_file():
+        return None
+    d = load_config_file(p)
+    added = d.get("added")
+    ok = isinstance(added, list) and all(
+        isinstance(e, dict) and isinstance(e.get("setting"), str) and isinstance(e.get("algorithms"), list)
+        and isinstance(e.get("seeds"), list) and all(isinstance(k, int) and 0 <= k < 2**32 for k in e["seeds"])
+        for e in added)
+    if not ok:
+        raise UsageError(f"{p}: 'added' must be a list of {{setting, algorithms, seeds}}; run "
+                         f"`fbo compare --until-settled` again to rewrite it (or delete the file)")
+    return d
+
+
+def _add_settled(exp: Experiment, where: str, task: str, base: dict, overrides: dict, settled: dict | None) -> None:
     exp.settled = settled if settled is not None else load_settled(settled_path(exp))
     algos = {a["name"]: a for a in exp.algorithms}
     sets = {s["name"]: s for s in exp.settings}

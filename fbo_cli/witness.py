@@ -134,7 +134,8 @@ def run_public_fednest(checkout: Path, mnist_raw: Path, setting: str, seed: int,
               "setting": name, "seed": seed, "rounds": rounds, "args": " ".join(args),
               "driver": "fbo_cli/witness.py: seeds random/numpy/torch, 1 thread, skips the training-set evaluation"}
     atomic_write(out / "config.yaml", yaml.safe_dump(config, sort_keys=False))
-    summary = {"status": "done", "setting": name, "seed": seed, "inner_lr": inner_lr, "final": float(df.test_acc.iloc[-1]),
+    summary = {"status": "done", "setting": name, "seed": seed, "inner_lr": inner_lr,
+               "final": float(df.test_acc.iloc[-1]),
                "rounds": int(df.rounds.iloc[-1]), "iterations": int(df.iterations.iloc[-1]), "target": target,
                "rounds_to_target": int(hit.rounds.iloc[0]) if len(hit) else None,
                "iterations_to_target": int(hit.iterations.iloc[0]) if len(hit) else None,

@@ -28,7 +28,8 @@ def test_a_run_with_a_holdout_scores_it_and_keeps_its_run_id_apart(tmp_path):
     base = {"dataset": "digits", "clients": 4, "participation": 0.5, "rounds": 4, "out_dir": str(tmp_path)}
     plain = resolve("hyperclean", "fedbio", base)
     held = resolve("hyperclean", "fedbio", {**base, "holdout": 0.1})
-    assert plain.run_id != held.run_id and resolve("hyperclean", "fedbio", {**base, "holdout": 0.0}).run_id == plain.run_id
+    assert plain.run_id != held.run_id
+    assert resolve("hyperclean", "fedbio", {**base, "holdout": 0.0}).run_id == plain.run_id
     for task in ("hyperclean", "hyperrep"):
         cfg = resolve(task, "fedbio" if task == "hyperclean" else "aggitd", {**base, "holdout": 0.1})
         execute(cfg)

@@ -23,7 +23,8 @@ algorithms:
   - {{name: Other, algo: aggitd, set: {{outer_lr: 0.02}}}}
 settings: [{{name: iid, set: {{partition: iid}}}}, {{name: shards, set: {{partition: shards}}}}]
 claims:
-  - {{text: "AggITD beats FedNest", metric: final, better: AggITD, than: FedNest, mode: max, margin: 0.08, settings: [iid]}}
+  - {{text: "AggITD beats FedNest", metric: final, better: AggITD, than: FedNest, mode: max, margin: 0.08,
+      settings: [iid]}}
 """)
     return p
 

@@ -21,8 +21,9 @@ def fake_witness(root, name, seed, accs, lr=0.01):
     m.to_csv(d / "metrics.csv", index=False)
     hit = m[m.test_acc >= 0.9]
     (d / "summary.json").write_text(json.dumps({
-        "status": "done", "setting": "IID, tau=1", "seed": seed, "inner_lr": lr, "final": accs[-1], "commit": "13b5e20",
-        "rounds_to_target": int(hit.rounds.iloc[0]) if len(hit) else None, "metrics_sha256": file_sha256(d / "metrics.csv")}))
+        "status": "done", "setting": "IID, tau=1", "seed": seed, "inner_lr": lr, "final": accs[-1],
+        "commit": "13b5e20", "rounds_to_target": int(hit.rounds.iloc[0]) if len(hit) else None,
+        "metrics_sha256": file_sha256(d / "metrics.csv")}))
     return d
 
 

@@ -43,7 +43,6 @@ from .render import counts_title, finding_md, render_html, render_markdown, slug
 from .sections import Section, build_section  # noqa: F401
 from .verdicts import MARGIN, VERDICTS, claim_verdict, match_paper, paper_rows  # noqa: F401
 
-
 FIGURES_MARK = ".fbo-figures"  # the report replaces only a figures folder that carries it
 
 

@@ -133,7 +133,8 @@ def finding_md(paper: Paper, sections: list[Section]) -> list[str]:
     if not paper.finding:
         return []
     rows = [(sec.exp.name, setting, f"**{v.verdict}**", v.interval, v.n, v.detail) for sec in sections
-            if sec.exp is not None for claim, setting, v in sec.verdicts or [] if claim.startswith(paper.finding_claims)]
+            if sec.exp is not None for claim, setting, v in sec.verdicts or []
+            if claim.startswith(paper.finding_claims)]
     held = sum(r[2] == "**holds**" for r in rows)
     out = [f"**The finding first.** {paper.finding}", "",
            f"Checked in {len(rows)} experiment settings; it holds (95% interval above the margin) in {held} of them:",

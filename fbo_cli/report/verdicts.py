@@ -13,7 +13,6 @@ import pandas as pd
 
 from ..spec import Experiment
 
-
 CONFIDENCE = 0.95  # every interval of the report: two-sided 95%
 LOOKS = (0.05, 0.025)  # the error rate of each look of `compare --until-settled`: the spec's seeds, then the cap
 
@@ -197,7 +196,8 @@ def paper_rows(exp: Experiment, runs: pd.DataFrame, tol: float) -> list[tuple[st
         for s, vals in (per or {}).items():
             cell = runs[(runs.algorithm == a) & (runs.setting == s)]
             g = cell[cell.status == "done"]
-            lost = ", ".join(f"{n} {k}" for k in ("diverged", "collapsed", "failed") if (n := int((cell.status == k).sum())))
+            lost = ", ".join(f"{n} {k}" for k in ("diverged", "collapsed", "failed")
+                             if (n := int((cell.status == k).sum())))
             ours_ds = datasets.get((a, s), "?")
             for k, v in vals.items():
                 c = PAPER_KEYS.get(k, k)

@@ -53,7 +53,7 @@ def witness_md(exp, runs: pd.DataFrame, curves: dict, root: Path, png: Path | No
     if "inner_lr" in pub:
         pub = pub[pub.inner_lr.astype(float).sub(lr).abs() < 1e-12]
     rows, panels = [], []
-    for setting, key in exp.witness["settings"].items():
+    for setting in exp.witness["settings"]:
         theirs = pub[pub.setting == setting]
         if theirs.empty:
             continue
