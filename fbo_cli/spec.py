@@ -619,10 +619,11 @@ def load_tuned(exp: Experiment) -> dict | None:
     if not ok:
         raise UsageError(f"{p}: 'chosen' must map algorithm -> setting -> {{key: value}}, got {chosen!r:.120}; "
                          f"run `fbo tune` again to rewrite it (or delete the file)")
-    if exp.tune is not None and "grids" in t and t["grids"] != exp.tune.grids:
+    tuned_grids = lambda g: {a: v for a, v in (g or {}).items() if v}  # noqa: E731  (rows with a grid only)
+    if exp.tune is not None and "grids" in t and tuned_grids(t["grids"]) != tuned_grids(exp.tune.grids):
         raise UsageError(f"{p} was chosen on another tuning grid than {exp.path or 'the spec'} now declares (was "
-                         f"{t['grids']!r:.150}); an edited spec is tuned again: `fbo tune {exp.path}` (it replaces "
-                         f"the file), or delete the file to run the spec's own values")
+                         f"{tuned_grids(t['grids'])!r:.150}); an edited spec is tuned again: `fbo tune {exp.path}` "
+                         f"(it replaces the file), or delete the file to run the spec's own values")
     for algo, per in chosen.items():
         for setting, vals in per.items():
             for k, v in vals.items():

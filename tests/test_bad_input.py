@@ -309,6 +309,9 @@ def test_a_tuned_yaml_of_another_grid_is_refused(tmp_path):
     (d / "tuned.yaml").write_text("grids: {A: {outer_lr: [0.01, 0.1]}}\nchosen: {A: {default: {outer_lr: 0.1}}}\n")
     r = runner.invoke(app, ["compare", str(p), "--out-dir", str(tmp_path / "out"), "--dry-run"])
     assert r.exit_code == 2 and "another tuning grid" in " ".join(r.output.split()), r.output
+    (d / "tuned.yaml").write_text("grids: {A: {outer_lr: [0.5, 5]}, Old: {}}\nchosen: {A: {default: {outer_lr: 5}}}\n")
+    r = runner.invoke(app, ["compare", str(p), "--out-dir", str(tmp_path / "out"), "--dry-run"])
+    assert r.exit_code == 0, r.output  # a row without a grid, added or removed, changes no tuned choice
 
 
 def test_a_lock_linked_out_of_the_run_is_not_followed(tmp_path):
