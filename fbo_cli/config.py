@@ -36,7 +36,7 @@ class RunSettings:
     alpha: float = 0.5  # Dirichlet concentration
     shards_per_client: int = 2
     val_frac: float | None = None  # None: 0.5 for iid, 0.2 otherwise (FedNest repo)
-    holdout: float = 0.0  # share of each client's data neither level trains on: the held-out tuning score
+    heldout_frac: float = 0.0  # share of each client's data neither level trains on: the held-out tuning score
     rounds: int = 2000  # budget in communication rounds
     max_iters: int | None = None  # optional budget in outer iterations
     time_limit: float | None = None  # optional budget in seconds of training
@@ -60,8 +60,8 @@ _NOT_IDENTITY = {"data_dir", "out_dir", "download", "threads", "target", "checkp
 _NOT_IDENTITY_TASK = {"fast"}
 # keys added after runs of their task were committed as evidence: they enter a run's identity only
 # when set away from this default, so that the older runs keep their ids (and stay reused)
-_IDENTITY_UNLESS_DEFAULT = {("auc", "holdout"): False, ("hyperrep", "eval"): "test,val"}
-_RUN_IDENTITY_UNLESS_DEFAULT = {"holdout": 0.0}
+_IDENTITY_UNLESS_DEFAULT = {("auc", "heldout_frac"): False, ("hyperrep", "eval"): "test,val"}
+_RUN_IDENTITY_UNLESS_DEFAULT = {"heldout_frac": 0.0}
 # hyperparameters added after runs were committed as evidence, likewise (any task)
 _HP_IDENTITY_UNLESS_DEFAULT = {"outer_lr_schedule": "constant", "outer_lr_t0": 1.0}
 
@@ -428,8 +428,8 @@ def _validate(run: RunSettings, tcls) -> None:
         raise UsageError(f"clients must be <= 100000, got {run.clients}")
     if run.val_frac is not None and not 0 < run.val_frac < 1:
         raise UsageError(f"val_frac must be in (0, 1), got {run.val_frac}")
-    if not 0 <= run.holdout < 1:
-        raise UsageError(f"holdout must be in [0, 1), got {run.holdout}")
+    if not 0 <= run.heldout_frac < 1:
+        raise UsageError(f"heldout_frac must be in [0, 1), got {run.heldout_frac}")
     if run.checkpoint_every < 1:
         raise UsageError(f"checkpoint_every must be >= 1, got {run.checkpoint_every}")
     for key in ("out_dir", "data_dir"):

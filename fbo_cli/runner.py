@@ -83,7 +83,7 @@ def build(cfg: RunConfig) -> Built:
     torch.manual_seed(r.seed)
     ds = load_dataset(r.dataset, r.data_dir, r.download)
     data = build_federated(ds, r.partition, r.clients, r.seed, device, r.val_frac, r.alpha, r.shards_per_client,
-                           r.holdout)
+                           r.heldout_frac)
     if TASKS[cfg.task].client_major:
         data = data.client_major()
     task = TASKS[cfg.task](cfg.task_params, data)

@@ -546,9 +546,10 @@ def parse_tune(spec: dict, exp: Experiment, where: str) -> TuneSpec:
     extra = t.get("set") or {}
     if not isinstance(extra, dict):
         raise UsageError(f"{where}: tune.set must be a mapping")
-    if score.startswith("holdout") and not (isinstance(extra.get("holdout"), (int, float)) and extra["holdout"] > 0):
+    frac = extra.get("heldout_frac")
+    if score.startswith("heldout") and not (isinstance(frac, (int, float)) and not isinstance(frac, bool) and frac > 0):
         raise UsageError(f"{where}: tune.score '{score}' is the held-out split's: set its share in tune.set, e.g. "
-                         f"{{holdout: 0.1}} (the rows neither level trains on)")
+                         f"{{heldout_frac: 0.1}} (the rows neither level trains on)")
     grids = {}
     for a in exp.algorithms:
         g = a.get("tune") or {}

@@ -47,8 +47,8 @@ class FederatedData:
     server_idx: torch.Tensor | None = None  # rows of the pool held by the server (hierarchical FL)
     test_idx: torch.Tensor | None = None  # [m, t] rows of the *test* set: each client's own test split
     test_mask: torch.Tensor | None = None  # (personalized evaluation; see ``split_test_like``)
-    hold_idx: torch.Tensor | None = None  # [m, h] rows of the pool that neither level trains on (``holdout``):
-    hold_mask: torch.Tensor | None = None  # the held-out tuning score's split, ``split("holdout")``
+    hold_idx: torch.Tensor | None = None  # [m, h] rows of the pool that neither level trains on (``heldout_frac``):
+    hold_mask: torch.Tensor | None = None  # the held-out tuning score's split, ``split("heldout")``
     _last: dict = field(default_factory=dict, repr=False, compare=False)  # split() memo, by which
 
     @property
@@ -60,7 +60,7 @@ class FederatedData:
         return self.dataset.num_classes
 
     def split(self, which: str, clients: torch.Tensor | None = None) -> Split:
-        """The ``train``, ``val``, ``holdout`` or ``test`` split of the given clients (all clients by default).
+        """The ``train``, ``val``, ``heldout`` or ``test`` split of the given clients (all clients by default).
         ``test`` is the client's own share of the test set (rows of ``X_test``; no ``extra``)."""
         if which == "test":
             if self.test_idx is None or self.test_mask is None:
@@ -77,9 +77,9 @@ class FederatedData:
         if last is not None and last[0] == key and _same(last[2], clients):
             return last[3]
         idx, mask = {"train": (self.train_idx, self.train_mask), "val": (self.val_idx, self.val_mask),
-                     "holdout": (self.hold_idx, self.hold_mask)}[which]
+                     "heldout": (self.hold_idx, self.hold_mask)}[which]
         if idx is None:
-            raise UsageError("this FederatedData has no held-out split (run setting holdout > 0)")
+            raise UsageError("this FederatedData has no held-out split (run setting heldout_frac > 0)")
         if clients is not None:
             idx, mask = idx[clients], mask[clients]
         extra = {k: take_rows(v, idx) for k, v in self.extra.items()}
@@ -150,12 +150,12 @@ def split_test_like(train_labels: np.ndarray, parts: list[np.ndarray], test_labe
 
 def build_federated(dataset: Dataset, partition: str, clients: int, seed: int, device: torch.device,
                     val_frac: float | None = None, alpha: float = 0.5, shards_per_client: int = 2,
-                    holdout: float = 0.0) -> FederatedData:
+                    heldout_frac: float = 0.0) -> FederatedData:
     """Partition the training pool over ``clients`` and split each client's share into its own
     train (lower level) and validation (upper level) parts. ``val_frac=None`` follows the FedNest
-    repo: 0.5 for ``iid``, 0.2 otherwise. ``holdout > 0`` first sets that share of each client's rows
+    repo: 0.5 for ``iid``, 0.2 otherwise. ``heldout_frac > 0`` first sets that share of each client's rows
     apart (its own generator; with 0 nothing changes): neither level trains on them, and
-    ``split("holdout")`` scores a tuning on them."""
+    ``split("heldout")`` scores a tuning on them."""
     if val_frac is None:
         val_frac = 0.5 if partition == "iid" else 0.2
     if not 0.0 < val_frac < 1.0:
@@ -163,10 +163,10 @@ def build_federated(dataset: Dataset, partition: str, clients: int, seed: int, d
     labels = dataset.y_train.numpy()
     parts = make_partition(partition, labels, clients, seed, alpha=alpha, shards_per_client=shards_per_client)
     hold = None
-    if holdout > 0:
-        if not holdout < 1:
-            raise UsageError(f"holdout must be in [0, 1), got {holdout}")
-        parts, hold = split_shares(parts, holdout, np.random.RandomState(seed + 15485863), min_one=True,
+    if heldout_frac > 0:
+        if not heldout_frac < 1:
+            raise UsageError(f"heldout_frac must be in [0, 1), got {heldout_frac}")
+        parts, hold = split_shares(parts, heldout_frac, np.random.RandomState(seed + 15485863), min_one=True,
                                    total=len(labels))
     rs = np.random.RandomState(seed + 7919)
     tr, va = split_shares(parts, val_frac, rs, min_one=True, total=len(labels))
@@ -176,8 +176,8 @@ def build_federated(dataset: Dataset, partition: str, clients: int, seed: int, d
             "shards_per_client": shards_per_client, "val_frac": val_frac}
     test_idx, test_mask = _table(split_test_like(labels, parts, dataset.y_test.numpy(), seed), device)
     hold_idx, hold_mask = _table(hold, device) if hold is not None else (None, None)
-    if holdout > 0:
-        spec["holdout"] = holdout
+    if heldout_frac > 0:
+        spec["heldout_frac"] = heldout_frac
     return FederatedData(dataset, dataset.X_train.to(device), dataset.y_train.to(device),
                          dataset.X_test.to(device), dataset.y_test.to(device), train_idx, train_mask, val_idx,
                          val_mask, spec=spec, test_idx=test_idx, test_mask=test_mask, hold_idx=hold_idx,

@@ -162,7 +162,7 @@ class HyperClean(BilevelTask):
         val = self.data.split("val")
         out["upper_loss"] = per_client_value(self.f, x, y, val.full()).mean().item()
         if self.data.hold_idx is not None:  # the held-out tuning score: rows neither level trains on
-            out["holdout_loss"] = per_client_value(self.f, x, y, self.data.split("holdout").full()).mean().item()
+            out["heldout_loss"] = per_client_value(self.f, x, y, self.data.split("heldout").full()).mean().item()
         out.update(self.detection(x))
         return out
 

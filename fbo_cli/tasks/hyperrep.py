@@ -220,8 +220,8 @@ class HyperRep(HeadClosedForms, BilevelTask):
             out.update(self.evaluate_on(x, y, "val"))
         if "train" in self.eval_on:
             out.update(self.pooled(x, y, self.data.X, self.data.y, "train"))
-        if self.data.hold_idx is not None:  # the held-out tuning score (run setting holdout > 0)
-            out.update(self.evaluate_on(x, y, "holdout"))
+        if self.data.hold_idx is not None:  # the held-out tuning score (run setting heldout_frac > 0)
+            out.update(self.evaluate_on(x, y, "heldout"))
         return out
 
     def pooled(self, x, y, X, lab, which: str) -> dict[str, float]:
