@@ -883,7 +883,7 @@ def witness(
                                  "noniid-tau5 (Table 2's settings; the paper's steps)."),
     seeds: str = typer.Option("0,1,2", help="Comma-separated random seeds."),
     rounds: int = typer.Option(2000, help="Communication rounds (the code's own counter)."),
-    out_dir: Path = typer.Option(Path("results"), help="Results root: runs go to <out-dir>/witness/fednest/."),
+    out_dir: Path = typer.Option(Path("results"), help="Results root: runs go to <out-dir>/witness/fednest-*/."),
     mnist_raw: Path = typer.Option(Path("data/MNIST/raw"), help="MNIST idx files (make setup)."),
     inner_lr: float = typer.Option(0.01, help="The lower (inner) step --lr: 0.01 in the code's reproduce/fig2.sh, "
                                    "0.003 in Xiao & Ji's App. A.3."),
@@ -916,7 +916,7 @@ def witness(
     torch.set_num_threads(1)
     for name in names:
         for k in seed_list:
-            d = out_dir / "witness" / "fednest" / run_name(name, inner_lr, k)
+            d = out_dir / "witness" / run_name(name, inner_lr, k)
             s = read_summary(d) if (d / "summary.json").is_file() else None
             if s and s.get("rounds") is not None and s.get("rounds") >= rounds - 10:
                 out.print(f"kept {d}: finished", highlight=False, markup=False)

@@ -145,17 +145,19 @@ def run_public_fednest(checkout: Path, mnist_raw: Path, setting: str, seed: int,
 
 
 def run_name(setting: str, inner_lr: float, seed: int) -> str:
-    return f"{setting}-inner{inner_lr:g}-s{seed}"
+    """The run's folder under ``<root>/witness/`` (two levels down, so that nothing that walks fbo's own
+    ``<task>/<algo>/<run>`` folders takes it for one of fbo's runs)."""
+    return f"fednest-{setting}-inner{inner_lr:g}-s{seed}"
 
 
 def witness_runs(root: Path) -> "pd.DataFrame":  # noqa: F821
-    """The witness runs under ``root/witness/fednest/`` whose completion record matches: one row each."""
+    """The witness runs under ``root/witness/fednest-*/`` whose completion record matches: one row each."""
     import pandas as pd
 
     from .results import file_sha256
 
     rows = []
-    for s in sorted((Path(root) / "witness" / "fednest").glob("*/summary.json")):
+    for s in sorted((Path(root) / "witness").glob("fednest-*/summary.json")):
         d = json.loads(s.read_text())
         m = s.parent / "metrics.csv"
         if m.is_file() and not m.is_symlink() and file_sha256(m) == d.get("metrics_sha256"):

@@ -14,7 +14,7 @@ runner = CliRunner()
 
 
 def fake_witness(root, name, seed, accs, lr=0.01):
-    d = root / "witness" / "fednest" / f"{name}-inner{lr:g}-s{seed}"
+    d = root / "witness" / f"fednest-{name}-inner{lr:g}-s{seed}"
     d.mkdir(parents=True)
     m = pd.DataFrame({"iterations": range(1, len(accs) + 1), "rounds": [10 * (i + 1) for i in range(len(accs))],
                       "test_acc": accs, "test_loss": 0.5})
