@@ -880,7 +880,7 @@ def witness(
     code: str = typer.Argument(..., help="Whose code: fednest (ucr-optml/FedNest's main_hr.py)."),
     checkout: Path = typer.Option(..., help="A checkout of github.com/ucr-optml/FedNest (nothing of it is edited)."),
     settings: str = typer.Option("iid-tau1,noniid-tau5", help="Comma-separated: iid-tau1, iid-tau5, noniid-tau1, "
-                                 "noniid-tau5 (Table 2's settings; the paper's steps)."),
+                                 "noniid-tau5 (Table 2's settings)."),
     seeds: str = typer.Option("0,1,2", help="Comma-separated random seeds."),
     rounds: int = typer.Option(2000, help="Communication rounds (the code's own counter)."),
     out_dir: Path = typer.Option(Path("results"), help="Results root: runs go to <out-dir>/witness/fednest-*/."),
@@ -890,7 +890,7 @@ def witness(
 ) -> None:
     """The paper's own code as a witness: run the public FedNest code at Table 2's settings and record its
     curves as runs beside ours (fbo report shows them in Table 2's section). Finished runs are kept; one run
-    takes about 10 minutes on one core."""
+    takes 10-45 minutes on one core, by the machine's load."""
     from .results import read_summary
     from .witness import SETTINGS, run_name, run_public_fednest
 

@@ -96,13 +96,13 @@ def _plot(panels, exp, png: Path) -> None:
     fig, axes = ps.subplots(1, len(panels), width=min(ps.PAGE_IN, 2.4 * len(panels) + 0.6), sharey=True)
     theirs_c, ours_c = ps.OI["vermillion"], ps.OI["blue"]
     for ax, (setting, theirs, ours) in zip(axes[0], panels):
+        for i, m in enumerate(ours.values()):  # ours first, theirs dashed on top: where they agree both show
+            ax.plot(m.rounds, m.test_acc, color=ours_c, lw=1.1, label=f"ours: {exp.witness['algorithm']}"
+                    if i == 0 else "_")
         for i, d in enumerate(theirs.run_dir):
             m = pd.read_csv(Path(d) / "metrics.csv")
             ax.plot(m.rounds, m.test_acc, color=theirs_c, lw=0.9, ls="--",
                     label="the public FedNest code" if i == 0 else "_")
-        for i, m in enumerate(ours.values()):
-            ax.plot(m.rounds, m.test_acc, color=ours_c, lw=0.9, label=f"ours: {exp.witness['algorithm']}"
-                    if i == 0 else "_")
         if exp.target is not None:
             ax.axhline(exp.target, color="0.5", ls=":", lw=1, label=f"target {exp.target:g}")
         ax.set_title(setting)
