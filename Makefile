@@ -121,7 +121,7 @@ reproduce-quick:  ## the reduced reproductions reported in docs/results.md (tune
 	$(FBO) report --collect results --prune
 
 test:
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=20
 
 lint:
 	.venv/bin/ruff check fbo_cli tests
