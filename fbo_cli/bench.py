@@ -273,28 +273,20 @@ def public_fednest(checkout: Path, mnist_raw: Path, iters: int = 4, timeout: flo
     The checkout is copied to a temporary folder beside a link to fbo's MNIST idx files (the code reads
     ``../data/mnist/``); two imports it never uses (``cv2.log``, ``importlib_metadata.requires``) are
     stubbed on its path. Nothing of the code is edited."""
-    import shutil
     import subprocess
     import tempfile
 
-    if not (checkout / "main_hr.py").is_file():
-        raise FileNotFoundError(f"{checkout}: no main_hr.py (a checkout of github.com/mc-nya/FedNest?)")
-    if not (mnist_raw / "train-images-idx3-ubyte").is_file():
-        raise FileNotFoundError(f"{mnist_raw}: no MNIST idx files (`make setup`)")
+    from .witness import prepared  # the same copy, data link and stubs as the witness runs
+
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        shutil.copytree(checkout, root / "FedNest", ignore=shutil.ignore_patterns(".git", "figs", "*.ipynb"))
-        (root / "data" / "mnist" / "MNIST").mkdir(parents=True)
-        (root / "data" / "mnist" / "MNIST" / "raw").symlink_to(mnist_raw.resolve())
-        (root / "stubs").mkdir()
-        (root / "stubs" / "cv2.py").write_text("log = None\n")
-        (root / "stubs" / "importlib_metadata.py").write_text("requires = None\n")
+        cwd = prepared(checkout, mnist_raw, root)
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                "PYTHONPATH": str(root / "stubs")}
         cmd = [sys.executable, "-u", "main_hr.py", *PUBLIC_ARGS, "--epochs", str(iters),
                "--output", str(root / "log.yaml")]
         stamps, t0 = [], time.perf_counter()
-        with subprocess.Popen(cmd, cwd=root / "FedNest", env=env, stdout=subprocess.PIPE,
+        with subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) as proc:
             for line in proc.stdout:
                 if "Comm round:" in line:
