@@ -12,6 +12,7 @@ import pandas as pd
 from ..results import md_row
 from ..spec import Experiment
 from .evidence import BENCH_FILES, CHECK_FILES
+from .heldout import heldout_md
 from .papers import PAPERS, Paper, fidelity_anchor
 from .sections import Section
 from .verdicts import VERDICTS
@@ -170,7 +171,9 @@ def summary_md(sections: dict[str, list[Section]], papers: tuple[Paper, ...]) ->
                 cis = "; ".join(f"{st}: {v.interval.split(' (')[0]} ({v.n})" for st, v in vs if v.interval)
                 out.append(md_row((paper.title, link, claim, counts, cis)))
     out += ["", COUNT_MARK]
-    out += tuning_md([sec for paper in papers for sec in sections[paper.key] if sec.exp is not None])
+    built = [sec for paper in papers for sec in sections[paper.key] if sec.exp is not None]
+    out += tuning_md(built)
+    out += heldout_md(built)
     rest = [(paper.title, claim, why) for paper in papers for claim, why in paper.unchecked]
     if rest:
         out += ["", "**The papers' claims that get no verdict here, and why.**", "",

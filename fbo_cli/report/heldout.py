@@ -1,0 +1,103 @@
+"""The held-out tuning score against the validation-split score: the same experiment tuned twice.
+
+A spec named ``<name>_heldout`` is the experiment ``<name>`` re-tuned with ``tune: {score: heldout_loss,
+set: {heldout_frac: 0.1}}``: each tuning run sets a share of each client's rows apart from both levels and
+scores the upper loss there, instead of on the validation split that x is fitted on. Its compared runs are
+the original's wherever the choice is the same (same config, same run id). This part of the report puts the
+two tunings' choices side by side (each classified by :func:`.render.choice_kind`) and lists the claims whose
+verdict differs between the two, with both intervals.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..results import md_row
+from .sections import Section
+
+SUFFIX = "_heldout"
+
+
+def _fmt(vals: dict) -> str:
+    return ", ".join(f"{k}={v:g}" if isinstance(v, (int, float)) else f"{k}={v}"
+                     for k, v in vals.items() if not k.startswith("_")) or "none accepted"
+
+
+def _same(a: dict | None, b: dict) -> bool:
+    keys = [k for k in b if not k.startswith("_")]
+    if a is None or "_none" in a or "_none" in b:
+        return False
+    return all(k in a and isinstance(a[k], (int, float)) and isinstance(b[k], (int, float))
+               and math.isclose(float(a[k]), float(b[k]), rel_tol=1e-9) or a.get(k) == b[k] for k in keys)
+
+
+def pairs(sections: list[Section]) -> list[tuple[Section, Section]]:
+    """(original, held-out) sections, both built, in report order."""
+    by = {s.exp.name: s for s in sections if s.exp is not None}
+    return [(by[n[:-len(SUFFIX)]], s) for n, s in by.items() if n.endswith(SUFFIX) and n[:-len(SUFFIX)] in by]
+
+
+def choice_rows(base: Section, ho: Section) -> list[tuple[str, str, str, str, bool]]:
+    """(algorithm, setting, chosen on the validation split (kind), chosen held out (kind), same) per choice
+    of the held-out tuning."""
+    from .render import _tuning_records, choice_kind
+
+    bt, ht = base.exp.tuned or {}, ho.exp.tuned or {}
+    brec, hrec = _tuning_records(base.exp), _tuning_records(ho.exp)
+    rows = []
+    for algo, per in (ht.get("chosen") or {}).items():
+        for setting, hv in per.items():
+            bv = ((bt.get("chosen") or {}).get(algo) or {}).get(setting)
+            hk = choice_kind(hv, hrec, algo, setting, (ht.get("grids") or {}).get(algo))[0]
+            bk = choice_kind(bv, brec, algo, setting, (bt.get("grids") or {}).get(algo))[0] if bv else ""
+            rows.append((algo, setting, f"{_fmt(bv)} ({bk})" if bv else "not tuned",
+                         f"{_fmt(hv)} ({hk})", _same(bv, hv)))
+    return rows
+
+
+def verdict_rows(base: Section, ho: Section) -> tuple[int, list[tuple[str, ...]]]:
+    """(claims compared, the claims and settings whose verdict differs: claim, setting, before with its
+    interval, after with its interval)."""
+    before = {(c, s): v for c, s, v in base.verdicts or []}
+    n, rows = 0, []
+    for c, s, v in ho.verdicts or []:
+        b = before.get((c, s))
+        if b is None or "no data" in (b.verdict, v.verdict):
+            continue
+        n += 1
+        if b.verdict != v.verdict:
+            rows.append((c, s, f"{b.verdict}: {b.interval} ({b.n})", f"{v.verdict}: {v.interval} ({v.n})"))
+    return n, rows
+
+
+def heldout_md(sections: list[Section]) -> list[str]:
+    """The report's paragraph and tables on the held-out score (empty when no spec has a held-out twin)."""
+    found = pairs(sections)
+    if not found:
+        return []
+    out = ["", "**The held-out tuning score.** In the bilevel tasks x is fitted on the clients' validation split, "
+           "and the default tuning score is the upper loss on that same split, which rewards the largest stable "
+           "step. Each experiment below was tuned a second time, scoring the upper loss on 10% of each client's "
+           "rows that neither level trains on (`tune: {score: heldout_loss, set: {heldout_frac: 0.1}}`; "
+           "spec `<name>_heldout`), everything else equal; the compared runs are shared wherever the choice is "
+           "the same. Kinds as in the tuning tally: interior, stable (beside a rejected value), edge.", "",
+           "| experiment | algorithm | setting | chosen on the validation split | chosen on the held-out split "
+           "| same |", "|---|---|---|---|---|---|"]
+    changed: list[tuple[str, ...]] = []
+    n_choices = n_same = n_claims = 0
+    for base, ho in found:
+        for algo, setting, bv, hv, same in choice_rows(base, ho):
+            out.append(md_row((base.exp.name, algo, setting, bv, hv, "yes" if same else "**no**")))
+            n_choices += 1
+            n_same += same
+        n, rows = verdict_rows(base, ho)
+        n_claims += n
+        changed += [(base.exp.name, *r) for r in rows]
+    out += ["", f"{n_choices - n_same} of {n_choices} choices change with the held-out score; "
+            f"{len(changed)} of {n_claims} claim verdicts (claim × setting, both tunings run) change"
+            + (":" if changed else "."), ""]
+    if changed:
+        out += ["| experiment | claim | setting | validation-split tuning: verdict, 95% interval (seeds) "
+                "| held-out tuning |", "|---|---|---|---|---|"]
+        out += [md_row(r) for r in changed]
+    return out
