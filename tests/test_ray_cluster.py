@@ -26,7 +26,7 @@ ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from fbo_cli import compare as cmp  # noqa: E402
-from fbo_cli.executors import GridOptions, GridInterrupted, orphaned_ray, reap_orphaned_ray, run_cells  # noqa: E402
+from fbo_cli.executors import GridInterrupted, GridOptions, orphaned_ray, reap_orphaned_ray, run_cells  # noqa: E402
 
 
 def _spec(tmp_path, out, rounds=20, seeds="[0, 1]"):

@@ -7,7 +7,6 @@ from typing import Optional
 
 import typer
 
-from ..errors import UsageError
 from .common import user_errors
 
 
@@ -32,23 +31,11 @@ def bench(
 ) -> None:
     """Cost per outer iteration and per round of every algorithm (`make bench`): seconds, GFLOP/s against
     the machine's sgemm rate, fast vs generic path, growth with the clients, peak memory."""
-    from .. import bench as b
+    from ..bench import BenchOptions, main
 
     with user_errors():
-        if device not in ("cpu", "cuda") or threads < 1 or iters < 1:
-            raise UsageError(f"--device must be cpu or cuda, --threads and --iters >= 1; got {device}, {threads}, "
-                             f"{iters}")
-        if not cases.is_file():
-            raise UsageError(f"--cases: no file at {cases}")
-        if against and not (Path(against) / "fbo_cli").is_dir() and not b.is_revision(against):
-            raise UsageError(f"--against: {against} is neither a checkout with fbo_cli/ nor a git revision here")
-        if rounds < 1:
-            raise UsageError(f"--rounds must be >= 1; got {rounds}")
-        if public_fednest is not None and not (public_fednest / "main_hr.py").is_file():
-            raise UsageError(f"--public-fednest: no main_hr.py in {public_fednest} (a checkout of mc-nya/FedNest?)")
-    argv = ["--device", device, "--threads", str(threads), "--iters", str(iters), "--min-seconds", str(min_seconds),
-            "--cases", str(cases), *(["--quick"] if quick else []), *(["--only", only] if only else []),
-            *(["--out", str(out_dir)] if out_dir else []), *(["--profile"] if profile else []),
-            *(["--public-fednest", str(public_fednest)] if public_fednest else []),
-            *(["--against", against, "--rounds", str(rounds)] if against else [])]
-    b.main(argv)
+        opts = BenchOptions(quick=quick, only=only, device=device, threads=threads, iters=iters,
+                            min_seconds=min_seconds, cases=str(cases), out=str(out_dir) if out_dir else None,
+                            profile=profile, public_fednest=str(public_fednest) if public_fednest else "",
+                            against=against, rounds=rounds)
+    main(opts)
