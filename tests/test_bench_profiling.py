@@ -6,6 +6,7 @@ import torch
 from fbo_cli.config import resolve
 from fbo_cli.runner import build
 
+
 def test_bench_phases_split_an_iteration_and_leave_nothing_patched():
     """``fbo bench --profile``'s phase table: sampling and oracle time are both seen (FedBiO on hyperclean draws
     five minibatches and calls five oracles per local step), they and the rest add up to the iteration, and the

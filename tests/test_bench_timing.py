@@ -2,6 +2,7 @@
 
 import pytest
 
+
 def test_bench_counts_the_flops_of_the_iteration_it_times():
     """A first iteration may do more (FedBiOAcc's first estimators on a batch 4x the size): the bench counts
     the second. Where the work grows with the round (hfl: ceil(tau sqrt(r + 1)) local steps), every timed
