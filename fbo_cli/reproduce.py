@@ -21,9 +21,9 @@ class Step:
 def plan(paper: str | None = None) -> list[Step]:
     """The reproduction's steps, papers in report order, each paper's specs by their ``order:``."""
     from .report.papers import reproduction_specs
+    from .spec import has_tuning
 
-    return [Step(s, any(a.get("tune") for a in load_spec(s, use_tuned=False).algorithms))
-            for s in reproduction_specs(paper)]
+    return [Step(s, has_tuning(s)) for s in reproduction_specs(paper)]
 
 
 def spec_cost(spec: str | Path, overrides: dict[str, Any], todo: bool = False) -> dict[str, Any]:

@@ -125,7 +125,8 @@ def reproduction_specs(paper: str | None = None) -> list[str]:
     keys = [p.key for p in PAPERS]
     if paper is not None and paper not in keys:
         raise UsageError(f"--paper: unknown paper '{paper}'; choose one of: {', '.join(keys)}")
-    return [s for p in PAPERS if paper in (None, p.key) for s in p.specs if Path(s).is_file()]
+    index = report_index()  # read once, not once per paper
+    return [s for p in PAPERS if paper in (None, p.key) for s, key, _ in index if key == p.key and Path(s).is_file()]
 
 
 def fidelity_anchor(prefix: str, path: Path = Path("docs/fidelity.md")) -> str:
