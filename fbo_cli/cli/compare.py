@@ -29,7 +29,7 @@ from .common import (
 
 def compare(
     spec: Path = typer.Argument(..., help="Experiment spec (YAML), e.g. experiments/aggitd_table2_fmnist.yaml."),
-    jobs: Jobs = 1, executor: Executor = None, address: Address = None,  # the grid options (above)
+    jobs: Jobs = 1, executor: Executor = None, address: Address = None,  # the grid options (cli/common.py)
     cpus_per_run: CpusPerRun = 1, gpus_per_run: GpusPerRun = 0.0, out_dir: OutDir = None, data_dir: DataDir = None,
     seeds: Optional[str] = typer.Option(None, help="Override the spec's seeds, e.g. 0,1."),
     set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="Override a key in every run (repeatable)."),

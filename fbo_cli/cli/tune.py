@@ -29,7 +29,7 @@ from .common import (
 
 def tune(
     spec: Path = typer.Argument(..., help="Experiment spec (YAML) with a 'tune:' block and per-algorithm grids."),
-    jobs: Jobs = 1, executor: Executor = None, address: Address = None,  # the grid options (above)
+    jobs: Jobs = 1, executor: Executor = None, address: Address = None,  # the grid options (cli/common.py)
     cpus_per_run: CpusPerRun = 1, gpus_per_run: GpusPerRun = 0.0, out_dir: OutDir = None, data_dir: DataDir = None,
     set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="Override a key in every run (repeatable)."),
     rerun: bool = typer.Option(False, help="Run again even the tuning runs that are already done."),
