@@ -249,3 +249,67 @@ def check_args(minutes: float | None, rtol: float, atol: float) -> None:
     for name, v in (("--rtol", rtol), ("--atol", atol)):
         if not (math.isfinite(v) and v >= 0):
             raise UsageError(f"{name} must be >= 0, got {v}")
+
+
+@dataclasses.dataclass
+class Plan:
+    """What ``fbo check`` reruns: the ``chosen`` sample of the usable committed runs (``picks``), the
+    evidence runs it cannot use with the reason, and a line that says what it costs."""
+
+    picks: list[Pick]
+    chosen: list[Pick]
+    unusable: list[tuple[Path, str]]
+    what: str
+
+
+def plan(specs: list[Path] | None, minutes: float | None, jobs: int, evidence: Path, out: Path, rtol: float,
+         atol: float, warn=None) -> Plan:
+    """The sample of ``specs`` (default: every spec of the report) that fits ``minutes`` core-minutes
+    (None: every run), its options checked first; ``warn`` hears of each unusable evidence run."""
+    from .report.papers import reproduction_specs
+
+    check_args(minutes, rtol, atol)
+    if jobs < 1:
+        raise UsageError(f"--jobs must be >= 1, got {jobs}")
+    if not evidence.is_dir():
+        raise UsageError(f"--from {evidence}: no such folder (the committed evidence is docs/results)")
+    if (out / "runs").resolve() == evidence.resolve():
+        raise UsageError(f"--out {out}: the reruns would land in the evidence ({evidence}); choose another folder")
+    for s in specs or []:
+        if not s.is_file():
+            raise UsageError(f"{s}: no such spec file")
+    spec_list = list(specs) if specs else reproduction_specs()
+    unusable: list = []
+    picks = committed_runs(spec_list, evidence, unusable)
+    for d, why in unusable:
+        if warn is not None:
+            warn(f"evidence run not usable: {d} ({why})")
+    if not picks:
+        raise UsageError(f"no finished run of {'these specs' if specs else 'the report'} under {evidence}")
+    chosen = select(picks, minutes)
+    secs = sum(p.secs for p in chosen)
+    what = (f"{len(chosen)} of {len(picks)} committed runs from {len({p.spec for p in chosen})} spec(s): about "
+            f"{secs / 60:.0f} core-minutes ({secs / 60 / jobs:.0f} min of wall time with {jobs} job"
+            f"{'s' if jobs > 1 else ''})")
+    if not chosen:
+        raise UsageError(f"no committed run fits in {minutes:g} core-minutes; the cheapest takes about "
+                         f"{min(p.secs for p in picks) / 60:.0f}: raise --minutes")
+    return Plan(picks, chosen, unusable, what)
+
+
+def run_check(pl: Plan, out: Path, jobs: int, rtol: float, atol: float, command: str,
+              console=None) -> list[dict[str, Any]]:
+    """Rerun the plan's sample under ``out/runs``, compare each rerun with its evidence, write
+    ``check.md`` and ``check.csv`` into ``out``; returns the rows."""
+    from .executors import run_cells
+
+    cells = [rerun_cell(p, out / "runs") for p in pl.chosen]
+    run_cells(cells, jobs=jobs, console=console, rerun=True, title="check")
+    sd = seed_sd(pl.picks)
+    rows = [{"spec": p.spec, "algorithm": p.cell.algorithm, "setting": p.cell.setting, "seed": p.cell.seed,
+             "evidence": str(p.cell.cfg.run_dir), "rerun": str(c.cfg.run_dir),
+             **compare_run(p.cell.cfg.run_dir, c.cfg.run_dir, rtol, atol,
+                           sd.get((p.spec, p.cell.algorithm, p.cell.setting), float("nan")), p.cell.cfg.run.rounds)}
+            for p, c in zip(pl.chosen, cells)]
+    write(rows, out, rtol, atol, command, pl.unusable)
+    return rows

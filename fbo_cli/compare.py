@@ -21,6 +21,7 @@ import pandas as pd
 
 from .collapse import collapsed
 from .errors import UsageError
+from .executors import GridOptions
 from .plots import T95, plot_experiment  # noqa: F401  (compare's public API)
 from .results import (
     atomic_write,
@@ -71,14 +72,14 @@ def code_notes(cells: list, stale: dict) -> list[str]:
     return lines
 
 
-def run_experiment(exp: Experiment, jobs: int = 1, rerun: bool = False, no_run: bool = False, console=None,
-                   executor: str | None = None, address: str | None = None, cpus_per_run: int = 1,
-                   gpus_per_run: float = 0, accept_code_change: bool = False) -> Path:
+def run_experiment(exp: Experiment, grid: GridOptions | None = None, rerun: bool = False, no_run: bool = False,
+                   console=None, accept_code_change: bool = False) -> Path:
     """Run the grid's unfinished runs (all of them with ``rerun``), then write the report. Returns the
     report's folder; ``exp.incomplete`` counts the cells that failed or have no finished run."""
 
     from .executors import run_cells
 
+    grid = grid or GridOptions()
     outdir = exp.out_root / "compare" / exp.name
     if not no_run:
         claim_folder(exp, outdir, write=False)
@@ -90,11 +91,9 @@ def run_experiment(exp: Experiment, jobs: int = 1, rerun: bool = False, no_run: 
             for line in code_notes(exp.cells, stale):
                 console.print(f"{exp.name}: {line}", highlight=False)
         if todo and console is not None:
-            console.print(f"{exp.name}: {cost_line(todo, jobs)}", highlight=False)
+            console.print(f"{exp.name}: {cost_line(todo, grid.jobs)}", highlight=False)
         if todo:
-            res = run_cells(todo, executor=executor or ("serial" if jobs == 1 else "processes"), jobs=jobs,
-                      address=address, cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run, console=console,
-                      rerun=rerun, title=f"{exp.name}: runs")
+            res = run_cells(todo, grid, console=console, rerun=rerun, title=f"{exp.name}: runs")
             exp.outcomes.update({c.cfg.run_dir: r for c, r in zip(todo, res)})
     write_report(exp, outdir, no_run=no_run,  # a corrupt run directory is named with the reason it is not counted
                  warn=(lambda m: console.print(m, style="yellow", markup=False, highlight=False)) if console else None)

@@ -40,6 +40,7 @@ import signal
 import threading
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Protocol, Sequence
@@ -48,6 +49,43 @@ from .errors import UsageError
 
 EXECUTORS = ("serial", "processes", "ray")
 RAY_HINT = "pip install -e '.[ray]' in the repository (make setup does it)"
+
+
+@dataclass(frozen=True)
+class GridOptions:
+    """How a grid's runs execute (``fbo compare``, ``fbo tune``, ``fbo reproduce``): built and checked once,
+    when made (a :class:`UsageError` naming the option), then passed down to :func:`run_cells`."""
+
+    jobs: int = 1  # runs in parallel
+    executor: str | None = None  # serial | processes | ray; None: serial for one job, else processes
+    address: str | None = None  # Ray: the cluster to join (auto, HOST:PORT, ray://HOST:PORT); None: a local Ray
+    cpus_per_run: int = 1  # Ray: CPUs per run (its torch threads)
+    gpus_per_run: float = 0.0  # Ray: GPUs per run
+    batch: str = "auto"  # runs batched per task (issue 39): auto | off | R
+
+    def __post_init__(self) -> None:
+        if self.jobs < 1:
+            raise UsageError(f"--jobs must be >= 1, got {self.jobs}")
+        if self.executor is not None and self.executor not in EXECUTORS:
+            raise UsageError(f"--executor must be one of {', '.join(EXECUTORS)}, got '{self.executor}'")
+        if (self.address or self.cpus_per_run != 1 or self.gpus_per_run) and self.executor != "ray":
+            raise UsageError("--address, --cpus-per-run and --gpus-per-run go with --executor ray")
+        if self.cpus_per_run < 1 or not self.gpus_per_run >= 0:
+            raise UsageError(f"--cpus-per-run must be >= 1 and --gpus-per-run >= 0, got {self.cpus_per_run}, "
+                             f"{self.gpus_per_run}")
+        a = self.address
+        if a and a != "auto" and not a.startswith("ray://"):
+            host, _, port = a.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise UsageError(f"--address must be HOST:PORT (the head node's GCS, e.g. 10.0.0.5:6379), "
+                                 f"ray://HOST:PORT or auto; got '{a}'")
+        if self.executor == "ray":
+            _import_ray()
+
+    @property
+    def runner(self) -> str:
+        """The executor that runs the grid: the one named, else serial for one job and processes for more."""
+        return self.executor or ("serial" if self.jobs == 1 else "processes")
 
 
 class GridInterrupted(KeyboardInterrupt):
@@ -89,20 +127,18 @@ def _progress(console):
                     console=console)
 
 
-def run_cells(cells: Sequence[CellLike], executor: str = "processes", jobs: int = 1, address: str | None = None,
-              cpus_per_run: int = 1, gpus_per_run: float = 0, console=None, rerun: bool = False,
-              title: str = "runs") -> list[dict[str, Any]]:
-    """Run ``cells`` (anything with ``cfg``, ``layers``, ``algorithm``, ``setting``, ``seed``); returns
-    one summary per cell, in order (``status``: done, diverged, failed or interrupted; ``error`` for
-    failed). Finished runs are reused unless ``rerun``; partial runs resume from their checkpoint
-    (``rerun`` starts them again)."""
-    if executor not in EXECUTORS:
-        raise UsageError(f"--executor must be one of {', '.join(EXECUTORS)}, got '{executor}'")
-    if executor == "ray":
-        return _run_ray(cells, address, cpus_per_run, gpus_per_run, console, rerun, title, jobs)
-    if executor == "serial" or jobs == 1:
+def run_cells(cells: Sequence[CellLike], grid: GridOptions | None = None, console=None, rerun: bool = False,
+              title: str = "runs", **options) -> list[dict[str, Any]]:
+    """Run ``cells`` (anything with ``cfg``, ``layers``, ``algorithm``, ``setting``, ``seed``) as ``grid``
+    says (or :class:`GridOptions` of ``options``); returns one summary per cell, in order (``status``: done,
+    diverged, failed or interrupted; ``error`` for failed). Finished runs are reused unless ``rerun``;
+    partial runs resume from their checkpoint (``rerun`` starts them again)."""
+    g = grid or GridOptions(**options)
+    if g.runner == "ray":
+        return _run_ray(cells, g.address, g.cpus_per_run, g.gpus_per_run, console, rerun, title, g.jobs)
+    if g.runner == "serial" or g.jobs == 1:
         return _run_serial(cells, console, rerun, title)
-    return _run_processes(cells, jobs, console, rerun, title)
+    return _run_processes(cells, g.jobs, console, rerun, title)
 
 
 def _one(cfg, rerun: bool, wait: bool, on_eval=None, log=None) -> dict[str, Any]:
@@ -442,9 +478,7 @@ def _run_ray(cells, address, cpus_per_run, gpus_per_run, console, rerun, title, 
 
     from .results import CHECKPOINT, run_status
 
-    ray = _import_ray()
-    if cpus_per_run < 1 or gpus_per_run < 0:
-        raise UsageError(f"--cpus-per-run must be >= 1 and --gpus-per-run >= 0, got {cpus_per_run}, {gpus_per_run}")
+    ray = _import_ray()  # the options were checked when the GridOptions was made
     started = not ray.is_initialized()
     if started:  # a local Ray (--jobs runs at a time when > 1), or the cluster at --address
         if address == "auto":

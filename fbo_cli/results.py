@@ -508,28 +508,41 @@ def _active(cfg: dict) -> float:
         return 1.0
 
 
-@functools.lru_cache(maxsize=8)
-def _seconds_per_round(roots: tuple[str, ...], here: str) -> dict[tuple, float]:
-    """Median seconds per round (training and evaluation) of the finished runs under ``roots`` on this
-    kind of device, under each of its :func:`_cost_keys`."""
+@functools.lru_cache(maxsize=32)
+def _root_samples(root: str, here: str) -> dict[tuple, tuple[float, ...]]:
+    """Seconds per round (training and evaluation) of the finished runs under ``root`` on this kind of
+    device, under each of its :func:`_cost_keys`; read once per root and process (the evidence's 800 runs
+    take seconds to parse), whatever other roots a later estimate adds."""
     from .config import load_yaml
     from .errors import UsageError
 
     per: dict[tuple, list[float]] = {}
+    for f in Path(root).glob("*/*/*/summary.json"):
+        try:
+            s = json.loads(f.read_text())
+            rounds = s["ledger"]["rounds"]
+            secs = (s.get("train_time_s") or 0) + (s.get("eval_time_s") or 0)
+            cfg = load_yaml((f.parent / "config.yaml").read_bytes(), str(f)) or {}
+        except (OSError, ValueError, KeyError, TypeError, UsageError):
+            continue
+        if not rounds or s.get("device", "cpu") != here:
+            continue
+        for i, key in enumerate(_cost_keys(cfg)):  # the coarse keys: per taking-part client and round
+            per.setdefault(key, []).append(secs / rounds / (_active(cfg) if i >= _COARSE else 1))
+    return {k: tuple(v) for k, v in per.items()}
+
+
+def _seconds_per_round(roots: tuple[str, ...], here: str) -> dict[tuple, float]:
+    """Median seconds per round (training and evaluation) of the finished runs under ``roots`` on this
+    kind of device, under each of its :func:`_cost_keys`."""
+    per: dict[tuple, list[float]] = {}
     for root in roots:
-        for f in Path(root).glob("*/*/*/summary.json"):
-            try:
-                s = json.loads(f.read_text())
-                rounds = s["ledger"]["rounds"]
-                secs = (s.get("train_time_s") or 0) + (s.get("eval_time_s") or 0)
-                cfg = load_yaml((f.parent / "config.yaml").read_bytes(), str(f)) or {}
-            except (OSError, ValueError, KeyError, TypeError, UsageError):
-                continue
-            if not rounds or s.get("device", "cpu") != here:
-                continue
-            for i, key in enumerate(_cost_keys(cfg)):  # the coarse keys: per taking-part client and round
-                per.setdefault(key, []).append(secs / rounds / (_active(cfg) if i >= _COARSE else 1))
+        for k, v in _root_samples(root, here).items():
+            per.setdefault(k, []).extend(v)
     return {k: float(np.median(v)) for k, v in per.items()}
+
+
+_seconds_per_round.cache_clear = _root_samples.cache_clear  # runs written since: read the roots again
 
 
 def evidence_roots() -> tuple[Path, ...]:

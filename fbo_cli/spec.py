@@ -12,6 +12,7 @@ also reads and validates ``tuned.yaml`` (what ``fbo tune`` chose). ``compare`` r
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -82,10 +83,17 @@ def _need(d: dict, key: str, kind, where: str):
 
 def report_index(folder: str | Path = "experiments") -> list[tuple[str, str, int]]:
     """(spec path, paper, order) of every spec under ``folder`` that names its ``paper:``, ordered by paper
-    and ``order``: the report's experiments. Reads only those two keys (the specs are loaded whole when
-    the report builds their sections)."""
+    and ``order``: the report's experiments, and the reproduction's (:func:`fbo_cli.report.papers.
+    reproduction_specs`). Reads only those two keys (the specs are loaded whole when the report builds their
+    sections), once while the files stay as they are."""
+    files = tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in sorted(Path(folder).glob("*.yaml")))
+    return list(_index(files))
+
+
+@functools.lru_cache(maxsize=8)
+def _index(files: tuple[tuple[str, int, int], ...]) -> tuple[tuple[str, str, int], ...]:
     out = []
-    for f in sorted(Path(folder).glob("*.yaml")):
+    for f, _, _ in files:
         spec = load_config_file(f)
         paper, order = spec.get("paper"), spec.get("order", 100)
         if paper is None:
@@ -93,8 +101,13 @@ def report_index(folder: str | Path = "experiments") -> list[tuple[str, str, int
         if not isinstance(paper, str) or not isinstance(order, int) or isinstance(order, bool):
             raise UsageError(f"{f}: 'paper' must be a paper's key (a string) and 'order' an integer, "
                              f"got {paper!r}, {order!r}")
-        out.append((str(f), paper, order))
-    return sorted(out, key=lambda t: (t[1], t[2], t[0]))
+        out.append((f, paper, order))
+    return tuple(sorted(out, key=lambda t: (t[1], t[2], t[0])))
+
+
+def has_tuning(path: str | Path) -> bool:
+    """Whether a spec has tuning grids (an algorithm with ``tune:``), read without resolving its cells."""
+    return any(isinstance(a, dict) and a.get("tune") for a in load_config_file(path).get("algorithms") or [])
 
 
 def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: list[int] | None = None,

@@ -66,6 +66,7 @@ import pandas as pd
 
 from .config import load_yaml, resolve
 from .errors import UsageError
+from .executors import GridOptions
 from .results import PROCESS_STARTUP_S, RUN_STARTUP_S, atomic_write, fmt_num, write_yaml
 from .spec import Cell, Experiment, TuneSpec, algo_overrides, check_metrics, claim_folder, load_spec
 
@@ -235,6 +236,27 @@ def estimate_text(e: dict[str, Any], jobs: int) -> str:
             + (f"; {e['unknown']} grid run(s) of a kind never run here have no cost estimate" if e["unknown"] else ""))
 
 
+def dry_run_text(spec_path: str | Path, overrides: dict[str, Any], rerun: bool, jobs: int) -> str:
+    """``fbo tune --dry-run``: how many tuning runs are left and what they cost; runs nothing."""
+    exp = load_spec(spec_path, overrides, use_tuned=False)
+    ts = tune_spec(exp)
+    cells = tune_cells(exp, ts, overrides)
+    todo = tuning_todo(cells, {} if rerun else recorded_runs(exp, ts), rerun)
+    return f"{exp.name} tuning: {estimate_text(tuning_estimate(exp, ts, overrides, cells, todo, jobs), jobs)}"
+
+
+def chosen_rows(outdir: Path) -> tuple[str, list[tuple[str, str, str, str]]]:
+    """The title and the rows (algorithm, setting, values, note) of the choices recorded in ``outdir``'s
+    ``tuned.yaml``, as ``fbo tune`` prints them."""
+    from .spec import edge_note
+
+    tuned = load_yaml((outdir / "tuned.yaml").read_bytes(), str(outdir / "tuned.yaml"))
+    rows = [(algo, setting, ", ".join(f"{k}={fmt_num(v)}" for k, v in vals.items() if not k.startswith("_")),
+             vals.get("_none") or edge_note(vals))
+            for algo, per in (tuned.get("chosen") or {}).items() for setting, vals in per.items()]
+    return f"Chosen by fbo tune ({tuned['score']}, {tuned['mode']})", rows
+
+
 def tune_cells(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any],
                extended: dict[tuple[str, str], list[dict]] | None = None,
                confirm: dict[tuple[str, str], list[dict]] | None = None) -> list[tuple[Cell, dict]]:
@@ -275,9 +297,8 @@ def point_error(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], key: t
     return None
 
 
-def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, rerun: bool = False,
-               console=None, executor: str | None = None, address: str | None = None, cpus_per_run: int = 1,
-               gpus_per_run: float = 0, ranking_check: bool = True, accept_code_change: bool = False) -> Path:
+def run_tuning(spec_path: str | Path, overrides: dict[str, Any], grid: GridOptions | None = None,
+               rerun: bool = False, console=None, ranking_check: bool = True, accept_code_change: bool = False) -> Path:
     from .executors import run_cells
     from .results import cost_line
 
@@ -289,8 +310,7 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
     extended: dict[tuple[str, str], list[dict]] = {}
     confirm: dict[tuple[str, str], list[dict]] = {}  # choices next to a rejected value, run on more seeds
     invalid: dict[tuple[str, str], list[tuple[dict, str]]] = {}  # extensions outside a key's valid range
-    grid = dict(executor=executor or ("serial" if jobs == 1 else "processes"), jobs=jobs, address=address,
-                cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run, console=console)
+    grid = grid or GridOptions()
     checked = False
     while True:  # run the grid; while a choice sits at an edge, run one more point beyond it
         cells = tune_cells(exp, ts, overrides, extended, confirm)
@@ -300,7 +320,7 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
             for d, why in stale.items():
                 console.print(f"{exp.name}: {d}: {why}; it runs again (--accept-code-change keeps it)", highlight=False)
         if todo and console is not None:
-            console.print(f"{exp.name}: tuning, {cost_line(todo, jobs)}", highlight=False)
+            console.print(f"{exp.name}: tuning, {cost_line(todo, grid.jobs)}", highlight=False)
         if todo:
             if not checked:
                 # the tuning runs themselves: tune.set may change what they log
@@ -310,8 +330,8 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
             claim_folder(exp, outdir)
             write_yaml(outdir / PARTIAL[0], {**_rule(ts), "note": "an unfinished tuning's runs so far"})
             atomic_write(outdir / PARTIAL[1], collect_tuning(cells, ts, extended, recorded).to_csv(index=False))
-            run_cells(todo, rerun=rerun, title=f"{exp.name}: tuning runs" + (" (grid extensions)" if extended else ""),
-                      **grid)
+            run_cells(todo, grid, console=console, rerun=rerun,
+                      title=f"{exp.name}: tuning runs" + (" (grid extensions)" if extended else ""))
         rerun = False  # a rerun redoes the spec's grid once, not the extensions' earlier runs
         table = collect_tuning(cells, ts, extended, recorded)
         chosen = choose(table, ts, invalid)
@@ -348,7 +368,7 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, 
         if {k: v for k, v in vals.items() if not k.startswith("_")} in pts:
             vals["_stable_edge"] += f" (and the choice is stable on seeds {', '.join(map(str, extra_seeds))})"
     ranking = (check_ranking(exp, ts, overrides, [c for c in cells if c[0].seed in ts.seeds],
-                             table[table.grid != "confirmation"], extended, grid) if ranking_check else None)
+                             table[table.grid != "confirmation"], extended, grid, console) if ranking_check else None)
     claim_folder(exp, outdir)
     atomic_write(outdir / "tuning.csv", table.to_csv(index=False))
     for f in PARTIAL:  # the finished record below replaces the unfinished one
@@ -419,9 +439,8 @@ def _recorded(exp: Experiment) -> tuple[Path, dict, pd.DataFrame]:
     return outdir, load_yaml((outdir / "tuned.yaml").read_bytes(), str(outdir / "tuned.yaml")), table
 
 
-def ranking_only(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1, console=None,
-                 executor: str | None = None, address: str | None = None, cpus_per_run: int = 1,
-                 gpus_per_run: float = 0) -> Path:
+def ranking_only(spec_path: str | Path, overrides: dict[str, Any], grid: GridOptions | None = None,
+                 console=None) -> Path:
     """``fbo tune --ranking-only``: the ranking check of a tuning recorded without it (module docstring),
     from its ``tuning.csv``: the top 3 accepted points of each (algorithm, setting) run at the evaluation
     budget on the tuning seeds; ``ranking.csv`` and ``tuned.yaml``'s ``ranking_check`` record the verdicts.
@@ -431,10 +450,8 @@ def ranking_only(spec_path: str | Path, overrides: dict[str, Any], jobs: int = 1
     outdir, tuned, table = _recorded(exp)
     extended = {tuple(k.split(" | ")): pts for k, pts in (tuned.get("extended") or {}).items()}
     cells = tune_cells(exp, ts, overrides, extended)
-    grid = dict(executor=executor or ("serial" if jobs == 1 else "processes"), jobs=jobs, address=address,
-                cpus_per_run=cpus_per_run, gpus_per_run=gpus_per_run, console=console)
     ranking = check_ranking(exp, ts, overrides, [c for c in cells if c[0].seed in ts.seeds],
-                            table[table.grid != "confirmation"], extended, grid)
+                            table[table.grid != "confirmation"], extended, grid or GridOptions(), console)
     if ranking is None:
         raise UsageError(f"{exp.name} was tuned at its evaluation budget: there is no ranking to check")
     atomic_write(outdir / "ranking.csv", ranking[0].to_csv(index=False))
@@ -447,7 +464,7 @@ RANKING_TOP = 3  # the accepted points per (algorithm, setting) that the ranking
 
 
 def check_ranking(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], cells: list[tuple[Cell, dict]],
-                  table: pd.DataFrame, extended: dict, grid: dict):
+                  table: pd.DataFrame, extended: dict, grid: GridOptions, console=None):
     """The ranking check (module docstring): ``(ranking.csv's rows, {"algo | setting": verdict})``, or
     None when every tuning run already had its setting's evaluation budget."""
     from .executors import run_cells
@@ -465,7 +482,7 @@ def check_ranking(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], cell
     pick = [(c, p) for c, p in at_budget if point_name(p) in top.get((c.algorithm, c.setting), [])]
     todo = todo_runs([c for c, _ in pick], False)
     if todo:
-        run_cells(todo, rerun=False, title=f"{exp.name}: ranking check at the evaluation budget", **grid)
+        run_cells(todo, grid, console=console, rerun=False, title=f"{exp.name}: ranking check at the evaluation budget")
     at_full = collect_tuning(pick, full, extended)
     rows, verdicts = [], {}
     for (a, s), points in top.items():

@@ -54,8 +54,8 @@ def test_compare_and_tune_do_not_import_each_other():
 
 def test_only_spec_reads_a_spec():
     readers = {str(f.relative_to(ROOT)) for f in ROOT.rglob("*.py") if "load_config_file(" in f.read_text()}
-    assert readers <= {"config.py", "spec.py", "cli.py"}, readers
-    cli = (ROOT / "cli.py").read_text()
+    assert readers <= {"config.py", "spec.py", "cli/run.py"}, readers
+    cli = (ROOT / "cli" / "run.py").read_text()
     assert cli.count("load_config_file(") == 1 and "load_config_file(config)" in cli  # fbo run --config only
 
 

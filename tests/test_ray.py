@@ -7,7 +7,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from fbo_cli import compare as cmp  # noqa: E402
-from fbo_cli.executors import run_cells  # noqa: E402
+from fbo_cli.executors import GridOptions, run_cells  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def test_ray_tables_equal_serial(tmp_path, local_ray):
     tables = {}
     for ex in ("serial", "ray"):
         exp = cmp.load_spec(_spec(tmp_path, ex))
-        out = cmp.run_experiment(exp, executor=ex)
+        out = cmp.run_experiment(exp, GridOptions(executor=ex))
         assert exp.incomplete == 0
         tables[ex] = pd.read_csv(out / "table.csv")
         for c in exp.cells:

@@ -26,7 +26,7 @@ ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from fbo_cli import compare as cmp  # noqa: E402
-from fbo_cli.executors import GridInterrupted, orphaned_ray, reap_orphaned_ray, run_cells  # noqa: E402
+from fbo_cli.executors import GridInterrupted, GridOptions, orphaned_ray, reap_orphaned_ray, run_cells  # noqa: E402
 
 
 def _spec(tmp_path, out, rounds=20, seeds="[0, 1]"):
@@ -75,7 +75,7 @@ def test_two_node_cluster_equals_serial_and_survives_a_node_loss(tmp_path, two_n
     tables = {}
     for ex in ("serial", "ray"):
         exp = cmp.load_spec(_spec(tmp_path, ex))
-        out = cmp.run_experiment(exp, executor=ex)
+        out = cmp.run_experiment(exp, GridOptions(executor=ex))
         assert exp.incomplete == 0
         tables[ex] = pd.read_csv(out / "table.csv")
     pd.testing.assert_frame_equal(tables["serial"], tables["ray"])

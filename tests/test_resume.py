@@ -137,7 +137,7 @@ def test_sigkilled_compare_resumes_and_its_workers_die(tmp_path):
 name: k
 task: hyperrep
 seeds: [0, 1]
-base: {{dataset: digits, clients: 6, participation: 0.5, rounds: 1500, checkpoint_every: 5, threads: 1,
+base: {{dataset: digits, clients: 6, participation: 0.5, rounds: 600, checkpoint_every: 5, threads: 1,
         out_dir: {out}}}
 algorithms: [{{name: F, algo: fednest}}]
 """)
@@ -148,9 +148,9 @@ algorithms: [{{name: F, algo: fednest}}]
     kill = tmp_path / "kill"
     p = subprocess.Popen(CLI + ["compare", spec(kill), "--jobs", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
-    # kill while a run is mid-way (its checkpoint exists only until it finishes); the runs are long
-    # (1,500 rounds, seconds each) so that the kill lands mid-run even on a fast machine, where the
-    # two workers may start a second apart
+    # kill while a run is mid-way (its checkpoint exists only until it finishes, and the first one is
+    # written 5 of 60 iterations in); the runs are long (600 rounds, seconds each) so that the kill lands
+    # mid-run even on a fast machine, where the two workers may start a second apart
     def mid():
         return any(kill.glob("hyperrep/*/*/checkpoint.pt"))
 

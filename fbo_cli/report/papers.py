@@ -116,6 +116,19 @@ PAPERS: tuple[Paper, ...] = (
 )
 
 
+def reproduction_specs(paper: str | None = None) -> list[str]:
+    """The reproduction, the one list that ``fbo report``, ``fbo reproduce``, ``fbo cost`` and ``fbo check``
+    read: every paper's specs (or ``paper``'s), papers in :data:`PAPERS` order, each paper's specs in report
+    order (their ``order:``)."""
+    from ..errors import UsageError
+
+    keys = [p.key for p in PAPERS]
+    if paper is not None and paper not in keys:
+        raise UsageError(f"--paper: unknown paper '{paper}'; choose one of: {', '.join(keys)}")
+    index = report_index()  # read once, not once per paper
+    return [s for p in PAPERS if paper in (None, p.key) for s, key, _ in index if key == p.key and Path(s).is_file()]
+
+
 def fidelity_anchor(prefix: str, path: Path = Path("docs/fidelity.md")) -> str:
     """GitHub's anchor of the first ``## `` heading of docs/fidelity.md that starts with ``prefix``."""
     for line in path.read_text().splitlines() if path.is_file() else []:

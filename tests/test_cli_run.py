@@ -1,34 +1,16 @@
-"""What a user sees: files written, reproducibility, errors with exit code 2, divergence."""
+"""``fbo run``: files written, reproducibility, errors with exit code 2, divergence."""
 
 import json
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
-
-from fbo_cli.cli import app
-
-runner = CliRunner()
-TINY = ["--dataset", "digits", "--clients", "6", "--participation", "0.5", "--rounds", "30", "--eval-every", "2",
-        "--quiet"]
-
-
-def run(*args):
-    return runner.invoke(app, list(args))
-
-
-def _run_dir(out):
-    dirs = list((out / "hyperrep").glob("*/*"))
-    assert len(dirs) == 1, dirs
-    return dirs[0]
+from cli_helpers import TINY, invoke, run, run_dir
 
 
 def test_run_writes_its_files(tmp_path):
     r = run("run", "hyperrep", "--algo", "aggitd", "--out-dir", str(tmp_path), *TINY)
     assert r.exit_code == 0, r.output
-    d = _run_dir(tmp_path)
+    d = run_dir(tmp_path)
     for f in ("config.yaml", "metrics.csv", "summary.json", "curves.png"):
         assert (d / f).is_file(), f
     m = pd.read_csv(d / "metrics.csv")
@@ -46,24 +28,24 @@ def test_a_runs_config_yaml_repeats_it(tmp_path):
     r = run("run", "hyperrep", "--algo", "fednest", "--out-dir", str(tmp_path / "a"), *TINY, "--seed", "3",
             "--set", "tau=2", "--set", "hidden=50")
     assert r.exit_code == 0, r.output
-    first = _run_dir(tmp_path / "a")
+    first = run_dir(tmp_path / "a")
     r = run("run", "hyperrep", "--algo", "fednest", "--config", str(first / "config.yaml"),
             "--out-dir", str(tmp_path / "b"), "--quiet")
     assert r.exit_code == 0, r.output
-    again = _run_dir(tmp_path / "b")
+    again = run_dir(tmp_path / "b")
     assert again.name == first.name
     cols = lambda d: pd.read_csv(d / "metrics.csv").drop(columns="train_time")  # noqa: E731
     pd.testing.assert_frame_equal(cols(first), cols(again))
     r = run("run", "--config", str(first / "config.yaml"), "--out-dir", str(tmp_path / "d"), "--quiet")
     assert r.exit_code == 0, r.output  # TASK and --algo come from the file
-    assert _run_dir(tmp_path / "d").name == first.name
+    assert run_dir(tmp_path / "d").name == first.name
     r = run("run", "hyperrep", "--algo", "aggitd", "--config", str(first / "config.yaml"),
             "--out-dir", str(tmp_path / "c"), "--quiet")  # one run's config seeds another algorithm's run
     assert r.exit_code == 0, r.output
     assert "replaces the file's fednest" in r.output and "T, local_hypergrad, neumann" in " ".join(r.output.split())
     import yaml
 
-    c = yaml.safe_load((_run_dir(tmp_path / "c") / "config.yaml").read_text())
+    c = yaml.safe_load((run_dir(tmp_path / "c") / "config.yaml").read_text())
     assert c["algo"] == "aggitd" and c["hp"]["tau"] == 2 and c["task_params"]["hidden"] == 50
     assert c["device_used"] == "cpu"
     r = run("run", "--config", str(first / "config.yaml"), "--set", "tua=3", "--dry-run")
@@ -77,12 +59,12 @@ def test_same_seed_same_metrics(tmp_path):
         r = run("run", "hyperrep", "--algo", "fednest", "--out-dir", str(tmp_path / sub), *TINY,
                 "--set", "tau=2", "--partition", "shards")
         assert r.exit_code == 0, r.output
-    a = pd.read_csv(_run_dir(tmp_path / "a") / "metrics.csv").drop(columns="train_time")
-    b = pd.read_csv(_run_dir(tmp_path / "b") / "metrics.csv").drop(columns="train_time")
+    a = pd.read_csv(run_dir(tmp_path / "a") / "metrics.csv").drop(columns="train_time")
+    b = pd.read_csv(run_dir(tmp_path / "b") / "metrics.csv").drop(columns="train_time")
     pd.testing.assert_frame_equal(a, b, check_exact=True)
     r = run("run", "hyperrep", "--algo", "fednest", "--out-dir", str(tmp_path / "c"), *TINY,
             "--set", "tau=2", "--partition", "shards", "--seed", "1")
-    c = pd.read_csv(_run_dir(tmp_path / "c") / "metrics.csv").drop(columns="train_time")
+    c = pd.read_csv(run_dir(tmp_path / "c") / "metrics.csv").drop(columns="train_time")
     assert not a.test_acc.equals(c.test_acc)
 
 
@@ -135,7 +117,7 @@ def test_diverged_run_keeps_rows(tmp_path):
     r = run("run", "hyperrep", "--algo", "fednest", "--out-dir", str(tmp_path), *TINY, "--set", "outer_lr=1e30",
             "--set", "eval_every=1")
     assert r.exit_code == 1, r.output
-    d = _run_dir(tmp_path)
+    d = run_dir(tmp_path)
     s = json.loads((d / "summary.json").read_text())
     assert s["status"] == "diverged"
     assert len(pd.read_csv(d / "metrics.csv")) >= 1
@@ -149,59 +131,16 @@ def test_config_file_and_set_precedence(tmp_path):
     assert r.exit_code == 0, r.output
     import yaml
 
-    c = yaml.safe_load((_run_dir(tmp_path) / "config.yaml").read_text())
+    c = yaml.safe_load((run_dir(tmp_path) / "config.yaml").read_text())
     assert c["hp"]["tau"] == 3 and c["hp"]["lam"] == 0.05 and c["clients"] == 6
 
 
-def test_compare_runs_then_reuses(tmp_path):
-    spec = tmp_path / "exp.yaml"
-    spec.write_text(f"""
-name: tiny
-task: hyperrep
-target: 0.5
-seeds: [0, 1]
-base: {{dataset: digits, clients: 6, participation: 0.5, rounds: 20, out_dir: {tmp_path}}}
-algorithms: [{{name: A, algo: aggitd}}, {{name: F, algo: fednest}}]
-settings: [{{name: iid, set: {{partition: iid}}}}]
-reference: {{A: {{iid: {{final: 0.9}}}}}}
-""")
-    r = run("compare", str(spec))
-    assert r.exit_code == 0, r.output
-    out = tmp_path / "compare" / "tiny"
-    for f in ("table.md", "table.csv", "runs.csv", "curves.png"):
-        assert (out / f).is_file()
-    runs = pd.read_csv(out / "runs.csv")
-    assert len(runs) == 4 and set(runs.algorithm) == {"A", "F"}
-    table = pd.read_csv(out / "table.csv")
-    assert "paper final" in table and table.loc[table.algorithm == "A", "paper final"].iloc[0] == 0.9
-    a = table[table.algorithm == "A"].iloc[0]  # numbers, one unit (fractions, as in metrics.csv)
-    assert a["final n"] == 2 and 0 <= a["final"] <= 1 and a["final std"] >= 0
-    assert a["final"] == pytest.approx(runs[runs.algorithm == "A"].final.mean())
-    mtimes = {p: p.stat().st_mtime_ns for p in tmp_path.glob("hyperrep/*/*/summary.json")}
-    r = run("compare", str(spec))
+def test_run_help_shows_defaults():
+    r = invoke(["run", "--help"])
     assert r.exit_code == 0
-    assert mtimes == {p: p.stat().st_mtime_ns for p in tmp_path.glob("hyperrep/*/*/summary.json")}
-
-
-def test_list_and_entry_point():
-    r = run("list")
-    assert r.exit_code == 0 and "aggitd" in r.output and "hyperrep" in r.output
-    p = subprocess.run([sys.executable, "-m", "fbo_cli.cli", "run", "hyperrep", "--algo", "nope"],
-                       capture_output=True, text=True)
-    assert p.returncode == 2 and "Traceback" not in p.stderr and "unknown algorithm" in p.stderr
-
-
-def test_tensorboard_export_of_a_run(tmp_path):
-    pytest.importorskip("tensorboard")
-    r = run("run", "hyperrep", "--algo", "fednest", "--out-dir", str(tmp_path), *TINY, "--tensorboard")
-    assert r.exit_code == 0, r.output
-    d = _run_dir(tmp_path)
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(d / "tensorboard"))
-    acc.Reload()
-    m = pd.read_csv(d / "metrics.csv")
-    got = [e.value for e in acc.Scalars("test_acc")]
-    assert got == pytest.approx(list(m.test_acc)) and [e.step for e in acc.Scalars("test_acc")] == list(m.rounds)
-    r = run("export", str(tmp_path / "nope"))
-    assert r.exit_code == 2 and "not a run directory" in " ".join(r.output.split())
+    text = " ".join(r.stdout.replace("│", " ").split())
+    for d in ("[default: the task's; see `fbo show ALGO --task TASK`]", "[default: results]"):
+        assert d in text, d  # the per-task defaults are not claimed as one number
+    for cmd in ("compare", "tune"):
+        r = invoke([cmd, "--help"])
+        assert r.exit_code == 0 and "[default: results]" in " ".join(r.stdout.replace("│", " ").split())

@@ -4,15 +4,15 @@ command per figure (:data:`fbo_cli.report.figures.FIGURES`), plus the two that b
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.console import Console
 
-from .errors import UsageError
-from .paper_figures import FIGURES
+from ..errors import UsageError
+from ..paper_figures import FIGURES
+from .common import user_errors
 
 figure_app = typer.Typer(no_args_is_help=True, help="The papers' figures in their layouts, from run directories "
                          "(default: the committed evidence docs/results/), as PNG, PDF and SVG: " +
@@ -25,24 +25,12 @@ FORMAT = typer.Option(None, "--format", help="Output formats: png, pdf, svg (rep
                       "\\[default: all three]")
 
 
-out, err = Console(), Console(stderr=True)
-
-
-@contextlib.contextmanager
-def user_errors():
-    """A :class:`UsageError` as one line and exit code 2, as every fbo command does (cli.user_errors)."""
-    try:
-        yield
-    except UsageError as e:
-        from rich.markup import escape
-
-        err.print(f"[bold red]Error:[/bold red] {escape(str(e))}", highlight=False)
-        raise typer.Exit(2) from None
+out = Console()
 
 
 def _draw(name: str, root: Path, out_dir: Path, formats: list[str] | None) -> None:
-    from .plotstyle import parse_formats
-    from .report.figures import draw
+    from ..plotstyle import parse_formats
+    from ..report.figures import draw
 
     with user_errors():
         fmts = parse_formats(formats)
@@ -82,8 +70,8 @@ def figure_zohfl_fig1(
     split and write its counts as CSV (`fbo report --collect` keeps the CSV) and its bubble chart."""
     if dataset is None:
         return _draw("zohfl-fig1", root, out_dir, formats)
-    from .plotstyle import parse_formats
-    from .report.zohfl import fig1
+    from ..plotstyle import parse_formats
+    from ..report.zohfl import fig1
 
     with user_errors():
         fmts = parse_formats(formats)
@@ -101,7 +89,7 @@ def figure_codasca_imax(
     """The CODASCA Figure 1 analog's I_max table (Yuan et al., ICML 2021): final AUC against the window I per
     algorithm and K, and I_max; writes imax.md, imax.csv and imax.png (.pdf, .svg) beside runs.csv and prints
     the table. The whole Figure 1 from the evidence: `fbo figure codasca-fig1`."""
-    from .report.codasca import imax_table
+    from ..report.codasca import imax_table
 
     with user_errors():
         if not (compare_dir / "runs.csv").is_file():

@@ -1,0 +1,57 @@
+"""The ``fbo`` command line: a module per command (``fbo_cli/cli/<command>.py``: parse, call, print),
+their shared helpers in :mod:`fbo_cli.cli.common`.
+
+Exit codes: 0 done, 1 the run failed or diverged, 2 usage error (bad input; no traceback).
+"""
+
+from __future__ import annotations
+
+import typer
+
+from . import (
+    bench,
+    check,
+    clean,
+    compare,
+    cost,
+    diagnose,
+    export,
+    fetch,
+    figure,
+    list,
+    report,
+    reproduce,
+    run,
+    show,
+    tune,
+    witness,
+)
+
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
+    help="Experiment runner for federated bilevel and federated minimax optimization.\n\n"
+         "[bold]fbo run TASK --algo ALGO[/bold] runs one algorithm; "
+         "[bold]fbo compare SPEC.yaml[/bold] runs a paper's grid and writes its table and plots; "
+         "[bold]fbo list[/bold] shows tasks, algorithms, datasets and experiment specs.")
+
+# in the order `fbo --help` lists them
+app.command(no_args_is_help=True)(run.run)
+app.command(no_args_is_help=True)(compare.compare)
+app.command()(cost.cost)
+app.command("check")(check.check_cmd)
+app.command(no_args_is_help=True)(tune.tune)
+app.command()(reproduce.reproduce)
+app.command()(report.report)
+app.command(no_args_is_help=True)(fetch.fetch)
+app.add_typer(figure.figure_app, name="figure")
+app.command(no_args_is_help=True)(show.show)
+app.command(no_args_is_help=True)(export.export)
+app.command()(clean.clean)
+app.command()(bench.bench)
+app.command(no_args_is_help=True)(witness.witness)
+app.add_typer(diagnose.diagnose_app, name="diagnose")
+app.command("list")(list.list_)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,53 @@
+"""``fbo clean``: what interrupted work left behind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ..errors import UsageError
+from .common import out, user_errors
+
+
+def clean(
+    out_dir: Path = typer.Option(Path("results"), help="Results root to clean (one fbo made: it holds .fbo-results)."),
+    yes: bool = typer.Option(False, "--yes", help="Remove what is listed. Without it nothing is removed."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List what would go; remove nothing (the default "
+                                 "without --yes)."),
+) -> None:
+    """List, then with --yes remove, what interrupted work left behind and nothing else: temporary files of
+    atomic writes (.NAME.XXXXXXXX), .lock files nobody holds and the folders removing them leaves empty,
+    inside a results root fbo made; the temporary folders of killed Ray workers (fbo-ray-PID-*); and the Ray
+    processes of a local Ray that fbo started and whose driver was killed (never a `ray start` cluster).
+    Finished and partial runs (checkpoints), links and every file fbo did not make stay."""
+    import shutil
+
+    from ..executors import orphaned_ray, reap_orphaned_ray, stale_temp_folders
+    from ..results import ROOT_MARKER, is_fbo_root, leftovers, remove_leftover
+
+    go = yes and not dry_run
+    with user_errors():
+        if not out_dir.is_dir():
+            raise UsageError(f"--out-dir: no results folder at {out_dir}")
+        if not is_fbo_root(out_dir):
+            raise UsageError(f"{out_dir} is not a results root fbo made (it has no {ROOT_MARKER}): nothing "
+                             f"removed. A results root of an older fbo: create {out_dir / ROOT_MARKER} by hand "
+                             f"once you are sure every file in it is fbo's")
+        found = leftovers(out_dir)
+    found += stale_temp_folders()
+    for p in found:
+        typer.echo(f"{'removed' if go else 'would remove'} {p}{'/' if p.is_dir() else ''}")
+        if go:
+            if p.name.startswith("fbo-ray-"):
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                remove_leftover(p)
+    procs = reap_orphaned_ray() if go else orphaned_ray()
+    for pid, name, rss in procs:
+        typer.echo(f"{'stopped' if go else 'would stop'} Ray process {pid} {name} ({rss // 1024} MB), left by a "
+                   f"local Ray that fbo started and whose driver was killed")
+    n = len(found) + len(procs)
+    out.print(f"{len(found)} leftover(s) (under {out_dir} and Ray workers' temporary folders) and {len(procs)} "
+              f"orphaned Ray process(es) {'removed' if go else 'found'}"
+              + ("" if go or not n else "; `fbo clean --yes` removes them"), markup=False, highlight=False)

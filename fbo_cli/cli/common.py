@@ -1,0 +1,119 @@
+"""What every ``fbo`` command shares: the consoles, user errors as one line and exit 2, the first torch
+thread, Ctrl-C's note, and the grid options of compare, tune and reproduce (built and checked once, as
+:class:`fbo_cli.executors.GridOptions`)."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from ..errors import UsageError
+
+err = Console(stderr=True, markup=False)  # user text (names, settings, paths) is never markup
+out = Console(markup=False)
+
+
+def wide_console() -> Console:
+    """stdout; piped (not a terminal), with no width limit, so names and file names are never cut
+    (fbo list | grep)."""
+    return out if out.is_terminal else Console(width=100_000, markup=False)
+
+
+@contextlib.contextmanager
+def user_errors():
+    """Turn a :class:`UsageError` into a one-line message and exit code 2."""
+    try:
+        yield
+    except UsageError as e:
+        from rich.markup import escape
+
+        err.print(f"[bold red]Error:[/bold red] {escape(str(e))}", markup=True, highlight=False)  # '[ray]' stays
+        raise typer.Exit(2) from None
+    except OSError as e:  # the machine, not the input: a full disk, a quota, a read-only file system
+        import errno
+
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO):
+            raise
+        err.print(Text.assemble(("Error: ", "bold red"), f"{e.strerror or e}{f' ({e.filename})' if e.filename else ''}"
+                                "; nothing half-written stays: free some space and run the same command again "
+                                "(finished runs are reused, partial ones resume from their last checkpoint)"),
+                  highlight=False)
+        raise typer.Exit(1) from None
+
+
+def threads_first() -> None:
+    """One torch CPU thread before any torch work in this process, as a grid's workers do (each run then sets
+    its own ``threads``): the first setting decides the last bits of a run (docs/fidelity.md,
+    Reproducibility), so a run made here is the same run as in a worker."""
+    import torch
+
+    torch.set_num_threads(1)
+    _term_as_ctrl_c()
+
+
+def _term_as_ctrl_c() -> None:
+    """SIGTERM (a scheduler's stop, `kill`) ends a command as Ctrl-C does, with its message and exit 130,
+    also between runs (a run in progress writes its checkpoint either way)."""
+    import signal
+    import threading
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stop)
+
+
+def interrupted_note(e: KeyboardInterrupt) -> str:
+    """What Ctrl-C left: the Ray executor says which runs came home; the runner of the other executors
+    writes each run's checkpoint on SIGINT."""
+    return str(e) if str(e) else ("interrupted: the runs in progress wrote their checkpoints; run the "
+                                          "same command again to continue")
+
+
+
+def grid_options(jobs: int, executor: str | None = None, address: str | None = None, cpus_per_run: int = 1,
+                 gpus_per_run: float = 0.0):
+    """The grid options of the command line, checked (a :class:`UsageError` naming the option)."""
+    from ..executors import GridOptions
+
+    return GridOptions(jobs=jobs, executor=executor, address=address, cpus_per_run=cpus_per_run,
+                       gpus_per_run=gpus_per_run)
+
+
+def grid_overrides(set_: list[str] | None, out_dir: Path | None, data_dir: Path | None) -> dict[str, Any]:
+    """The ``--set`` keys plus ``--out-dir``/``--data-dir`` of compare and tune, for every run of a grid."""
+    from ..config import parse_sets
+
+    overrides = parse_sets(set_)
+    if out_dir:
+        overrides["out_dir"] = str(out_dir)
+    if data_dir:
+        overrides["data_dir"] = str(data_dir)
+    return overrides
+
+
+def ignored_note(exp) -> None:
+    """Say which algorithms of a spec ignore a --set key they do not have (stderr)."""
+    for k, names in exp.ignored.items():
+        err.print(f"--set {k}: applies to {', '.join(a['name'] for a in exp.algorithms if a['name'] not in names)}; "
+                  f"ignored by {', '.join(names)} (no such key)", highlight=False)
+
+
+JOBS_HELP = "Runs in parallel (processes; with --executor ray on a local Ray: the CPUs it starts with)."
+EXECUTOR_HELP = "serial | processes | ray. \\[default: serial for --jobs 1, else processes]"
+ADDRESS_HELP = "Ray cluster to join: auto or HOST:PORT. \\[default: a local Ray]"
+
+# the options fbo compare and fbo tune share: how a grid runs, and where
+Jobs = Annotated[int, typer.Option("--jobs", "-j", help=JOBS_HELP)]
+Executor = Annotated[Optional[str], typer.Option(help=EXECUTOR_HELP)]
+Address = Annotated[Optional[str], typer.Option(help=ADDRESS_HELP)]
+CpusPerRun = Annotated[int, typer.Option(help="Ray: CPUs per run (its torch threads).")]
+GpusPerRun = Annotated[float, typer.Option(help="Ray: GPUs per run.")]
+OutDir = Annotated[Optional[Path], typer.Option(help="Results root. \\[default: results]")]
+DataDir = Annotated[Optional[Path], typer.Option(help="Dataset directory. \\[default: data]")]

@@ -1,0 +1,127 @@
+"""``fbo compare``: an experiment grid and its table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import UsageError
+from .common import (
+    Address,
+    CpusPerRun,
+    DataDir,
+    Executor,
+    GpusPerRun,
+    Jobs,
+    OutDir,
+    err,
+    grid_options,
+    grid_overrides,
+    ignored_note,
+    interrupted_note,
+    out,
+    threads_first,
+    user_errors,
+)
+
+
+def compare(
+    spec: Path = typer.Argument(..., help="Experiment spec (YAML), e.g. experiments/aggitd_table2_fmnist.yaml."),
+    jobs: Jobs = 1, executor: Executor = None, address: Address = None,  # the grid options (cli/common.py)
+    cpus_per_run: CpusPerRun = 1, gpus_per_run: GpusPerRun = 0.0, out_dir: OutDir = None, data_dir: DataDir = None,
+    seeds: Optional[str] = typer.Option(None, help="Override the spec's seeds, e.g. 0,1."),
+    set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="Override a key in every run (repeatable)."),
+    rerun: bool = typer.Option(False, help="Run again even the runs that are already done."),
+    no_run: bool = typer.Option(False, "--no-run", help="Only aggregate the runs already done."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Say how many runs are left and what they cost "
+                                 "(core-minutes, from finished runs of the same kind); run nothing."),
+    until_settled: bool = typer.Option(False, "--until-settled", help="Then add seeds, up to --cap, to the "
+                                       "settings of the claims still inconclusive, and run them (a second and last "
+                                       "look; the procedure is in fbo_cli/settle.py and the report's rule)."),
+    cap: int = typer.Option(10, help="--until-settled: the most seeds a setting gets."),
+    accept_code_change: bool = typer.Option(False, "--accept-code-change", help="Keep finished runs whose "
+                                            "algorithm's code changed since (recorded in their summary.json)."),
+) -> None:
+    """Run an experiment grid (algorithms x settings x seeds), reusing finished runs and resuming partial
+    ones, then write results/compare/<name>/{table.md, table.csv, runs.csv, curves.png}. Exit 1 when a run
+    failed or is missing from the table."""
+    from .. import compare as cmp
+
+    threads_first()
+    with user_errors():
+        grid = grid_options(jobs, executor, address, cpus_per_run, gpus_per_run)
+        overrides = grid_overrides(set_, out_dir, data_dir)
+        seed_list = None
+        if seeds:
+            try:
+                seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+            except ValueError:
+                raise UsageError(f"--seeds expects comma-separated integers, got '{seeds}'") from None
+        exp = cmp.load_spec(spec, overrides, seed_list)
+        if until_settled and (seed_list is not None or not exp.claims or not 2 <= cap <= 1000):
+            raise UsageError("--until-settled needs the spec's own seeds (no --seeds), claims in the spec, and "
+                             f"--cap in [2, 1000]; got {'--seeds, ' if seed_list else ''}{len(exp.claims)} claims, "
+                             f"cap {cap}")
+        ignored_note(exp)
+        if dry_run:
+            from ..results import cost_line, todo_runs
+
+            stale: dict = {}
+            todo = todo_runs(exp.cells, rerun, False, stale)
+            for line in cmp.code_notes(exp.cells, stale):
+                out.print(f"{exp.name}: {line}", highlight=False, markup=False)
+            out.print(f"{exp.name}: {len(exp.cells)} cells; {cost_line(todo, jobs)}", highlight=False, markup=False)
+            if until_settled:
+                _settle(exp, spec, overrides, cap, jobs, dry_run=True)
+            return
+        if (short := cmp.tuning_budget_note(exp)) and not no_run:
+            err.print(short.replace('**', ''), style="yellow", highlight=False)
+        if exp.tuned is None and any(a.get("tune") for a in exp.algorithms) and not no_run:
+            err.print(f"{spec} has tuning grids but no tuned.yaml yet: these runs use the spec's own "
+                      f"values; `fbo tune {spec}` first chooses them on validation data", style="yellow")
+        try:
+            outdir = cmp.run_experiment(exp, grid, rerun=rerun, no_run=no_run, console=err,
+                                        accept_code_change=accept_code_change)
+            if until_settled and (more := _settle(exp, spec, overrides, cap, jobs)) is not None:
+                exp = more
+                outdir = cmp.run_experiment(exp, grid, rerun=False, no_run=no_run, console=err,
+                                            accept_code_change=accept_code_change)
+        except KeyboardInterrupt as e:
+            err.print(interrupted_note(e), style="yellow", highlight=False)
+            raise typer.Exit(130) from None
+    typer.echo((outdir / "table.md").read_text().rstrip("\n"))  # plain: no markup, no wrap at 80 columns
+    out.print(f"written: {outdir}/table.md, table.csv, runs.csv, curves.png")
+    if exp.incomplete:
+        err.print(f"{exp.incomplete} run(s) failed or did not finish (see the 'failed' and 'not run' "
+                  f"columns)", style="red")
+        raise typer.Exit(1)
+
+
+def _settle(exp, spec: Path, overrides: dict, cap: int, jobs: int, dry_run: bool = False):
+    """The second look's seeds (fbo_cli/settle.py) for the claims still inconclusive: printed, written to
+    settled.yaml and returned as the reloaded experiment (None when there is nothing to add)."""
+    from .. import compare as cmp
+    from ..settle import plan, write_settled
+
+    runs, _ = cmp.collect(exp)
+    added, why = plan(exp, runs[runs.status != "not run"], cap)
+    if not added:
+        err.print("until settled: every claim is decided, or at the cap, or not yet run: no seeds to add",
+                  highlight=False, markup=False)
+        return None
+    err.print(f"until settled: {len(why)} claim(s) inconclusive at the first look:", highlight=False, markup=False)
+    for w in why:
+        err.print(f"  {w}", highlight=False, markup=False)
+    for e in added:
+        err.print(f"  adds seeds {e['seeds'][0]}-{e['seeds'][-1]} to {e['setting']}: {', '.join(e['algorithms'])}",
+                  highlight=False, markup=False)
+    if dry_run:
+        from ..results import cost_line, todo_runs
+
+        more = cmp.load_spec(spec, overrides, None, settled={"added": added})
+        out.print(f"until settled: {cost_line(todo_runs(more.cells, False), jobs)}", highlight=False, markup=False)
+        return None
+    write_settled(exp, added, cap)
+    return cmp.load_spec(spec, overrides, None)

@@ -1,0 +1,27 @@
+"""``fbo diagnose``: diagnostics behind choices recorded in docs/fidelity.md."""
+
+from __future__ import annotations
+
+import typer
+
+from ..errors import UsageError
+from .common import user_errors
+
+diagnose_app = typer.Typer(no_args_is_help=True, help="Diagnostics behind choices recorded in docs/fidelity.md.")
+
+
+@diagnose_app.command("truncation")
+def diagnose_truncation(
+    dataset: str = typer.Option("fashion-mnist", help="Dataset of the per-client-head setting."),
+    grid: bool = typer.Option(False, help="A grid of Neumann steps and Q instead of each algorithm's defaults."),
+    rounds: int = typer.Option(0, help="Train this many FedBiO-Local rounds first."),
+    max_examples: int = typer.Option(1000, help="Examples per client and split."),
+) -> None:
+    """How much of the implicit hypergradient term the local-lower-level estimators keep (FedBiO-Local,
+    FedBiOAcc-Local, AdaFBiO), against the exact one, on the per-client-head setting."""
+    from ..diagnostics import truncation
+
+    with user_errors():
+        if rounds < 0 or max_examples < 1:
+            raise UsageError(f"--rounds must be >= 0 and --max-examples >= 1, got {rounds}, {max_examples}")
+        truncation(dataset, grid, rounds, max_examples, echo=typer.echo)

@@ -1,0 +1,14 @@
+"""``fbo show``: every setting of an algorithm on a task, its default, meaning and symbol."""
+
+from cli_helpers import invoke
+
+
+def test_show_prints_every_setting_with_the_tasks_default():
+    r = invoke(["show", "fedbioacc-local", "--task", "hyperrep"])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.stdout.split())
+    for key in ("upper_lr", "lower_lr", "neumann_step", "local_steps", "clients", "participation", "eval_every"):
+        assert key in text, key
+    assert "γ, lower (y) step" in text and "η, upper (x) step" in text  # meaning and the paper's symbol
+    r = invoke(["show", "fedbioac-local"])
+    assert r.exit_code == 2 and "did you mean 'fedbioacc-local'" in " ".join(r.output.split())
