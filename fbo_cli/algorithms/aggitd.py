@@ -52,14 +52,14 @@ class AggITD(BilevelAlgorithm):
 
     @dataclass
     class HP:
-        N: int = bounded(1, ge=0, le=1000)  # lower-level federated rounds per outer iteration
-        lam: float = 0.01  # λ, the HessIV (Neumann) step
-        inner_lr: float = 0.003  # β, lower-level local step size
-        outer_lr: float = 0.01  # α, upper-level local step size
-        lower_epochs: int = bounded(5, ge=1, le=1000)  # local epochs of One-Round-Lower
-        batch_size: int = bounded(64, ge=1)
-        tau: int = bounded(1, ge=1, le=1000)  # local upper steps ("Outer_ep")
-        lower_solver: str = bounded("svrg", choices=("svrg", "sgd"))  # svrg (Alg. 2) | sgd (FedAvg)
+        N: int = bounded(1, ge=0, le=1000, doc="lower-level federated rounds per outer iteration")
+        lam: float = bounded(0.01, doc="λ, the HessIV (Neumann) step")
+        inner_lr: float = bounded(0.003, doc="β, lower-level local step size")
+        outer_lr: float = bounded(0.01, doc="α, upper-level local step size")
+        lower_epochs: int = bounded(5, ge=1, le=1000, doc="local epochs of One-Round-Lower")
+        batch_size: int = bounded(64, ge=1, doc="minibatch size of every stochastic oracle (per client)")
+        tau: int = bounded(1, ge=1, le=1000, doc="local upper steps (\"Outer_ep\")")
+        lower_solver: str = bounded("svrg", choices=("svrg", "sgd"), doc="svrg (Alg. 2) | sgd (FedAvg)")
 
     def rounds_per_iteration(self) -> int:
         return (2 if self.hp.lower_solver == "svrg" else 1) * self.hp.N + 3

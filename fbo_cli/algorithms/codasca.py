@@ -113,19 +113,19 @@ class CodaPlus(Algorithm):
 
     @dataclass
     class HP:
-        eta: float = bounded(0.1, gt=0)  # step size (CODASCA: eta_l), primal and dual
-        I: int = bounded(32, ge=1, le=100_000)  # communication window: local iterations per round
-        T0: int = bounded(2000, ge=1, le=10**8)  # stage length in local iterations
-        decay: float = bounded(3.0, gt=0)  # the step is divided by this at every stage
-        gamma: float = 2e-3  # proximal coefficient gamma of eq. 5 (1/500)
-        inv_gamma: float | None = None  # paper-style 1/gamma (500, 700, 1000); overrides gamma
-        batch_size: int = bounded(32, ge=1)  # local minibatch
-        stage_output: str = bounded("average", choices=OUTPUTS)  # average | random_round | last | paper
-        stage_restart: str = bounded("last", choices=RESTARTS)  # last | output
-        # autograd | closed_form (None: the task preset's)
-        dual_grad: str | None = bounded(None, choices=("autograd", "closed_form"))
-        grad_clip: float | None = None  # elementwise clip of the model gradient, 0 = off (None: preset)
-        weight_decay: float | None = None  # decoupled weight decay on w (None: preset)
+        eta: float = bounded(0.1, gt=0, doc="step size (CODASCA: eta_l), primal and dual")
+        I: int = bounded(32, ge=1, le=100_000, doc="communication window: local iterations per round")
+        T0: int = bounded(2000, ge=1, le=10**8, doc="stage length in local iterations")
+        decay: float = bounded(3.0, gt=0, doc="the step is divided by this at every stage")
+        gamma: float = bounded(2e-3, doc="proximal coefficient gamma of eq. 5 (1/500)")
+        inv_gamma: float | None = bounded(None, doc="paper-style 1/gamma (500, 700, 1000); overrides gamma")
+        batch_size: int = bounded(32, ge=1, doc="local minibatch")
+        stage_output: str = bounded("average", choices=OUTPUTS, doc="average | random_round | last | paper")
+        stage_restart: str = bounded("last", choices=RESTARTS, doc="last | output")
+        dual_grad: str | None = bounded(None, choices=("autograd", "closed_form"),
+                                        doc="autograd | closed_form (None: the task preset's)")
+        grad_clip: float | None = bounded(None, doc="elementwise clip of the model gradient, 0 = off (None: preset)")
+        weight_decay: float | None = bounded(None, doc="decoupled weight decay on w (None: preset)")
 
     def __init__(self, task, hp, fed):
         super().__init__(task, hp, fed)
@@ -252,9 +252,9 @@ class Codasca(CodaPlus):
 
     @dataclass
     class HP(CodaPlus.HP):
-        eta_g: float = bounded(1.0, gt=0)  # global (server) step; > 1 extrapolates
-        # eq7 (mean of the round's gradients) | eq6 (difference form)
-        control: str = bounded("eq7", choices=("eq6", "eq7"))
+        eta_g: float = bounded(1.0, gt=0, doc="global (server) step; > 1 extrapolates")
+        control: str = bounded("eq7", choices=("eq6", "eq7"),
+                               doc="eq7 (mean of the round's gradients) | eq6 (difference form)")
 
     def __init__(self, task, hp, fed):
         super().__init__(task, hp, fed)

@@ -45,11 +45,11 @@ class FedAvgBound(BilevelAlgorithm):
 
     @dataclass
     class HP:
-        # noisy: all training examples | clean: the clean ones only (oracle)
-        data: str = bounded("noisy", choices=("noisy", "clean"))
-        local_steps: int = bounded(5, ge=1, le=100_000)  # I
-        batch_size: int = bounded(64, ge=1)  # b
-        lower_lr: float = 0.03  # γ
+        data: str = bounded("noisy", choices=("noisy", "clean"),
+                            doc="noisy: all training examples | clean: the clean ones only (oracle)")
+        local_steps: int = bounded(5, ge=1, le=100_000, doc="I, local iterations between averaging rounds")
+        batch_size: int = bounded(64, ge=1, doc="b, local minibatch")
+        lower_lr: float = bounded(0.03, doc="γ, local step size")
 
     def __init__(self, task, hp, fed):
         if not hasattr(task, "noisy"):

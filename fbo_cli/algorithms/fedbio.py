@@ -151,17 +151,17 @@ class FedBiO(_GlobalLowerBase):
 
     @dataclass
     class HP:
-        local_steps: int = bounded(5, ge=1, le=100_000)  # I, local iterations between averaging rounds
-        batch_size: int = bounded(64, ge=1)  # b = b_y of B_y (and b_x unless upper_batch_size is set)
-        # b_x of B_x = {B_g1, B_g2, B_f1, B_f2} (None: = batch_size)
-        upper_batch_size: int | None = bounded(None, ge=1)
-        lower_lr: float = 0.03  # γ (stable for the lower Hessian's L ≲ 60; docs/fidelity.md)
-        upper_lr: float = 100.0  # η
-        aux_lr: float = 0.03  # τ, step of the quadratic (4) in u (needs τL < 2 like γ)
-        schedule: str = "const"  # const: γ_t = γ δ, ... | cbrt: times δ/(u0+t)^{1/3}
-        delta: float = 1.0
-        u0: float = 0.0
-        shared_batches: bool = False  # one train + one val batch per iteration (docs/fidelity.md)
+        local_steps: int = bounded(5, ge=1, le=100_000, doc="I, local iterations between averaging rounds")
+        batch_size: int = bounded(64, ge=1, doc="b = b_y of B_y (and b_x unless upper_batch_size is set)")
+        upper_batch_size: int | None = bounded(None, ge=1,
+                                               doc="b_x of B_x = {B_g1, B_g2, B_f1, B_f2} (None: = batch_size)")
+        lower_lr: float = bounded(0.03, doc="γ (stable for the lower Hessian's L ≲ 60; docs/fidelity.md)")
+        upper_lr: float = bounded(100.0, doc="η, upper-level (x) step")
+        aux_lr: float = bounded(0.03, doc="τ, step of the quadratic (4) in u (needs τL < 2 like γ)")
+        schedule: str = bounded("const", doc="const: γ_t = γ δ, ... | cbrt: times δ/(u0+t)^{1/3}")
+        delta: float = bounded(1.0, doc="δ of the step factor α_t: δ (const) or δ/(u0+t)^{1/3} (cbrt)")
+        u0: float = bounded(0.0, doc="u0 of the cbrt step factor δ/(u0+t)^{1/3}")
+        shared_batches: bool = bounded(False, doc="one train + one val batch per iteration (docs/fidelity.md)")
 
     def step(self) -> None:
         hp = self.hp
@@ -185,20 +185,20 @@ class FedBiOAcc(_GlobalLowerBase):
 
     @dataclass
     class HP:
-        local_steps: int = bounded(5, ge=1, le=100_000)  # I
-        batch_size: int = bounded(64, ge=1)  # b
-        upper_batch_size: int | None = bounded(None, ge=1)  # b_x of B_x (None: = batch_size)
-        first_batch: int | None = bounded(None, ge=1)  # b_1 of the initial estimators (None: 4 b)
-        lower_lr: float = 0.03  # γ (stable for the lower Hessian's L ≲ 60; docs/fidelity.md)
-        upper_lr: float = 100.0  # η
-        aux_lr: float = 0.03  # τ
-        c_omega: float = 0.1  # c_ω: momentum weight of ω is 1 - c_ω α_t²
-        c_nu: float = 0.1  # c_ν
-        c_u: float = 0.1  # c_u
-        schedule: str = "const"  # const: α_t = δ | cbrt: α_t = δ/(u0+t)^{1/3} (Thm 2)
-        delta: float = 1.0
-        u0: float = 0.0
-        shared_batches: bool = False
+        local_steps: int = bounded(5, ge=1, le=100_000, doc="I, local iterations between averaging rounds")
+        batch_size: int = bounded(64, ge=1, doc="b = b_y of B_y (and b_x unless upper_batch_size is set)")
+        upper_batch_size: int | None = bounded(None, ge=1, doc="b_x of B_x (None: = batch_size)")
+        first_batch: int | None = bounded(None, ge=1, doc="b_1 of the initial estimators (None: 4 b)")
+        lower_lr: float = bounded(0.03, doc="γ (stable for the lower Hessian's L ≲ 60; docs/fidelity.md)")
+        upper_lr: float = bounded(100.0, doc="η, upper-level (x) step")
+        aux_lr: float = bounded(0.03, doc="τ, step of the quadratic (4) in u")
+        c_omega: float = bounded(0.1, doc="c_ω: momentum weight of ω is 1 - c_ω α_t²")
+        c_nu: float = bounded(0.1, doc="c_ν: momentum weight of ν is 1 - c_ν α_t²")
+        c_u: float = bounded(0.1, doc="c_u: momentum weight of u is 1 - c_u α_t²")
+        schedule: str = bounded("const", doc="const: α_t = δ | cbrt: α_t = δ/(u0+t)^{1/3} (Thm 2)")
+        delta: float = bounded(1.0, doc="δ of the step factor α_t: δ (const) or δ/(u0+t)^{1/3} (cbrt)")
+        u0: float = bounded(0.0, doc="u0 of the cbrt step factor δ/(u0+t)^{1/3}")
+        shared_batches: bool = bounded(False, doc="one train + one val batch per iteration (docs/fidelity.md)")
 
     @classmethod
     def check(cls, hp) -> None:

@@ -51,13 +51,13 @@ class FedBiOLocal(ClientStateAlgorithm):
 
     @dataclass
     class HP:
-        local_steps: int = bounded(5, ge=1)  # I, local iterations per communication round
-        batch_size: int = bounded(64, ge=1)  # b = b_x: every upper-side minibatch (ξ_f, ξ_g, ξ_j)
-        batch_size_y: int | None = bounded(None, ge=1)  # b_y of B_y (None: = batch_size)
-        lower_lr: float = 0.05  # γ, lower (y) step (recommended 0.1; needs γ < 2/L_g; docs/fidelity.md)
-        upper_lr: float = 0.003  # η, upper (x) step (recommended 0.05; docs/fidelity.md)
-        neumann_step: float = 0.05  # τ of eq. (6) (must be < 2/L_g; docs/fidelity.md)
-        Q: int = bounded(10, ge=0, le=1000)  # Neumann terms (Hessian samples) of eq. (6) (docs/fidelity.md)
+        local_steps: int = bounded(5, ge=1, doc="I, local iterations per communication round")
+        batch_size: int = bounded(64, ge=1, doc="b = b_x: every upper-side minibatch (ξ_f, ξ_g, ξ_j)")
+        batch_size_y: int | None = bounded(None, ge=1, doc="b_y of B_y (None: = batch_size)")
+        lower_lr: float = bounded(0.05, doc="γ, lower (y) step (recommended 0.1; needs γ < 2/L_g; docs/fidelity.md)")
+        upper_lr: float = bounded(0.003, doc="η, upper (x) step (recommended 0.05; docs/fidelity.md)")
+        neumann_step: float = bounded(0.05, doc="τ of eq. (6) (must be < 2/L_g; docs/fidelity.md)")
+        Q: int = bounded(10, ge=0, le=1000, doc="Neumann terms (Hessian samples) of eq. (6) (docs/fidelity.md)")
 
     def draw_x(self, b: int) -> dict:
         """B_x = {ξ_f, ξ_g, ξ_1..ξ_Q} (eq. 6), mutually independent."""

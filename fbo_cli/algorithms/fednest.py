@@ -53,21 +53,24 @@ class FedNest(BilevelAlgorithm):
 
     @dataclass
     class HP:
-        N: int = bounded(1, ge=0, le=1000)  # FedInn rounds per outer iteration
-        T: int = bounded(5, ge=0, le=1000)  # Neumann terms / HessIV rounds
-        lam: float = 0.01  # λ, Neumann step
-        inner_lr: float = 0.003  # β
-        outer_lr: float = 0.01  # α
-        lower_epochs: int = bounded(5, ge=1, le=1000)
-        batch_size: int = bounded(64, ge=1)
-        tau: int = bounded(1, ge=1, le=1000)  # local upper steps
-        lower_solver: str = bounded("svrg", choices=("svrg", "sgd"))  # svrg | sgd
-        local_hypergrad: bool = False  # True: LFedNest
-        # sum (deterministic, the paper's FedIHGP) | random (Ghadimi-Wang) | code (the public repository's)
-        neumann: str = bounded("sum", choices=("sum", "random", "code"))
-        # α_t = α · factor(t): constant (the paper) | inverse_sqrt: √(t0/(t0+t)) | inverse: t0/(t0+t)
-        outer_lr_schedule: str = bounded("constant", choices=tuple(SCHEDULES))
-        outer_lr_t0: float = bounded(1.0, gt=0)  # t0 of the outer step schedule (outer iterations)
+        N: int = bounded(1, ge=0, le=1000, doc="FedInn rounds per outer iteration")
+        T: int = bounded(5, ge=0, le=1000, doc="Neumann terms / HessIV rounds")
+        lam: float = bounded(0.01, doc="λ, Neumann step")
+        inner_lr: float = bounded(0.003, doc="β, lower-level (inner) local step size")
+        outer_lr: float = bounded(0.01, doc="α, upper-level (outer) local step size")
+        lower_epochs: int = bounded(5, ge=1, le=1000, doc="local epochs of each lower-level (FedInn) round")
+        batch_size: int = bounded(64, ge=1, doc="minibatch size of every stochastic oracle (per client)")
+        tau: int = bounded(1, ge=1, le=1000, doc="local upper steps")
+        lower_solver: str = bounded("svrg", choices=("svrg", "sgd"),
+                                     doc="svrg (FedInn with SVRG, Alg. 2) | sgd (FedAvg)")
+        local_hypergrad: bool = bounded(False, doc="True: LFedNest")
+        neumann: str = bounded("sum", choices=("sum", "random", "code"),
+                               doc="sum (deterministic, the paper's FedIHGP) | random (Ghadimi-Wang) | code (the "
+                                   "public repository's)")
+        outer_lr_schedule: str = bounded("constant", choices=tuple(SCHEDULES),
+                                         doc="α_t = α · factor(t): constant (the paper) | inverse_sqrt: √(t0/(t0+t)) |"
+                                             " inverse: t0/(t0+t)")
+        outer_lr_t0: float = bounded(1.0, gt=0, doc="t0 of the outer step schedule (outer iterations)")
 
     aliases: ClassVar[dict[str, str]] = {"local_steps": "tau", "lower_lr": "inner_lr", "upper_lr": "outer_lr",
                                          "neumann_lr": "lam", "neumann_steps": "T", "lower_rounds": "N"}

@@ -67,19 +67,20 @@ class ZOHFL(HFLAlgorithm):
 
     @dataclass
     class HP:
-        tau: float = bounded(20.0, gt=0, le=10_000)  # τ: H_r = ceil(τ √(r+1)) local steps per Alg. 2 call
-        server_lr: float = 0.01  # γ: server step γ_r = γ/√(r+1)
-        local_lr: float = 0.1  # γ̃: local step γ̃_t = γ̃/(t+Γ)
-        Gamma: float = 1.0  # Γ
-        lr_schedule: str = bounded("decay", choices=("decay", "constant"))  # decay (γ̃/(t+Γ), the paper) | constant (γ̃)
-        eta: float = bounded(0.1, gt=0)  # η, smoothing radius
-        num_dirs: int = bounded(1, ge=1, le=1000)  # q, directions per client per round (paper: 1)
-        batch_size: int = 64  # B of the clients' minibatches ζ (0: full local data)
-        server_batch: int = 64  # B of the server's minibatch ξ (0: full server data)
-        crn: bool = True  # same minibatches for the + and - calls (docs/fidelity.md)
-        # sum (non-participants give 0) | unbiased (x m/|S_r|)
-        aggregate: str = bounded("sum", choices=("sum", "unbiased"))
-        warm_start: bool = False  # start Alg. 2 from the client's previous y± (docs/fidelity.md)
+        tau: float = bounded(20.0, gt=0, le=10_000, doc="τ: H_r = ceil(τ √(r+1)) local steps per Alg. 2 call")
+        server_lr: float = bounded(0.01, doc="γ: server step γ_r = γ/√(r+1)")
+        local_lr: float = bounded(0.1, doc="γ̃: local step γ̃_t = γ̃/(t+Γ)")
+        Gamma: float = bounded(1.0, doc="Γ: offset of the decaying local step γ̃/(t+Γ)")
+        lr_schedule: str = bounded("decay", choices=("decay", "constant"),
+                                   doc="decay (γ̃/(t+Γ), the paper) | constant (γ̃)")
+        eta: float = bounded(0.1, gt=0, doc="η, smoothing radius")
+        num_dirs: int = bounded(1, ge=1, le=1000, doc="q, directions per client per round (paper: 1)")
+        batch_size: int = bounded(64, doc="B of the clients' minibatches ζ (0: full local data)")
+        server_batch: int = bounded(64, doc="B of the server's minibatch ξ (0: full server data)")
+        crn: bool = bounded(True, doc="same minibatches for the + and - calls (docs/fidelity.md)")
+        aggregate: str = bounded("sum", choices=("sum", "unbiased"),
+                                 doc="sum (non-participants give 0) | unbiased (x m/|S_r|)")
+        warm_start: bool = bounded(False, doc="start Alg. 2 from the client's previous y± (docs/fidelity.md)")
 
     def __init__(self, task, hp, fed):
         super().__init__(task, hp, fed)

@@ -50,7 +50,7 @@ test AUC is reported, never tuned on.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -58,6 +58,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import vmap
 
+from ..bounds import bounded
 from ..data.split import take_rows
 from ..errors import UsageError
 from ..federation import Batch
@@ -124,20 +125,20 @@ class AUC(Task):
 
     @dataclass
     class Params:
-        imratio: float = 0.1  # positive fraction of the training data (0.1 or 0.3 in the paper)
-        preset: str = "paper"  # paper (eq. 2) | code (official script); fills the knobs left empty
-        loss: str | None = None  # square | aucm (None: the preset's)
-        margin: float = 1.0  # m
-        dual_constraint: str | None = None  # none | nonneg (alpha in [0, 999]); None: the preset's
-        model: str = "auto"  # auto | mlp | cnn | resnet20
-        hidden: int = field(default=64, metadata={"ge": 1, "le": 100_000})  # MLP width / CNN fully connected width
-        # CNN first conv channels (the second has twice as many)
-        channels: int = field(default=16, metadata={"ge": 1, "le": 1024})
-        norm_groups: int = field(default=8, metadata={"ge": 1, "le": 1024})  # resnet20 GroupNorm groups
-        # hold each client's validation part (val_frac of its rows) out of training: their union gives
-        # val_auc, the tuning score; off, each client trains on all its rows and there is no val_auc
-        holdout: bool = False
-        fast: bool = True  # the mlp's closed-form gradients (False: autograd through the vmapped loss)
+        imratio: float = bounded(0.1, doc="positive fraction of the training data (0.1 or 0.3 in the paper)")
+        preset: str = bounded("paper", doc="paper (eq. 2) | code (official script); fills the knobs left empty")
+        loss: str | None = bounded(None, doc="square | aucm (None: the preset's)")
+        margin: float = bounded(1.0, doc="m, the margin of the AUC square / AUC-M loss")
+        dual_constraint: str | None = bounded(None, doc="none | nonneg (alpha in [0, 999]); None: the preset's")
+        model: str = bounded("auto", doc="auto | mlp | cnn | resnet20")
+        hidden: int = bounded(64, ge=1, le=100_000, doc="MLP width / CNN fully connected width")
+        channels: int = bounded(16, ge=1, le=1024, doc="CNN first conv channels (the second has twice as many)")
+        norm_groups: int = bounded(8, ge=1, le=1024, doc="resnet20 GroupNorm groups")
+        holdout: bool = bounded(False,
+                                doc="hold each client's validation part (val_frac of its rows) out of training: their "
+                                    "union gives val_auc, the tuning score; off, each client trains on all its rows "
+                                    "and there is no val_auc")
+        fast: bool = bounded(True, doc="the mlp's closed-form gradients (False: autograd through the vmapped loss)")
 
     def __init__(self, params: "AUC.Params", data):
         super().__init__(params, data)

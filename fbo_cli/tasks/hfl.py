@@ -27,13 +27,14 @@ row tables of clients and server, and the metrics. Also here: :func:`partition_c
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 
+from ..bounds import bounded
 from ..data.hierarchical import build_hierarchical
 from ..errors import UsageError
 from .base import Task
@@ -63,20 +64,23 @@ class HFL(Task):
 
     @dataclass
     class Params:
-        lam: float = 1.0  # λ, weight of the penalty f2 (not given in the paper)
-        mu: float = 1.0  # μ, the clients' proximal weight (not given in the paper)
-        client_weighting: str = "data"  # data (ρ_i = N_i/ΣN_j, §IV) | uniform (1/m, Alg. 1)
-        local_constraint: str = "none"  # none (the experiments) | ball (||y - x|| <= radius)
-        radius: float = 1.0  # ρ_i of the ball constraint
-        test_frac: float = 0.1  # share of the pooled data held out as the global test set
-        server_frac: float = 0.3  # share of the training data given to the server
-        pool_test: bool = True  # pool train and test, then split (docs/fidelity.md); False: the official test set
-        holdout: float = 0.0  # per-client held-out share, for the optional personalized accuracy
-        features: str = "unit"  # unit (pixels in [0, 1]) | raw (pixels in [0, 255]) | standard (the loader's)
-        # server pre-training: SGD steps on its own data for x̂_0 (0: x̂_0 = 0)
-        pretrain_steps: int = field(default=300, metadata={"ge": 0, "le": 100_000})
-        pretrain_lr: float = 0.1  # constant step of the pre-training SGD
-        pretrain_batch: int = 64  # minibatch of the pre-training SGD
+        lam: float = bounded(1.0, doc="λ, weight of the penalty f2 (not given in the paper)")
+        mu: float = bounded(1.0, doc="μ, the clients' proximal weight (not given in the paper)")
+        client_weighting: str = bounded("data", doc="data (ρ_i = N_i/ΣN_j, §IV) | uniform (1/m, Alg. 1)")
+        local_constraint: str = bounded("none", doc="none (the experiments) | ball (||y - x|| <= radius)")
+        radius: float = bounded(1.0, doc="ρ_i of the ball constraint")
+        test_frac: float = bounded(0.1, doc="share of the pooled data held out as the global test set")
+        server_frac: float = bounded(0.3, doc="share of the training data given to the server")
+        pool_test: bool = bounded(True,
+                                  doc="pool train and test, then split (docs/fidelity.md); False: the official test "
+                                      "set")
+        holdout: float = bounded(0.0, doc="per-client held-out share, for the optional personalized accuracy")
+        features: str = bounded("unit",
+                                doc="unit (pixels in [0, 1]) | raw (pixels in [0, 255]) | standard (the loader's)")
+        pretrain_steps: int = bounded(300, ge=0, le=100_000,
+                                      doc="server pre-training: SGD steps on its own data for x̂_0 (0: x̂_0 = 0)")
+        pretrain_lr: float = bounded(0.1, doc="constant step of the pre-training SGD")
+        pretrain_batch: int = bounded(64, doc="minibatch of the pre-training SGD")
 
     def __init__(self, params: "HFL.Params", data):
         super().__init__(params, data)

@@ -40,6 +40,7 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
+from ..bounds import bounded
 from ..errors import UsageError
 from ..federation import Batch, Oracles, per_client_value
 from .base import BilevelTask, Layout, weighted_ce
@@ -61,9 +62,9 @@ class HyperClean(BilevelTask):
 
     @dataclass
     class Params:
-        noise: float = 0.4  # label-noise rate p on the training splits (docs/fidelity.md)
-        reg_coef: float = 1e-3  # ν in ν||y||² (eq. (4))
-        fast: bool = True  # closed-form oracles of the softmax classifier (False: generic torch.func)
+        noise: float = bounded(0.4, doc="label-noise rate p on the training splits (docs/fidelity.md)")
+        reg_coef: float = bounded(1e-3, doc="ν in ν||y||² (eq. (4))")
+        fast: bool = bounded(True, doc="closed-form oracles of the softmax classifier (False: generic torch.func)")
 
     def __init__(self, params: "HyperClean.Params", data):
         super().__init__(params, data)

@@ -41,12 +41,13 @@ pooled test metric of Xiao & Ji, unchanged) and ``clients`` for per-client heads
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 
+from ..bounds import bounded
 from ..errors import UsageError
 from ..federation import Batch
 from .base import BilevelTask, Layout, relu_pool2, weighted_ce
@@ -90,18 +91,19 @@ class HyperRep(HeadClosedForms, BilevelTask):
 
     @dataclass
     class Params:
-        model: str = "mlp"  # mlp | cnn
-        hidden: int = field(default=200, metadata={"ge": 1, "le": 100_000})  # MLP hidden units
-        dropout: float = 0.5  # MLP dropout probability (0 disables)
-        reg: str = "l2"  # l2 | norm | none
-        reg_coef: float | None = None  # None: 0.01 for l2, 0.05 for norm (FedNest repo)
-        lower: str = "global"  # global (one shared head, eq. 1) | local (a head per client, eq. 5)
-        test_on: str = "auto"  # auto | pooled (full test set) | clients (each client's own test split)
-        fast: bool = True  # closed-form oracles for the mlp's softmax head (False: generic torch.func)
-        # what evaluate() scores, comma-separated: test (the test set: test_acc, test_loss), val (every
-        # client's validation split: val_loss, val_acc, the tuning score), train (the whole training set,
-        # pooled: train_acc, train_loss, the public FedNest code's training accuracy; global head only)
-        eval: str = "test,val"
+        model: str = bounded("mlp", doc="the representation model x: mlp | cnn")
+        hidden: int = bounded(200, ge=1, le=100_000, doc="MLP hidden units")
+        dropout: float = bounded(0.5, doc="MLP dropout probability (0 disables)")
+        reg: str = bounded("l2", doc="l2 | norm | none")
+        reg_coef: float | None = bounded(None, doc="None: 0.01 for l2, 0.05 for norm (FedNest repo)")
+        lower: str = bounded("global", doc="global (one shared head, eq. 1) | local (a head per client, eq. 5)")
+        test_on: str = bounded("auto", doc="auto | pooled (full test set) | clients (each client's own test split)")
+        fast: bool = bounded(True, doc="closed-form oracles for the mlp's softmax head (False: generic torch.func)")
+        eval: str = bounded("test,val",
+                            doc="what evaluate() scores, comma-separated: test (the test set: test_acc, test_loss), "
+                                "val (every client's validation split: val_loss, val_acc, the tuning score), train "
+                                "(the whole training set, pooled: train_acc, train_loss, the public FedNest code's "
+                                "training accuracy; global head only)")
 
     def __init__(self, params: "HyperRep.Params", data):
         super().__init__(params, data)
