@@ -373,6 +373,7 @@ def resolve(task: str, algo: str, *layers: dict[str, Any], base: Path | None = N
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0:
                 raise UsageError(f"'{f.name}' must be >= 0, got {v}")
     check_hp(tparams)  # the declared bounds, before any data loads
+    tcls.check_params(tparams)  # what ties the task's parameters together
     check_hp(hp)
     entry.cls.check(hp)  # what ties several keys together
     return RunConfig(task, algo, run, tparams, hp, source=source, user_entry=entry if source else None)

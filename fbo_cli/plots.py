@@ -78,20 +78,20 @@ def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFram
     the x axis (from that share of its end), each panel's y axis fitted to it. Returns how squeezed the
     ends are: the smallest, over panels with two or more lines, of the spread of the lines' last values
     over the panel's y range (1.0 when there is nothing to compare)."""
-    settings = [s["name"] for s in exp.settings]
+    settings = [s.name for s in exp.settings]
     n = len(settings)
     ncol = n if n <= 4 else 3
     nrow = math.ceil(n / ncol)
     fig, axes = ps.subplots(nrow, ncol, width=ps.PAGE_IN if n > 1 else 4.6, panel_h=2.1, sharey=tail is None)
-    algo_of = {a["name"]: a.get("algo", a["name"]) for a in exp.algorithms}
-    styles = ps.row_styles([(a["name"], algo_of[a["name"]]) for a in exp.algorithms])
+    algo_of = {a.name: a.algo for a in exp.algorithms}
+    styles = ps.row_styles([(a.name, algo_of[a.name]) for a in exp.algorithms])
     squeeze, has_paper = 1.0, False
     for k, s in enumerate(settings):
         ax = axes[k // ncol][k % ncol]
         drawn, notes, same, shown = False, [], {}, {}
         lines: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # (x, mean, lo, hi)
         for j, a in enumerate(exp.algorithms):
-            name, st_ = a["name"], styles[a["name"]]
+            name, st_ = a.name, styles[a.name]
             mine_runs = pd.DataFrame() if runs is None or runs.empty else runs[
                 (runs.algorithm == name) & (runs.setting == s)]
             st = {int(r.seed): r.status for r in mine_runs.itertuples()}

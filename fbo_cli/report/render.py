@@ -11,6 +11,7 @@ import pandas as pd
 
 from ..results import md_row
 from ..spec import Experiment
+from ..spec_types import Choice, Tuned
 from .evidence import BENCH_FILES, CHECK_FILES
 from .papers import PAPERS, Paper, fidelity_anchor
 from .sections import Section
@@ -185,13 +186,13 @@ def tuning_md(sections: list[Section]) -> list[str]:
     kinds = {"interior": 0, "stable": 0, "valid": 0, "edge": 0, "none": 0}
     unresolved, budget, ranked, neither = [], [], [], []
     for sec in sections:
-        tuned = sec.exp.tuned
-        if not tuned:
+        if not sec.exp.tuned:
             continue
+        tuned = Tuned.of(sec.exp.tuned)
         records = _tuning_records(sec.exp)
-        for algo, per in (tuned.get("chosen") or {}).items():
+        for algo, per in tuned.chosen.items():
             for setting, vals in per.items():
-                kind, why = choice_kind(vals, records, algo, setting, (tuned.get("grids") or {}).get(algo))
+                kind, why = choice_kind(vals, records, algo, setting, (tuned.grids or {}).get(algo))
                 kinds[kind] += 1
                 if kind == "edge":
                     unresolved.append(f"{sec.exp.name}: {algo}, {setting}" + (f" ({why})" if why else ""))
@@ -225,7 +226,7 @@ def _tuning_records(exp: Experiment) -> pd.DataFrame | None:
     return pd.read_csv(p) if p is not None and p.is_file() else None
 
 
-def choice_kind(vals: dict, records: pd.DataFrame | None, algo: str, setting: str,
+def choice_kind(vals: Choice | dict, records: pd.DataFrame | None, algo: str, setting: str,
                 grids: dict | None = None) -> tuple[str, str]:
     """(kind, why) of one tuned choice, from what the tuning ran (``tuning.csv``) where it is recorded: along
     each tuned key, through the chosen point, the choice is **interior** when a value was run on each side
@@ -233,11 +234,13 @@ def choice_kind(vals: dict, records: pd.DataFrame | None, algo: str, setting: st
     smallest accepted value beside a rejected one); **edge** (not resolved) when no value was run beyond
     it on one side, unless the tuner marked it the last value of the key's valid range (**valid**);
     **none** when every point was rejected. Without records, the tuner's own notes decide."""
-    if "_none" in vals:
+    choice = Choice.of(vals)
+    vals, notes = choice.values, choice.notes
+    if "none" in notes:
         return "none", ""
-    keys = [k for k in vals if not k.startswith("_")]
-    flags = ("valid" if vals.get("_valid_edge") else "stable" if vals.get("_stable_edge")
-             else "edge" if vals.get("_at_grid_edge") else "interior")
+    keys = list(vals)
+    flags = ("valid" if notes.get("valid_edge") else "stable" if notes.get("stable_edge")
+             else "edge" if notes.get("at_grid_edge") else "interior")
     if records is None or "rejected" not in records or not keys or any(k not in records for k in keys):
         return flags, ""
     r = records[(records.algorithm == algo) & (records.setting == setting)]
@@ -257,7 +260,7 @@ def choice_kind(vals: dict, records: pd.DataFrame | None, algo: str, setting: st
         v = float(vals[k])
         below, above = [x for x in xs if x < v * (1 - 1e-9)], [x for x in xs if x > v * (1 + 1e-9)]
         if not below or not above:
-            kind = "valid" if vals.get("_valid_edge") else "edge"
+            kind = "valid" if notes.get("valid_edge") else "edge"
             note = f"{k}={vals[k]:g} is the {'smallest' if not below else 'largest'} value run"
         elif bad[below[-1]] or bad[above[0]]:
             kind = "stable"
@@ -271,12 +274,12 @@ def choice_kind(vals: dict, records: pd.DataFrame | None, algo: str, setting: st
 
 def _budget(exp: Experiment) -> str:
     """The round budget in words: the base's, or each setting's (with the local iterations they share)."""
-    per = [(st.get("set") or {}).get("rounds", exp.base.get("rounds")) for st in exp.settings]
+    per = [st.set.get("rounds", exp.base.get("rounds")) for st in exp.settings]
     if len(set(per)) == 1:
         return f"{per[0] if per[0] is not None else 'the task default'} communication rounds"
     if None in per:
         return "each setting's or the task default number of communication rounds"
-    iters = {r * (st.get("set") or {}).get("I", exp.base.get("I", 1)) for r, st in zip(per, exp.settings)}
+    iters = {r * st.set.get("I", exp.base.get("I", 1)) for r, st in zip(per, exp.settings)}
     its = f" (rounds × I = {iters.pop():,} local iterations per client)" if len(iters) == 1 else ""
     return f"{min(per)}-{max(per)} communication rounds by setting{its}"
 

@@ -140,21 +140,30 @@ class AUC(Task):
                                     "and there is no val_auc")
         fast: bool = bounded(True, doc="the mlp's closed-form gradients (False: autograd through the vmapped loss)")
 
+    @classmethod
+    def check_params(cls, p: "AUC.Params") -> None:
+        if p.preset not in PRESETS:
+            raise UsageError(f"preset must be one of {', '.join(PRESETS)}; got '{p.preset}'")
+        pre = PRESETS[p.preset]
+        if (p.loss or pre["loss"]) not in ("square", "aucm"):
+            raise UsageError(f"loss must be square or aucm; got '{p.loss or pre['loss']}'")
+        constraint = p.dual_constraint or pre["dual_constraint"]
+        if constraint not in ("none", "nonneg"):
+            raise UsageError(f"dual_constraint must be none or nonneg; got '{constraint}'")
+        if not 0.0 < p.imratio < 1.0:
+            raise UsageError(f"imratio must be in (0, 1), got {p.imratio}")
+        if p.model not in ("auto", "mlp", "cnn", "resnet20"):
+            raise UsageError(f"model must be one of auto, mlp, cnn, resnet20; got '{p.model}'")
+        if p.model == "resnet20" and any(width % p.norm_groups for width in (16, 32, 64)):
+            raise UsageError(f"norm_groups must divide 16, 32 and 64; got {p.norm_groups}")
+
     def __init__(self, params: "AUC.Params", data):
         super().__init__(params, data)
         p = params
-        if p.preset not in PRESETS:
-            raise UsageError(f"preset must be one of {', '.join(PRESETS)}; got '{p.preset}'")
         pre = PRESETS[p.preset]
         self.preset = pre
         self.loss_kind = p.loss or pre["loss"]
         self.constraint = p.dual_constraint or pre["dual_constraint"]
-        if self.loss_kind not in ("square", "aucm"):
-            raise UsageError(f"loss must be square or aucm; got '{self.loss_kind}'")
-        if self.constraint not in ("none", "nonneg"):
-            raise UsageError(f"dual_constraint must be none or nonneg; got '{self.constraint}'")
-        if not 0.0 < p.imratio < 1.0:
-            raise UsageError(f"imratio must be in (0, 1), got {p.imratio}")
         self._build_data(data)
         self._build_model(data.dataset.shape)
 

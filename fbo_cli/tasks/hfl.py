@@ -82,9 +82,8 @@ class HFL(Task):
         pretrain_lr: float = bounded(0.1, doc="constant step of the pre-training SGD")
         pretrain_batch: int = bounded(64, doc="minibatch of the pre-training SGD")
 
-    def __init__(self, params: "HFL.Params", data):
-        super().__init__(params, data)
-        p = params
+    @classmethod
+    def check_params(cls, p: "HFL.Params") -> None:
         if p.client_weighting not in ("data", "uniform"):
             raise UsageError(f"client_weighting must be one of data, uniform; got '{p.client_weighting}'")
         if p.local_constraint not in ("none", "ball"):
@@ -98,6 +97,10 @@ class HFL(Task):
             raise UsageError(f"mu must be > 0 (the lower level is μ-strongly convex), got {p.mu}")
         if p.local_constraint == "ball" and p.radius <= 0:
             raise UsageError(f"radius must be > 0 with local_constraint=ball, got {p.radius}")
+
+    def __init__(self, params: "HFL.Params", data):
+        super().__init__(params, data)
+        p = params
         s = data.spec or {}
         if "server_frac" not in s:  # the runner's generic split: rebuild with the hierarchical pipeline
             dev = data.X.device

@@ -66,11 +66,14 @@ class HyperClean(BilevelTask):
         reg_coef: float = bounded(1e-3, doc="ν in ν||y||² (eq. (4))")
         fast: bool = bounded(True, doc="closed-form oracles of the softmax classifier (False: generic torch.func)")
 
+    @classmethod
+    def check_params(cls, p: "HyperClean.Params") -> None:
+        if not 0.0 <= p.noise < 1.0:
+            raise UsageError(f"noise must be in [0, 1), got {p.noise}")
+
     def __init__(self, params: "HyperClean.Params", data):
         super().__init__(params, data)
         p = params
-        if not 0.0 <= p.noise < 1.0:
-            raise UsageError(f"noise must be in [0, 1), got {p.noise}")
         if "noisy" in data.extra or "xpos" in data.extra:
             raise UsageError("this FederatedData already carries a hyper-cleaning noise mask; "
                              "build a fresh one")

@@ -105,9 +105,8 @@ class HyperRep(HeadClosedForms, BilevelTask):
                                 "(the whole training set, pooled: train_acc, train_loss, the public FedNest code's "
                                 "training accuracy; global head only)")
 
-    def __init__(self, params: "HyperRep.Params", data):
-        super().__init__(params, data)
-        p = params
+    @classmethod
+    def check_params(cls, p: "HyperRep.Params") -> None:
         if p.model not in ("mlp", "cnn"):
             raise UsageError(f"model must be one of mlp, cnn; got '{p.model}'")
         if p.reg not in ("norm", "l2", "none"):
@@ -120,13 +119,18 @@ class HyperRep(HeadClosedForms, BilevelTask):
             raise UsageError(f"test_on must be one of auto, pooled, clients; got '{p.test_on}'")
         if p.test_on == "pooled" and p.lower == "local":
             raise UsageError("test_on=pooled needs lower=global: each head is scored on its own client")
-        self.eval_on = tuple(e.strip() for e in p.eval.split(","))
-        if any(e not in EVAL_SPLITS for e in self.eval_on) or len(set(self.eval_on)) < len(self.eval_on):
+        eval_on = tuple(e.strip() for e in p.eval.split(","))
+        if any(e not in EVAL_SPLITS for e in eval_on) or len(set(eval_on)) < len(eval_on):
             raise UsageError(f"eval must be a comma-separated list of {', '.join(EVAL_SPLITS)} (each once); "
                              f"got '{p.eval}'")
-        if "train" in self.eval_on and p.lower == "local":
+        if "train" in eval_on and p.lower == "local":
             raise UsageError("eval=train scores one global head on the whole training set; lower=local has a "
                              "head per client")
+
+    def __init__(self, params: "HyperRep.Params", data):
+        super().__init__(params, data)
+        p = params
+        self.eval_on = tuple(e.strip() for e in p.eval.split(","))
         self.local_lower = p.lower == "local"
         # the regularizer's coefficient, resolved once: reg_coef, else 0.01 for l2 and 0.05 for norm (FedNest repo)
         self.reg_coef = 0.0 if p.reg == "none" else (
