@@ -21,7 +21,7 @@ import pandas as pd
 
 from .collapse import collapsed
 from .errors import UsageError
-from .plots import T95, plot_experiment  # noqa: F401  (compare's public API)
+from .plots import plot_experiment, t95  # noqa: F401  (compare's public API)
 from .results import (
     atomic_write,
     cost_line,
