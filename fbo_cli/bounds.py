@@ -18,7 +18,7 @@ def bounded(default: Any, *, ge: float | None = None, gt: float | None = None, l
     rule", e.g. "= batch_size"); ``doc`` is what ``fbo show`` prints as the setting's meaning (the paper's
     symbol first, where it has one). Every count that sets the work of one outer iteration or the size of a
     model has an upper bound ``le``, so that no setting asks for terabytes or a days-long iteration
-    (docs/fidelity.md, "Bounds")."""
+    (docs/fidelity.md#bounds)."""
     meta: dict[str, Any] = {k: v for k, v in (("ge", ge), ("gt", gt), ("lt", lt), ("le", le), ("choices", choices))
                             if v is not None}
     if doc:

@@ -578,7 +578,7 @@ def estimate_cost(cells: list, roots: tuple[Path, ...] | None = None) -> tuple[f
     return total, unknown
 
 
-# the fixed cost of a run beyond its rounds, measured on this machine (2 cores; docs/fidelity.md): per run in a
+# the fixed cost of a run beyond its rounds, measured on this machine (2 cores; docs/fidelity.md#defaults): per run in a
 # grid (build, its files, its curves.png), and per process (the CLI, each --jobs worker: importing torch)
 RUN_STARTUP_S = 1.0
 PROCESS_STARTUP_S = 5.0

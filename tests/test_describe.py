@@ -12,7 +12,8 @@ from fbo_cli.tasks import TASKS
 def test_every_setting_of_every_algorithm_task_and_run_declares_its_meaning():
     classes = {RunSettings, TemplateFedSGD.HP, TemplateDecayFedNest.HP}
     classes |= {e.cls.HP for e in REGISTRY.values()} | {t.Params for t in TASKS.values()}
-    missing = [f"{c.__qualname__}.{f.name}" for c in classes for f in fields(c) if not f.metadata.get("doc", "").strip()]
+    missing = [f"{c.__qualname__}.{f.name}" for c in classes for f in fields(c)
+               if not f.metadata.get("doc", "").strip()]
     assert not missing, f"settings without a meaning (bounded(..., doc=...)): {missing}"
     assert len(classes) > 15 and sum(len(fields(c)) for c in classes) > 150
 

@@ -3,7 +3,7 @@
 Reference: Peiyao Xiao and Kaiyi Ji, "Communication-Efficient Federated Hypergradient Computation
 via Aggregated Iterative Differentiation", ICML 2023 (PMLR 202:38059-38086), arXiv 2302.04969.
 
-One outer iteration k (Alg. 3) with one client set S (docs/fidelity.md):
+One outer iteration k (Alg. 3) with one client set S (docs/fidelity.md#aggitd):
 
 1. The server draws Q ~ U{0, ..., N}, shared by all clients (Alg. 1 line 1; §7 item 6).
 2. For t = 0, ..., N, at the global iterate y^t (Alg. 1 lines 2-14):
@@ -22,13 +22,13 @@ One outer iteration k (Alg. 3) with one client set S (docs/fidelity.md):
    + ∇_x F_i(x_i, y^N; ξ_{i,ν})) with ξ_i ≠ ξ_{i,ν} (fresh dropout masks); x_{k+1} = mean_i x_i.
    y_{k+1} = y^N (warm start).
 
-No graph is built across rounds: z, p and y^t are plain tensors (docs/fidelity.md).
+No graph is built across rounds: z, p and y^t are plain tensors (docs/fidelity.md#aggitd).
 
 Rounds per outer iteration (Table 1): 2N + 3 = N x (anchor round + model-averaging round), one
 round for z^N/p, one for h, one for x. With ``lower_solver: sgd``: N + 3 (the z uploads ride on the
 model-averaging round).
 
-Hyperparameters (docs/fidelity.md): N = 1, λ = 0.01, inner (lower) step
+Hyperparameters (docs/fidelity.md#aggitd): N = 1, λ = 0.01, inner (lower) step
 β = 0.003, outer (upper) step α = 0.01, 5 local lower epochs of minibatch 64 (FedNest repo),
 τ ∈ {1, 5} local upper steps ("Outer_ep"), participation C = 0.1.
 """

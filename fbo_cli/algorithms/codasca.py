@@ -31,19 +31,19 @@ CODASCA (Alg. 4, DSGSCA+), round r from the broadcast point (v_{r-1}, alpha_{r-1
    broadcast ``(v_r, alpha_r, c_v, c_alpha)``.
    Control variates start at 0 in every stage (Alg. 4's initialization, once per DSGSCA+ call).
 
-Stages (docs/fidelity.md): the step of a round is ``eta / decay^floor(t_r / T0)``, t_r the
+Stages (docs/fidelity.md#codasca): the step of a round is ``eta / decay^floor(t_r / T0)``, t_r the
 number of local iterations done before the round, so a stage ends at the first round boundary at or
 after a multiple of T0. At that boundary the proximal reference v_0 becomes the stage output:
 ``stage_output: average`` (the mean of all local iterates of the stage over t and k; CODA+'s
 output in Alg. 2), ``random_round`` (the server iterate of a uniformly drawn round of the stage;
 CODASCA's output in Alg. 4), ``last``, or ``paper`` (average for CODA+, random_round for CODASCA).
 ``stage_restart: last`` continues from the current iterate (the official code); ``output``
-restarts from the stage output (Alg. 1 / Alg. 3). Defaults: average / last (docs/fidelity.md).
+restarts from the stage output (Alg. 1 / Alg. 3). Defaults: average / last (docs/fidelity.md#codasca).
 
 Rounds per outer iteration (= per communication round): 1. Payload per client and direction:
 CODA+ ``dv + 1`` floats (v and alpha), CODASCA ``2 (dv + 1)`` (plus the control variates).
 
-Presets (docs/fidelity.md): ``paper`` = eq. 2, alpha free, autograd dual
+Presets (docs/fidelity.md#codasca): ``paper`` = eq. 2, alpha free, autograd dual
 gradient, no clipping, no weight decay; ``code`` = AUC-margin loss, alpha in [0, 999], closed-form
 dual gradient ``2(m + b - a) - 2 alpha``, elementwise clipping of the model gradient to
 [-grad_clip, grad_clip] (before the correction and the proximal term), decoupled weight decay

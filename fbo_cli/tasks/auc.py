@@ -4,7 +4,7 @@ Problem (CODASCA eq. 1): ``min_{v=(w,a,b)} max_alpha (1/K) Σ_k f_k(v, alpha)`` 
 expectation over client k's data of ``F(v, alpha; z)`` below, with **one global** positive ratio ``p``.
 
 Losses (one client, one minibatch; the batch *mean* with indicator weights), score
-``h = sigmoid(net(w; x))`` in [0, 1] (docs/fidelity.md), ``m`` the margin:
+``h = sigmoid(net(w; x))`` in [0, 1] (docs/fidelity.md#codasca), ``m`` the margin:
 
 * ``square`` (eq. 2; the ``paper`` preset, ``m = 1`` gives eq. 2 exactly)::
 
@@ -21,13 +21,13 @@ The closed-form dual gradient of the code (``dual_grad: closed_form``) is ``2(m 
 (aucm) or ``2(b - a) - 2 alpha`` (square): the population ``∂f/∂alpha`` over ``p(1-p)`` at the
 class-mean ``a, b``.
 
-Data (docs/fidelity.md): the classes of any dataset are made binary, positives = the second half of
+Data (docs/fidelity.md#codasca): the classes of any dataset are made binary, positives = the second half of
 the class ids (``y >= C // 2``: CIFAR-100 50-99, CIFAR-10 / Fashion-MNIST / digits 5-9, as the
 paper's code). The training part is made imbalanced: positives are subsampled (uniformly within each
 positive class, the same fraction everywhere) so that they are ``imratio`` of the training data; the
 test set is untouched (balanced for the class-balanced datasets). Each client trains on all the rows
 the partition gave it (its ``train`` and ``val`` parts together: the task has no upper level).
-``p`` is the positive fraction of the union of the clients' training data (docs/fidelity.md).
+``p`` is the positive fraction of the union of the clients' training data (docs/fidelity.md#codasca).
 
 Models (pure functions of a flat parameter vector, vmapped over clients by the algorithms):
 
@@ -37,7 +37,7 @@ Models (pure functions of a flat parameter vector, vmapped over clients by the a
 * ``resnet20``: He et al. (2016) CIFAR ResNet-20 (3 stages x 3 basic blocks, 16/32/64 channels,
   parameter-free "option A" shortcuts), with **GroupNorm** (``norm_groups`` groups) in place of
   BatchNorm: a normalization that uses no batch statistics works unchanged under ``vmap`` over the
-  client dimension and has no running statistics to average (docs/fidelity.md).
+  client dimension and has no running statistics to average (docs/fidelity.md#codasca).
 * ``auto``: resnet20 for 3x32x32, cnn for other 1-channel images, mlp otherwise.
 
 Metric: ``test_auc`` = the Mann-Whitney U statistic with ties counted 1/2 (= scikit-learn's
@@ -281,7 +281,7 @@ class AUC(Task):
 
     def init(self, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """``v0 = (w0, a=0, b=0)`` (PyTorch's default layer init; GroupNorm scale 1, shift 0) and
-        ``alpha0 = 0`` (docs/fidelity.md)."""
+        ``alpha0 = 0`` (docs/fidelity.md#codasca)."""
         dev = self.data.X.device
         w = self.layout.init(gen, dev)
         if self.norm_names:

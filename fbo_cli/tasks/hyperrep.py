@@ -10,13 +10,13 @@ global and shared by all clients (eq. 1 of FBO-AggITD).
   reg_coef = 0.05 = 0.5 * 0.1) or ``none``. The repo's un-squared norm is not the default: its
   gradient pulls the head bias to 0 with constant force, its Hessian ``reg_coef (I - b̂b̂ᵀ)/||b||``
   then grows without bound, and once ``λ ||∇²_y g|| > 2`` the Neumann / AggITD recursions diverge
-  (docs/fidelity.md, FBO-AggITD row 7, has the run that showed it).
+  (docs/fidelity.md#aggitd, FBO-AggITD row 7, has the run that showed it).
 
 Models (FedNest repo):
 
 * ``mlp``: ``Linear(d, 200) -> Dropout(0.5) -> ReLU -> Linear(200, C)``; x = first layer
   (157,000 parameters on MNIST), y = head (2,010). Dropout is active in every training-mode
-  quantity (gradients, HVPs, JVPs) and off in evaluation (docs/fidelity.md).
+  quantity (gradients, HVPs, JVPs) and off in evaluation (docs/fidelity.md#aggitd).
 * ``cnn``: LeNet-style ``Conv(c,6,5) -> ReLU -> Pool -> Conv(6,16,5) -> ReLU -> Pool -> FC(400,120)
   -> ReLU`` as x (MNIST pads the first conv by 2, as FedNest's ``CNNMnist``), and
   ``FC(120,84) -> ReLU -> FC(84,C)`` as y.
@@ -65,7 +65,7 @@ def dropout_mask(gen: torch.Generator, shape: tuple[int, ...], q: float, dtype, 
     each of their bytes is spread to 8 mask bytes ``{0, 2}`` by a 256-entry int64 table, and the bytes
     are converted to ``dtype`` (32 masks per draw instead of one ``torch.rand`` float per mask; ~20x
     faster on the CPU); other ``q`` compare ``torch.rand`` floats with ``q``. The fast and generic
-    paths both use this function, so they see the same masks (docs/fidelity.md)."""
+    paths both use this function, so they see the same masks (docs/fidelity.md#aggitd)."""
     n = math.prod(shape)
     if q == 0.5:
         key = str(device)
@@ -206,7 +206,7 @@ class HyperRep(HeadClosedForms, BilevelTask):
         shape = (*batch["y"].shape, self.width)
         return {**batch, "drop": dropout_mask(gen, shape, q, batch["w"].dtype, batch["y"].device)}
 
-    # fast path (mlp): closed-form oracles (hyperrep_head.py, softmax.py, docs/fidelity.md) ------------
+    # fast path (mlp): closed-form oracles (hyperrep_head.py, softmax.py, docs/fidelity.md#fast-path) ------------
     def oracles(self, fn):
         if self.p.fast and self.soft is not None and (fn == self.f or fn == self.g or fn == self.g_enc):
             return _HeadOracles(self, fn)
