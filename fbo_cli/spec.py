@@ -8,6 +8,8 @@ the reference's shape, each cell's resolved config) with errors that name the fi
 allowed values, and resolves the cells. This module is the only one that reads a spec's YAML; it
 also reads and validates ``tuned.yaml`` (what ``fbo tune`` chose). ``compare`` runs and aggregates,
 ``tune`` tunes, ``report`` renders: each imports this module, none imports another of them.
+Its parts are typed (:mod:`fbo_cli.spec_types`: rows, claims, the witness, the tune block, the tuned
+choices); the checks that need no file are in :mod:`fbo_cli.spec_checks`.
 """
 
 from __future__ import annotations
