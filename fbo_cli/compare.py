@@ -22,7 +22,7 @@ import pandas as pd
 from .collapse import collapsed
 from .errors import UsageError
 from .executors import GridOptions
-from .plots import T95, plot_experiment  # noqa: F401  (compare's public API)
+from .plots import plot_experiment, t95  # noqa: F401  (compare's public API)
 from .results import (
     atomic_write,
     cost_line,
@@ -46,6 +46,7 @@ from .spec import (  # noqa: F401  (load_spec, check_metrics: the public API com
     tuned_entry,
     tuned_layer,
 )
+from .spec_types import AlgorithmEntry, SettingEntry
 
 
 def code_notes(cells: list, stale: dict) -> list[str]:
@@ -161,12 +162,12 @@ def same_runs(exp: Experiment) -> dict[tuple[str, str], list[str]]:
     for s in exp.settings:
         first: dict[frozenset, str] = {}
         for a in exp.algorithms:
-            key = frozenset(runs.get((a["name"], s["name"]), ()))
+            key = frozenset(runs.get((a.name, s.name), ()))
             if key in first:
-                out.setdefault((first[key], s["name"]), []).append(a["name"])
-                out[(a["name"], s["name"])] = []  # shown under the first
+                out.setdefault((first[key], s.name), []).append(a.name)
+                out[(a.name, s.name)] = []  # shown under the first
             elif key:
-                first[key] = a["name"]
+                first[key] = a.name
     return out
 
 
@@ -199,12 +200,12 @@ def summarize(exp: Experiment, runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.Dat
     dups = same_runs(exp)
     for s in exp.settings:
         for a in exp.algorithms:
-            shown = _shown_as(dups, a["name"], s["name"])
+            shown = _shown_as(dups, a.name, s.name)
             if shown is None:
                 continue
-            cell = runs[(runs.algorithm == a["name"]) & (runs.setting == s["name"])]
+            cell = runs[(runs.algorithm == a.name) & (runs.setting == s.name)]
             g = cell[cell.status == "done"]  # the rule: means over the runs that finished 'done'
-            row = {"setting": s["name"], "algorithm": shown, "seeds": len(g),
+            row = {"setting": s.name, "algorithm": shown, "seeds": len(g),
                    "diverged": int((cell.status == "diverged").sum()),
                    "collapsed": int((cell.status == "collapsed").sum()), "failed": int((cell.status == "failed").sum()),
                    "not run": int((cell.status == "not run").sum())}
@@ -229,7 +230,7 @@ def summarize(exp: Experiment, runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.Dat
             for m in exp.metrics:
                 if m != exp.metric:
                     put(m, g[m] if m in g else pd.Series(dtype=float))
-            ref = (exp.reference.get(a["name"]) or {}).get(s["name"]) or {}
+            ref = (exp.reference.get(a.name) or {}).get(s.name) or {}
             for k, v in ref.items():
                 row[f"paper {k}"] = num[f"paper {k}"] = v
             out.append(row)
@@ -315,19 +316,19 @@ def tuning_budget_note(exp: Experiment) -> str:
 def tuned_note(exp: Experiment) -> str:
     """What the table's hyperparameters are and how they were chosen (Markdown)."""
     rows = []
-    for a in exp.algorithms:
-        for s in exp.settings:
-            vals = tuned_layer(exp.tuned, a["name"], s["name"])
-            keys = list((a.get("tune") or {}))
+    for a in map(AlgorithmEntry.of, exp.algorithms):
+        for s in map(SettingEntry.of, exp.settings):
+            vals = tuned_layer(exp.tuned, a.name, s.name)
+            keys = list(a.tune)
             if vals:
-                edge = edge_note(tuned_entry(exp.tuned, a["name"], s["name"]))
+                edge = edge_note(tuned_entry(exp.tuned, a.name, s.name))
                 how = "tuned" + (f" ({edge})" if edge else "")
-                rows.append((a["name"], s["name"], ", ".join(f"{k}={fmt_num(v)}" for k, v in vals.items()), how))
+                rows.append((a.name, s.name, ", ".join(f"{k}={fmt_num(v)}" for k, v in vals.items()), how))
             elif keys:
-                fixed = {k: v for k, v in (a.get("set") or {}).items()}
+                fixed = {k: v for k, v in a.set.items()}
                 text = ", ".join(f"{k}={fmt_num(v)}" for k, v in fixed.items()) or "defaults"
-                none = (tuned_entry(exp.tuned, a["name"], s["name"]) or {}).get("_none") if exp.tuned else None
-                rows.append((a["name"], s["name"], text,
+                none = tuned_entry(exp.tuned, a.name, s.name).notes.get("none")
+                rows.append((a.name, s.name, text,
                              f"**not tuned: {none}**; the spec's values stand" if none
                              else "not tuned yet (run `fbo tune`)"))
     if not rows:

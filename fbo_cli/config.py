@@ -20,6 +20,7 @@ import yaml
 
 from .algorithms import REGISTRY, Entry
 from .algorithms.base import check_hp
+from .bounds import bounded
 from .data import LOADERS, PARTITIONS
 from .errors import UsageError
 from .tasks import TASKS
@@ -29,27 +30,31 @@ DEVICES = ("auto", "cpu", "cuda")
 
 @dataclass
 class RunSettings:
-    dataset: str = ""  # empty: the task's default dataset
-    partition: str = "iid"  # iid | shards | dirichlet | class-disjoint
-    clients: int = 100
-    participation: float = 0.1
-    alpha: float = 0.5  # Dirichlet concentration
-    shards_per_client: int = 2
-    val_frac: float | None = None  # None: 0.5 for iid, 0.2 otherwise (FedNest repo)
-    heldout_frac: float = 0.0  # share of each client's data neither level trains on: the held-out tuning score
-    rounds: int = 2000  # budget in communication rounds
-    max_iters: int | None = None  # optional budget in outer iterations
-    time_limit: float | None = None  # optional budget in seconds of training
-    eval_every: int = 1  # evaluate every this many outer iterations
-    target: float | None = None  # headline metric target for "rounds to target"
-    seed: int = 0
-    device: str = "auto"
-    threads: int | None = None  # torch CPU threads (None: torch's default)
-    data_dir: str = "data"
-    out_dir: str = "results"
-    download: bool = True
-    checkpoint_every: int = 50  # write checkpoint.pt every this many outer iterations (and at SIGINT/SIGTERM)
-    keep_checkpoint: bool = False  # keep checkpoint.pt once the run is finished
+    dataset: str = bounded("", doc="empty: the task's default dataset")
+    partition: str = bounded("iid", doc="iid | shards | dirichlet | class-disjoint")
+    clients: int = bounded(100, doc="number of clients M")
+    participation: float = bounded(0.1, doc="share of the clients sampled each round (0 < p <= 1)")
+    alpha: float = bounded(0.5, doc="Dirichlet concentration")
+    shards_per_client: int = bounded(2, doc="label shards each client holds (partition=shards)")
+    val_frac: float | None = bounded(None, doc="None: 0.5 for iid, 0.2 otherwise (FedNest repo)")
+    heldout_frac: float = bounded(0.0,
+                                  doc="share of each client's data neither level trains on: the held-out tuning score")
+    rounds: int = bounded(2000, doc="budget in communication rounds")
+    max_iters: int | None = bounded(None, doc="optional budget in outer iterations")
+    time_limit: float | None = bounded(None, doc="optional budget in seconds of training")
+    eval_every: int = bounded(1, doc="evaluate every this many outer iterations")
+    target: float | None = bounded(None, doc="headline metric target for \"rounds to target\"")
+    seed: int = bounded(0,
+                        doc="random seed of the data split, the client sampling, the minibatches and the "
+                            "initialization")
+    device: str = bounded("auto", doc="auto (cuda when available) | cpu | cuda")
+    threads: int | None = bounded(None, doc="torch CPU threads (None: torch's default)")
+    data_dir: str = bounded("data", doc="folder the datasets are read from (and downloaded into)")
+    out_dir: str = bounded("results", doc="results root: a run is written to <out_dir>/<task>/<algo>/<run-id>")
+    download: bool = bounded(True, doc="download a dataset that is not in data_dir when the network allows")
+    checkpoint_every: int = bounded(50,
+                                    doc="write checkpoint.pt every this many outer iterations (and at SIGINT/SIGTERM)")
+    keep_checkpoint: bool = bounded(False, doc="keep checkpoint.pt once the run is finished")
 
 
 # Settings that do not change a run's numbers beyond float rounding (left out of its identity): the
@@ -380,6 +385,7 @@ def resolve(task: str, algo: str, *layers: dict[str, Any], base: Path | None = N
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0:
                 raise UsageError(f"'{f.name}' must be >= 0, got {v}")
     check_hp(tparams)  # the declared bounds, before any data loads
+    tcls.check_params(tparams)  # what ties the task's parameters together
     check_hp(hp)
     entry.cls.check(hp)  # what ties several keys together
     return RunConfig(task, algo, run, tparams, hp, source=source, user_entry=entry if source else None)

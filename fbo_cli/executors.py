@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import fcntl
 import os
 import re
 import signal
@@ -403,19 +402,6 @@ def reap_orphaned_ray() -> list[tuple[int, str, int]]:
     return found
 
 
-def _try_lock(run_dir: Path):
-    """Open and lock ``run_dir/.lock`` without waiting; the fd (to close later) or None if busy."""
-    from .results import open_lock
-
-    fd = open_lock(run_dir)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
-
-
 def _land(run_dir: Path, files: dict[str, bytes], keep_checkpoint: bool) -> None:
     """Write a worker's files into the real run directory, the completion record last."""
     from .results import CHECKPOINT, atomic_write
@@ -476,7 +462,7 @@ def _auto_address(ray) -> str:
 def _run_ray(cells, address, cpus_per_run, gpus_per_run, console, rerun, title, jobs) -> list[dict]:
     import time
 
-    from .results import CHECKPOINT, run_status
+    from .results import CHECKPOINT, lock_run, run_status
 
     ray = _import_ray()  # the options were checked when the GridOptions was made
     started = not ray.is_initialized()
@@ -517,7 +503,7 @@ def _run_ray(cells, address, cpus_per_run, gpus_per_run, console, rerun, title, 
             while (pending or inflight) and not interrupts:
                 for i in list(pending):  # submit every run whose lock we get
                     c = cells[i]
-                    fd = _try_lock(c.cfg.run_dir)
+                    fd = lock_run(c.cfg.run_dir, wait=False)
                     if fd is None:
                         continue
                     pending.remove(i)

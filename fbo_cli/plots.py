@@ -18,7 +18,6 @@ from . import plotstyle as ps
 from .results import METRIC_LABELS, X_AXES
 from .spec import BANDS, Experiment, overrides_note
 
-T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}  # two-sided t quantiles
 LOG_X = ("samples", "floats_up")  # counts over decades: a log axis from the first measured point
 LABELS = {**METRIC_LABELS, "train_acc": "training accuracy", "val_auc": "validation AUC"}
 LOG_Y = ("global_loss",)  # ZO-HFL's Fig. 2 draws its loss on a log axis
@@ -56,6 +55,14 @@ def caption(exp: Experiment, tail: float | None = None) -> str:
     return " ".join(out)
 
 
+def t95(df: int) -> float:
+    """The two-sided 95% Student-t quantile with ``df`` degrees of freedom (12.71 at 1, 2.26 at 9, 2.09 at
+    19): the half-width of the ``ci95`` band is ``t95(n - 1) · sd / √n``, at any number of seeds."""
+    from scipy.stats import t
+
+    return float(t.ppf(0.975, df))
+
+
 def _mean_band(exp: Experiment, done: list[pd.DataFrame]):
     grid = np.asarray(max(done, key=len)[exp.x], dtype=float)
     ys = np.stack([np.interp(grid, r[exp.x].to_numpy(float), r[exp.metric].to_numpy(float), right=np.nan)
@@ -65,7 +72,7 @@ def _mean_band(exp: Experiment, done: list[pd.DataFrame]):
         mean, lo, hi = np.nanmean(ys, 0), np.nanmin(ys, 0), np.nanmax(ys, 0)
         if exp.band != "minmax" and len(done) > 1:  # ± one std, or a 95% t-interval of the mean
             half = np.nanstd(ys, 0, ddof=1) * (1.0 if exp.band == "std" else
-                                               T95.get(len(done) - 1, 1.96) / np.sqrt(len(done)))
+                                               t95(len(done) - 1) / np.sqrt(len(done)))
             lo, hi = mean - half, mean + half
     if exp.x in LOG_X:
         grid, mean, lo, hi = ps.positive(grid, mean, lo, hi)
@@ -78,20 +85,20 @@ def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFram
     the x axis (from that share of its end), each panel's y axis fitted to it. Returns how squeezed the
     ends are: the smallest, over panels with two or more lines, of the spread of the lines' last values
     over the panel's y range (1.0 when there is nothing to compare)."""
-    settings = [s["name"] for s in exp.settings]
+    settings = [s.name for s in exp.settings]
     n = len(settings)
     ncol = n if n <= 4 else 3
     nrow = math.ceil(n / ncol)
     fig, axes = ps.subplots(nrow, ncol, width=ps.PAGE_IN if n > 1 else 4.6, panel_h=2.1, sharey=tail is None)
-    algo_of = {a["name"]: a.get("algo", a["name"]) for a in exp.algorithms}
-    styles = ps.row_styles([(a["name"], algo_of[a["name"]]) for a in exp.algorithms])
+    algo_of = {a.name: a.algo for a in exp.algorithms}
+    styles = ps.row_styles([(a.name, algo_of[a.name]) for a in exp.algorithms])
     squeeze, has_paper = 1.0, False
     for k, s in enumerate(settings):
         ax = axes[k // ncol][k % ncol]
         drawn, notes, same, shown = False, [], {}, {}
         lines: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # (x, mean, lo, hi)
         for j, a in enumerate(exp.algorithms):
-            name, st_ = a["name"], styles[a["name"]]
+            name, st_ = a.name, styles[a.name]
             mine_runs = pd.DataFrame() if runs is None or runs.empty else runs[
                 (runs.algorithm == name) & (runs.setting == s)]
             st = {int(r.seed): r.status for r in mine_runs.itertuples()}

@@ -5,7 +5,7 @@ there is one), and a hash of the source (``inspect.getsource``) of every class o
 but ``object`` (the class, the built-in algorithm it derives from, ``BilevelAlgorithm``, ``Algorithm``)
 and of its task class's, each under ``module.Class``.
 
-**Staleness** (the rule, docs/fidelity.md "Runs that know their code"): a finished run is *stale*, and
+**Staleness** (the rule, docs/fidelity.md#evidence): a finished run is *stale*, and
 ``compare``/``tune`` redo it, when the source of a class *outside the package* (a user's algorithm)
 differs from the one recorded. A class of fbo itself that changed is *drift*: reported (``fbo compare``
 says how many reused runs were made by other built-in code, and which classes), never rerun by

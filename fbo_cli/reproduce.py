@@ -36,7 +36,7 @@ def spec_cost(spec: str | Path, overrides: dict[str, Any], todo: bool = False) -
 
     exp0 = load_spec(spec, overrides, use_tuned=False)
     tcells, est = [], None
-    if any(a.get("tune") for a in exp0.algorithms):
+    if any(a.tune for a in exp0.algorithms):
         ts = tune_spec(exp0)
         pairs = tune_cells(exp0, ts, overrides)
         tcells = list({c.cfg.run_dir: c for c, _ in pairs}.values())  # rows that share runs count them once

@@ -113,20 +113,28 @@ def open_lock(run_dir: Path) -> int:
                          ) from None
 
 
-@contextlib.contextmanager
-def run_lock(run_dir: Path, wait: bool = True) -> Iterator[bool]:
-    """Hold ``run_dir/.lock`` (an exclusive ``flock``). Yields False, without waiting, when another
-    process holds it and ``wait`` is False. The OS drops the lock when its holder dies."""
+def lock_run(run_dir: Path, wait: bool = True) -> int | None:
+    """Open and hold ``run_dir/.lock`` (an exclusive ``flock``): the descriptor, whose closing releases
+    it; None, without waiting, when another process holds it and ``wait`` is False. The OS drops the lock
+    when its holder dies."""
     fd = open_lock(run_dir)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
-            return
-        yield True
-    finally:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
         os.close(fd)
+        return None
+    return fd
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: Path, wait: bool = True) -> Iterator[bool]:
+    """:func:`lock_run` for a ``with`` block: yields whether the lock is held."""
+    fd = lock_run(run_dir, wait)
+    try:
+        yield fd is not None
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 ROOT_MARKER = ".fbo-results"
@@ -583,7 +591,7 @@ def estimate_cost(cells: list, roots: tuple[Path, ...] | None = None) -> tuple[f
     return total, unknown
 
 
-# the fixed cost of a run beyond its rounds, measured on this machine (2 cores; docs/fidelity.md): per run in a
+# the fixed cost of a run beyond its rounds, measured on this machine (2 cores; docs/fidelity.md#defaults): per run in a
 # grid (build, its files, its curves.png), and per process (the CLI, each --jobs worker: importing torch)
 RUN_STARTUP_S = 1.0
 PROCESS_STARTUP_S = 5.0

@@ -38,24 +38,23 @@ def plan(exp: Experiment, runs, cap: int = CAP) -> tuple[list[dict], list[str]]:
         raise UsageError(f"--cap {cap}: the spec already has {len(exp.seeds)} seeds; the cap must be larger")
     need: dict[str, set[str]] = {}
     why = []
-    names = [s["name"] for s in exp.settings]
+    names = [s.name for s in exp.settings]
     for claim in exp.claims:
-        if claim["metric"] not in runs.columns:
+        if claim.metric not in runs.columns:
             continue  # a derived quantity (I_max): not extended
-        pairs = claim.get("across") or [(s, None) for s in names if not claim.get("settings")
-                                         or s in claim["settings"]]
+        pairs = claim.across or [(s, None) for s in names if not claim.settings or s in claim.settings]
         for s, t in pairs:
             v = claim_verdict(runs, claim, s, t, first=len(exp.seeds))
             if v.verdict == "inconclusive" and v.n < cap:
-                need.setdefault(s, set()).add(claim["better"])
-                need.setdefault(t or s, set()).add(claim["than"])
-                why.append(f"{claim['text']} ({s}{f' vs {t}' if t else ''}: {v.interval}, {v.n} seeds)")
+                need.setdefault(s, set()).add(claim.better)
+                need.setdefault(t or s, set()).add(claim.than)
+                why.append(f"{claim.text} ({s}{f' vs {t}' if t else ''}: {v.interval}, {v.n} seeds)")
     extra, k = [], max(exp.seeds) + 1
     while len(exp.seeds) + len(extra) < cap:
         extra.append(k)
         k += 1
     order = {n: i for i, n in enumerate(names)}
-    algos = [a["name"] for a in exp.algorithms]
+    algos = [a.name for a in exp.algorithms]
     return ([{"setting": s, "algorithms": [a for a in algos if a in need[s]], "seeds": extra}
              for s in sorted(need, key=order.get)], why)
 

@@ -8,6 +8,8 @@ the reference's shape, each cell's resolved config) with errors that name the fi
 allowed values, and resolves the cells. This module is the only one that reads a spec's YAML; it
 also reads and validates ``tuned.yaml`` (what ``fbo tune`` chose). ``compare`` runs and aggregates,
 ``tune`` tunes, ``report`` renders: each imports this module, none imports another of them.
+Its parts are typed (:mod:`fbo_cli.spec_types`: rows, claims, the witness, the tune block, the tuned
+choices); the checks that need no file are in :mod:`fbo_cli.spec_checks`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,18 @@ from typing import Any
 from .config import RunConfig, check_path, load_config_file, resolve
 from .errors import UsageError
 from .results import X_AXES, atomic_write
+from .spec_checks import (  # noqa: F401  (parse_tune, MAX_*: spec's API)
+    DERIVED,
+    MAX_CELLS,
+    MAX_SEEDS,
+    check_claims,
+    check_reference,
+    check_reference_on,
+    check_witness,
+    nonneg_number,
+    parse_tune,
+)
+from .spec_types import AlgorithmEntry, Choice, Claim, SettingEntry, Tuned, TuneSpec, Witness  # noqa: F401
 from .tasks import TASKS
 
 BANDS = {"minmax": "min to max over those seeds", "std": "mean ± one standard deviation over those seeds",
@@ -46,8 +60,8 @@ class Experiment:
     target: float | None
     x: str
     seeds: list[int]
-    algorithms: list[dict[str, Any]]
-    settings: list[dict[str, Any]]
+    algorithms: list[AlgorithmEntry]
+    settings: list[SettingEntry]
     reference: dict[str, dict[str, dict[str, Any]]]
     reference_on: dict[str, Any] = field(default_factory=dict)  # what ``reference`` was measured on
     description: str = ""  # what the experiment is, in the spec's words (shown in the report)
@@ -56,9 +70,9 @@ class Experiment:
     cells: list[Cell] = field(default_factory=list)
     out_root: Path = Path("results")
     base: dict[str, Any] = field(default_factory=dict)
-    tuned: dict[str, Any] | None = None  # the tuned.yaml of ``fbo tune``, when present
+    tuned: Tuned | None = None  # the tuned.yaml of ``fbo tune``, when present
     x_also: list[str] = field(default_factory=list)  # more x axes: one more curves_<x>.png each
-    claims: list[dict[str, Any]] = field(default_factory=list)  # the paper's claims, checked by the report
+    claims: list[Claim] = field(default_factory=list)  # the paper's claims, checked by the report
     derived: list[str] = field(default_factory=list)  # derived tables (DERIVED)
     tolerance: float = 0.02  # how far ours may sit from a paper's fraction and still be "within"
     paper: str | None = None  # the paper whose part of the report shows this experiment (None: not in the report)
@@ -67,10 +81,15 @@ class Experiment:
     incomplete: int = 0  # cells failed or not run at the last report
     outcomes: dict[Path, dict] = field(default_factory=dict)  # run_dir -> what run_cells returned this time
     settled: dict | None = None  # settled.yaml: the seeds `compare --until-settled` added
-    witness: dict | None = None  # the paper's own code beside a row: {algorithm, settings: {setting: witness's}}
+    witness: Witness | None = None  # the paper's own code beside a row (its settings: {setting: witness's})
     overrides: dict[str, Any] = field(default_factory=dict)  # the command line's --set keys
     seeds_given: bool = False  # --seeds replaced the spec's seeds
     ignored: dict[str, list[str]] = field(default_factory=dict)  # --set key -> the algorithms without it
+
+    def __post_init__(self):  # rows given as mappings (tests, older callers) become typed
+        self.algorithms = [AlgorithmEntry.of(a) for a in self.algorithms]
+        self.settings = [SettingEntry.of(s) for s in self.settings]
+        self.claims = [Claim.of(c) for c in self.claims]
 
 
 def _need(d: dict, key: str, kind, where: str):
@@ -164,14 +183,14 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
     exp = Experiment(
         name=check_name(spec["name"] if "name" in spec else Path(path).stem, f"{where}: 'name'"),
         title=str(spec.get("title", "")), task=task,
-        metric=metric, metrics=list(metrics), target=target, x=x, seeds=seed_list, algorithms=algos,
-        settings=settings, reference=spec.get("reference") or {}, base=base, x_also=list(x_also),
-        reference_on=_check_reference_on(where, spec.get("reference_on")),
+        metric=metric, metrics=list(metrics), target=target, x=x, seeds=seed_list, algorithms=[],
+        settings=[], reference=spec.get("reference") or {}, base=base, x_also=list(x_also),
+        reference_on=check_reference_on(where, spec.get("reference_on")),
         description=" ".join(str(spec.get("description") or "").split()), path=str(path),
         band=spec.get("band", "minmax"), paper=spec.get("paper"), order=spec.get("order", 100))
-    n = len(exp.algorithms) * len(exp.settings) * len(exp.seeds)
+    n = len(algos) * len(settings) * len(exp.seeds)
     if n > MAX_CELLS:
-        raise UsageError(f"{where}: {len(exp.algorithms)} algorithms x {len(exp.settings)} settings x {len(exp.seeds)} "
+        raise UsageError(f"{where}: {len(algos)} algorithms x {len(settings)} settings x {len(exp.seeds)} "
                          f"seeds = {n:,} runs; fbo takes at most {MAX_CELLS:,} per spec")
     if exp.paper is not None and not isinstance(exp.paper, str):
         raise UsageError(f"{where}: 'paper' must be a paper's key (a string), got {exp.paper!r}")
@@ -186,17 +205,19 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
     _check_entries(where, algos, {"algo", "name", "set", "tune"}, "algorithm", "algo")
     _user_algorithms(where, algos, Path(path).parent)
     _check_entries(where, settings, {"name", "set"}, "setting", "name")
-    _check_reference(where, exp.reference, algos, settings)
-    _check_claims(where, spec.get("claims"), algos, settings)
+    exp.algorithms = algos = [AlgorithmEntry.of(a) for a in algos]
+    exp.settings = settings = [SettingEntry.of(s) for s in settings]
+    check_reference(where, exp.reference, algos, settings)
+    check_claims(where, spec.get("claims"), algos, settings)
     derived = spec.get("derived") or []
     if not isinstance(derived, list) or set(derived) - set(DERIVED):
         raise UsageError(f"{where}: 'derived' must be a list among: {', '.join(DERIVED)}")
     exp.out_root = Path(str(overrides.get("out_dir") or base.get("out_dir") or "results"))
     check_path("out_dir", exp.out_root)
-    exp.claims = list(spec.get("claims") or [])
-    exp.witness = _check_witness(where, spec.get("witness"), algos, settings)
+    exp.claims = [Claim.of(c) for c in spec.get("claims") or []]
+    exp.witness = check_witness(where, spec.get("witness"), algos, settings)
     exp.derived = list(derived)
-    exp.tolerance = _number(spec.get("tolerance", 0.02), f"{where}: 'tolerance'")
+    exp.tolerance = nonneg_number(spec.get("tolerance", 0.02), f"{where}: 'tolerance'")
     if spec.get("tune") is not None:
         exp.tune = parse_tune(spec, exp, where)
     if use_tuned:
@@ -207,18 +228,18 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
     for seed in seed_list:  # seed-major: a first complete picture of the grid arrives early
         for s in settings:
             for a in algos:
-                tuned = tuned_layer(exp.tuned, a["name"], s["name"]) if exp.tuned else {}
-                layers = (base, s.get("set") or {}, a.get("set") or {}, tuned,
-                          {"seed": seed, "target": exp.target}, algo_overrides(exp, a, overrides))
+                tuned = tuned_layer(exp.tuned, a.name, s.name) if exp.tuned else {}
+                layers = (base, s.set, a.set, tuned, {"seed": seed, "target": exp.target},
+                          algo_overrides(exp, a, overrides))
                 try:
-                    cfg = resolve(task, a["algo"], *layers)
+                    cfg = resolve(task, a.algo, *layers)
                 except UsageError as e:
-                    raise UsageError(f"{where}: algorithm '{a['name']}', setting '{s['name']}': {e}") from None
-                exp.cells.append(Cell(a["name"], s["name"], seed, cfg, layers))
+                    raise UsageError(f"{where}: algorithm '{a.name}', setting '{s.name}': {e}") from None
+                exp.cells.append(Cell(a.name, s.name, seed, cfg, layers))
     if seeds is None:  # the seeds `compare --until-settled` added (settled.yaml), after the spec's
         _add_settled(exp, where, task, base, overrides, settled)
     seen: dict[Path, Cell] = {}
-    tuned_rows = {a["name"] for a in algos if a.get("tune")}
+    tuned_rows = {a.name for a in algos if a.tune}
     for c in exp.cells:
         # a tuned row may land on another row's values (e.g. the paper's step): the same runs, shown twice
         if c.cfg.run_dir in seen and seen[c.cfg.run_dir].algorithm != c.algorithm \
@@ -245,13 +266,6 @@ def check_name(name: Any, what: str) -> str:
     return name
 
 
-def _number(v: Any, what: str) -> float:
-    """A finite number >= 0 (a tolerance, a margin), else a UsageError naming ``what``."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-        raise UsageError(f"{what} must be a finite number >= 0, got {v!r}")
-    return float(v)
-
-
 def _check_entries(where: str, items: list, allowed: set[str], what: str, key: str) -> None:
     names: set[str] = set()
     for a in items:
@@ -273,17 +287,18 @@ def _check_entries(where: str, items: list, allowed: set[str], what: str, key: s
         names.add(a["name"])
 
 
-def _ignored_keys(where: str, task: str, algos: list, overrides: dict[str, Any]) -> dict[str, list[str]]:
+def _ignored_keys(where: str, task: str, algos: list[AlgorithmEntry],
+                  overrides: dict[str, Any]) -> dict[str, list[str]]:
     """``{key: [algorithm names]}``: the ``--set`` keys that some algorithms of the spec do not have (they
     ignore them; the output says so). A key that no algorithm has is an error."""
     from .config import REGISTRY, known_keys, lookup
 
     out: dict[str, list[str]] = {}
     for a in algos:
-        entry = REGISTRY.get(a["algo"]) or lookup(a["algo"])[1]
+        entry = REGISTRY.get(a.algo) or lookup(a.algo)[1]
         for k in overrides:
             if k not in known_keys(task, entry) and k not in ("out_dir", "data_dir"):
-                out.setdefault(k, []).append(a["name"])
+                out.setdefault(k, []).append(a.name)
     for k, names in out.items():
         if len(names) == len(algos):
             raise UsageError(f"{where}: --set {k}: no algorithm of the spec has the key '{k}' "
@@ -291,9 +306,9 @@ def _ignored_keys(where: str, task: str, algos: list, overrides: dict[str, Any])
     return out
 
 
-def algo_overrides(exp: Experiment, a: dict, overrides: dict[str, Any]) -> dict[str, Any]:
+def algo_overrides(exp: Experiment, a: AlgorithmEntry, overrides: dict[str, Any]) -> dict[str, Any]:
     """The ``--set`` keys that apply to algorithm ``a`` (the others it ignores: ``exp.ignored``)."""
-    return {k: v for k, v in overrides.items() if a["name"] not in exp.ignored.get(k, ())}
+    return {k: v for k, v in overrides.items() if a.name not in exp.ignored.get(k, ())}
 
 
 def overrides_note(exp: Experiment) -> str:
@@ -330,113 +345,6 @@ def _user_algorithms(where: str, algos: list, folder: Path) -> None:
         a["algo"], a["algo_name"] = source, name
 
 
-# tables a report derives from a spec's runs (``derived:``): name -> what it is
-DERIVED = {"imax": "the largest communication window I whose final AUC stays within 0.01 of I = 1, per "
-                   "algorithm, client count K and seed (fbo_cli/report/codasca.py); claims on metric I_max"}
-
-
-def _check_claims(where: str, claims: Any, algos: list, settings: list) -> None:
-    """``claims:`` (read by ``fbo report``): a list of {text, metric, better, than, mode, margin,
-    settings, across}; ``settings`` (optional) names the settings the claim is about (default: all);
-    ``across`` (optional, instead) lists pairs [setting of ``better``, setting of ``than``]: a claim
-    about one setting against another (e.g. tau = 5 against tau = 1 for the same algorithm). A claim on
-    a derived quantity (``I_max``) names the derived table's settings (``K=<K>``)."""
-    if claims is None:
-        return
-    names = {a["name"] for a in algos}
-    snames = {s["name"] for s in settings}
-    if not isinstance(claims, list):
-        raise UsageError(f"{where}: 'claims' must be a list of mappings")
-    for c in claims:
-        keys = {"text", "metric", "better", "than", "mode", "margin", "factor", "settings", "across"}
-        if not isinstance(c, dict) or set(c) - keys or not {"text", "metric", "better", "than"} <= set(c):
-            raise UsageError(f"{where}: each claim needs text, metric, better, than (optional: mode, margin, factor, "
-                             f"settings or across); got {c!r}")
-        for k in ("margin", "factor"):
-            v = c.get(k, 1.0)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (
-                    k == "factor" and v <= 0):
-                raise UsageError(f"{where}: claim '{c['text']}': '{k}' must be a finite number >= 0 (factor > 0), "
-                                 f"got {v!r}")
-        if "factor" in c and (c.get("mode", "max") != "min" or "margin" in c):
-            raise UsageError(f"{where}: claim '{c['text']}': 'factor' (better needs at most 1/factor of than's "
-                             f"value) goes with mode: min and no margin")
-        across = c.get("across")
-        if across is not None:
-            derived = c["metric"] == "I_max"  # its settings are the derived table's K=<K>
-            if c.get("settings") or not isinstance(across, list) or not across or not all(
-                    isinstance(p, list) and len(p) == 2 and (derived or all(x in snames for x in p)) for p in across):
-                raise UsageError(f"{where}: claim '{c['text']}': 'across' must be a non-empty list of pairs "
-                                 f"[setting, setting] of the spec's settings, without 'settings'; got {across!r}")
-        bad = [s for s in c.get("settings") or [] if s not in snames]
-        if not isinstance(c.get("settings") or [], list) or bad:
-            raise UsageError(f"{where}: claim '{c['text']}': 'settings' must list setting names of the spec; "
-                             f"unknown: {', '.join(map(str, bad))}")
-        for side in ("better", "than"):
-            if c[side] not in names:
-                raise UsageError(f"{where}: claim '{c['text']}': '{c[side]}' is not an algorithm of the spec; "
-                                 f"choose from: {', '.join(sorted(names))}")
-        if c.get("mode", "max") not in ("min", "max", "equal"):
-            raise UsageError(f"{where}: claim '{c['text']}': mode must be min, max or equal")
-        if "margin" in c:
-            _number(c["margin"], f"{where}: claim '{c['text']}': 'margin'")
-
-
-def _check_witness(where: str, w: Any, algos: list, settings: list) -> dict | None:
-    """``witness: {algorithm, settings: {spec setting: witness setting}}``: the public code's runs
-    (``fbo witness``) shown beside that algorithm's in those settings."""
-    from .witness import SETTINGS
-
-    if w is None:
-        return None
-    ok = (isinstance(w, dict) and {"algorithm", "settings"} <= set(w) <= {"algorithm", "settings", "inner_lr"}
-          and w["algorithm"] in {a["name"] for a in algos}
-          and isinstance(w.get("inner_lr", 0.01), (int, float)) and not isinstance(w.get("inner_lr"), bool)
-          and isinstance(w["settings"], dict) and all(
-              k in {s["name"] for s in settings} and v in SETTINGS for k, v in w["settings"].items()))
-    if not ok:
-        raise UsageError(f"{where}: 'witness' must be {{algorithm: <an algorithm of the spec>, settings: {{<setting>: "
-                         f"one of {', '.join(SETTINGS)}}}, inner_lr: <the public code's --lr>}}; got {w!r:.200}")
-    return w
-
-
-def _check_reference(where: str, ref: Any, algos: list, settings: list) -> None:
-    """``reference: {algorithm name: {setting name: {column: number or text}}}``."""
-    shape = "reference must map algorithm name -> setting name -> {column: value}"
-    if not isinstance(ref, dict):
-        raise UsageError(f"{where}: {shape}, got a {type(ref).__name__}")
-    anames, snames = {a["name"] for a in algos}, {s["name"] for s in settings}
-    for a, per in ref.items():
-        if a not in anames:
-            raise UsageError(f"{where}: reference names algorithm '{a}', not in the spec ({', '.join(sorted(anames))})")
-        if not isinstance(per, dict):
-            raise UsageError(f"{where}: reference['{a}']: {shape}")
-        for sname, cols in per.items():
-            if sname not in snames:
-                raise UsageError(f"{where}: reference['{a}'] names setting '{sname}', not in the spec "
-                                 f"({', '.join(sorted(snames))})")
-            if not isinstance(cols, dict) or not all(isinstance(v, (int, float, str)) for v in cols.values()):
-                raise UsageError(f"{where}: reference['{a}']['{sname}']: {shape}")
-
-
-REFERENCE_ON_KEYS = {"dataset", "target", "model", "metric"}
-
-
-def _check_reference_on(where: str, on: Any) -> dict[str, Any]:
-    """``reference_on: {dataset, target, model, metric}``: what the paper's numbers in ``reference`` were
-    measured on. ``fbo report`` gives them a verdict only where the spec's runs match it; elsewhere
-    they are context."""
-    if on is None:  # the paper's numbers then stand as context only, never with a verdict
-        return {}
-    ds = on.get("dataset") if isinstance(on, dict) else None
-    if not isinstance(on, dict) or set(on) - REFERENCE_ON_KEYS or not (
-            isinstance(ds, str) or (isinstance(ds, list) and ds and all(isinstance(d, str) for d in ds))):
-        raise UsageError(f"{where}: 'reference_on' must be a mapping with 'dataset' (a name, or the list of the "
-                         f"settings' datasets) and optional "
-                         f"{', '.join(sorted(REFERENCE_ON_KEYS - {'dataset'}))}), got {on!r}")
-    return dict(on)
-
-
 def check_metrics(exp: Experiment, columns: set[str] | None = None) -> None:
     """The spec's ``metric``, ``metrics`` and ``x`` must be columns of the task's ``metrics.csv``. The
     columns come from ``columns`` or, by default, from one evaluation of the first run of each
@@ -468,8 +376,8 @@ def identity(exp: Experiment) -> str:
     """What makes a spec's results folder its own: the task, the algorithms and the settings by name."""
     import hashlib
 
-    key = repr((exp.task, [(a["name"], a.get("algo_name", a["algo"])) for a in exp.algorithms],
-                [s["name"] for s in exp.settings]))
+    key = repr((exp.task, [(a.name, a.algo_name or a.algo) for a in exp.algorithms],
+                [s.name for s in exp.settings]))
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
@@ -492,91 +400,6 @@ def claim_folder(exp: Experiment, outdir: Path, write: bool = True) -> None:
         claim_root(outdir.parents[1])
         make_dirs(outdir)
         atomic_write(mark, mine)
-
-
-
-MAX_SEEDS = 1000  # seeds of one spec (evaluation or tuning)
-MAX_CELLS = 20_000  # runs of one grid (algorithms x settings x seeds, or a tuning grid's points x seeds)
-
-TUNE_KEYS = {"seeds", "rounds", "score", "mode", "setting", "tail", "tolerance", "set"}
-
-
-@dataclass
-class TuneSpec:
-    seeds: list[int]
-    rounds: int | None  # None ("budget" in the spec): each setting's own evaluation budget
-    score: str
-    mode: str
-    setting: str | None
-    tail: float
-    tolerance: float
-    extra: dict[str, Any]
-    grids: dict[str, dict[str, list]]  # algorithm display name -> {key (maybe "a,b"): values}
-
-
-def parse_tune(spec: dict, exp: Experiment, where: str) -> TuneSpec:
-    t = spec.get("tune")
-    if not isinstance(t, dict):
-        raise UsageError(f"{where}: no 'tune:' block (a mapping); see `fbo tune --help`")
-    unknown = set(t) - TUNE_KEYS
-    if unknown:
-        raise UsageError(f"{where}: unknown key(s) in tune: {', '.join(sorted(unknown))}; "
-                         f"allowed: {', '.join(sorted(TUNE_KEYS))}")
-    seeds = t.get("seeds", [100])
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and 0 <= s < 2**32 for s in seeds):
-        raise UsageError(f"{where}: tune.seeds must be a non-empty list of integers in [0, 2^32)")
-    if len(seeds) > MAX_SEEDS:
-        raise UsageError(f"{where}: {len(seeds):,} tuning seeds; fbo takes at most {MAX_SEEDS:,}")
-    clash = set(seeds) & set(exp.seeds)
-    if clash:
-        raise UsageError(f"{where}: tuning seeds {sorted(clash)} are also evaluation seeds; use disjoint seeds")
-    default_score, default_mode = TASKS[exp.task].tune_metric
-    score, mode = t.get("score", default_score), t.get("mode", default_mode)
-    if score is not None and not isinstance(score, str):
-        raise UsageError(f"{where}: tune.score must be the name of a validation metric, got {score!r}")
-    if not score:
-        raise UsageError(f"{where}: task '{exp.task}' has no default validation score; set tune.score")
-    if score.startswith("test"):
-        raise UsageError(f"{where}: tune.score '{score}' is a test-set metric; tune on validation data")
-    if mode not in ("min", "max"):
-        raise UsageError(f"{where}: tune.mode must be min or max, got '{mode}'")
-    rounds = t.get("rounds", 40)
-    tail, tol = t.get("tail", 0.25), t.get("tolerance", 0.05)
-    if tol is False or tol == "off":  # no oscillation check (YAML reads a bare off as False)
-        tol = math.inf
-    if rounds == "budget":  # each setting at its own evaluation budget (settings with different budgets)
-        rounds = None
-    elif not isinstance(rounds, int) or rounds < 1:
-        raise UsageError(f"{where}: tune.rounds must be an integer >= 1 or 'budget', got {rounds!r}")
-    if not (isinstance(tail, (int, float)) and 0 < tail <= 1):
-        raise UsageError(f"{where}: tune.tail must be in (0, 1], got {tail!r}")
-    if not (isinstance(tol, (int, float)) and not isinstance(tol, bool) and tol >= 0) or math.isnan(tol):
-        raise UsageError(f"{where}: tune.tolerance must be a number >= 0 or off, got {tol!r}")
-    setting = t.get("setting")
-    names = [s["name"] for s in exp.settings]
-    if setting is not None and setting not in names:
-        raise UsageError(f"{where}: tune.setting '{setting}' is not a setting; choose one of: {', '.join(names)}")
-    extra = t.get("set") or {}
-    if not isinstance(extra, dict):
-        raise UsageError(f"{where}: tune.set must be a mapping")
-    frac = extra.get("heldout_frac")
-    if score.startswith("heldout") and not (isinstance(frac, (int, float)) and not isinstance(frac, bool) and frac > 0):
-        raise UsageError(f"{where}: tune.score '{score}' is the held-out split's: set its share in tune.set, e.g. "
-                         f"{{heldout_frac: 0.1}} (the rows neither level trains on)")
-    grids = {}
-    for a in exp.algorithms:
-        g = a.get("tune") or {}
-        if not isinstance(g, dict) or not all(isinstance(v, list) and v for v in g.values()):
-            raise UsageError(f"{where}: algorithm '{a['name']}': tune must map keys to non-empty lists of values")
-        points = math.prod(len(v) for v in g.values())
-        if points * len(seeds) > MAX_CELLS:
-            raise UsageError(f"{where}: algorithm '{a['name']}': its tuning grid has {points:,} points x "
-                             f"{len(seeds)} seeds; fbo takes at most {MAX_CELLS:,} runs per grid")
-        grids[a["name"]] = g
-    if not any(grids.values()):
-        raise UsageError(f"{where}: no algorithm declares a 'tune:' grid")
-    return TuneSpec(seeds, rounds, score, mode, setting, float(tail), float(tol), extra, grids)
-
 
 
 def settled_path(exp: Experiment) -> Path:
@@ -602,8 +425,8 @@ def load_settled(p: Path) -> dict | None:
 
 def _add_settled(exp: Experiment, where: str, task: str, base: dict, overrides: dict, settled: dict | None) -> None:
     exp.settled = settled if settled is not None else load_settled(settled_path(exp))
-    algos = {a["name"]: a for a in exp.algorithms}
-    sets = {s["name"]: s for s in exp.settings}
+    algos = {a.name: a for a in exp.algorithms}
+    sets = {s.name: s for s in exp.settings}
     for e in (exp.settled or {}).get("added", []):
         s = sets.get(e["setting"])
         for seed in e["seeds"]:
@@ -611,17 +434,16 @@ def _add_settled(exp: Experiment, where: str, task: str, base: dict, overrides: 
                 a = algos.get(name)
                 if s is None or a is None or seed in exp.seeds:
                     continue  # a setting or algorithm the spec no longer has: its runs stay out
-                tuned = tuned_layer(exp.tuned, a["name"], s["name"]) if exp.tuned else {}
-                layers = (base, s.get("set") or {}, a.get("set") or {}, tuned,
-                          {"seed": seed, "target": exp.target}, overrides)
+                tuned = tuned_layer(exp.tuned, a.name, s.name) if exp.tuned else {}
+                layers = (base, s.set, a.set, tuned, {"seed": seed, "target": exp.target}, overrides)
                 try:
-                    cfg = resolve(task, a["algo"], *layers)
+                    cfg = resolve(task, a.algo, *layers)
                 except UsageError as e:
-                    raise UsageError(f"{where}: algorithm '{a['name']}', setting '{s['name']}': {e}") from None
-                exp.cells.append(Cell(a["name"], s["name"], seed, cfg, layers))
+                    raise UsageError(f"{where}: algorithm '{a.name}', setting '{s.name}': {e}") from None
+                exp.cells.append(Cell(a.name, s.name, seed, cfg, layers))
 
 
-def load_tuned(exp: Experiment) -> dict | None:
+def load_tuned(exp: Experiment) -> Tuned | None:
     """The ``tuned.yaml`` beside the experiment's results, if any."""
     p = exp.out_root / "compare" / exp.name / "tuned.yaml"
     if not p.is_file():
@@ -638,37 +460,27 @@ def load_tuned(exp: Experiment) -> dict | None:
         raise UsageError(f"{p} was chosen on another tuning grid than {exp.path or 'the spec'} now declares (was "
                          f"{tuned_grids(t['grids'])!r:.150}); an edited spec is tuned again: `fbo tune {exp.path}` "
                          f"(it replaces the file), or delete the file to run the spec's own values")
-    for algo, per in chosen.items():
-        for setting, vals in per.items():
-            for k, v in vals.items():
-                if not k.startswith("_") and not isinstance(v, (int, float, str, bool)):
+    tuned = Tuned.of(t)
+    for algo, per in tuned.chosen.items():
+        for setting, choice in per.items():
+            for k, v in choice.values.items():
+                if not isinstance(v, (int, float, str, bool)):
                     raise UsageError(f"{p}: chosen value {algo} / {setting} / {k} must be a number or a word, "
                                      f"got {v!r}")
-    return t
+    return tuned
 
 
-def tuned_entry(tuned: dict | None, algorithm: str, setting: str) -> dict[str, Any]:
-    """The ``chosen`` entry of one (algorithm, setting) in a ``tuned.yaml``: the setting's own, or the
-    one tuned setting's; with its notes (keys starting with ``_``)."""
-    if not tuned:
-        return {}
-    per = (tuned.get("chosen") or {}).get(algorithm) or {}
-    return per.get(setting) or (per.get(tuned["setting"]) if tuned.get("setting") else None) or {}
+def tuned_entry(tuned: Tuned | dict | None, algorithm: str, setting: str) -> Choice:
+    """The choice of one (algorithm, setting) in a ``tuned.yaml``: the setting's own, or the one tuned
+    setting's; its values and its notes (empty when there is none)."""
+    return Tuned.of(tuned).entry(algorithm, setting) if tuned else Choice()
 
 
-def edge_note(entry: dict[str, Any]) -> str:
+def edge_note(entry: Choice | dict[str, Any]) -> str:
     """How a chosen value relates to its grid's edge, in words ('' when interior)."""
-    notes = []
-    if entry.get("_stable_edge"):
-        notes.append(f"at the grid's edge: {entry['_stable_edge']}")
-    if entry.get("_valid_edge"):
-        notes.append(f"at the end of the valid range: {entry['_valid_edge']}")
-    if entry.get("_at_grid_edge"):
-        notes.append(f"an unresolved edge: the best value of {entry['_at_grid_edge']} is the last one tried, no "
-                     "rejected value beyond it")
-    return "; ".join(notes)
+    return Choice.of(entry).edge_note()
 
 
-def tuned_layer(tuned: dict | None, algorithm: str, setting: str) -> dict[str, Any]:
+def tuned_layer(tuned: Tuned | dict | None, algorithm: str, setting: str) -> dict[str, Any]:
     """The chosen values of one (algorithm, setting), notes left out: a config layer."""
-    return {k: v for k, v in tuned_entry(tuned, algorithm, setting).items() if not k.startswith("_")}
+    return dict(tuned_entry(tuned, algorithm, setting).values)

@@ -69,6 +69,7 @@ from .errors import UsageError
 from .executors import GridOptions
 from .results import PROCESS_STARTUP_S, RUN_STARTUP_S, atomic_write, fmt_num, write_yaml
 from .spec import Cell, Experiment, TuneSpec, algo_overrides, check_metrics, claim_folder, load_spec
+from .spec_types import AlgorithmEntry, Choice, SettingEntry, chosen_on_disk
 
 
 def grid_points(grid: dict[str, list]) -> list[dict[str, Any]]:
@@ -117,10 +118,11 @@ def confirm_seeds(exp: Experiment, ts: TuneSpec) -> list[int]:
     return out
 
 
-def _layers(exp: Experiment, ts: TuneSpec, a: dict, s: dict, point: dict, seed: int, overrides: dict) -> tuple:
+def _layers(exp: Experiment, ts: TuneSpec, a: AlgorithmEntry, s: SettingEntry, point: dict, seed: int,
+            overrides: dict) -> tuple:
     """The config layers of one tuning run: the spec's base, the setting's and the algorithm's keys, the
     grid point, the tune block's ``set``, the seed (and the tuning budget), the command line's overrides."""
-    return (exp.base, s.get("set") or {}, a.get("set") or {}, point, ts.extra,
+    return (exp.base, s.set, a.set, point, ts.extra,
             {"seed": seed, "target": None, **({"rounds": ts.rounds} if ts.rounds else {})},
             algo_overrides(exp, a, overrides))
 
@@ -262,25 +264,25 @@ def tune_cells(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any],
                confirm: dict[tuple[str, str], list[dict]] | None = None) -> list[tuple[Cell, dict]]:
     """The tuning runs: every grid point, plus the points ``extended`` beyond a grid's edge, per
     (algorithm, setting), on every tuning seed; and the points to ``confirm`` on the confirmation seeds."""
-    settings = [s for s in exp.settings if ts.setting is None or s["name"] == ts.setting]
+    settings = [s for s in exp.settings if ts.setting is None or s.name == ts.setting]
     cells = []
     confirming = [(seed, True) for seed in confirm_seeds(exp, ts)] if confirm else []
     for seed, is_confirmation in [(seed, False) for seed in ts.seeds] + confirming:
         for s in settings:
             for a in exp.algorithms:
-                if not ts.grids[a["name"]]:  # nothing to choose: the spec's values stand
+                if not ts.grids[a.name]:  # nothing to choose: the spec's values stand
                     continue
-                key = (a["name"], s["name"])
+                key = (a.name, s.name)
                 points = ((confirm or {}).get(key, []) if is_confirmation
-                          else grid_points(ts.grids[a["name"]]) + (extended or {}).get(key, []))
+                          else grid_points(ts.grids[a.name]) + (extended or {}).get(key, []))
                 for point in points:
                     layers = _layers(exp, ts, a, s, point, seed, overrides)
                     try:
-                        cfg = resolve(exp.task, a["algo"], *layers)
+                        cfg = resolve(exp.task, a.algo, *layers)
                     except UsageError as e:
-                        raise UsageError(f"algorithm '{a['name']}', setting '{s['name']}', grid point "
+                        raise UsageError(f"algorithm '{a.name}', setting '{s.name}', grid point "
                                          f"{point}: {e}") from None
-                    cells.append((Cell(a["name"], s["name"], seed, cfg, layers), point))
+                    cells.append((Cell(a.name, s.name, seed, cfg, layers), point))
     return cells
 
 
@@ -288,10 +290,10 @@ def point_error(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], key: t
                 point: dict) -> str | None:
     """Why a grid point of (algorithm, setting) is not a valid configuration (the checks that run before
     any data loads: declared bounds and the algorithm's ``check``), or None."""
-    a = next(a for a in exp.algorithms if a["name"] == key[0])
-    s = next(s for s in exp.settings if s["name"] == key[1])
+    a = next(a for a in exp.algorithms if a.name == key[0])
+    s = next(s for s in exp.settings if s.name == key[1])
     try:
-        resolve(exp.task, a["algo"], *_layers(exp, ts, a, s, point, ts.seeds[0], overrides))
+        resolve(exp.task, a.algo, *_layers(exp, ts, a, s, point, ts.seeds[0], overrides))
     except UsageError as e:
         return str(e)
     return None
@@ -364,9 +366,9 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], grid: GridOptio
             console.print(f"{exp.name}: warning: {line}", highlight=False)
     extra_seeds = confirm_seeds(exp, ts)
     for (a, st), pts in confirm.items():  # say so where the choice survived its confirmation seeds
-        vals = chosen[a][st]
-        if {k: v for k, v in vals.items() if not k.startswith("_")} in pts:
-            vals["_stable_edge"] += f" (and the choice is stable on seeds {', '.join(map(str, extra_seeds))})"
+        c = chosen[a][st]
+        if c.values in pts:
+            c.notes["stable_edge"] += f" (and the choice is stable on seeds {', '.join(map(str, extra_seeds))})"
     ranking = (check_ranking(exp, ts, overrides, [c for c in cells if c[0].seed in ts.seeds],
                              table[table.grid != "confirmation"], extended, grid, console) if ranking_check else None)
     claim_folder(exp, outdir)
@@ -382,9 +384,9 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], grid: GridOptio
         "setting": ts.setting, "grids": ts.grids,
         "extended": {f"{a} | {s}": pts for (a, s), pts in extended.items()},
         "confirmed": {f"{a} | {s}": {"points": pts, "seeds": extra_seeds} for (a, s), pts in confirm.items()},
-        "chosen": chosen,
+        "chosen": chosen_on_disk(chosen),
         **({"ranking_check": ranking[1]} if ranking is not None else {})})
-    plot_tuning(table, ts, outdir / "tuning.png", exp.title or exp.name, {a["name"]: a["algo"] for a in exp.algorithms})
+    plot_tuning(table, ts, outdir / "tuning.png", exp.title or exp.name, {a.name: a.algo for a in exp.algorithms})
     return outdir
 
 
@@ -412,15 +414,14 @@ def relabel(spec_path: str | Path, overrides: dict[str, Any]) -> tuple[Path, int
     seeds = ", ".join(map(str, confirm_seeds(exp, ts)))
     for key, info in (tuned.get("confirmed") or {}).items():
         a, st = key.split(" | ")
-        vals = chosen.get(a, {}).get(st, {})
-        if vals.get("_stable_edge") and {k: v for k, v in vals.items() if not k.startswith("_")} in info["points"]:
-            vals["_stable_edge"] += f" (and the choice is stable on seeds {seeds})"
-    strip = lambda per: {a: {st: {k: v for k, v in vals.items() if not k.startswith("_")} for st, vals in p.items()}
-                         for a, p in per.items()}
-    if strip(chosen) != strip(tuned.get("chosen") or {}):
+        c = chosen.get(a, {}).get(st)
+        if c is not None and c.notes.get("stable_edge") and c.values in info["points"]:
+            c.notes["stable_edge"] += f" (and the choice is stable on seeds {seeds})"
+    values = lambda per: {a: {st: Choice.of(c).values for st, c in p.items()} for a, p in per.items()}  # noqa: E731
+    if values(chosen) != values(tuned.get("chosen") or {}):
         raise UsageError(f"--relabel: today's rules choose differently from {outdir / 'tuned.yaml'}; "
                          "re-tune with `fbo tune` instead")
-    tuned["chosen"] = chosen
+    tuned["chosen"] = chosen_on_disk(chosen)
     atomic_write(outdir / "tuning.csv", table.to_csv(index=False))
     write_yaml(outdir / "tuned.yaml", tuned)
     return outdir, len(drop)
@@ -504,10 +505,10 @@ MAX_EXTENSIONS = 6  # grid points added beyond one edge of one key, per (algorit
 CONFIRM_SEEDS = 2  # more seeds that a choice next to a rejected value must survive
 
 
-def unconfirmed(chosen: dict) -> list[tuple[tuple[str, str], dict]]:
-    """The choices next to a rejected value (``_stable_edge``), as ((algorithm, setting), point)."""
-    return [((algo, setting), {k: v for k, v in vals.items() if not k.startswith("_")})
-            for algo, per in chosen.items() for setting, vals in per.items() if vals.get("_stable_edge")]
+def unconfirmed(chosen: dict[str, dict[str, Choice]]) -> list[tuple[tuple[str, str], dict]]:
+    """The choices next to a rejected value (note ``stable_edge``), as ((algorithm, setting), point)."""
+    return [((algo, setting), dict(c.values))
+            for algo, per in chosen.items() for setting, c in per.items() if c.notes.get("stable_edge")]
 
 
 def _beyond(values: list, v) -> Any:
@@ -565,17 +566,18 @@ def extensions(df: pd.DataFrame, chosen: dict, ts: TuneSpec, extended: dict[tupl
     :data:`MAX_EXTENSIONS` per (algorithm, setting)."""
     more = []
     for algo, per in chosen.items():
-        for setting, vals in per.items():
+        for setting, c in per.items():
+            c = Choice.of(c)  # a tuned.yaml's mapping, too
             if len(extended.get((algo, setting), [])) >= MAX_EXTENSIONS:
                 continue
             g = df[(df.algorithm == algo) & (df.setting == setting)]
             known = [p for p, _ in (invalid or {}).get((algo, setting), [])]  # not valid configurations
-            if "_none" in vals:  # every point rejected: below the grid, if every rejection was instability
+            if "none" in c.notes:  # every point rejected: below the grid, if every rejection was instability
                 point = _below_unstable(g, ts.grids[algo])
                 if point is not None and point not in known:
                     more.append(((algo, setting), point))
                 continue
-            best = {k: v for k, v in vals.items() if not k.startswith("_")}
+            best = dict(c.values)
             for key, _, nxt, _ in _edges(g, ts.grids[algo], best):
                 if nxt is None:
                     continue
@@ -667,23 +669,24 @@ def collect_tuning(cells: list[tuple[Cell, dict]], ts: TuneSpec,
 
 
 def choose(df: pd.DataFrame, ts: TuneSpec, invalid: dict[tuple[str, str], list[tuple[dict, str]]] | None = None,
-           ) -> dict[str, dict[str, dict[str, Any]]]:
+           ) -> dict[str, dict[str, Choice]]:
     """The best accepted point of each (algorithm, setting), with notes on how it sits in its grid:
-    ``_stable_edge`` (next to a rejected value, named), ``_valid_edge`` (the last value of the key's
-    valid range: the value beyond is not a valid configuration, named with the reason), ``_at_grid_edge``
-    (beyond the edge not tried yet), ``_none`` (every point rejected)."""
-    chosen: dict[str, dict[str, dict[str, Any]]] = {}
+    ``stable_edge`` (next to a rejected value, named), ``valid_edge`` (the last value of the key's
+    valid range: the value beyond is not a valid configuration, named with the reason), ``at_grid_edge``
+    (beyond the edge not tried yet), ``none`` (every point rejected)."""
+    chosen: dict[str, dict[str, Choice]] = {}
     for (algo, setting), g in df.groupby(["algorithm", "setting"], sort=False):
         scored = g[g.grid != "confirmation"]  # confirmation runs veto a point; they do not score it
         agg = scored.groupby("point", sort=False).agg(score=("score", "mean"), rejected=("rejected", "any"))
         ok = agg[~agg.rejected]
         if ok.empty:
-            chosen.setdefault(algo, {})[setting] = {"_none": "every grid point was rejected"}
+            chosen.setdefault(algo, {})[setting] = Choice(notes={"none": "every grid point was rejected"})
             continue
         best = ok.score.idxmin() if ts.mode == "min" else ok.score.idxmax()
         row = g[g.point == best].iloc[0]
         keys = [k for k in g.columns if k not in _NOT_PARAMS and not pd.isna(row[k])]
         vals = {k: _plain(row[k]) for k in keys}
+        notes: dict[str, list[str]] = {}
         for key, v, nxt, side in _edges(g, ts.grids[algo], vals):
             col = key.split(",")[0].strip()
             beyond = g[g[col] == nxt] if nxt is not None else g.iloc[0:0]
@@ -695,17 +698,15 @@ def choose(df: pd.DataFrame, ts: TuneSpec, invalid: dict[tuple[str, str], list[t
                    and all(p.get(k) == vals.get(k) for k in p if k not in [q.strip() for q in key.split(",")])]
             if len(beyond) and beyond.rejected.any():
                 why = next(r for r in beyond.reason if r)
-                vals.setdefault("_stable_edge", []).append(f"{key}={fmt_num(v)} is the {side} stable value: "
+                notes.setdefault("stable_edge", []).append(f"{key}={fmt_num(v)} is the {side} stable value: "
                                                            f"{key}={fmt_num(nxt)} {why}")
             elif bad:
-                vals.setdefault("_valid_edge", []).append(f"{key}={fmt_num(v)} is the {side} valid value: "
+                notes.setdefault("valid_edge", []).append(f"{key}={fmt_num(v)} is the {side} valid value: "
                                                           f"{key}={fmt_num(nxt)} is not valid ({bad[0]})")
             else:  # beyond the edge: not tried yet (or the extension limit, or no next value)
-                vals.setdefault("_at_grid_edge", []).append(key)
-        for k in ("_stable_edge", "_valid_edge", "_at_grid_edge"):
-            if k in vals:
-                vals[k] = ", ".join(vals[k]) if k == "_at_grid_edge" else "; ".join(vals[k])
-        chosen.setdefault(algo, {})[setting] = vals
+                notes.setdefault("at_grid_edge", []).append(key)
+        chosen.setdefault(algo, {})[setting] = Choice(vals, {k: (", " if k == "at_grid_edge" else "; ").join(v)
+                                                             for k, v in notes.items()})
     return chosen
 
 

@@ -130,8 +130,8 @@ def test_a_long_runs_grown_rounding_is_a_drift_and_a_real_change_is_not(tmp_path
 
 def test_a_run_is_the_same_in_the_cli_process_and_in_a_grid_worker(tmp_path):
     """``fbo run`` and ``fbo compare --jobs 1`` compute in the CLI's own process, ``--jobs 2`` in workers; the
-    torch thread setting that comes first in a process decides the last bits (docs/fidelity.md), so the CLI
-    sets it first too. Without that, these runs differ from the first evaluations on (Fashion-MNIST MLP)."""
+    torch thread setting that comes first in a process decides the last bits (docs/fidelity.md#reproducibility), so
+    the CLI sets it first too. Without that, these runs differ from the first evaluations on (Fashion-MNIST MLP)."""
     import os
     import subprocess
     import sys

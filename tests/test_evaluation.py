@@ -115,10 +115,13 @@ algorithms: [{{name: A, algo: aggitd, tune: {{outer_lr: [0.01, 0.03, 0.1]}}}}]
     assert line.startswith("1 runs, ") and f"tuning {len(tuning)} runs, {total:.1f} core-minutes" in line
 
 
-def test_public_fednest_timing_reads_the_codes_own_iteration_prints(tmp_path):
+def test_public_fednest_timing_reads_the_codes_own_iteration_prints(tmp_path, monkeypatch):
     """``fbo bench --public-fednest``: the public code runs from a copy beside a link to the MNIST files,
     with its unused imports stubbed, and its outer iteration is the time between its own prints."""
-    from fbo_cli.bench import PUBLIC_ARGS, public_fednest
+    from types import SimpleNamespace
+
+    from fbo_cli.bench import reference
+    from fbo_cli.bench.reference import PUBLIC_ARGS, public_fednest
 
     code = tmp_path / "FedNest"
     code.mkdir()
@@ -132,13 +135,17 @@ def test_public_fednest_timing_reads_the_codes_own_iteration_prints(tmp_path):
         "assert os.environ['OMP_NUM_THREADS'] == '1'\n"
         "n = int(sys.argv[sys.argv.index('--epochs') + 1])\n"
         f"assert sys.argv[1:{len(PUBLIC_ARGS) + 1}] == {PUBLIC_ARGS!r}\n"
-        "time.sleep(0.3)\n"
+        "print('loading\\n' * 5, end='')\n"
         "for i in range(n):\n"
-        "    time.sleep(0.2 + 0.2 * (i == 1))\n"
+        "    print('a line of work\\n' * (4 if i == 1 else 1 if i == 2 else 0), end='')\n"
         "    print(f'Test acc/loss: 1 1 Train acc/loss: 1 1 Comm round: {10 * (i + 1)}')\n")
+    # a clock that ticks once per reading, so that the intervals are set by the lines the code prints
+    # (the clock is read at the start, for each line, and once more at each iteration's print), not by timing
+    ticks = iter(range(1000))
+    monkeypatch.setattr(reference, "time", SimpleNamespace(perf_counter=lambda: float(next(ticks))))
     r = public_fednest(code, raw, iters=3)
-    assert r["public_iters"] == 3 and 0.19 < r["public_iteration_s"] < 0.35  # the shorter interval
-    assert r["public_startup_s"] > 0.2
+    # clock: start 0; 5 lines 1-5, round 1 at 6 (7); 4 lines 8-11, round 2 at 12 (13); 1 line 14, round 3 at 15
+    assert r == {"public_iters": 3, "public_iteration_s": 3.0, "public_startup_s": 3.0}  # the shorter interval
     (code / "main_hr.py").write_text("import sys\nsys.exit(3)\n")
     with pytest.raises(RuntimeError, match="exit code 3"):
         public_fednest(code, raw, iters=3)

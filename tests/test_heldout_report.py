@@ -5,10 +5,11 @@ from types import SimpleNamespace
 from fbo_cli.report.heldout import heldout_md, pairs
 from fbo_cli.report.sections import Section
 from fbo_cli.report.verdicts import Verdict
+from fbo_cli.spec_types import Tuned
 
 
 def _sec(name, chosen, verdicts):
-    exp = SimpleNamespace(name=name, tuned={"chosen": chosen, "grids": {}}, out_root=None)
+    exp = SimpleNamespace(name=name, tuned=Tuned.of({"chosen": chosen, "grids": {}}), out_root=None)
     return Section(f"experiments/{name}.yaml", exp, verdicts=verdicts)
 
 

@@ -179,3 +179,16 @@ def test_formats_and_pages():
     assert "## Summary" in index and "## Do the committed" in index and "Paper A" not in index
     assert parts["a"].startswith("# T") and "## Paper A" in parts["a"] and "Paper B" not in parts["a"]
     assert "## Paper B" in parts["b"] and "reproduce" not in parts["b"]
+
+
+def test_the_ci95_band_uses_the_t_quantile_at_any_number_of_seeds():
+    from fbo_cli.plots import _mean_band
+
+    exp = _exp(band="ci95")
+    rng = np.random.default_rng(1)
+    for n in (3, 10, 30):
+        done = [pd.DataFrame({"rounds": [0, 10], "test_acc": rng.normal(0.5, 0.1, 2)}) for _ in range(n)]
+        _, mean, lo, hi = _mean_band(exp, done)
+        sd = np.std([d.test_acc.to_numpy() for d in done], axis=0, ddof=1)
+        t = {3: 4.302653, 10: 2.262157, 30: 2.045230}[n]  # t_{0.975, n-1}; 1.96 would be 13% too narrow at 10
+        assert np.allclose(hi - mean, t * sd / np.sqrt(n), rtol=1e-5) and np.allclose(mean - lo, hi - mean)

@@ -502,7 +502,7 @@ def test_a_choice_with_every_point_rejected_says_so():
 def test_the_report_summary_counts_tuned_choices_by_their_grid_edge_and_budget():
     from types import SimpleNamespace as NS
 
-    from fbo_cli.report.render import tuning_md
+    from fbo_cli.report.tuning import tuning_md
 
     cell = NS(cfg=NS(run=NS(rounds=300)))
     chosen = {"A": {"s": {"lr": 0.1}}, "B": {"s": {"lr": 1.0, "_stable_edge": "lr=1 is the largest stable value"}},
@@ -611,7 +611,7 @@ def test_a_factor_claim_tests_the_ratio_of_the_paired_values():
 def test_a_choice_beside_a_rejected_value_is_no_interior_choice_and_an_unexplored_side_is_an_edge():
     import itertools
 
-    from fbo_cli.report.render import choice_kind
+    from fbo_cli.report.tuning import choice_kind
 
     grid = list(itertools.product([0.01, 0.1, 1.0], [0.5, 0.7, 0.9]))
     rec = pd.DataFrame({"algorithm": "A", "setting": "s", "grid": "spec", "lr": [g[0] for g in grid],

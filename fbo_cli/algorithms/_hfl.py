@@ -2,11 +2,11 @@
 arXiv 2504.01839) and the plain FL
 baselines FedAvg, FedProx and SCAFFOLD.
 
-* The global model ``x [d]`` starts at 0 (docs/fidelity.md); one ``step()`` is one communication round r.
+* The global model ``x [d]`` starts at 0 (docs/fidelity.md#zohfl); one ``step()`` is one communication round r.
 * Participating clients S_r come from a generator of their own, seeded by the run's seed, so that
-  all four methods see the same sequence S_0, S_1, ... for a given seed (docs/fidelity.md).
+  all four methods see the same sequence S_0, S_1, ... for a given seed (docs/fidelity.md#zohfl).
 * Local steps per round and client: ``H_r = ceil(τ √(r+1))`` (Alg. 1/2 with ``H_{i,r} = τ√(r+1)``,
-  §IV; rounded up); the baselines run the same number (docs/fidelity.md).
+  §IV; rounded up); the baselines run the same number (docs/fidelity.md#zohfl).
 * Local step sizes ``γ̃_t = γ̃ / (t + Γ)`` with ``γ̃ = 0.1, Γ = 1``, t restarting at 0 in every call
   (§IV "throughout the experiments"), or constant ``γ̃`` (``lr_schedule: constant``).
 * :meth:`HFLAlgorithm.local` runs the local SGD of all participating clients at once: ``K`` clients,
@@ -49,7 +49,7 @@ class HFLAlgorithm(Algorithm):
 
     # schedules ---------------------------------------------------------------------------------------
     def local_steps(self, r: int) -> int:
-        """``H_r = ceil(τ √(r+1))`` (docs/fidelity.md)."""
+        """``H_r = ceil(τ √(r+1))`` (docs/fidelity.md#zohfl)."""
         return max(1, math.ceil(self.hp.tau * math.sqrt(r + 1) - 1e-9))
 
     def local_lr(self, t: int) -> float:

@@ -9,7 +9,7 @@ Every client keeps copies ``x^m [M, d]``, ``y^m``, and STORM estimators ``v^m`` 
 ``w^m`` (hypergradient); every client takes part in every round. Per-client heads (``lower=local``,
 the special case (2)/(3)): y = (y^1; ...; y^M) is still one global variable of problem (1), each
 client's losses touch only its own block, and the algorithm runs unchanged on it, so averaging moves
-block m by 1/M of its owner's progress (docs/fidelity.md). We store it exactly and in O(M d_y): block m as
+block m by 1/M of its owner's progress (docs/fidelity.md#local-lower). We store it exactly and in O(M d_y): block m as
 held by its owner (``y``, ``v``) and as held by every other client (``y_oth``, ``v_oth``, the same on
 all of them: they only ever apply the broadcast quantities).
 
@@ -57,7 +57,7 @@ adaptive = adam, ρ = 1e-2 (recommended 1e-3), λ = 3e-2 (recommended 0.1), γ =
 grid 1e-3..3e-2), ϑ = 0.05 (recommended 1e-2). In expectation over k the estimator is the series
 ϑ Σ_{k<K} (I - ϑH)^k: ϑ K sets how much of the implicit term it keeps, and ϑ < 2/L_g keeps it
 convergent. Why each default differs from the recommended value, and the experiments' tuned values:
-docs/fidelity.md (AdaFBiO). With ``adaptive: none`` γ and λ are plain learning rates (times η_t), so
+docs/fidelity.md#fedbio. With ``adaptive: none`` γ and λ are plain learning rates (times η_t), so
 their grids sit higher.
 """
 
@@ -88,23 +88,25 @@ class AdaFBiO(ClientStateAlgorithm):
 
     @dataclass
     class HP:
-        q: int = bounded(5, ge=1, le=100_000)  # local iterations per round (sync when t mod q = 0)
-        batch_size: int = bounded(64, ge=1)  # b: every minibatch (ξ, ζ_0..ζ_{K-1}, ζ)
-        K: int = bounded(10, ge=1, le=1000)  # Neumann order: k ~ U{0..K-1}
-        neumann_step: float = 0.05  # ϑ (replaces 1/L_g; must be < 2/L_g; docs/fidelity.md)
-        # random (eq. 13) | sum (deterministic truncation, ablation)
-        neumann: str = bounded("random", choices=("random", "sum"))
-        gamma_x: float = 3e-4  # γ, x step (tuning grid 1e-3..3e-2)
-        lambda_y: float = 3e-2  # λ, y step (tuning grid 1e-2..3e-1)
-        adaptive: str = bounded("adam", choices=ADAPTIVE)  # adam | adabelief | none
-        rho_decay: float = bounded(0.9, ge=0, lt=1)  # ϱ, second-moment decay (constant)
-        rho_floor: float = 1e-2  # ρ (tuning grid 1e-4..1e-2)
-        eta_k: float = bounded(1.0, gt=0)  # η_t = eta_k / (eta_n + t)^(1/3)
-        eta_n: float = bounded(27.0, gt=-1)
-        c1: float = 4.5  # α_{t+1} = min(1, c1 η_t²): momentum weight of v
-        c2: float = 4.5  # β_{t+1} = min(1, c2 η_t²): momentum weight of w
-        sync_estimators: bool = True  # v, w restart from their averages at a sync (docs/fidelity.md)
-        init_matrices: str = bounded("average", choices=("average", "identity"))  # average (one extra round) | identity
+        q: int = bounded(5, ge=1, le=100_000, doc="local iterations per round (sync when t mod q = 0)")
+        batch_size: int = bounded(64, ge=1, doc="b: every minibatch (ξ, ζ_0..ζ_{K-1}, ζ)")
+        K: int = bounded(10, ge=1, le=1000, doc="Neumann order: k ~ U{0..K-1}")
+        neumann_step: float = bounded(0.05, doc="ϑ (replaces 1/L_g; must be < 2/L_g; docs/fidelity.md#fedbio)")
+        neumann: str = bounded("random", choices=("random", "sum"),
+                               doc="random (eq. 13) | sum (deterministic truncation, ablation)")
+        gamma_x: float = bounded(3e-4, doc="γ, x step (tuning grid 1e-3..3e-2)")
+        lambda_y: float = bounded(3e-2, doc="λ, y step (tuning grid 1e-2..3e-1)")
+        adaptive: str = bounded("adam", choices=ADAPTIVE, doc="adam | adabelief | none")
+        rho_decay: float = bounded(0.9, ge=0, lt=1, doc="ϱ, second-moment decay (constant)")
+        rho_floor: float = bounded(1e-2, doc="ρ (tuning grid 1e-4..1e-2)")
+        eta_k: float = bounded(1.0, gt=0, doc="η_t = eta_k / (eta_n + t)^(1/3)")
+        eta_n: float = bounded(27.0, gt=-1, doc="n of the step η_t = eta_k / (eta_n + t)^(1/3)")
+        c1: float = bounded(4.5, doc="α_{t+1} = min(1, c1 η_t²): momentum weight of v")
+        c2: float = bounded(4.5, doc="β_{t+1} = min(1, c2 η_t²): momentum weight of w")
+        sync_estimators: bool = bounded(True,
+                                        doc="v, w restart from their averages at a sync (docs/fidelity.md#fedbio)")
+        init_matrices: str = bounded("average", choices=("average", "identity"),
+                                     doc="average (one extra round) | identity")
 
     def __init__(self, task, hp, fed):
         if hp.rho_floor <= 0 and hp.adaptive != "none":

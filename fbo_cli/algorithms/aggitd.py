@@ -3,7 +3,7 @@
 Reference: Peiyao Xiao and Kaiyi Ji, "Communication-Efficient Federated Hypergradient Computation
 via Aggregated Iterative Differentiation", ICML 2023 (PMLR 202:38059-38086), arXiv 2302.04969.
 
-One outer iteration k (Alg. 3) with one client set S (docs/fidelity.md):
+One outer iteration k (Alg. 3) with one client set S (docs/fidelity.md#aggitd):
 
 1. The server draws Q ~ U{0, ..., N}, shared by all clients (Alg. 1 line 1; §7 item 6).
 2. For t = 0, ..., N, at the global iterate y^t (Alg. 1 lines 2-14):
@@ -22,13 +22,13 @@ One outer iteration k (Alg. 3) with one client set S (docs/fidelity.md):
    + ∇_x F_i(x_i, y^N; ξ_{i,ν})) with ξ_i ≠ ξ_{i,ν} (fresh dropout masks); x_{k+1} = mean_i x_i.
    y_{k+1} = y^N (warm start).
 
-No graph is built across rounds: z, p and y^t are plain tensors (docs/fidelity.md).
+No graph is built across rounds: z, p and y^t are plain tensors (docs/fidelity.md#aggitd).
 
 Rounds per outer iteration (Table 1): 2N + 3 = N x (anchor round + model-averaging round), one
 round for z^N/p, one for h, one for x. With ``lower_solver: sgd``: N + 3 (the z uploads ride on the
 model-averaging round).
 
-Hyperparameters (docs/fidelity.md): N = 1, λ = 0.01, inner (lower) step
+Hyperparameters (docs/fidelity.md#aggitd): N = 1, λ = 0.01, inner (lower) step
 β = 0.003, outer (upper) step α = 0.01, 5 local lower epochs of minibatch 64 (FedNest repo),
 τ ∈ {1, 5} local upper steps ("Outer_ep"), participation C = 0.1.
 """
@@ -52,14 +52,14 @@ class AggITD(BilevelAlgorithm):
 
     @dataclass
     class HP:
-        N: int = bounded(1, ge=0, le=1000)  # lower-level federated rounds per outer iteration
-        lam: float = 0.01  # λ, the HessIV (Neumann) step
-        inner_lr: float = 0.003  # β, lower-level local step size
-        outer_lr: float = 0.01  # α, upper-level local step size
-        lower_epochs: int = bounded(5, ge=1, le=1000)  # local epochs of One-Round-Lower
-        batch_size: int = bounded(64, ge=1)
-        tau: int = bounded(1, ge=1, le=1000)  # local upper steps ("Outer_ep")
-        lower_solver: str = bounded("svrg", choices=("svrg", "sgd"))  # svrg (Alg. 2) | sgd (FedAvg)
+        N: int = bounded(1, ge=0, le=1000, doc="lower-level federated rounds per outer iteration")
+        lam: float = bounded(0.01, doc="λ, the HessIV (Neumann) step")
+        inner_lr: float = bounded(0.003, doc="β, lower-level local step size")
+        outer_lr: float = bounded(0.01, doc="α, upper-level local step size")
+        lower_epochs: int = bounded(5, ge=1, le=1000, doc="local epochs of One-Round-Lower")
+        batch_size: int = bounded(64, ge=1, doc="minibatch size of every stochastic oracle (per client)")
+        tau: int = bounded(1, ge=1, le=1000, doc="local upper steps (\"Outer_ep\")")
+        lower_solver: str = bounded("svrg", choices=("svrg", "sgd"), doc="svrg (Alg. 2) | sgd (FedAvg)")
 
     def rounds_per_iteration(self) -> int:
         return (2 if self.hp.lower_solver == "svrg" else 1) * self.hp.N + 3

@@ -7,11 +7,12 @@ The registry (``algorithms/__init__.py``) maps CLI names to (class, preset overr
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
 import torch
 
+from ..bounds import bounded, check_hp  # noqa: F401  (re-exported: algorithms declare HP with them)
 from ..data import FederatedData
 from ..data.split import Batch, Split
 from ..errors import UsageError
@@ -31,33 +32,6 @@ class FederationView:
 
     def sample(self) -> torch.Tensor:
         return sample_clients(self.gen, self.data.num_clients, self.participation, self.data.X.device)
-
-
-def bounded(default: Any, *, ge: float | None = None, gt: float | None = None, lt: float | None = None,
-            le: float | None = None, choices: tuple[str, ...] | None = None) -> Any:
-    """An ``HP`` field with its bounds, declared once: ``N: int = bounded(1, ge=0)``, ``solver: str =
-    bounded("svrg", choices=("svrg", "sgd"))``. :func:`check_hp` enforces them before any data loads
-    (``None`` always passes: it means "the default rule", e.g. "= batch_size"). Every count that sets the work
-    of one outer iteration or the size of a model has an upper bound ``le``, so that no setting asks for
-    terabytes or a days-long iteration (docs/fidelity.md, "Bounds")."""
-    meta = {k: v for k, v in (("ge", ge), ("gt", gt), ("lt", lt), ("le", le), ("choices", choices)) if v is not None}
-    return field(default=default, metadata=meta)
-
-
-def check_hp(params: Any) -> None:
-    """The one check of declared bounds: the first field out of its bounds is a UsageError that names
-    the key, the rule and the value."""
-    for f in fields(params):
-        v, m = getattr(params, f.name), f.metadata
-        if v is None or not m:
-            continue
-        if "choices" in m and v not in m["choices"]:
-            raise UsageError(f"'{f.name}' must be one of {', '.join(m['choices'])}; got {v!r}")
-        for op, bad in (("ge", lambda a, b: a < b), ("gt", lambda a, b: a <= b), ("lt", lambda a, b: a >= b),
-                        ("le", lambda a, b: a > b)):
-            if op in m and bad(v, m[op]):
-                sym = {"ge": ">=", "gt": ">", "lt": "<", "le": "<="}[op]
-                raise UsageError(f"'{f.name}' must be {sym} {m[op]:g}, got {v}")
 
 
 class Algorithm:

@@ -31,19 +31,19 @@ CODASCA (Alg. 4, DSGSCA+), round r from the broadcast point (v_{r-1}, alpha_{r-1
    broadcast ``(v_r, alpha_r, c_v, c_alpha)``.
    Control variates start at 0 in every stage (Alg. 4's initialization, once per DSGSCA+ call).
 
-Stages (docs/fidelity.md): the step of a round is ``eta / decay^floor(t_r / T0)``, t_r the
+Stages (docs/fidelity.md#codasca): the step of a round is ``eta / decay^floor(t_r / T0)``, t_r the
 number of local iterations done before the round, so a stage ends at the first round boundary at or
 after a multiple of T0. At that boundary the proximal reference v_0 becomes the stage output:
 ``stage_output: average`` (the mean of all local iterates of the stage over t and k; CODA+'s
 output in Alg. 2), ``random_round`` (the server iterate of a uniformly drawn round of the stage;
 CODASCA's output in Alg. 4), ``last``, or ``paper`` (average for CODA+, random_round for CODASCA).
 ``stage_restart: last`` continues from the current iterate (the official code); ``output``
-restarts from the stage output (Alg. 1 / Alg. 3). Defaults: average / last (docs/fidelity.md).
+restarts from the stage output (Alg. 1 / Alg. 3). Defaults: average / last (docs/fidelity.md#codasca).
 
 Rounds per outer iteration (= per communication round): 1. Payload per client and direction:
 CODA+ ``dv + 1`` floats (v and alpha), CODASCA ``2 (dv + 1)`` (plus the control variates).
 
-Presets (docs/fidelity.md): ``paper`` = eq. 2, alpha free, autograd dual
+Presets (docs/fidelity.md#codasca): ``paper`` = eq. 2, alpha free, autograd dual
 gradient, no clipping, no weight decay; ``code`` = AUC-margin loss, alpha in [0, 999], closed-form
 dual gradient ``2(m + b - a) - 2 alpha``, elementwise clipping of the model gradient to
 [-grad_clip, grad_clip] (before the correction and the proximal term), decoupled weight decay
@@ -113,19 +113,19 @@ class CodaPlus(Algorithm):
 
     @dataclass
     class HP:
-        eta: float = bounded(0.1, gt=0)  # step size (CODASCA: eta_l), primal and dual
-        I: int = bounded(32, ge=1, le=100_000)  # communication window: local iterations per round
-        T0: int = bounded(2000, ge=1, le=10**8)  # stage length in local iterations
-        decay: float = bounded(3.0, gt=0)  # the step is divided by this at every stage
-        gamma: float = 2e-3  # proximal coefficient gamma of eq. 5 (1/500)
-        inv_gamma: float | None = None  # paper-style 1/gamma (500, 700, 1000); overrides gamma
-        batch_size: int = bounded(32, ge=1)  # local minibatch
-        stage_output: str = bounded("average", choices=OUTPUTS)  # average | random_round | last | paper
-        stage_restart: str = bounded("last", choices=RESTARTS)  # last | output
-        # autograd | closed_form (None: the task preset's)
-        dual_grad: str | None = bounded(None, choices=("autograd", "closed_form"))
-        grad_clip: float | None = None  # elementwise clip of the model gradient, 0 = off (None: preset)
-        weight_decay: float | None = None  # decoupled weight decay on w (None: preset)
+        eta: float = bounded(0.1, gt=0, doc="step size (CODASCA: eta_l), primal and dual")
+        I: int = bounded(32, ge=1, le=100_000, doc="communication window: local iterations per round")
+        T0: int = bounded(2000, ge=1, le=10**8, doc="stage length in local iterations")
+        decay: float = bounded(3.0, gt=0, doc="the step is divided by this at every stage")
+        gamma: float = bounded(2e-3, doc="proximal coefficient gamma of eq. 5 (1/500)")
+        inv_gamma: float | None = bounded(None, doc="paper-style 1/gamma (500, 700, 1000); overrides gamma")
+        batch_size: int = bounded(32, ge=1, doc="local minibatch")
+        stage_output: str = bounded("average", choices=OUTPUTS, doc="average | random_round | last | paper")
+        stage_restart: str = bounded("last", choices=RESTARTS, doc="last | output")
+        dual_grad: str | None = bounded(None, choices=("autograd", "closed_form"),
+                                        doc="autograd | closed_form (None: the task preset's)")
+        grad_clip: float | None = bounded(None, doc="elementwise clip of the model gradient, 0 = off (None: preset)")
+        weight_decay: float | None = bounded(None, doc="decoupled weight decay on w (None: preset)")
 
     def __init__(self, task, hp, fed):
         super().__init__(task, hp, fed)
@@ -252,9 +252,9 @@ class Codasca(CodaPlus):
 
     @dataclass
     class HP(CodaPlus.HP):
-        eta_g: float = bounded(1.0, gt=0)  # global (server) step; > 1 extrapolates
-        # eq7 (mean of the round's gradients) | eq6 (difference form)
-        control: str = bounded("eq7", choices=("eq6", "eq7"))
+        eta_g: float = bounded(1.0, gt=0, doc="global (server) step; > 1 extrapolates")
+        control: str = bounded("eq7", choices=("eq6", "eq7"),
+                               doc="eq7 (mean of the round's gradients) | eq6 (difference form)")
 
     def __init__(self, task, hp, fed):
         super().__init__(task, hp, fed)

@@ -25,14 +25,14 @@ One communication round r, with S_r the participating clients and x the global m
      step sizes in place of K·η_l); x <- x + η_g mean_{S_r}(y_i - x);
      c <- c + (|S_r|/m) mean_{S_r}(c_i⁺ - c_i) (lines 16-17); c = c_i = 0 initially.
 
-The baselines see the clients' data only (docs/fidelity.md); ``server_client: true`` adds the server's data as
+The baselines see the clients' data only (docs/fidelity.md#zohfl); ``server_client: true`` adds the server's data as
 one more, always participating client (an ablation, not the paper's setting).
 
 Rounds per iteration: 1. Payload per participating client: FedAvg/FedProx d up and d down;
 SCAFFOLD 2d up (Δy_i, Δc_i) and 2d down (x, c).
 
 Hyperparameters (paper §IV where stated): τ = 20, γ̃ = 0.1, Γ = 1 (lr schedule "throughout the
-experiments"), minibatch B = 64 (docs/fidelity.md), η_g = 1; FedProx μ_prox = 0.01 (not given).
+experiments"), minibatch B = 64 (docs/fidelity.md#zohfl), η_g = 1; FedProx μ_prox = 0.01 (not given).
 """
 
 from __future__ import annotations
@@ -52,15 +52,15 @@ class FedAvg(HFLAlgorithm):
 
     @dataclass
     class HP:
-        tau: float = bounded(20.0, gt=0, le=10_000)  # τ: K_r = ceil(τ √(r+1)) local steps
-        steps_multiplier: int = bounded(1, ge=1)  # 2 matches ZO-HFL's two Alg. 2 calls (docs/fidelity.md)
-        local_lr: float = 0.1  # γ̃
-        Gamma: float = 1.0  # Γ
-        lr_schedule: str = bounded("decay", choices=("decay", "constant"))  # decay (γ̃/(t+Γ)) | constant (γ̃)
-        batch_size: int = 64  # B (0: full local data)
-        server_lr: float = 1.0  # η_g
-        mu_prox: float = 0.0  # FedProx's μ (0: FedAvg)
-        server_client: bool = False  # ablation: the server's data as one more client
+        tau: float = bounded(20.0, gt=0, le=10_000, doc="τ: K_r = ceil(τ √(r+1)) local steps")
+        steps_multiplier: int = bounded(1, ge=1, doc="2 matches ZO-HFL's two Alg. 2 calls (docs/fidelity.md#zohfl)")
+        local_lr: float = bounded(0.1, doc="γ̃: local step γ̃_t = γ̃/(t+Γ) (decay) or γ̃ (constant)")
+        Gamma: float = bounded(1.0, doc="Γ: offset of the decaying local step γ̃/(t+Γ)")
+        lr_schedule: str = bounded("decay", choices=("decay", "constant"), doc="decay (γ̃/(t+Γ)) | constant (γ̃)")
+        batch_size: int = bounded(64, doc="B (0: full local data)")
+        server_lr: float = bounded(1.0, doc="η_g: the server step on the mean of the clients' updates")
+        mu_prox: float = bounded(0.0, doc="FedProx's μ (0: FedAvg)")
+        server_client: bool = bounded(False, doc="ablation: the server's data as one more client")
 
     def __init__(self, task, hp, fed):
         super().__init__(task, hp, fed)
@@ -93,7 +93,7 @@ class FedProx(FedAvg):
 
     @dataclass
     class HP(FedAvg.HP):
-        mu_prox: float = 0.01  # μ of the proximal term (not given in ZO-HFL)
+        mu_prox: float = bounded(0.01, doc="μ of the proximal term (not given in ZO-HFL)")
 
 
 class Scaffold(FedAvg):

@@ -1,5 +1,5 @@
 """FedAvg bounds for federated data hyper-cleaning: the baselines a user expects beside the bilevel
-methods (docs/fidelity.md).
+methods (docs/fidelity.md#fedbio).
 
 Reference: H. Brendan McMahan, Eider Moore, Daniel Ramage, Seth Hampson, Blaise Agüera y Arcas,
 "Communication-Efficient Learning of Deep Networks from Decentralized Data", AISTATS 2017.
@@ -23,7 +23,7 @@ For evaluation the weights are reported as x = 0 (noisy: nothing flagged, F1 = 0
 oracle, x = -10 on the corrupted and +10 on the clean examples (F1 = 1 by construction).
 
 Hyperparameters (matched to ``fedbio``'s defaults): I = 5, b = 64, γ = 0.03 (a gradient step on
-the lower loss needs γL < 2; docs/fidelity.md; the experiments tune γ).
+the lower loss needs γL < 2; docs/fidelity.md#fedbio; the experiments tune γ).
 """
 
 from __future__ import annotations
@@ -45,11 +45,11 @@ class FedAvgBound(BilevelAlgorithm):
 
     @dataclass
     class HP:
-        # noisy: all training examples | clean: the clean ones only (oracle)
-        data: str = bounded("noisy", choices=("noisy", "clean"))
-        local_steps: int = bounded(5, ge=1, le=100_000)  # I
-        batch_size: int = bounded(64, ge=1)  # b
-        lower_lr: float = 0.03  # γ
+        data: str = bounded("noisy", choices=("noisy", "clean"),
+                            doc="noisy: all training examples | clean: the clean ones only (oracle)")
+        local_steps: int = bounded(5, ge=1, le=100_000, doc="I, local iterations between averaging rounds")
+        batch_size: int = bounded(64, ge=1, doc="b, local minibatch")
+        lower_lr: float = bounded(0.03, doc="γ, local step size")
 
     def __init__(self, task, hp, fed):
         if not hasattr(task, "noisy"):

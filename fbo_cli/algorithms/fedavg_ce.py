@@ -38,12 +38,12 @@ class FedAvgCE(Algorithm):
 
     @dataclass
     class HP:
-        eta: float = bounded(0.1, gt=0)
-        I: int = bounded(32, ge=1, le=100_000)
-        T0: int = bounded(2000, ge=1)
-        decay: float = bounded(3.0, gt=0)
-        batch_size: int = bounded(32, ge=1)
-        weight_decay: float | None = None  # None: 0
+        eta: float = bounded(0.1, gt=0, doc="step size (as CODASCA's eta_l), divided by decay at every stage")
+        I: int = bounded(32, ge=1, le=100_000, doc="communication window: local iterations per round")
+        T0: int = bounded(2000, ge=1, doc="stage length in local iterations")
+        decay: float = bounded(3.0, gt=0, doc="the step is divided by this at every stage")
+        batch_size: int = bounded(32, ge=1, doc="local minibatch")
+        weight_decay: float | None = bounded(None, doc="decoupled weight decay on w (None: 0)")
 
     def __init__(self, task, hp, fed):
         super().__init__(task, hp, fed)

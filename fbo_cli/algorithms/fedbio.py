@@ -30,7 +30,7 @@ FedBiOAcc (Alg. 2): first ω_1, ν_1, q_1 = ω, µ, p at (x_1, y_1, u_1) on a fi
 
 1. ŷ = y_t - γ α_t ω_t, x̂ = x_t - η α_t ν_t, û = u_t - τ α_t q_t (line 4);
 2. if t mod I == 0: x_{t+1}, y_{t+1}, u_{t+1} <- client means (line 6), else the local values (line 8);
-3. sample fresh B_y, B_x (docs/fidelity.md) and update, with the *same* batches at the
+3. sample fresh B_y, B_x (docs/fidelity.md#fedbio) and update, with the *same* batches at the
    new and the old point (lines 10-12; µ_s and p_s entirely at (x_s, y_s, u_s)):
    ω̂ = ω(z_{t+1}) + (1 - c_ω α_t²)(ω_t - ω(z_t)),  ν̂ = µ(z_{t+1}) + (1 - c_ν α_t²)(ν_t - µ(z_t)),
    q̂ = p(z_{t+1}) + (1 - c_u α_t²)(q_t - p(z_t));
@@ -55,7 +55,7 @@ representation; `fbo tune` chooses it per experiment), τ (u) = 0.03, u_1 = 0; s
 c_ω = c_ν = c_u = 0.1 (momentum 1 - cα² = 0.9), first batch b_1 = 4b. γ = τ = 0.03, not the
 recommended 0.1: both the lower step and the u-step are gradient steps on quadratics whose curvature is
 the lower Hessian, so they need γL, τL < 2 (measurements and the experiments' tuned values:
-docs/fidelity.md).
+docs/fidelity.md#fedbio).
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ class _GlobalLowerBase(BilevelAlgorithm):
 
     def draw(self, train: RowSampler, val: RowSampler, b: int, bx: int) -> Draw:
         """Mutually independent minibatches: B_y of size b_y = ``b``, and B_x = {B_g1, B_g2, B_f1, B_f2}
-        of size b_x = ``bx`` (Alg. 1 line 4). ``shared_batches`` (docs/fidelity.md): one
+        of size b_x = ``bx`` (Alg. 1 line 4). ``shared_batches`` (docs/fidelity.md#fedbio): one
         training batch (size b) for B_y, B_g1, B_g2 and one validation batch (size b_x) for B_f1, B_f2."""
         gen, nz = self.fed.gen, self.noise
         if self.hp.shared_batches:
@@ -151,17 +151,17 @@ class FedBiO(_GlobalLowerBase):
 
     @dataclass
     class HP:
-        local_steps: int = bounded(5, ge=1, le=100_000)  # I, local iterations between averaging rounds
-        batch_size: int = bounded(64, ge=1)  # b = b_y of B_y (and b_x unless upper_batch_size is set)
-        # b_x of B_x = {B_g1, B_g2, B_f1, B_f2} (None: = batch_size)
-        upper_batch_size: int | None = bounded(None, ge=1)
-        lower_lr: float = 0.03  # γ (stable for the lower Hessian's L ≲ 60; docs/fidelity.md)
-        upper_lr: float = 100.0  # η
-        aux_lr: float = 0.03  # τ, step of the quadratic (4) in u (needs τL < 2 like γ)
-        schedule: str = "const"  # const: γ_t = γ δ, ... | cbrt: times δ/(u0+t)^{1/3}
-        delta: float = 1.0
-        u0: float = 0.0
-        shared_batches: bool = False  # one train + one val batch per iteration (docs/fidelity.md)
+        local_steps: int = bounded(5, ge=1, le=100_000, doc="I, local iterations between averaging rounds")
+        batch_size: int = bounded(64, ge=1, doc="b = b_y of B_y (and b_x unless upper_batch_size is set)")
+        upper_batch_size: int | None = bounded(None, ge=1,
+                                               doc="b_x of B_x = {B_g1, B_g2, B_f1, B_f2} (None: = batch_size)")
+        lower_lr: float = bounded(0.03, doc="γ (stable for the lower Hessian's L ≲ 60; docs/fidelity.md#fedbio)")
+        upper_lr: float = bounded(100.0, doc="η, upper-level (x) step")
+        aux_lr: float = bounded(0.03, doc="τ, step of the quadratic (4) in u (needs τL < 2 like γ)")
+        schedule: str = bounded("const", doc="const: γ_t = γ δ, ... | cbrt: times δ/(u0+t)^{1/3}")
+        delta: float = bounded(1.0, doc="δ of the step factor α_t: δ (const) or δ/(u0+t)^{1/3} (cbrt)")
+        u0: float = bounded(0.0, doc="u0 of the cbrt step factor δ/(u0+t)^{1/3}")
+        shared_batches: bool = bounded(False, doc="one train + one val batch per iteration (docs/fidelity.md#fedbio)")
 
     def step(self) -> None:
         hp = self.hp
@@ -185,20 +185,20 @@ class FedBiOAcc(_GlobalLowerBase):
 
     @dataclass
     class HP:
-        local_steps: int = bounded(5, ge=1, le=100_000)  # I
-        batch_size: int = bounded(64, ge=1)  # b
-        upper_batch_size: int | None = bounded(None, ge=1)  # b_x of B_x (None: = batch_size)
-        first_batch: int | None = bounded(None, ge=1)  # b_1 of the initial estimators (None: 4 b)
-        lower_lr: float = 0.03  # γ (stable for the lower Hessian's L ≲ 60; docs/fidelity.md)
-        upper_lr: float = 100.0  # η
-        aux_lr: float = 0.03  # τ
-        c_omega: float = 0.1  # c_ω: momentum weight of ω is 1 - c_ω α_t²
-        c_nu: float = 0.1  # c_ν
-        c_u: float = 0.1  # c_u
-        schedule: str = "const"  # const: α_t = δ | cbrt: α_t = δ/(u0+t)^{1/3} (Thm 2)
-        delta: float = 1.0
-        u0: float = 0.0
-        shared_batches: bool = False
+        local_steps: int = bounded(5, ge=1, le=100_000, doc="I, local iterations between averaging rounds")
+        batch_size: int = bounded(64, ge=1, doc="b = b_y of B_y (and b_x unless upper_batch_size is set)")
+        upper_batch_size: int | None = bounded(None, ge=1, doc="b_x of B_x (None: = batch_size)")
+        first_batch: int | None = bounded(None, ge=1, doc="b_1 of the initial estimators (None: 4 b)")
+        lower_lr: float = bounded(0.03, doc="γ (stable for the lower Hessian's L ≲ 60; docs/fidelity.md#fedbio)")
+        upper_lr: float = bounded(100.0, doc="η, upper-level (x) step")
+        aux_lr: float = bounded(0.03, doc="τ, step of the quadratic (4) in u")
+        c_omega: float = bounded(0.1, doc="c_ω: momentum weight of ω is 1 - c_ω α_t²")
+        c_nu: float = bounded(0.1, doc="c_ν: momentum weight of ν is 1 - c_ν α_t²")
+        c_u: float = bounded(0.1, doc="c_u: momentum weight of u is 1 - c_u α_t²")
+        schedule: str = bounded("const", doc="const: α_t = δ | cbrt: α_t = δ/(u0+t)^{1/3} (Thm 2)")
+        delta: float = bounded(1.0, doc="δ of the step factor α_t: δ (const) or δ/(u0+t)^{1/3} (cbrt)")
+        u0: float = bounded(0.0, doc="u0 of the cbrt step factor δ/(u0+t)^{1/3}")
+        shared_batches: bool = bounded(False, doc="one train + one val batch per iteration (docs/fidelity.md#fedbio)")
 
     @classmethod
     def check(cls, hp) -> None:

@@ -27,12 +27,12 @@ Samples (ledger ``samples``): the data points drawn, b_y + (Q+2) b per client pe
 oracle counters count calls per client: 2 gradients (∇_y g; ∇f w.r.t. (x, y) at once), Q HVPs and
 1 JVP per iteration.
 
-Hyperparameters (the paper gives theory constants only, Thm 3; defaults as in docs/fidelity.md):
+Hyperparameters (the paper gives theory constants only, Thm 3; defaults as in docs/fidelity.md#local-lower):
 I = 5, b = 64 (b_y = b), γ = 0.05 (constant lower step, Thm 3: γ = 1/(2L); recommended 0.1, which
 needs L_g < 20), η = 0.003 (recommended 0.05), Neumann τ = 0.05 and Q = 10 (recommended 0.1 and 5).
 The series converges for τ < 2/L_g, and τ(Q + 1) sets how much of the implicit term it keeps
 (``fbo diagnose truncation`` measures it). Why each default differs from the recommended value, and
-the experiments' tuned values: docs/fidelity.md (FedBiO-Local).
+the experiments' tuned values: docs/fidelity.md#local-lower.
 """
 
 from __future__ import annotations
@@ -51,13 +51,15 @@ class FedBiOLocal(ClientStateAlgorithm):
 
     @dataclass
     class HP:
-        local_steps: int = bounded(5, ge=1)  # I, local iterations per communication round
-        batch_size: int = bounded(64, ge=1)  # b = b_x: every upper-side minibatch (ξ_f, ξ_g, ξ_j)
-        batch_size_y: int | None = bounded(None, ge=1)  # b_y of B_y (None: = batch_size)
-        lower_lr: float = 0.05  # γ, lower (y) step (recommended 0.1; needs γ < 2/L_g; docs/fidelity.md)
-        upper_lr: float = 0.003  # η, upper (x) step (recommended 0.05; docs/fidelity.md)
-        neumann_step: float = 0.05  # τ of eq. (6) (must be < 2/L_g; docs/fidelity.md)
-        Q: int = bounded(10, ge=0, le=1000)  # Neumann terms (Hessian samples) of eq. (6) (docs/fidelity.md)
+        local_steps: int = bounded(5, ge=1, doc="I, local iterations per communication round")
+        batch_size: int = bounded(64, ge=1, doc="b = b_x: every upper-side minibatch (ξ_f, ξ_g, ξ_j)")
+        batch_size_y: int | None = bounded(None, ge=1, doc="b_y of B_y (None: = batch_size)")
+        lower_lr: float = bounded(0.05, doc="γ, lower (y) step (recommended 0.1; needs γ < 2/L_g; "
+                                            "docs/fidelity.md#local-lower)")
+        upper_lr: float = bounded(0.003, doc="η, upper (x) step (recommended 0.05; docs/fidelity.md#local-lower)")
+        neumann_step: float = bounded(0.05, doc="τ of eq. (6) (must be < 2/L_g; docs/fidelity.md#local-lower)")
+        Q: int = bounded(10, ge=0, le=1000,
+                         doc="Neumann terms (Hessian samples) of eq. (6) (docs/fidelity.md#local-lower)")
 
     def draw_x(self, b: int) -> dict:
         """B_x = {ξ_f, ξ_g, ξ_1..ξ_Q} (eq. 6), mutually independent."""

@@ -29,10 +29,10 @@ the paper counts it as one round and so do we.) The initialization needs no comm
 Samples: data points drawn, b_y + (Q+2) b per client per iteration (each draw is used at both
 points and counted once), plus the first batch. Oracle calls: every gradient/HVP/JVP twice.
 
-Hyperparameters (docs/fidelity.md): I = 5,
+Hyperparameters (docs/fidelity.md#local-lower): I = 5,
 b = 64, b_y = b (``by_scale_M: true`` gives Thm 4's b_y = bM), b_1 = 4b, and as FedBiO-Local
 γ = 0.05 (recommended 0.1), η = 0.003 (recommended 0.05), Neumann τ = 0.05 and Q = 10 (recommended
-0.1 and 5; why: docs/fidelity.md),
+0.1 and 5; why: docs/fidelity.md#local-lower),
 α_t = δ = 1 constant (``schedule: cbrt`` gives Thm 4's α_t = δ/(u0 + t)^{1/3}),
 c_ω = c_ν = 0.1 (momentum 1 - c α_t² = 0.9). A weight c α_t² above 1 is clipped to 1 (the plain
 estimator; the theory keeps it below 1).
@@ -57,20 +57,22 @@ class FedBiOAccLocal(ClientStateAlgorithm):
 
     @dataclass
     class HP:
-        local_steps: int = bounded(5, ge=1)  # I, local iterations per communication round
-        batch_size: int = bounded(64, ge=1)  # b = b_x
-        batch_size_y: int | None = bounded(None, ge=1)  # b_y (None: = batch_size, or batch_size * M with by_scale_M)
-        by_scale_M: bool = False  # Thm 4: b_y = b M
-        first_batch: int | None = bounded(None, ge=1)  # b_1 of the initialization (None: 4 b)
-        lower_lr: float = 0.05  # γ, lower (y) step (recommended 0.1; needs γ < 2/L_g; docs/fidelity.md)
-        upper_lr: float = 0.003  # η, upper (x) step (recommended 0.05; docs/fidelity.md)
-        neumann_step: float = 0.05  # τ of eq. (6) (must be < 2/L_g; docs/fidelity.md)
-        Q: int = bounded(10, ge=0, le=1000)  # Neumann terms of eq. (6) (docs/fidelity.md)
-        schedule: str = "const"  # α_t: const (= delta) | cbrt (delta / (u0 + t)^(1/3))
-        delta: float = 1.0
-        u0: float = 0.0
-        c_omega: float = bounded(0.1, ge=0)  # c_ω: momentum weight c_ω α_t² of ω
-        c_nu: float = bounded(0.1, ge=0)  # c_ν: momentum weight c_ν α_t² of ν
+        local_steps: int = bounded(5, ge=1, doc="I, local iterations per communication round")
+        batch_size: int = bounded(64, ge=1, doc="b = b_x, minibatch of the upper-level estimators")
+        batch_size_y: int | None = bounded(None, ge=1,
+                                           doc="b_y (None: = batch_size, or batch_size * M with by_scale_M)")
+        by_scale_M: bool = bounded(False, doc="Thm 4: b_y = b M")
+        first_batch: int | None = bounded(None, ge=1, doc="b_1 of the initialization (None: 4 b)")
+        lower_lr: float = bounded(0.05, doc="γ, lower (y) step (recommended 0.1; needs γ < 2/L_g; "
+                                            "docs/fidelity.md#local-lower)")
+        upper_lr: float = bounded(0.003, doc="η, upper (x) step (recommended 0.05; docs/fidelity.md#local-lower)")
+        neumann_step: float = bounded(0.05, doc="τ of eq. (6) (must be < 2/L_g; docs/fidelity.md#local-lower)")
+        Q: int = bounded(10, ge=0, le=1000, doc="Neumann terms of eq. (6) (docs/fidelity.md#local-lower)")
+        schedule: str = bounded("const", doc="α_t: const (= delta) | cbrt (delta / (u0 + t)^(1/3))")
+        delta: float = bounded(1.0, doc="δ of the step factor α_t: δ (const) or δ/(u0+t)^(1/3) (cbrt)")
+        u0: float = bounded(0.0, doc="u0 of the cbrt step factor δ/(u0+t)^(1/3)")
+        c_omega: float = bounded(0.1, ge=0, doc="c_ω: momentum weight c_ω α_t² of ω")
+        c_nu: float = bounded(0.1, ge=0, doc="c_ν: momentum weight c_ν α_t² of ν")
 
     def __init__(self, task, hp, fed):
         check_schedule(hp.schedule, hp.delta, hp.u0)

@@ -10,14 +10,14 @@ FedNest, one outer iteration:
 1. FedInn (N times, a fresh client set each time, FedNest repo): anchor q = mean_i ∇_y G_i(x, y)
    (1 round), local SVRG steps y_i <- y_i - β(∇G_i(y_i; ζ) - ∇G_i(y; ζ) + q), y = mean_i y_i
    (1 round). ``lower_solver: sgd`` (FedNest_SGD): FedAvg local SGD, 1 round.
-2. FedIHGP on a fresh client set S (docs/fidelity.md):
+2. FedIHGP on a fresh client set S (docs/fidelity.md#aggitd):
    p_0 = mean_i ∇_y F_i(x, y^N) (1 round); for t = 1..T: p_t = mean_i (I - λ ∇²_y G_i(x, y^N)) p_{t-1}
    (T rounds); P = λ Σ_{t=0}^{T} p_t. The public code's form (per-client counters never fed back,
    a running mean over an uncleared list, one dropout mask for all T products) is ``neumann: code``,
-   kept for comparison only (docs/fidelity.md).
+   kept for comparison only (docs/fidelity.md#aggitd).
 3. FedOut: h = mean_i [∇_x F_i(x, y^N) - ∇_x∇_y G_i(x, y^N) P] (1 round); τ local steps
    x_i <- x_i - α (h - ∇_x F_i(x, y^N; ξ) + ∇_x F_i(x_i, y^N; ξ)) with the *same* sample ξ in both
-   terms (docs/fidelity.md); x = mean_i x_i (1 round).
+   terms (docs/fidelity.md#aggitd); x = mean_i x_i (1 round).
 
 Rounds per outer iteration: 2N + T + 3 (svrg), N + T + 3 (sgd) (Table 1 of Xiao & Ji (ICML 2023); repo).
 
@@ -30,7 +30,7 @@ Rounds: 2N + 1 (svrg), N + 1 (sgd). The estimator is biased under heterogeneity.
 Outer step schedule (ours, not the paper's): ``outer_lr_schedule`` (constant, the paper's; inverse_sqrt;
 inverse) scales α by a factor of the outer iteration t, ``outer_lr_t0`` its t0 (:meth:`outer_lr`).
 
-Hyperparameters (docs/fidelity.md): N = 1 (``inner_ep``), T = 5 (``neumann``), λ = 0.01,
+Hyperparameters (docs/fidelity.md#aggitd): N = 1 (``inner_ep``), T = 5 (``neumann``), λ = 0.01,
 β = 0.003, α = 0.01, 5 local lower epochs, batch 64, τ ∈ {1, 5}, C = 0.1. ``neumann: random`` is
 the Ghadimi-Wang form P = λ T Π_{t=1}^{T'} (I - λ H̄_t) p_0 with T' ~ U{0..T-1}; it charges the T'
 rounds it actually runs.
@@ -53,21 +53,24 @@ class FedNest(BilevelAlgorithm):
 
     @dataclass
     class HP:
-        N: int = bounded(1, ge=0, le=1000)  # FedInn rounds per outer iteration
-        T: int = bounded(5, ge=0, le=1000)  # Neumann terms / HessIV rounds
-        lam: float = 0.01  # λ, Neumann step
-        inner_lr: float = 0.003  # β
-        outer_lr: float = 0.01  # α
-        lower_epochs: int = bounded(5, ge=1, le=1000)
-        batch_size: int = bounded(64, ge=1)
-        tau: int = bounded(1, ge=1, le=1000)  # local upper steps
-        lower_solver: str = bounded("svrg", choices=("svrg", "sgd"))  # svrg | sgd
-        local_hypergrad: bool = False  # True: LFedNest
-        # sum (deterministic, the paper's FedIHGP) | random (Ghadimi-Wang) | code (the public repository's)
-        neumann: str = bounded("sum", choices=("sum", "random", "code"))
-        # α_t = α · factor(t): constant (the paper) | inverse_sqrt: √(t0/(t0+t)) | inverse: t0/(t0+t)
-        outer_lr_schedule: str = bounded("constant", choices=tuple(SCHEDULES))
-        outer_lr_t0: float = bounded(1.0, gt=0)  # t0 of the outer step schedule (outer iterations)
+        N: int = bounded(1, ge=0, le=1000, doc="FedInn rounds per outer iteration")
+        T: int = bounded(5, ge=0, le=1000, doc="Neumann terms / HessIV rounds")
+        lam: float = bounded(0.01, doc="λ, Neumann step")
+        inner_lr: float = bounded(0.003, doc="β, lower-level (inner) local step size")
+        outer_lr: float = bounded(0.01, doc="α, upper-level (outer) local step size")
+        lower_epochs: int = bounded(5, ge=1, le=1000, doc="local epochs of each lower-level (FedInn) round")
+        batch_size: int = bounded(64, ge=1, doc="minibatch size of every stochastic oracle (per client)")
+        tau: int = bounded(1, ge=1, le=1000, doc="local upper steps")
+        lower_solver: str = bounded("svrg", choices=("svrg", "sgd"),
+                                     doc="svrg (FedInn with SVRG, Alg. 2) | sgd (FedAvg)")
+        local_hypergrad: bool = bounded(False, doc="True: LFedNest")
+        neumann: str = bounded("sum", choices=("sum", "random", "code"),
+                               doc="sum (deterministic, the paper's FedIHGP) | random (Ghadimi-Wang) | code (the "
+                                   "public repository's)")
+        outer_lr_schedule: str = bounded("constant", choices=tuple(SCHEDULES),
+                                         doc="α_t = α · factor(t): constant (the paper) | inverse_sqrt: √(t0/(t0+t)) |"
+                                             " inverse: t0/(t0+t)")
+        outer_lr_t0: float = bounded(1.0, gt=0, doc="t0 of the outer step schedule (outer iterations)")
 
     aliases: ClassVar[dict[str, str]] = {"local_steps": "tau", "lower_lr": "inner_lr", "upper_lr": "outer_lr",
                                          "neumann_lr": "lam", "neumann_steps": "T", "lower_rounds": "N"}
@@ -105,7 +108,7 @@ class FedNest(BilevelAlgorithm):
         self.y = y
 
     def _fedihgp(self, x, y, train, val, M: int, dy: int) -> torch.Tensor:
-        """Globally aggregated Neumann HessIV estimate (docs/fidelity.md)."""
+        """Globally aggregated Neumann HessIV estimate (docs/fidelity.md#aggitd)."""
         hp, led = self.hp, self.ledger
         a, gfn, enc = self.task.lower_view(x, train)
         p = self.grad_mean(self.task.f, 1, x, y, self.noise(val.full()))  # p_0
@@ -144,7 +147,7 @@ class FedNest(BilevelAlgorithm):
         return hp.lam * p
 
     def _local_outer(self, x, y, train, val) -> torch.Tensor:
-        """LFedNest's fully local hypergradient steps (docs/fidelity.md); returns ``[M, dx]``."""
+        """LFedNest's fully local hypergradient steps (docs/fidelity.md#aggitd); returns ``[M, dx]``."""
         hp, f, g = self.hp, self.task.f, self.task.g
         xi = x.expand(train.M, -1).clone()
         lr = self.outer_lr()

@@ -22,6 +22,7 @@ from typing import ClassVar
 import torch
 
 from ._hfl import HFLAlgorithm
+from .base import bounded
 
 
 class ServerOnly(HFLAlgorithm):
@@ -30,8 +31,8 @@ class ServerOnly(HFLAlgorithm):
 
     @dataclass
     class HP:
-        server_lr: float = 0.01  # γ: γ_r = γ/√(r+1)
-        server_batch: int = 64  # B of ξ_r (0: the full server data)
+        server_lr: float = bounded(0.01, doc="γ: γ_r = γ/√(r+1)")
+        server_batch: int = bounded(64, doc="B of ξ_r (0: the full server data)")
 
     def step(self) -> None:
         task, hp, gen = self.task, self.hp, self.fed.gen

@@ -35,8 +35,9 @@ choices the paper left open.
 The contract (``base.Algorithm``):
 
 * ``HP``: a dataclass of the hyperparameters with the paper's defaults (the CLI, ``fbo show`` and the
-  config layers read it; ``--set key=value`` overrides a field). Bounds are declared on the field,
-  ``bounded(default, ge=..., gt=..., lt=..., choices=...)``, and checked before any data loads; a
+  config layers read it; ``--set key=value`` overrides a field). Bounds and meaning are declared on the
+  field, ``bounded(default, ge=..., gt=..., lt=..., choices=..., doc="the paper's symbol, its meaning")``;
+  the bounds are checked before any data loads, ``fbo show`` prints the meaning (a test requires one); a
   rule that ties several keys together goes in the ``check(hp)`` classmethod.
 * ``__init__(task, hp, fed)``: build the state from ``task`` (data and oracles) and ``fed`` (the
   :class:`~fbo_cli.algorithms.base.FederationView`: the run's generator and its ledger); client state
@@ -83,8 +84,8 @@ class TemplateFedSGD(Algorithm):
 
     @dataclass
     class HP:
-        eta: float = bounded(0.1, gt=0)  # step size; bounds are declared once, checked before data loads
-        batch_size: int = bounded(32, ge=1)  # per client
+        eta: float = bounded(0.1, gt=0, doc="step size; bounds are declared once, checked before data loads")
+        batch_size: int = bounded(32, ge=1, doc="minibatch size per client")
 
     def __init__(self, task, hp, fed):
         super().__init__(task, hp, fed)
@@ -119,7 +120,7 @@ class TemplateDecayFedNest(FedNest):
 
     @dataclass
     class HP(FedNest.HP):
-        decay_t0: float = bounded(10.0, gt=0)  # t0 of the decay (outer iterations)
+        decay_t0: float = bounded(10.0, gt=0, doc="t0 of the decay (outer iterations)")
 
     def outer_lr(self) -> float:
         return self.hp.outer_lr / (1 + self.ledger.iterations / self.hp.decay_t0)

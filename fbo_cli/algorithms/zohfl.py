@@ -8,7 +8,7 @@ One communication round r (Alg. 1), with S_r the participating clients (``partic
 1. The server draws, for each i ∈ S_r, a direction v_{i,r} uniform on the unit sphere of R^d
    (``v = z/||z||``, z ~ N(0, I); Alg. 1 line 3), and broadcasts x̂_r and v_{i,r}.
 2. Client i calls Alg. 2 twice, from the inputs x± = x̂_r ± η v_{i,r} (Alg. 1 line 5): starting at
-   y_0 = x± (docs/fidelity.md), H_r = ceil(τ√(r+1)) steps (§IV) of projected SGD on its lower problem
+   y_0 = x± (docs/fidelity.md#zohfl), H_r = ceil(τ√(r+1)) steps (§IV) of projected SGD on its lower problem
    y_{t+1} = Π_{Y_i(x±)}[y_t - γ̃_t (∇CE(y_t; ζ_t) + μ (y_t - x±))], γ̃_t = γ̃/(t+Γ) (Alg. 2 line 4).
    With ``crn`` (default) the + and - calls use the same minibatches ζ_t; the two calls
    are one batched computation. It sends y± back.
@@ -20,18 +20,18 @@ One communication round r (Alg. 1), with S_r the participating clients (``partic
 5. x̂_{r+1} = x̂_r - γ_r ĝ, γ_r = γ/√(r+1) (Alg. 1 line 8, §IV).
 
 ``num_dirs`` q > 1 averages q independent directions per client (2q Alg. 2 calls); the paper uses 1.
-``warm_start`` starts Alg. 2 from the client's previous outputs instead of x± (docs/fidelity.md).
+``warm_start`` starts Alg. 2 from the client's previous outputs instead of x± (docs/fidelity.md#zohfl).
 
 Rounds per iteration: 1. Payload: up 2·q·d floats (y+ and y-) per client; down d + 1 (x̂_r and a seed
 for the directions). Oracles: 2·q·H_r local gradients per participating client, 1 server gradient.
 
 Metrics besides the task's: ``global_loss`` = f1(x̂) on the full server data + f̂2, where f̂2 is the
 previous round's ρ-weighted mean over S_r of (f2(x+, y+) + f2(x-, y-))/2, rescaled to all clients by
-Σ_i ρ_i / Σ_{i∈S_r} ρ_i (docs/fidelity.md); ``g1_norm`` and ``gzo_norm`` (||∇f̃1|| and ||Σ ρ_i g_i||,
+Σ_i ρ_i / Σ_{i∈S_r} ρ_i (docs/fidelity.md#zohfl); ``g1_norm`` and ``gzo_norm`` (||∇f̃1|| and ||Σ ρ_i g_i||,
 diagnostics).
 
 Hyperparameters (paper §IV defaults): τ = 20 (Table I; 5/20/50 in Fig. 2), γ = 0.01, γ̃ = 0.1, Γ = 1,
-η = 0.1, q = 1. Not given in the paper: minibatch B = 64 for ζ and ξ (docs/fidelity.md); λ and μ are the task's
+η = 0.1, q = 1. Not given in the paper: minibatch B = 64 for ζ and ξ (docs/fidelity.md#zohfl); λ and μ are the task's
 ``lam``/``mu`` (1.0 each).
 """
 
@@ -67,19 +67,20 @@ class ZOHFL(HFLAlgorithm):
 
     @dataclass
     class HP:
-        tau: float = bounded(20.0, gt=0, le=10_000)  # τ: H_r = ceil(τ √(r+1)) local steps per Alg. 2 call
-        server_lr: float = 0.01  # γ: server step γ_r = γ/√(r+1)
-        local_lr: float = 0.1  # γ̃: local step γ̃_t = γ̃/(t+Γ)
-        Gamma: float = 1.0  # Γ
-        lr_schedule: str = bounded("decay", choices=("decay", "constant"))  # decay (γ̃/(t+Γ), the paper) | constant (γ̃)
-        eta: float = bounded(0.1, gt=0)  # η, smoothing radius
-        num_dirs: int = bounded(1, ge=1, le=1000)  # q, directions per client per round (paper: 1)
-        batch_size: int = 64  # B of the clients' minibatches ζ (0: full local data)
-        server_batch: int = 64  # B of the server's minibatch ξ (0: full server data)
-        crn: bool = True  # same minibatches for the + and - calls (docs/fidelity.md)
-        # sum (non-participants give 0) | unbiased (x m/|S_r|)
-        aggregate: str = bounded("sum", choices=("sum", "unbiased"))
-        warm_start: bool = False  # start Alg. 2 from the client's previous y± (docs/fidelity.md)
+        tau: float = bounded(20.0, gt=0, le=10_000, doc="τ: H_r = ceil(τ √(r+1)) local steps per Alg. 2 call")
+        server_lr: float = bounded(0.01, doc="γ: server step γ_r = γ/√(r+1)")
+        local_lr: float = bounded(0.1, doc="γ̃: local step γ̃_t = γ̃/(t+Γ)")
+        Gamma: float = bounded(1.0, doc="Γ: offset of the decaying local step γ̃/(t+Γ)")
+        lr_schedule: str = bounded("decay", choices=("decay", "constant"),
+                                   doc="decay (γ̃/(t+Γ), the paper) | constant (γ̃)")
+        eta: float = bounded(0.1, gt=0, doc="η, smoothing radius")
+        num_dirs: int = bounded(1, ge=1, le=1000, doc="q, directions per client per round (paper: 1)")
+        batch_size: int = bounded(64, doc="B of the clients' minibatches ζ (0: full local data)")
+        server_batch: int = bounded(64, doc="B of the server's minibatch ξ (0: full server data)")
+        crn: bool = bounded(True, doc="same minibatches for the + and - calls (docs/fidelity.md#zohfl)")
+        aggregate: str = bounded("sum", choices=("sum", "unbiased"),
+                                 doc="sum (non-participants give 0) | unbiased (x m/|S_r|)")
+        warm_start: bool = bounded(False, doc="start Alg. 2 from the client's previous y± (docs/fidelity.md#zohfl)")
 
     def __init__(self, task, hp, fed):
         super().__init__(task, hp, fed)

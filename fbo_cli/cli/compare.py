@@ -78,7 +78,7 @@ def compare(
             return
         if (short := cmp.tuning_budget_note(exp)) and not no_run:
             err.print(short.replace('**', ''), style="yellow", highlight=False)
-        if exp.tuned is None and any(a.get("tune") for a in exp.algorithms) and not no_run:
+        if exp.tuned is None and any(a.tune for a in exp.algorithms) and not no_run:
             err.print(f"{spec} has tuning grids but no tuned.yaml yet: these runs use the spec's own "
                       f"values; `fbo tune {spec}` first chooses them on validation data", style="yellow")
         try:

@@ -4,7 +4,7 @@ holds its own data, and clients that hold a (possibly heterogeneous) partition o
 1. ``pool_test``: the official train and test sets are concatenated and shuffled with the seed, and
    ``test_frac`` of the pool becomes the (global) test set; the rest is "training". Otherwise the
    official test set is kept.
-2. ``server_frac`` of the training rows, drawn uniformly at random, go to the server (docs/fidelity.md).
+2. ``server_frac`` of the training rows, drawn uniformly at random, go to the server (docs/fidelity.md#zohfl).
 3. The remaining rows are split over the clients with any partition of :mod:`.partition`
    (``dirichlet`` with alpha, the NIID-Bench recipe, in the paper).
 4. ``holdout_frac`` of each client's share is held out (for an optional personalized metric); the

@@ -193,7 +193,7 @@ def load_synthetic(data_dir: Path, download: bool, n: int = 12000, dim: int = 64
 def load_synth_c100(data_dir: Path, download: bool, per_class: int = 200, test_per_class: int = 50,
                     dim: int = 32, classes: int = 100, scale: float = 1.0, sigma: float = 1.0,
                     seed: int = 4004) -> Dataset:
-    """A CPU stand-in for CIFAR100-IH, the CODASCA dataset (docs/fidelity.md): 100 latent classes with centres
+    """A CPU stand-in for CIFAR100-IH, the CODASCA dataset (docs/fidelity.md#codasca): 100 latent classes with centres
     ``mu_c ~ N(0, scale^2 I_32)`` and samples ``mu_c + sigma * eps``; ``per_class`` training and
     ``test_per_class`` test examples per class (balanced; the ``auc`` task makes the training part
     imbalanced and binary: classes 50-99 positive). Fixed by its own seed, the same for every run."""

@@ -82,7 +82,7 @@ def imax_table(compare_dir: str | Path, delta: float = 0.01,
     """CODASCA Figure 1 analog: from a compare output's ``runs.csv`` (algorithms x settings that
     vary the window ``I`` and the client count ``K``), the final test AUC (mean ± std over seeds)
     per (algorithm, K, I) and ``I_max`` = the largest I whose mean AUC is >= the mean AUC at I=1
-    minus ``delta`` (docs/fidelity.md). Writes ``imax.md``, ``imax.csv`` and ``imax.png`` beside
+    minus ``delta`` (docs/fidelity.md#codasca). Writes ``imax.md``, ``imax.csv`` and ``imax.png`` beside
     ``runs.csv``. Settings must differ only in I and K (both read from each run's config)."""
     import pandas as pd
 

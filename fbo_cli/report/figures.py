@@ -92,7 +92,7 @@ def _dataset(exp) -> str:
 
 
 def _styles(exp):
-    return ps.row_styles([(a["name"], a.get("algo", a["name"])) for a in exp.algorithms])
+    return ps.row_styles([(a.name, a.algo) for a in exp.algorithms])
 
 
 def table_dots(fig: PaperFigure, loaded, path: Path, formats):
@@ -101,8 +101,8 @@ def table_dots(fig: PaperFigure, loaded, path: Path, formats):
     f, axes = ps.subplots(1, len(loaded), panel_h=3.0, sharey=True)
     for ax, (exp, runs, _) in zip(axes[0], loaded, strict=True):
         agg, styles = _final(runs), _styles(exp)
-        names = [a["name"] for a in exp.algorithms]
-        settings = [s["name"] for s in exp.settings]
+        names = [a.name for a in exp.algorithms]
+        settings = [s.name for s in exp.settings]
         for i, s in enumerate(settings):
             for j, a in enumerate(names):
                 y = i + (j - (len(names) - 1) / 2) * 0.8 / len(names)
@@ -130,7 +130,7 @@ def table_dots(fig: PaperFigure, loaded, path: Path, formats):
 
 
 def _noise(setting: dict) -> float | None:
-    v = (setting.get("set") or {}).get("noise")
+    v = setting.set.get("noise")
     return float(v) if v is not None else None
 
 
@@ -140,17 +140,17 @@ def noise_figure(fig: PaperFigure, loaded, path: Path, formats):
     f, axes = ps.subplots(1, len(loaded), panel_h=2.4)
     for ax, (exp, runs, _) in zip(axes[0], loaded, strict=True):
         agg, styles = _final(runs), _styles(exp)
-        p_of = {s["name"]: _noise(s) for s in exp.settings}
+        p_of = {s.name: _noise(s) for s in exp.settings}
         for k, a in enumerate(exp.algorithms):
-            g = agg[agg.algorithm == a["name"]]
+            g = agg[agg.algorithm == a.name]
             g = g.assign(p=g.setting.map(p_of)).dropna(subset=["p"]).sort_values("p")
             if g.empty:
                 continue
-            st = styles[a["name"]]
+            st = styles[a.name]
             x = g.p.to_numpy() + (k - (len(exp.algorithms) - 1) / 2) * 0.006  # a small offset: error bars apart
             lo, hi = np.clip(g["mean"] - g["std"].fillna(0), 0, 1), np.clip(g["mean"] + g["std"].fillna(0), 0, 1)
             ax.errorbar(x, g["mean"], yerr=[g["mean"] - lo, hi - g["mean"]], color=st["color"], ls=st["ls"],
-                        marker=st["marker"], ms=4, capsize=2, label=a["name"])
+                        marker=st["marker"], ms=4, capsize=2, label=a.name)
         ax.set_xticks(sorted({p for p in p_of.values() if p is not None}))
         ax.set_xlabel("noise rate p (share of training labels flipped)")
         ax.set_title(_dataset(exp))
@@ -179,7 +179,7 @@ def codasca_fig1(fig: PaperFigure, loaded, path: Path, formats, delta: float = 0
     runs = _with_window(runs[runs.status != "not run"])
     Ks = sorted({int(k) for k in runs.K.dropna()}, reverse=True)
     Is = sorted({int(i) for i in runs.I.dropna()})
-    algos = [a["name"] for a in exp.algorithms][::-1]  # the paper's method first
+    algos = [a.name for a in exp.algorithms][::-1]  # the paper's method first
     f, axes = ps.subplots(len(algos) + 1, len(Ks), panel_h=1.75, sharey="row")
     cmap = mpl.colormaps["cividis"]
     icol = {I: cmap(0.9 * k / max(len(Is) - 1, 1)) for k, I in enumerate(Is)}

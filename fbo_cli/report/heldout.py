@@ -4,7 +4,7 @@ A spec named ``<name>_heldout`` is the experiment ``<name>`` re-tuned with ``tun
 set: {heldout_frac: 0.1}}``: each tuning run sets a share of each client's rows apart from both levels and
 scores the upper loss there, instead of on the validation split that x is fitted on. Its compared runs are
 the original's wherever the choice is the same (same config, same run id). This part of the report puts the
-two tunings' choices side by side (each classified by :func:`.render.choice_kind`) and lists the claims whose
+two tunings' choices side by side (each classified by :func:`.tuning.choice_kind`) and lists the claims whose
 verdict differs between the two, with both intervals.
 """
 
@@ -13,22 +13,23 @@ from __future__ import annotations
 import math
 
 from ..results import md_row
+from ..spec_types import Choice
 from .sections import Section
+from .tuning import _tuning_records, choice_kind
 
 SUFFIX = "_heldout"
 
 
-def _fmt(vals: dict) -> str:
+def _fmt(c: Choice) -> str:
     return ", ".join(f"{k}={v:g}" if isinstance(v, (int, float)) else f"{k}={v}"
-                     for k, v in vals.items() if not k.startswith("_")) or "none accepted"
+                     for k, v in c.values.items()) or "none accepted"
 
 
-def _same(a: dict | None, b: dict) -> bool:
-    keys = [k for k in b if not k.startswith("_")]
-    if a is None or "_none" in a or "_none" in b:
+def _same(a: Choice | None, b: Choice) -> bool:
+    if a is None or "none" in a.notes or "none" in b.notes or set(a.values) != set(b.values):
         return False
-    return all(k in a and isinstance(a[k], (int, float)) and isinstance(b[k], (int, float))
-               and math.isclose(float(a[k]), float(b[k]), rel_tol=1e-9) or a.get(k) == b[k] for k in keys)
+    return all(a.values[k] == v or isinstance(v, (int, float)) and isinstance(a.values[k], (int, float))
+               and math.isclose(float(a.values[k]), float(v), rel_tol=1e-9) for k, v in b.values.items())
 
 
 def pairs(sections: list[Section]) -> list[tuple[Section, Section]]:
@@ -40,16 +41,16 @@ def pairs(sections: list[Section]) -> list[tuple[Section, Section]]:
 def choice_rows(base: Section, ho: Section) -> list[tuple[str, str, str, str, bool]]:
     """(algorithm, setting, chosen on the validation split (kind), chosen held out (kind), same) per choice
     of the held-out tuning."""
-    from .render import _tuning_records, choice_kind
-
-    bt, ht = base.exp.tuned or {}, ho.exp.tuned or {}
+    bt, ht = base.exp.tuned, ho.exp.tuned
+    if ht is None:
+        return []
     brec, hrec = _tuning_records(base.exp), _tuning_records(ho.exp)
     rows = []
-    for algo, per in (ht.get("chosen") or {}).items():
+    for algo, per in ht.chosen.items():
         for setting, hv in per.items():
-            bv = ((bt.get("chosen") or {}).get(algo) or {}).get(setting)
-            hk = choice_kind(hv, hrec, algo, setting, (ht.get("grids") or {}).get(algo))[0]
-            bk = choice_kind(bv, brec, algo, setting, (bt.get("grids") or {}).get(algo))[0] if bv else ""
+            bv = (bt.chosen.get(algo) or {}).get(setting) if bt is not None else None
+            hk = choice_kind(hv, hrec, algo, setting, (ht.grids or {}).get(algo))[0]
+            bk = choice_kind(bv, brec, algo, setting, (bt.grids or {}).get(algo))[0] if bv else ""
             rows.append((algo, setting, f"{_fmt(bv)} ({bk})" if bv else "not tuned",
                          f"{_fmt(hv)} ({hk})", _same(bv, hv)))
     return rows

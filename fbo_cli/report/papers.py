@@ -96,7 +96,7 @@ PAPERS: tuple[Paper, ...] = (
           numbers="Paper numbers: Figure 1's I_max on ImageNet-IH (128 vs 32 at K = 16, 512 vs 128 at K = 8); "
                   "ImageNet-IH and CIFAR100-IH are not available offline, so those numbers are context beside our "
                   "synthetic and Fashion-MNIST analogs, never a verdict. Each section tunes each method's step "
-                  "size on a validation split held out of training (docs/fidelity.md)."),
+                  "size on a validation split held out of training (docs/fidelity.md#codasca-validation)."),
     Paper("zohfl", "ZO-HFL: Qiu, Kim & Yousefian, arXiv 2504.01839",
           "ZO-HFL (Qiu",
           unchecked=(
@@ -109,7 +109,7 @@ PAPERS: tuple[Paper, ...] = (
                   "penalty's gradient, one random direction per client and round (q = 1) in d = 7,840 dimensions "
                   "(a 784 x 10 linear model), smoothing radius eta = 0.1, penalty weight lambda = 1: an unbiased "
                   "estimate of the smoothed gradient whose variance grows with d (Alg. 1 of the paper; "
-                  "docs/fidelity.md). The probe section below asks whether a 10x larger penalty weight, a 10x "
+                  "docs/fidelity.md#zohfl). The probe section below asks whether a 10x larger penalty weight, a 10x "
                   "larger radius, or both, let the clients help (from x0 = 0); its verdicts are computed there.",
           finding_claims="the finding: ZO-HFL ends where server-only SGD ends",
           counts=("figures/zohfl_fig1_mnist_a0.1.csv", "figures/zohfl_fig1_fashion-mnist_a0.1.csv")),

@@ -82,15 +82,15 @@ def build_section(spec: str, root: Path, work: Path, figdir: Path | None = None,
         derived["I_max"] = (imax_per_seed(runs, windows(exp.settings)),
                             [f"K={k}" for k in sorted(windows(exp.settings), reverse=True)])
     for claim in exp.claims:
-        table, names = derived.get(claim["metric"], (runs, [s["name"] for s in exp.settings]))
-        if claim.get("across"):  # one setting against another, seed by seed
-            for s, t in claim["across"]:
-                sec.verdicts.append((claim["text"], f"{s} vs {t}", claim_verdict(table, claim, s, t, len(exp.seeds))))
+        table, names = derived.get(claim.metric, (runs, [s.name for s in exp.settings]))
+        if claim.across:  # one setting against another, seed by seed
+            for s, t in claim.across:
+                sec.verdicts.append((claim.text, f"{s} vs {t}", claim_verdict(table, claim, s, t, len(exp.seeds))))
             continue
         for s in names:
-            if claim.get("settings") and s not in claim["settings"]:
+            if claim.settings and s not in claim.settings:
                 continue
-            sec.verdicts.append((claim["text"], s, claim_verdict(table, claim, s, first=len(exp.seeds))))
+            sec.verdicts.append((claim.text, s, claim_verdict(table, claim, s, first=len(exp.seeds))))
     sec.paper_rows = paper_rows(exp, runs, exp.tolerance)
     if exp.witness:
         from .witness import witness_md

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..spec import Experiment
+from ..spec_types import Claim
 
 CONFIDENCE = 0.95  # every interval of the report: two-sided 95%
 LOOKS = (0.05, 0.025)  # the error rate of each look of `compare --until-settled`: the spec's seeds, then the cap
@@ -69,13 +70,14 @@ def decide(lo: float, hi: float, margin: float, equal: bool = False) -> str:
     return "holds" if lo > margin else "does not hold" if hi < margin else "inconclusive"
 
 
-def claim_verdict(runs: pd.DataFrame, claim: dict, setting: str, than_setting: str | None = None,
+def claim_verdict(runs: pd.DataFrame, claim: Claim | dict, setting: str, than_setting: str | None = None,
                   first: int = 3) -> Verdict:
     """The verdict of one claim in one setting, by the rule in the module doc. With ``than_setting`` (a
     claim's ``across`` pair) the ``than`` side's runs come from that setting: the same seeds are paired
     across the two settings. The interval's level is that of the look at which the pairs were compared
     (:func:`look_alpha`; ``first``: the spec's number of seeds)."""
-    metric, mode = claim["metric"], claim.get("mode", "max")
+    claim = Claim.of(claim)
+    metric, mode = claim.metric, claim.mode
     sign = -1.0 if mode == "min" else 1.0
     fill = -math.inf if mode != "min" else math.inf  # never reaching the target is the worst value
 
@@ -87,14 +89,14 @@ def claim_verdict(runs: pd.DataFrame, claim: dict, setting: str, than_setting: s
         v[g.status.isin(LOSING).to_numpy()] = fill  # a diverged or collapsed run is the method's worst outcome
         return v
 
-    a, b = side(claim["better"], setting), side(claim["than"], than_setting or setting)
+    a, b = side(claim.better, setting), side(claim.than, than_setting or setting)
     common = a.index.intersection(b.index)
     if a.empty or b.empty or common.empty:
         return Verdict("no data", "", "", 0)
     counts = metric.endswith("to_target")
-    margin = float(claim.get("margin", 0.0 if counts else MARGIN))
+    margin = float(claim.margin if claim.margin is not None else 0.0 if counts else MARGIN)
     a, b = a[common].to_numpy(), b[common].to_numpy()
-    factor = claim.get("factor")
+    factor = claim.factor
     with np.errstate(invalid="ignore", divide="ignore"):
         d = sign * (a - b) if factor is None else np.log(b) - np.log(a)  # factor: log(than / better)
     if factor is not None:

@@ -49,11 +49,11 @@ def witness_md(exp, runs: pd.DataFrame, curves: dict, root: Path, png: Path | No
     pub = witness_runs(root)
     if pub.empty:
         return ""
-    algo, tol, lr = exp.witness["algorithm"], exp.tolerance, float(exp.witness.get("inner_lr", 0.01))
+    algo, tol, lr = exp.witness.algorithm, exp.tolerance, exp.witness.inner_lr
     if "inner_lr" in pub:
         pub = pub[pub.inner_lr.astype(float).sub(lr).abs() < 1e-12]
     rows, panels = [], []
-    for setting in exp.witness["settings"]:
+    for setting in exp.witness.settings:
         theirs = pub[pub.setting == setting]
         if theirs.empty:
             continue
@@ -97,7 +97,7 @@ def _plot(panels, exp, png: Path) -> None:
     theirs_c, ours_c = ps.OI["vermillion"], ps.OI["blue"]
     for ax, (setting, theirs, ours) in zip(axes[0], panels):
         for i, m in enumerate(ours.values()):  # ours first, theirs dashed on top: where they agree both show
-            ax.plot(m.rounds, m.test_acc, color=ours_c, lw=1.1, label=f"ours: {exp.witness['algorithm']}"
+            ax.plot(m.rounds, m.test_acc, color=ours_c, lw=1.1, label=f"ours: {exp.witness.algorithm}"
                     if i == 0 else "_")
         for i, d in enumerate(theirs.run_dir):
             m = pd.read_csv(Path(d) / "metrics.csv")

@@ -4,7 +4,7 @@ Problem (CODASCA eq. 1): ``min_{v=(w,a,b)} max_alpha (1/K) Σ_k f_k(v, alpha)`` 
 expectation over client k's data of ``F(v, alpha; z)`` below, with **one global** positive ratio ``p``.
 
 Losses (one client, one minibatch; the batch *mean* with indicator weights), score
-``h = sigmoid(net(w; x))`` in [0, 1] (docs/fidelity.md), ``m`` the margin:
+``h = sigmoid(net(w; x))`` in [0, 1] (docs/fidelity.md#codasca), ``m`` the margin:
 
 * ``square`` (eq. 2; the ``paper`` preset, ``m = 1`` gives eq. 2 exactly)::
 
@@ -21,13 +21,13 @@ The closed-form dual gradient of the code (``dual_grad: closed_form``) is ``2(m 
 (aucm) or ``2(b - a) - 2 alpha`` (square): the population ``∂f/∂alpha`` over ``p(1-p)`` at the
 class-mean ``a, b``.
 
-Data (docs/fidelity.md): the classes of any dataset are made binary, positives = the second half of
+Data (docs/fidelity.md#codasca): the classes of any dataset are made binary, positives = the second half of
 the class ids (``y >= C // 2``: CIFAR-100 50-99, CIFAR-10 / Fashion-MNIST / digits 5-9, as the
 paper's code). The training part is made imbalanced: positives are subsampled (uniformly within each
 positive class, the same fraction everywhere) so that they are ``imratio`` of the training data; the
 test set is untouched (balanced for the class-balanced datasets). Each client trains on all the rows
 the partition gave it (its ``train`` and ``val`` parts together: the task has no upper level).
-``p`` is the positive fraction of the union of the clients' training data (docs/fidelity.md).
+``p`` is the positive fraction of the union of the clients' training data (docs/fidelity.md#codasca).
 
 Models (pure functions of a flat parameter vector, vmapped over clients by the algorithms):
 
@@ -37,7 +37,7 @@ Models (pure functions of a flat parameter vector, vmapped over clients by the a
 * ``resnet20``: He et al. (2016) CIFAR ResNet-20 (3 stages x 3 basic blocks, 16/32/64 channels,
   parameter-free "option A" shortcuts), with **GroupNorm** (``norm_groups`` groups) in place of
   BatchNorm: a normalization that uses no batch statistics works unchanged under ``vmap`` over the
-  client dimension and has no running statistics to average (docs/fidelity.md).
+  client dimension and has no running statistics to average (docs/fidelity.md#codasca).
 * ``auto``: resnet20 for 3x32x32, cnn for other 1-channel images, mlp otherwise.
 
 Metric: ``test_auc`` = the Mann-Whitney U statistic with ties counted 1/2 (= scikit-learn's
@@ -50,7 +50,7 @@ test AUC is reported, never tuned on.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -58,6 +58,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import vmap
 
+from ..bounds import bounded
 from ..data.split import take_rows
 from ..errors import UsageError
 from ..federation import Batch
@@ -124,36 +125,45 @@ class AUC(Task):
 
     @dataclass
     class Params:
-        imratio: float = 0.1  # positive fraction of the training data (0.1 or 0.3 in the paper)
-        preset: str = "paper"  # paper (eq. 2) | code (official script); fills the knobs left empty
-        loss: str | None = None  # square | aucm (None: the preset's)
-        margin: float = 1.0  # m
-        dual_constraint: str | None = None  # none | nonneg (alpha in [0, 999]); None: the preset's
-        model: str = "auto"  # auto | mlp | cnn | resnet20
-        hidden: int = field(default=64, metadata={"ge": 1, "le": 100_000})  # MLP width / CNN fully connected width
-        # CNN first conv channels (the second has twice as many)
-        channels: int = field(default=16, metadata={"ge": 1, "le": 1024})
-        norm_groups: int = field(default=8, metadata={"ge": 1, "le": 1024})  # resnet20 GroupNorm groups
-        # hold each client's validation part (val_frac of its rows) out of training: their union gives
-        # val_auc, the tuning score; off, each client trains on all its rows and there is no val_auc
-        holdout: bool = False
-        fast: bool = True  # the mlp's closed-form gradients (False: autograd through the vmapped loss)
+        imratio: float = bounded(0.1, doc="positive fraction of the training data (0.1 or 0.3 in the paper)")
+        preset: str = bounded("paper", doc="paper (eq. 2) | code (official script); fills the knobs left empty")
+        loss: str | None = bounded(None, doc="square | aucm (None: the preset's)")
+        margin: float = bounded(1.0, doc="m, the margin of the AUC square / AUC-M loss")
+        dual_constraint: str | None = bounded(None, doc="none | nonneg (alpha in [0, 999]); None: the preset's")
+        model: str = bounded("auto", doc="auto | mlp | cnn | resnet20")
+        hidden: int = bounded(64, ge=1, le=100_000, doc="MLP width / CNN fully connected width")
+        channels: int = bounded(16, ge=1, le=1024, doc="CNN first conv channels (the second has twice as many)")
+        norm_groups: int = bounded(8, ge=1, le=1024, doc="resnet20 GroupNorm groups")
+        holdout: bool = bounded(False,
+                                doc="hold each client's validation part (val_frac of its rows) out of training: their "
+                                    "union gives val_auc, the tuning score; off, each client trains on all its rows "
+                                    "and there is no val_auc")
+        fast: bool = bounded(True, doc="the mlp's closed-form gradients (False: autograd through the vmapped loss)")
+
+    @classmethod
+    def check_params(cls, p: "AUC.Params") -> None:
+        if p.preset not in PRESETS:
+            raise UsageError(f"preset must be one of {', '.join(PRESETS)}; got '{p.preset}'")
+        pre = PRESETS[p.preset]
+        if (p.loss or pre["loss"]) not in ("square", "aucm"):
+            raise UsageError(f"loss must be square or aucm; got '{p.loss or pre['loss']}'")
+        constraint = p.dual_constraint or pre["dual_constraint"]
+        if constraint not in ("none", "nonneg"):
+            raise UsageError(f"dual_constraint must be none or nonneg; got '{constraint}'")
+        if not 0.0 < p.imratio < 1.0:
+            raise UsageError(f"imratio must be in (0, 1), got {p.imratio}")
+        if p.model not in ("auto", "mlp", "cnn", "resnet20"):
+            raise UsageError(f"model must be one of auto, mlp, cnn, resnet20; got '{p.model}'")
+        if p.model == "resnet20" and any(width % p.norm_groups for width in (16, 32, 64)):
+            raise UsageError(f"norm_groups must divide 16, 32 and 64; got {p.norm_groups}")
 
     def __init__(self, params: "AUC.Params", data):
         super().__init__(params, data)
         p = params
-        if p.preset not in PRESETS:
-            raise UsageError(f"preset must be one of {', '.join(PRESETS)}; got '{p.preset}'")
         pre = PRESETS[p.preset]
         self.preset = pre
         self.loss_kind = p.loss or pre["loss"]
         self.constraint = p.dual_constraint or pre["dual_constraint"]
-        if self.loss_kind not in ("square", "aucm"):
-            raise UsageError(f"loss must be square or aucm; got '{self.loss_kind}'")
-        if self.constraint not in ("none", "nonneg"):
-            raise UsageError(f"dual_constraint must be none or nonneg; got '{self.constraint}'")
-        if not 0.0 < p.imratio < 1.0:
-            raise UsageError(f"imratio must be in (0, 1), got {p.imratio}")
         self._build_data(data)
         self._build_model(data.dataset.shape)
 
@@ -271,7 +281,7 @@ class AUC(Task):
 
     def init(self, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """``v0 = (w0, a=0, b=0)`` (PyTorch's default layer init; GroupNorm scale 1, shift 0) and
-        ``alpha0 = 0`` (docs/fidelity.md)."""
+        ``alpha0 = 0`` (docs/fidelity.md#codasca)."""
         dev = self.data.X.device
         w = self.layout.init(gen, dev)
         if self.norm_names:

@@ -85,8 +85,15 @@ class Task:
         pass
 
     def __init__(self, params: Any, data: FederatedData):
+        self.check_params(params)
         self.p = params
         self.data = data
+
+    @classmethod
+    def check_params(cls, params: Any) -> None:
+        """What the parameters must satisfy beyond their declared bounds (choices that depend on each other),
+        checked by ``config.resolve`` before any data loads (and again here when a task is built by hand);
+        raise UsageError naming the key."""
 
 
 class BilevelTask(Task):

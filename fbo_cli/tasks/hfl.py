@@ -6,12 +6,12 @@ Problem (1) of Qiu, Kim and Yousefian (arXiv 2504.01839), as instantiated in the
   parameters a matrix ``x ∈ R^{C×n}`` (stored flat, ``d = C·n``, class-major as ``nn.Linear``'s weight);
 * server loss ``f1(x) = CE(x; D_s)``, the mean cross-entropy on the server's own data;
 * penalty ``f2(x) = Σ_i ρ_i (λ/2) ||x - y_i(x)||²`` with ``ρ_i = N_i / Σ_j N_j`` (``client_weighting:
-  data``, §IV) or ``ρ_i = 1/m`` (``uniform``, Alg. 1 literally) (docs/fidelity.md);
+  data``, §IV) or ``ρ_i = 1/m`` (``uniform``, Alg. 1 literally) (docs/fidelity.md#zohfl);
 * client i's lower problem ``y_i(x) = argmin_{y ∈ Y_i(x)} CE(y; D_i) + (μ/2) ||x - y||²``, with
   ``Y_i(x) = R^d`` (``local_constraint: none``, the experiments) or the ball
   ``{||y - x|| <= radius}`` (``ball``).
 
-Data (docs/fidelity.md): train and test pooled, 10% test,
+Data (docs/fidelity.md#zohfl): train and test pooled, 10% test,
 30% of the rest to the server uniformly at random, the remaining 70% split over the ``clients`` with the
 run's ``partition`` (``dirichlet`` with ``alpha`` in the paper). The task rebuilds the runner's
 :class:`FederatedData` *in place* with this pipeline, from the run's own partition settings
@@ -27,13 +27,14 @@ row tables of clients and server, and the metrics. Also here: :func:`partition_c
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 
+from ..bounds import bounded
 from ..data.hierarchical import build_hierarchical
 from ..errors import UsageError
 from .base import Task
@@ -63,24 +64,26 @@ class HFL(Task):
 
     @dataclass
     class Params:
-        lam: float = 1.0  # λ, weight of the penalty f2 (not given in the paper)
-        mu: float = 1.0  # μ, the clients' proximal weight (not given in the paper)
-        client_weighting: str = "data"  # data (ρ_i = N_i/ΣN_j, §IV) | uniform (1/m, Alg. 1)
-        local_constraint: str = "none"  # none (the experiments) | ball (||y - x|| <= radius)
-        radius: float = 1.0  # ρ_i of the ball constraint
-        test_frac: float = 0.1  # share of the pooled data held out as the global test set
-        server_frac: float = 0.3  # share of the training data given to the server
-        pool_test: bool = True  # pool train and test, then split (docs/fidelity.md); False: the official test set
-        holdout: float = 0.0  # per-client held-out share, for the optional personalized accuracy
-        features: str = "unit"  # unit (pixels in [0, 1]) | raw (pixels in [0, 255]) | standard (the loader's)
-        # server pre-training: SGD steps on its own data for x̂_0 (0: x̂_0 = 0)
-        pretrain_steps: int = field(default=300, metadata={"ge": 0, "le": 100_000})
-        pretrain_lr: float = 0.1  # constant step of the pre-training SGD
-        pretrain_batch: int = 64  # minibatch of the pre-training SGD
+        lam: float = bounded(1.0, doc="λ, weight of the penalty f2 (not given in the paper)")
+        mu: float = bounded(1.0, doc="μ, the clients' proximal weight (not given in the paper)")
+        client_weighting: str = bounded("data", doc="data (ρ_i = N_i/ΣN_j, §IV) | uniform (1/m, Alg. 1)")
+        local_constraint: str = bounded("none", doc="none (the experiments) | ball (||y - x|| <= radius)")
+        radius: float = bounded(1.0, doc="ρ_i of the ball constraint")
+        test_frac: float = bounded(0.1, doc="share of the pooled data held out as the global test set")
+        server_frac: float = bounded(0.3, doc="share of the training data given to the server")
+        pool_test: bool = bounded(True,
+                                  doc="pool train and test, then split (docs/fidelity.md#zohfl); False: the official "
+                                      "test set")
+        holdout: float = bounded(0.0, doc="per-client held-out share, for the optional personalized accuracy")
+        features: str = bounded("unit",
+                                doc="unit (pixels in [0, 1]) | raw (pixels in [0, 255]) | standard (the loader's)")
+        pretrain_steps: int = bounded(300, ge=0, le=100_000,
+                                      doc="server pre-training: SGD steps on its own data for x̂_0 (0: x̂_0 = 0)")
+        pretrain_lr: float = bounded(0.1, doc="constant step of the pre-training SGD")
+        pretrain_batch: int = bounded(64, doc="minibatch of the pre-training SGD")
 
-    def __init__(self, params: "HFL.Params", data):
-        super().__init__(params, data)
-        p = params
+    @classmethod
+    def check_params(cls, p: "HFL.Params") -> None:
         if p.client_weighting not in ("data", "uniform"):
             raise UsageError(f"client_weighting must be one of data, uniform; got '{p.client_weighting}'")
         if p.local_constraint not in ("none", "ball"):
@@ -94,6 +97,10 @@ class HFL(Task):
             raise UsageError(f"mu must be > 0 (the lower level is μ-strongly convex), got {p.mu}")
         if p.local_constraint == "ball" and p.radius <= 0:
             raise UsageError(f"radius must be > 0 with local_constraint=ball, got {p.radius}")
+
+    def __init__(self, params: "HFL.Params", data):
+        super().__init__(params, data)
+        p = params
         s = data.spec or {}
         if "server_frac" not in s:  # the runner's generic split: rebuild with the hierarchical pipeline
             dev = data.X.device
@@ -133,7 +140,7 @@ class HFL(Task):
         """x̂_0, the same for every method of a seed (Alg. 1 line 1: "server obtains initial global
         model"): ``pretrain_steps`` steps of minibatch SGD with constant step ``pretrain_lr`` on the
         server's own data from 0, with a generator of its own seeded by the run's seed (so the run's
-        random stream is untouched); ``pretrain_steps: 0`` gives x̂_0 = 0 (docs/fidelity.md). Computed once."""
+        random stream is untouched); ``pretrain_steps: 0`` gives x̂_0 = 0 (docs/fidelity.md#zohfl). Computed once."""
         if getattr(self, "_x0", None) is None:
             x = self.X.new_zeros(self.d)
             srv, p = self.server_rows, self.p
@@ -205,7 +212,7 @@ class HFL(Task):
         return self.ce_grad(x.view(1, self.C, self.nf), Xb[None], yb[None], w).reshape(-1)
 
     def f2(self, x_in: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """``f2(x, y) = (λ/2) ||x - y||²`` per row, in float64 (docs/fidelity.md)."""
+        """``f2(x, y) = (λ/2) ||x - y||²`` per row, in float64 (docs/fidelity.md#zohfl)."""
         D = (x_in - y).double()
         return 0.5 * self.p.lam * D.pow(2).sum(-1)
 

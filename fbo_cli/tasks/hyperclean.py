@@ -16,12 +16,12 @@ Li, Huang & Huang, NeurIPS 2023; a reconstruction).
 
 Client m's lower loss touches only its own block of x, so ∇_x g^m and ∇_x∇_y g^m vanish outside
 it. An algorithm that keeps a full copy of x per client and averages the copies therefore moves
-each block by 1/M of its owner's local progress: exactly Eq. (1)'s semantics (docs/fidelity.md);
+each block by 1/M of its owner's local progress: exactly Eq. (1)'s semantics (docs/fidelity.md#fedbio);
 nothing is special-cased in the algorithms.
 
 Label noise (training splits only, validation and test labels stay clean): each training example
 independently, with probability ``noise``, gets a label drawn uniformly from the *other* C-1
-classes (docs/fidelity.md), so every flipped example is really corrupted. The flip is drawn from a
+classes (docs/fidelity.md#fedbio), so every flipped example is really corrupted. The flip is drawn from a
 generator seeded by the run's seed, so every algorithm of a seed sees the same corrupted labels.
 The mask rides along in ``FederatedData.extra["noisy"]`` (and the x position of each row in
 ``extra["xpos"]``).
@@ -40,6 +40,7 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
+from ..bounds import bounded
 from ..errors import UsageError
 from ..federation import Batch, Oracles, per_client_value
 from .base import BilevelTask, Layout, weighted_ce
@@ -61,15 +62,18 @@ class HyperClean(BilevelTask):
 
     @dataclass
     class Params:
-        noise: float = 0.4  # label-noise rate p on the training splits (docs/fidelity.md)
-        reg_coef: float = 1e-3  # ν in ν||y||² (eq. (4))
-        fast: bool = True  # closed-form oracles of the softmax classifier (False: generic torch.func)
+        noise: float = bounded(0.4, doc="label-noise rate p on the training splits (docs/fidelity.md#fedbio)")
+        reg_coef: float = bounded(1e-3, doc="ν in ν||y||² (eq. (4))")
+        fast: bool = bounded(True, doc="closed-form oracles of the softmax classifier (False: generic torch.func)")
+
+    @classmethod
+    def check_params(cls, p: "HyperClean.Params") -> None:
+        if not 0.0 <= p.noise < 1.0:
+            raise UsageError(f"noise must be in [0, 1), got {p.noise}")
 
     def __init__(self, params: "HyperClean.Params", data):
         super().__init__(params, data)
         p = params
-        if not 0.0 <= p.noise < 1.0:
-            raise UsageError(f"noise must be in [0, 1), got {p.noise}")
         if "noisy" in data.extra or "xpos" in data.extra:
             raise UsageError("this FederatedData already carries a hyper-cleaning noise mask; "
                              "build a fresh one")
@@ -120,7 +124,7 @@ class HyperClean(BilevelTask):
         """Lower loss with every example at weight 1 (FedAvg baselines): ``Σ w_i CE_i + ν||y||²``."""
         return weighted_ce(self.logits(y, b["X"]), b["y"], b["w"]) + self.p.reg_coef * (y * y).sum()
 
-    # fast path: closed-form oracles (softmax.py; docs/fidelity.md) ---------------------------------
+    # fast path: closed-form oracles (softmax.py; docs/fidelity.md#fast-path) ---------------------------------
     def oracles(self, fn):
         if self.p.fast and (fn == self.f or fn == self.g or fn == self.g_fixed):
             return _WeightedHeadOracles(self, fn)

@@ -10,13 +10,13 @@ global and shared by all clients (eq. 1 of FBO-AggITD).
   reg_coef = 0.05 = 0.5 * 0.1) or ``none``. The repo's un-squared norm is not the default: its
   gradient pulls the head bias to 0 with constant force, its Hessian ``reg_coef (I - b̂b̂ᵀ)/||b||``
   then grows without bound, and once ``λ ||∇²_y g|| > 2`` the Neumann / AggITD recursions diverge
-  (docs/fidelity.md, FBO-AggITD row 7, has the run that showed it).
+  (docs/fidelity.md#aggitd, FBO-AggITD row 7, has the run that showed it).
 
 Models (FedNest repo):
 
 * ``mlp``: ``Linear(d, 200) -> Dropout(0.5) -> ReLU -> Linear(200, C)``; x = first layer
   (157,000 parameters on MNIST), y = head (2,010). Dropout is active in every training-mode
-  quantity (gradients, HVPs, JVPs) and off in evaluation (docs/fidelity.md).
+  quantity (gradients, HVPs, JVPs) and off in evaluation (docs/fidelity.md#aggitd).
 * ``cnn``: LeNet-style ``Conv(c,6,5) -> ReLU -> Pool -> Conv(6,16,5) -> ReLU -> Pool -> FC(400,120)
   -> ReLU`` as x (MNIST pads the first conv by 2, as FedNest's ``CNNMnist``), and
   ``FC(120,84) -> ReLU -> FC(84,C)`` as y.
@@ -41,12 +41,13 @@ pooled test metric of Xiao & Ji, unchanged) and ``clients`` for per-client heads
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 
+from ..bounds import bounded
 from ..errors import UsageError
 from ..federation import Batch
 from .base import BilevelTask, Layout, relu_pool2, weighted_ce
@@ -64,7 +65,7 @@ def dropout_mask(gen: torch.Generator, shape: tuple[int, ...], q: float, dtype, 
     each of their bytes is spread to 8 mask bytes ``{0, 2}`` by a 256-entry int64 table, and the bytes
     are converted to ``dtype`` (32 masks per draw instead of one ``torch.rand`` float per mask; ~20x
     faster on the CPU); other ``q`` compare ``torch.rand`` floats with ``q``. The fast and generic
-    paths both use this function, so they see the same masks (docs/fidelity.md)."""
+    paths both use this function, so they see the same masks (docs/fidelity.md#aggitd)."""
     n = math.prod(shape)
     if q == 0.5:
         key = str(device)
@@ -90,22 +91,22 @@ class HyperRep(HeadClosedForms, BilevelTask):
 
     @dataclass
     class Params:
-        model: str = "mlp"  # mlp | cnn
-        hidden: int = field(default=200, metadata={"ge": 1, "le": 100_000})  # MLP hidden units
-        dropout: float = 0.5  # MLP dropout probability (0 disables)
-        reg: str = "l2"  # l2 | norm | none
-        reg_coef: float | None = None  # None: 0.01 for l2, 0.05 for norm (FedNest repo)
-        lower: str = "global"  # global (one shared head, eq. 1) | local (a head per client, eq. 5)
-        test_on: str = "auto"  # auto | pooled (full test set) | clients (each client's own test split)
-        fast: bool = True  # closed-form oracles for the mlp's softmax head (False: generic torch.func)
-        # what evaluate() scores, comma-separated: test (the test set: test_acc, test_loss), val (every
-        # client's validation split: val_loss, val_acc, the tuning score), train (the whole training set,
-        # pooled: train_acc, train_loss, the public FedNest code's training accuracy; global head only)
-        eval: str = "test,val"
+        model: str = bounded("mlp", doc="the representation model x: mlp | cnn")
+        hidden: int = bounded(200, ge=1, le=100_000, doc="MLP hidden units")
+        dropout: float = bounded(0.5, doc="MLP dropout probability (0 disables)")
+        reg: str = bounded("l2", doc="l2 | norm | none")
+        reg_coef: float | None = bounded(None, doc="None: 0.01 for l2, 0.05 for norm (FedNest repo)")
+        lower: str = bounded("global", doc="global (one shared head, eq. 1) | local (a head per client, eq. 5)")
+        test_on: str = bounded("auto", doc="auto | pooled (full test set) | clients (each client's own test split)")
+        fast: bool = bounded(True, doc="closed-form oracles for the mlp's softmax head (False: generic torch.func)")
+        eval: str = bounded("test,val",
+                            doc="what evaluate() scores, comma-separated: test (the test set: test_acc, test_loss), "
+                                "val (every client's validation split: val_loss, val_acc, the tuning score), train "
+                                "(the whole training set, pooled: train_acc, train_loss, the public FedNest code's "
+                                "training accuracy; global head only)")
 
-    def __init__(self, params: "HyperRep.Params", data):
-        super().__init__(params, data)
-        p = params
+    @classmethod
+    def check_params(cls, p: "HyperRep.Params") -> None:
         if p.model not in ("mlp", "cnn"):
             raise UsageError(f"model must be one of mlp, cnn; got '{p.model}'")
         if p.reg not in ("norm", "l2", "none"):
@@ -118,13 +119,18 @@ class HyperRep(HeadClosedForms, BilevelTask):
             raise UsageError(f"test_on must be one of auto, pooled, clients; got '{p.test_on}'")
         if p.test_on == "pooled" and p.lower == "local":
             raise UsageError("test_on=pooled needs lower=global: each head is scored on its own client")
-        self.eval_on = tuple(e.strip() for e in p.eval.split(","))
-        if any(e not in EVAL_SPLITS for e in self.eval_on) or len(set(self.eval_on)) < len(self.eval_on):
+        eval_on = tuple(e.strip() for e in p.eval.split(","))
+        if any(e not in EVAL_SPLITS for e in eval_on) or len(set(eval_on)) < len(eval_on):
             raise UsageError(f"eval must be a comma-separated list of {', '.join(EVAL_SPLITS)} (each once); "
                              f"got '{p.eval}'")
-        if "train" in self.eval_on and p.lower == "local":
+        if "train" in eval_on and p.lower == "local":
             raise UsageError("eval=train scores one global head on the whole training set; lower=local has a "
                              "head per client")
+
+    def __init__(self, params: "HyperRep.Params", data):
+        super().__init__(params, data)
+        p = params
+        self.eval_on = tuple(e.strip() for e in p.eval.split(","))
         self.local_lower = p.lower == "local"
         # the regularizer's coefficient, resolved once: reg_coef, else 0.01 for l2 and 0.05 for norm (FedNest repo)
         self.reg_coef = 0.0 if p.reg == "none" else (
@@ -200,7 +206,7 @@ class HyperRep(HeadClosedForms, BilevelTask):
         shape = (*batch["y"].shape, self.width)
         return {**batch, "drop": dropout_mask(gen, shape, q, batch["w"].dtype, batch["y"].device)}
 
-    # fast path (mlp): closed-form oracles (hyperrep_head.py, softmax.py, docs/fidelity.md) ------------
+    # fast path (mlp): closed-form oracles (hyperrep_head.py, softmax.py, docs/fidelity.md#fast-path) ------------
     def oracles(self, fn):
         if self.p.fast and self.soft is not None and (fn == self.f or fn == self.g or fn == self.g_enc):
             return _HeadOracles(self, fn)

@@ -1,6 +1,6 @@
 """hyperrep's closed forms (the ``mlp`` model, ``fast: true``): the derivatives of the softmax head on the
 features (``softmax.py``) and the backward through dropout, ReLU and the first layer, as one more
-:class:`fbo_cli.federation.Oracles` (docs/fidelity.md, "The fast path"). :class:`HeadClosedForms` is
+:class:`fbo_cli.federation.Oracles` (docs/fidelity.md#fast-path). :class:`HeadClosedForms` is
 the part of :class:`fbo_cli.tasks.hyperrep.HyperRep` they need (the features, their backward, the
 regularizer's derivatives); ``hyperrep.py`` keeps the model, the losses and the evaluation.
 """
