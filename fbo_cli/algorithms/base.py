@@ -76,6 +76,12 @@ class Algorithm:
     # the common vocabulary (VOCABULARY) -> this algorithm's own key (its paper's symbol): --set local_steps=5
     # sets FedNest's tau; `fbo show` lists both
     aliases: ClassVar[dict[str, str]] = {}
+    # runs of this algorithm that differ only in float hyperparameters and the seed may step together in
+    # one process (fbo_cli/batch.py): their state carries a leading run dimension, rows run-major
+    batches: ClassVar[bool] = False
+    batch_state: ClassVar[tuple[str, ...]] = ()  # the attributes that carry it (global iterates [R, ...])
+    batch_fixed: ClassVar[tuple[str, ...]] = ()  # float hyperparameters the runs of a batch must share
+    runs: int = 1  # runs stepped together (1: a run alone)
 
     @dataclass
     class HP:
@@ -102,6 +108,19 @@ class Algorithm:
     def state(self) -> dict[str, torch.Tensor]:
         """Tensors that define the iterate (for checkpoints and divergence checks)."""
         return {}
+
+    # the run dimension (fbo_cli/batch.py): alone (runs = 1) these are the plain operations
+    def spread(self, v: torch.Tensor, M: int) -> torch.Tensor:
+        """``[M, d]`` copies of the global ``v [d]`` for ``M`` clients; in a batch ``[R*M, d]`` from ``[R, d]``."""
+        return v.expand(M, -1).clone() if self.runs == 1 else v.repeat_interleave(M, 0)
+
+    def cmean(self, X: torch.Tensor) -> torch.Tensor:
+        """The server's mean over the clients: ``[d]`` of ``[M, d]``; in a batch ``[R, d]`` of ``[R*M, d]``."""
+        return mean(X) if self.runs == 1 else X.unflatten(0, (self.runs, -1)).mean(1)
+
+    def first_row(self, X: torch.Tensor) -> torch.Tensor:
+        """The common value of identical client rows (after averaging): ``X[0]``; in a batch each run's."""
+        return X[0].clone() if self.runs == 1 else X.unflatten(0, (self.runs, -1))[:, 0].clone()
 
 
 # the common names one may use for any algorithm that has the quantity (``Algorithm.aliases`` maps them to
