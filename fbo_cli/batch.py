@@ -36,6 +36,7 @@ import torch
 
 from . import checkpoint as ckpt
 from .config import RunConfig
+from .data.split import Split
 from .errors import UsageError
 from .results import CHECKPOINT, make_dirs, remove_temp_files, run_lock, run_status, write_csv, write_yaml
 
@@ -127,8 +128,13 @@ class Rate:
 
 
 class _RunOracles:
-    """A task's oracles for the batched algorithm: batches of ``M`` client rows are repeated R times (run-major),
-    per-run globals ``[R, d]`` spread to ``[R*M, d]``; the ``_mean`` oracles give per-run means ``[R, d]``."""
+    """A task's oracles for the batched algorithm. Each client's minibatch (``M`` rows) is drawn once for the R
+    runs. A call whose tensors are all client-stacked ``[R*M, ...]`` (FedBiO's) is one call over the ``R*M``
+    rows (*folded*): the batch's ``M``-row entries repeated R times, run-major. Any other call (per-run
+    globals ``[R, d]``, alone or beside stacked ones) is made run by run, each run's call exactly the call of
+    the run alone (its rows, its global, the batch); the results are stacked back (``[R*M, ...]``, or ``[R, d]``
+    for the ``_mean`` oracles). A batch entry with ``R*M`` rows carries per-run values already (the features of
+    an encoded split, :class:`RunSplit`)."""
 
     def __init__(self, inner, algo):
         self.o, self.algo = inner, algo
@@ -136,58 +142,94 @@ class _RunOracles:
     def __getattr__(self, k):
         return getattr(self.o, k)
 
-    def _fit(self, batch, *ts):
+    def _call(self, name: str, batch, ts: list, put: Callable, mean: bool = False):
+        """``put(ts, batch)`` -> the inner call's arguments; ``ts`` the tensor arguments in order."""
         R, M = self.algo.runs, batch["w"].shape[0]
         N = R * M
+        if R > 1 and all(t.dim() >= 2 and t.shape[0] == N for t in ts) and not mean:
+            return getattr(self.o, name)(*put(ts, self._repeat(batch, R, N)))
+        outs = []
+        rows = [rows_of(self.algo, t, N if t.shape[0] == N and M > 1 else R) if t.dim() >= 2 else None for t in ts]
+        for r in range(R):
+            tr = [t if rw is None else rw[r] for t, rw in zip(ts, rows)]
+            br = batch if N == M else {k: (v[r * M:(r + 1) * M] if v.shape[0] == N else v) for k, v in batch.items()}
+            outs.append(getattr(self.o, name)(*put(tr, br)))
+        return torch.stack(outs) if mean else torch.cat(outs)
+
+    def _repeat(self, batch, R: int, N: int):
         cache = self.algo._batch_cache
         hit = cache.get(id(batch))
         if hit is None or hit[0] is not batch:
-            rep = {k: v.repeat(R, *[1] * (v.dim() - 1)) for k, v in batch.items()}
+            rep = {k: (v if v.shape[0] == N else v.repeat(R, *[1] * (v.dim() - 1))) for k, v in batch.items()}
             if len(cache) > 16:
                 cache.clear()
             cache[id(batch)] = hit = (batch, rep)
-        out = [t if t.dim() < 2 or t.shape[0] == N else t.repeat_interleave(M, 0) for t in ts]
-        return hit[1], out
-
-    def _means(self, t: torch.Tensor) -> torch.Tensor:
-        return t.unflatten(0, (self.algo.runs, -1)).mean(1)
+        return hit[1]
 
     def grad(self, argnum, a, b, batch):
-        batch, (a, b) = self._fit(batch, a, b)
-        return self.o.grad(argnum, a, b, batch)
+        return self._call("grad", batch, [a, b], lambda t, bt: (argnum, t[0], t[1], bt))
 
     def grads(self, a, b, batch):
-        batch, (a, b) = self._fit(batch, a, b)
-        return self.o.grads(a, b, batch)
+        raise NotImplementedError("grads in a run batch")
 
     def svrg(self, a, b1, b0, batch):
-        batch, (a, b1, b0) = self._fit(batch, a, b1, b0)
-        return self.o.svrg(a, b1, b0, batch)
+        return self._call("svrg", batch, [a, b1, b0], lambda t, bt: (t[0], t[1], t[2], bt))
 
     def hvp(self, a, b, batch, v):
-        batch, (a, b, v) = self._fit(batch, a, b, v)
-        return self.o.hvp(a, b, batch, v)
+        return self._call("hvp", batch, [a, b, v], lambda t, bt: (t[0], t[1], bt, t[2]))
 
     def head_hvp(self, a, b, batch, v):
-        batch, (a, b, v) = self._fit(batch, a, b, v)
-        return self.o.head_hvp(a, b, batch, v)
+        return self._call("head_hvp", batch, [a, b, v], lambda t, bt: (t[0], t[1], bt, t[2]))
 
     def cross(self, a, b, batch, v):
-        batch, (a, b, v) = self._fit(batch, a, b, v)
-        return self.o.cross(a, b, batch, v)
+        return self._call("cross", batch, [a, b, v], lambda t, bt: (t[0], t[1], bt, t[2]))
 
     def grad_mean(self, argnum, a, b, batch):
-        return self._means(self.grad(argnum, a, b, batch))
+        return self._call("grad_mean", batch, [a, b], lambda t, bt: (argnum, t[0], t[1], bt), mean=True)
 
     def hvp_mean(self, a, b, batch, v):
-        return self._means(self.hvp(a, b, batch, v))
+        return self._call("hvp_mean", batch, [a, b, v], lambda t, bt: (t[0], t[1], bt, t[2]), mean=True)
 
     def cross_mean(self, a, b, batch, v):
-        return self._means(self.cross(a, b, batch, v))
+        return self._call("cross_mean", batch, [a, b, v], lambda t, bt: (t[0], t[1], bt, t[2]), mean=True)
+
+
+@dataclass
+class RunSplit(Split):
+    """The split of ``M`` clients with per-run features: ``X [R*M, n, ...]`` (run-major; the lower view of R
+    runs' upper variables), ``y``, ``mask`` and extras ``[M, n]`` of the clients. Its draws are those of the
+    ``M``-client split (the random keys follow ``mask``); a batch carries ``X`` for the R runs."""
+
+    runs: int = 1
+
+    def _batch(self, pos, flat, m):
+        M, n = self.mask.shape
+        R, flat = self.runs, flat.reshape(-1)
+        take = lambda t: t.reshape(M * n, -1).index_select(0, flat).view(*pos.shape, *t.shape[2:])  # noqa: E731
+        w = m.to(self.X.dtype)
+        w = w / w.sum(1, keepdim=True).clamp_(min=1)
+        X = self.X.reshape(R, M * n, -1).index_select(1, flat).view(R * M, pos.shape[1], *self.X.shape[2:])
+        out = {"X": X, "y": take(self.y), "w": w}
+        out.update({k: take(v) for k, v in self.extra.items()})
+        return out
+
+
+def rows_of(algo, t: torch.Tensor, n: int) -> tuple:
+    """``t`` cut into R parts (each run's rows, or each run's global when ``n`` = R), the same view objects for
+    the same unchanged tensor (the task's caches, e.g. hyperrep's encodings, know a variable by identity)."""
+    cache = algo._rows_cache
+    hit = cache.get(id(t))
+    if hit is None or hit[0] is not t or hit[1] != t._version:
+        parts = t.unbind(0) if n == algo.runs else t.split(t.shape[0] // algo.runs)
+        if len(cache) > 32:
+            cache.clear()
+        cache[id(t)] = hit = (t, t._version, parts)
+    return hit[2]
 
 
 class _TaskView:
-    """The task as the batched algorithm sees it: the same task, its oracles wrapped in :class:`_RunOracles`."""
+    """The task as the batched algorithm sees it: the same task, its oracles wrapped in :class:`_RunOracles`,
+    its lower view made run by run (a :class:`RunSplit` where the task encodes)."""
 
     def __init__(self, task, algo):
         self._task, self._algo = task, algo
@@ -198,6 +240,13 @@ class _TaskView:
     def oracles(self, fn):
         return _RunOracles(self._task.oracles(fn), self._algo)
 
+    def lower_view(self, x, split):
+        if not self._task.reuse:
+            return self._task.lower_view(x, split)
+        views = [self._task.lower_view(xr, split) for xr in rows_of(self._algo, x, self._algo.runs)]
+        a, fn, _ = views[0]
+        return a, fn, RunSplit(torch.cat([v[2].X for v in views]), split.y, split.mask, split.extra, len(views))
+
 
 def stacked(algo, hps: Sequence[Any]):
     """The batched copy of a freshly built ``algo`` for runs with hyperparameters ``hps`` (one seed): its
@@ -205,7 +254,9 @@ def stacked(algo, hps: Sequence[Any]):
     R = len(hps)
     b = copy.copy(algo)
     b.runs = R
-    b._batch_cache = {}
+    b._batch_cache, b._rows_cache = {}, {}
+    if hasattr(algo.task, "feat_keep"):  # hyperrep's encodings: the last few of every run
+        algo.task.feat_keep = 3 * R
     b.task = _TaskView(algo.task, b)
     b.hp = replace(hps[0], **{f.name: Rate([getattr(h, f.name) for h in hps]) for f in fields(hps[0])
                               if len({repr(getattr(h, f.name)) for h in hps}) > 1})
@@ -227,6 +278,7 @@ def keep_runs(b, keep: list[int]) -> None:
                             if isinstance(getattr(b.hp, f.name), Rate)})
     b.runs = len(keep)
     b._batch_cache.clear()
+    b._rows_cache.clear()
 
 
 def finite_runs(b) -> list[bool]:
@@ -255,7 +307,8 @@ def show(b, view, pos: int, hp) -> None:
 
 
 def batchable(cfg: RunConfig) -> bool:
-    return bool(getattr(cfg.entry.cls, "batches", False))
+    cls = cfg.entry.cls
+    return bool(getattr(cls, "batches", False)) and cls.can_batch(cfg.hp)
 
 
 def _key(cfg: RunConfig) -> str:

@@ -95,6 +95,11 @@ class Algorithm:
     def check(cls, hp: Any) -> None:
         """Validate hyperparameters before any data is loaded; raise UsageError naming the key."""
 
+    @classmethod
+    def can_batch(cls, hp: Any) -> bool:
+        """Whether a run with these hyperparameters may step in a run batch (``batches`` True)."""
+        return cls.batches
+
     def rounds_per_iteration(self) -> int | None:
         """The round count the paper gives for one outer iteration (None where it varies)."""
         return None
@@ -228,7 +233,10 @@ class BilevelAlgorithm(Algorithm):
         ``y_i <- y_i - lr (∇G_i(y_i; ζ) - ∇G_i(y; ζ) + q)`` with the same minibatch and dropout
         masks in both terms. ``q`` None: FedAvg local SGD, ``y_i <- y_i - lr ∇G_i(y_i; ζ)``.
         """
-        yi = y.expand(split.M, -1).clone()
+        yi = self.spread(y, split.M)
+        runs = self.runs
+        if runs > 1 and q is not None:  # per-run anchors [R, dy] beside the rows [R*M, dy]
+            q = self.spread(q, split.M)
         # charged in bulk, as the per-step charges add up: every epoch visits each client's n_i examples
         # in ceil(n_i / batch_size) steps in which the client is active
         n = split.counts
@@ -240,7 +248,12 @@ class BilevelAlgorithm(Algorithm):
                 d = self.grad_diff(fn, a, yi, y, batch, active, charge=False) + q
             else:
                 d = self.grad(fn, 1, a, yi, batch, active, charge=False)
-            yi = torch.addcmul(yi, d, active[:, None].to(d.dtype), value=-lr)
+            if runs == 1:
+                yi = torch.addcmul(yi, d, active[:, None].to(d.dtype), value=-lr)
+            elif isinstance(lr, (int, float)):
+                yi = torch.addcmul(yi, d, active.repeat(runs)[:, None].to(d.dtype), value=-lr)
+            else:  # a step per run (fbo_cli.batch.Rate): yi + round(-lr d) (0 or 1), as addcmul rounds it alone
+                yi = torch.addcmul(yi, -lr * d, active.repeat(runs)[:, None].to(d.dtype))
         return yi
 
     def lower_anchor(self, a, fn: Callable, split: Split, y: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,98 @@
+"""Runs per hour of a run batch against the same runs one by one, per case (issue 39's bench).
+
+A case is R runs of one algorithm on one task, of one seed, at R grid points of one float hyperparameter
+(its default times ``FACTORS``). Both ways are timed in this process, alternately, on the same data, as the
+median of ``reps`` timings of ``iters`` outer iterations after one of warm-up: one by one, the R runs as
+:func:`fbo_cli.runner.build` builds them alone, stepped one after the other; batched, one
+:func:`fbo_cli.batch.stacked` algorithm of the R runs. Evaluations are timed too (one per run: they do not
+batch) and enter the runs per hour at the case's ``eval_every``.
+
+    python -m fbo_cli.bench_batch [--runs 8] [--iters 3] [--only NAME,...] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+import torch
+
+from .batch import stacked
+from .config import resolve
+from .runner import build
+
+FACTORS = (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0, 2.8, 4.0, 5.6, 8.0, 11.0, 16.0, 22.0, 32.0, 45.0)
+HC = {"dataset": "fashion-mnist", "partition": "dirichlet", "clients": 10, "participation": 1.0, "val_frac": 0.1}
+HR = {"dataset": "fashion-mnist", "partition": "iid", "clients": 100, "participation": 0.1}
+CASES = [
+    {"name": "fedbio-hyperclean-fmnist-M10-I5", "task": "hyperclean", "algo": "fedbio", "set": HC, "key": "upper_lr"},
+    {"name": "fedbioacc-hyperclean-fmnist-M10-I5", "task": "hyperclean", "algo": "fedbioacc", "set": HC,
+     "key": "upper_lr"},
+    {"name": "fednest-mlp-fmnist-m100-C0.1", "task": "hyperrep", "algo": "fednest", "set": HR, "key": "outer_lr"},
+    {"name": "aggitd-mlp-fmnist-m100-C0.1", "task": "hyperrep", "algo": "aggitd", "set": HR, "key": "outer_lr"},
+]
+
+
+def _time(fn, iters: int, reps: int) -> float:
+    fn()  # warm-up
+    out = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        out.append((time.perf_counter() - t0) / iters)
+    return statistics.median(out)
+
+
+def bench_case(case: dict[str, Any], R: int = 8, iters: int = 3, reps: int = 3) -> dict[str, Any]:
+    """Seconds per outer iteration of the R runs one by one and batched, and the runs per hour of each."""
+    base = resolve(case["task"], case["algo"], case["set"])
+    v0 = getattr(base.hp, case["key"])
+    cfgs = [resolve(case["task"], case["algo"], {**case["set"], case["key"]: v0 * f}) for f in FACTORS[:R]]
+    alone = [build(c) for c in cfgs]
+    b0 = build(cfgs[0])
+    batch = stacked(b0.algo, [c.hp for c in cfgs])
+
+    def one_by_one():
+        for b in alone:
+            b.algo.step()
+            b.ledger.iterations += 1
+
+    def batched():
+        batch.step()
+        b0.ledger.iterations += 1
+
+    t_alone = _time(one_by_one, iters, reps)
+    t_batch = _time(batched, iters, reps)
+    t_eval = _time(alone[0].algo.evaluate, 1, reps)  # one run's evaluation (a batch evaluates run by run)
+    every = cfgs[0].run.eval_every
+    per_alone = t_alone + R * t_eval / every  # R runs' outer iteration with their share of evaluations
+    per_batch = t_batch + R * t_eval / every
+    iters_run = cfgs[0].run.rounds / (alone[0].algo.rounds_per_iteration() or 1)
+    return {"case": case["name"], "R": R, "s_iter_one_by_one": round(t_alone / R, 5),
+            "s_iter_batched_per_run": round(t_batch / R, 5), "step_ratio": round(t_alone / t_batch, 2),
+            "s_eval": round(t_eval, 5), "eval_every": every,
+            "runs_per_hour_one_by_one": round(3600 * R / (per_alone * iters_run), 2),
+            "runs_per_hour_batched": round(3600 * R / (per_batch * iters_run), 2),
+            "ratio": round(per_alone / per_batch, 2)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=8)
+    ap.add_argument("--iters", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--only", default="")
+    a = ap.parse_args(argv)
+    torch.set_num_threads(a.threads)
+    only = set(filter(None, a.only.split(",")))
+    for case in CASES:
+        if not only or case["name"] in only or case["algo"] in only:
+            print(bench_case(case, a.runs, a.iters, a.reps), flush=True)
+
+
+if __name__ == "__main__":
+    main()
