@@ -409,8 +409,8 @@ def execute_batch(cfgs: Sequence[RunConfig], reuse: bool = True, fresh: bool = F
             for i in idx:
                 note = held.enter_context(_run_log(cfgs[i].run_dir, log))
                 (cfgs[i].run_dir / CHECKPOINT).unlink(missing_ok=True)
-                note(f"start: {cfgs[i].task}/{cfgs[i].algo} {cfgs[i].run_id} (in a batch of {len(idx)} "
-                     f"runs of seed {cfgs[i].run.seed})", show=False)
+                note(f"start: {cfgs[i].task}/{cfgs[i].algo} {cfgs[i].run_id} (in a batch of {len(todo)} runs, "
+                     f"{len(idx)} of seed {cfgs[i].run.seed} stepped together)", show=False)
                 runs.append(_Run(cfgs[i], note))
             emit = (lambda k, row, idx=idx: on_eval(idx[k], row)) if on_eval else None
             for i, s in zip(idx, _run_group(runs, emit), strict=True):

@@ -337,7 +337,6 @@ def _execute(cfg: RunConfig, on_eval, write: bool, log) -> dict:
         (run_dir / "summary.json").unlink(missing_ok=True)  # no summary may vouch for this attempt's metrics
     b = build(cfg)
     algo, led = b.algo, b.ledger
-    metric = b.task.metric
     base = ckpt.baseline(algo)
     rows: list[dict[str, Any]] = []
     train_time = eval_time = 0.0

@@ -83,3 +83,37 @@ def test_rate_arithmetic_is_each_runs_python_arithmetic():
     assert r * torch.ones(2) is not None and (r == 0.1) is False and Rate([1.0, 1.0]) == 1.0
     with pytest.raises(TypeError, match="batch_fixed"):
         float(r)
+
+
+def _cells(out, algo="aggitd", task="hyperrep", base=HR, key="outer_lr"):
+    from fbo_cli.spec import Cell
+
+    v = getattr(resolve(task, algo, base).hp, key)
+    cells = []
+    for s in (0, 1):
+        for f in (0.5, 1.0):
+            layers = ({**base, "rounds": 6, "eval_every": 2, "threads": 1, "out_dir": str(out), "seed": s,
+                       key: v * f},)
+            cells.append(Cell(f"{algo}-{f}", "s", s, resolve(task, algo, *layers), layers))
+    return cells
+
+
+@pytest.mark.parametrize("executor", ["serial", "processes", "ray"])
+def test_executors_run_a_batch_as_one_task(tmp_path, executor):
+    from fbo_cli import executors
+
+    if executor == "ray":
+        ray = pytest.importorskip("ray")
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        alone = _cells(tmp_path / "alone")
+        executors.run_cells(alone, executor="serial", batch="off")
+        batched = _cells(tmp_path / executor)
+        out = executors.run_cells(batched, executor=executor, jobs=2, batch="auto")
+    finally:
+        if executor == "ray":
+            ray.shutdown()
+    assert [s["status"] for s in out] == ["done"] * 4
+    for a, b in zip(alone, batched, strict=True):
+        assert "in a batch of 4 runs" in (b.cfg.run_dir / "run.log").read_text()
+        assert compare_run(a.cfg.run_dir, b.cfg.run_dir)["outcome"] == "identical"
