@@ -334,6 +334,13 @@ def parse_batch(batch: str | int) -> str | int:
     return r
 
 
+def use_batch(batch: str | int) -> None:
+    """``--batch`` of ``fbo tune`` and ``fbo compare``: the grouping every executor uses from now on."""
+    from . import executors
+
+    executors.BATCH = parse_batch(batch)
+
+
 def group_batches(configs: Sequence[RunConfig], batch: str | int = "auto") -> list[list[int]]:
     """The indices of ``configs`` in batches: runs of an algorithm that batches, with the same task, data
     settings and integer/string hyperparameters (differing only in float hyperparameters and/or seed) go

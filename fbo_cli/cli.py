@@ -297,6 +297,7 @@ Executor = Annotated[Optional[str], typer.Option(help=EXECUTOR_HELP)]
 Address = Annotated[Optional[str], typer.Option(help=ADDRESS_HELP)]
 CpusPerRun = Annotated[int, typer.Option(help="Ray: CPUs per run (its torch threads).")]
 GpusPerRun = Annotated[float, typer.Option(help="Ray: GPUs per run.")]
+BatchOpt = Annotated[str, typer.Option(help="Run batches: auto | off | R (runs stepped together, fbo_cli/batch.py).")]
 OutDir = Annotated[Optional[Path], typer.Option(help="Results root. \\[default: results]")]
 DataDir = Annotated[Optional[Path], typer.Option(help="Dataset directory. \\[default: data]")]
 
@@ -306,6 +307,7 @@ def compare(
     spec: Path = typer.Argument(..., help="Experiment spec (YAML), e.g. experiments/aggitd_table2_fmnist.yaml."),
     jobs: Jobs = 1, executor: Executor = None, address: Address = None,  # the grid options (above)
     cpus_per_run: CpusPerRun = 1, gpus_per_run: GpusPerRun = 0.0, out_dir: OutDir = None, data_dir: DataDir = None,
+    batch: BatchOpt = "auto",
     seeds: Optional[str] = typer.Option(None, help="Override the spec's seeds, e.g. 0,1."),
     set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="Override a key in every run (repeatable)."),
     rerun: bool = typer.Option(False, help="Run again even the runs that are already done."),
@@ -327,6 +329,9 @@ def compare(
     threads_first()
     with user_errors():
         check_executor(jobs, executor, address, cpus_per_run, gpus_per_run)
+        from .batch import use_batch
+
+        use_batch(batch)
         overrides = grid_overrides(set_, out_dir, data_dir)
         seed_list = None
         if seeds:
@@ -553,6 +558,7 @@ def tune(
     spec: Path = typer.Argument(..., help="Experiment spec (YAML) with a 'tune:' block and per-algorithm grids."),
     jobs: Jobs = 1, executor: Executor = None, address: Address = None,  # the grid options (above)
     cpus_per_run: CpusPerRun = 1, gpus_per_run: GpusPerRun = 0.0, out_dir: OutDir = None, data_dir: DataDir = None,
+    batch: BatchOpt = "auto",
     set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="Override a key in every run (repeatable)."),
     rerun: bool = typer.Option(False, help="Run again even the tuning runs that are already done."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Say how many tuning runs are left and what they cost "
@@ -579,6 +585,9 @@ def tune(
     threads_first()
     with user_errors():
         check_executor(jobs, executor, address, cpus_per_run, gpus_per_run)
+        from .batch import use_batch
+
+        use_batch(batch)
         overrides = grid_overrides(set_, out_dir, data_dir)
         if set_:
             from .spec import load_spec
