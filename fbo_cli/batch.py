@@ -149,7 +149,8 @@ class _RunOracles:
         if R > 1 and all(t.dim() >= 2 and t.shape[0] == N for t in ts) and not mean:
             return getattr(self.o, name)(*put(ts, self._repeat(batch, R, N)))
         outs = []
-        rows = [rows_of(self.algo, t, N if t.shape[0] == N and M > 1 else R) if t.dim() >= 2 else None for t in ts]
+        rows = [None if t.dim() < 2 else t.split(M) if t.shape[0] == N and M > 1 else rows_of(self.algo, t)
+                for t in ts]
         for r in range(R):
             tr = [t if rw is None else rw[r] for t, rw in zip(ts, rows)]
             br = batch if N == M else {k: (v[r * M:(r + 1) * M] if v.shape[0] == N else v) for k, v in batch.items()}
@@ -214,16 +215,15 @@ class RunSplit(Split):
         return out
 
 
-def rows_of(algo, t: torch.Tensor, n: int) -> tuple:
-    """``t`` cut into R parts (each run's rows, or each run's global when ``n`` = R), the same view objects for
-    the same unchanged tensor (the task's caches, e.g. hyperrep's encodings, know a variable by identity)."""
+def rows_of(algo, t: torch.Tensor) -> tuple:
+    """Each run's global of a per-run global ``[R, d]``: the same view objects for the same unchanged tensor (the
+    task's caches, e.g. hyperrep's encodings, know a variable by identity)."""
     cache = algo._rows_cache
     hit = cache.get(id(t))
     if hit is None or hit[0] is not t or hit[1] != t._version:
-        parts = t.unbind(0) if n == algo.runs else t.split(t.shape[0] // algo.runs)
-        if len(cache) > 32:
-            cache.clear()
-        cache[id(t)] = hit = (t, t._version, parts)
+        while len(cache) >= 16:  # the oldest first
+            cache.pop(next(iter(cache)))
+        cache[id(t)] = hit = (t, t._version, t.unbind(0))
     return hit[2]
 
 
@@ -243,7 +243,7 @@ class _TaskView:
     def lower_view(self, x, split):
         if not self._task.reuse:
             return self._task.lower_view(x, split)
-        views = [self._task.lower_view(xr, split) for xr in rows_of(self._algo, x, self._algo.runs)]
+        views = [self._task.lower_view(xr, split) for xr in rows_of(self._algo, x)]
         a, fn, _ = views[0]
         return a, fn, RunSplit(torch.cat([v[2].X for v in views]), split.y, split.mask, split.extra, len(views))
 

@@ -33,7 +33,7 @@ class HeadClosedForms:
         else:
             P = self.lx.unflatten(x)
             H = F.relu_(F.linear(X.reshape(-1, P["w1"].shape[1]), P["w1"], P["b1"]).view(*X.shape[:2], -1))
-        self._feat = [*self._feat[len(self._feat) + 1 - self.feat_keep:], (x, X, (x._version, X._version), H)]
+        self._feat = [*self._feat[max(0, len(self._feat) + 1 - self.feat_keep):], (x, X, (x._version, X._version), H)]
         return H
 
     def encode_split(self, x, X):
