@@ -253,7 +253,7 @@ def stacked(algo, hps: Sequence[Any]):
     ``batch_state`` carries a leading run dimension; the float hyperparameters that differ are Rates."""
     R = len(hps)
     b = copy.copy(algo)
-    b.runs = R
+    b.batched, b.runs = True, R
     b._batch_cache, b._rows_cache = {}, {}
     if hasattr(algo.task, "feat_keep"):  # hyperrep's encodings: the last few of every run
         algo.task.feat_keep = 3 * R
@@ -297,7 +297,7 @@ def show(b, view, pos: int, hp) -> None:
         v = getattr(b, k, None)
         setattr(view, k, None if v is None else v[pos].clone())
     for k, v in vars(b).items():
-        if k not in ckpt.REBUILT and k != "runs" and isinstance(v, (bool, int, float)):
+        if k not in ckpt.REBUILT and k not in ("runs", "batched") and isinstance(v, (bool, int, float)):
             setattr(view, k, v)
     view.hp = hp
 
@@ -312,9 +312,8 @@ def batchable(cfg: RunConfig) -> bool:
 
 
 def _key(cfg: RunConfig) -> str:
-    """What the runs of one batch share: everything but the seed and the free float hyperparameters."""
+    """What the runs of one batch share: everything but the free float hyperparameters."""
     d = cfg.as_dict()
-    d.pop("seed")
     fixed = set(cfg.entry.cls.batch_fixed)
     d["hp"] = {k: (v if (k in fixed or not isinstance(v, float)) else "<float>") for k, v in d["hp"].items()}
     return json.dumps(d, sort_keys=True, default=str)
@@ -342,10 +341,12 @@ def use_batch(batch: str | int) -> None:
 
 
 def group_batches(configs: Sequence[RunConfig], batch: str | int = "auto") -> list[list[int]]:
-    """The indices of ``configs`` in batches: runs of an algorithm that batches, with the same task, data
-    settings and integer/string hyperparameters (differing only in float hyperparameters and/or seed) go
-    together, at most R per batch (``auto``: :data:`AUTO_MAX`; ``off`` or 1: every run alone); within a batch
-    the runs of one seed stand together. The batches come in the order of their first run."""
+    """The indices of ``configs`` in batches: runs of an algorithm that batches, with the same seed, task, data
+    settings and integer/string hyperparameters (differing only in float hyperparameters) go together, at most
+    R per batch (``auto``: :data:`AUTO_MAX`; ``off`` or 1: every run alone). A batch holds one seed: the runs
+    of a seed share their draws, those of two seeds nothing (their data differ), so two seeds are two tasks
+    an executor may run in parallel (:func:`execute_batch` itself takes runs of several seeds, one seed group
+    after the other). The batches come in the order of their first run."""
     batch = parse_batch(batch)
     cap = 1 if batch == "off" else AUTO_MAX if batch == "auto" else batch
     classes: dict[str, list[int]] = {}
@@ -356,7 +357,6 @@ def group_batches(configs: Sequence[RunConfig], batch: str | int = "auto") -> li
         else:
             classes.setdefault(_key(c), []).append(i)
     for idx in classes.values():
-        idx = sorted(idx, key=lambda i: (configs[i].run.seed, i))
         for j in range(0, len(idx), cap):
             chunk = idx[j:j + cap]
             out.append((min(chunk), chunk))
@@ -412,6 +412,9 @@ def execute_batch(cfgs: Sequence[RunConfig], reuse: bool = True, fresh: bool = F
         for i in todo:
             by_seed.setdefault(cfgs[i].run.seed, []).append(i)
         for idx in by_seed.values():
+            if len(idx) == 1:  # nothing to share: the run alone
+                alone.append(idx[0])
+                continue
             runs = []
             for i in idx:
                 note = held.enter_context(_run_log(cfgs[i].run_dir, log))

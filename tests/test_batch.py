@@ -29,7 +29,7 @@ def _cfgs(task, algo, key, base, out, factors=(0.5, 1.0), seeds=(0, 1), **run):
 @pytest.mark.parametrize("task,algo,key,base", CASES, ids=[c[1] for c in CASES])
 def test_batch_of_two_seeds_by_two_steps_is_each_run_alone(tmp_path, task, algo, key, base):
     batched = _cfgs(task, algo, key, base, tmp_path / "batch")
-    assert group_batches(batched) == [[0, 1, 2, 3]]
+    assert group_batches(batched) == [[0, 1], [2, 3]]  # a batch per seed (execute_batch takes both)
     out = execute_batch(batched)
     assert [s["status"] for s in out] == ["done"] * 4
     for cb, ca in zip(batched, _cfgs(task, algo, key, base, tmp_path / "alone"), strict=True):
@@ -43,13 +43,13 @@ def test_batch_of_two_seeds_by_two_steps_is_each_run_alone(tmp_path, task, algo,
 
 
 def test_a_diverging_run_leaves_the_batch_and_the_others_go_on(tmp_path):
-    cfgs = _cfgs("hyperclean", "fedbio", "lower_lr", HC, tmp_path / "batch", factors=(1.0, 1e6, 2.0), seeds=(0,),
+    cfgs = _cfgs("hyperclean", "fedbio", "lower_lr", HC, tmp_path / "batch", factors=(1.0, 1e6, 3e6), seeds=(0,),
                  rounds=8, eval_every=1)
     out = execute_batch(cfgs)
-    assert [s["status"] for s in out] == ["done", "diverged", "done"]
+    assert [s["status"] for s in out] == ["done", "diverged", "diverged"]  # the last run goes on alone
     assert out[1]["ledger"]["rounds"] < out[0]["ledger"]["rounds"] == 8
     for cb, ca in zip(cfgs, _cfgs("hyperclean", "fedbio", "lower_lr", HC, tmp_path / "alone",
-                                  factors=(1.0, 1e6, 2.0), seeds=(0,), rounds=8, eval_every=1), strict=True):
+                                  factors=(1.0, 1e6, 3e6), seeds=(0,), rounds=8, eval_every=1), strict=True):
         execute(ca)
         assert compare_run(ca.run_dir, cb.run_dir)["outcome"] == "identical"
         assert json.loads((cb.run_dir / "summary.json").read_text())["status"] == \
@@ -60,11 +60,12 @@ def test_grouping():
     c = lambda algo="fedbio", **kw: resolve("hyperclean", algo, {**HC, **kw})  # noqa: E731
     cfgs = [c(upper_lr=1.0), c(upper_lr=2.0, seed=1), c(local_steps=3), c("fedavg-noisy"), c(upper_lr=3.0),
             c("fedbioacc"), c(delta=0.5)]
-    # seeds and float steps group; an integer setting, another algorithm or a batch_fixed float (delta) do not;
-    # a non-batching algorithm runs alone; within a batch the runs of one seed stand together
-    assert group_batches(cfgs, "auto") == [[0, 4, 1], [2], [3], [5], [6]]
-    assert group_batches(cfgs, "off") == [[i] for i in range(7)]
-    assert group_batches(cfgs, 2) == [[0, 4], [1], [2], [3], [5], [6]]
+    # float steps of one seed group; another seed, an integer setting, another algorithm or a batch_fixed float
+    # (delta) do not; a non-batching algorithm runs alone
+    cfgs.append(c(upper_lr=4.0))
+    assert group_batches(cfgs, "auto") == [[0, 4, 7], [1], [2], [3], [5], [6]]
+    assert group_batches(cfgs, "off") == [[i] for i in range(8)]
+    assert group_batches(cfgs, 2) == [[0, 4], [1], [2], [3], [5], [6], [7]]
     fn = lambda **kw: resolve("hyperrep", "fednest", {**HR, **kw})  # noqa: E731
     assert group_batches([fn(tau=3), fn(tau=3, outer_lr=0.1)]) == [[0], [1]]  # tau > 1 does not batch yet
     assert group_batches([fn(), fn(outer_lr=0.1)]) == [[0, 1]]
@@ -115,5 +116,5 @@ def test_executors_run_a_batch_as_one_task(tmp_path, executor):
             ray.shutdown()
     assert [s["status"] for s in out] == ["done"] * 4
     for a, b in zip(alone, batched, strict=True):
-        assert "in a batch of 4 runs" in (b.cfg.run_dir / "run.log").read_text()
+        assert "in a batch of 2 runs" in (b.cfg.run_dir / "run.log").read_text()
         assert compare_run(a.cfg.run_dir, b.cfg.run_dir)["outcome"] == "identical"

@@ -81,7 +81,8 @@ class Algorithm:
     batches: ClassVar[bool] = False
     batch_state: ClassVar[tuple[str, ...]] = ()  # the attributes that carry it (global iterates [R, ...])
     batch_fixed: ClassVar[tuple[str, ...]] = ()  # float hyperparameters the runs of a batch must share
-    runs: int = 1  # runs stepped together (1: a run alone)
+    batched: bool = False  # stepped in a run batch: the run dimension leads (fbo_cli/batch.py)
+    runs: int = 1  # the runs of the batch (a run alone: 1)
 
     @dataclass
     class HP:
@@ -117,15 +118,15 @@ class Algorithm:
     # the run dimension (fbo_cli/batch.py): alone (runs = 1) these are the plain operations
     def spread(self, v: torch.Tensor, M: int) -> torch.Tensor:
         """``[M, d]`` copies of the global ``v [d]`` for ``M`` clients; in a batch ``[R*M, d]`` from ``[R, d]``."""
-        return v.expand(M, -1).clone() if self.runs == 1 else v.repeat_interleave(M, 0)
+        return v.repeat_interleave(M, 0) if self.batched else v.expand(M, -1).clone()
 
     def cmean(self, X: torch.Tensor) -> torch.Tensor:
         """The server's mean over the clients: ``[d]`` of ``[M, d]``; in a batch ``[R, d]`` of ``[R*M, d]``."""
-        return mean(X) if self.runs == 1 else X.unflatten(0, (self.runs, -1)).mean(1)
+        return X.unflatten(0, (self.runs, -1)).mean(1) if self.batched else mean(X)
 
     def first_row(self, X: torch.Tensor) -> torch.Tensor:
         """The common value of identical client rows (after averaging): ``X[0]``; in a batch each run's."""
-        return X[0].clone() if self.runs == 1 else X.unflatten(0, (self.runs, -1))[:, 0].clone()
+        return X.unflatten(0, (self.runs, -1))[:, 0].clone() if self.batched else X[0].clone()
 
 
 # the common names one may use for any algorithm that has the quantity (``Algorithm.aliases`` maps them to
@@ -235,7 +236,7 @@ class BilevelAlgorithm(Algorithm):
         """
         yi = self.spread(y, split.M)
         runs = self.runs
-        if runs > 1 and q is not None:  # per-run anchors [R, dy] beside the rows [R*M, dy]
+        if self.batched and q is not None:  # per-run anchors [R, dy] beside the rows [R*M, dy]
             q = self.spread(q, split.M)
         # charged in bulk, as the per-step charges add up: every epoch visits each client's n_i examples
         # in ceil(n_i / batch_size) steps in which the client is active
@@ -248,7 +249,7 @@ class BilevelAlgorithm(Algorithm):
                 d = self.grad_diff(fn, a, yi, y, batch, active, charge=False) + q
             else:
                 d = self.grad(fn, 1, a, yi, batch, active, charge=False)
-            if runs == 1:
+            if not self.batched:
                 yi = torch.addcmul(yi, d, active[:, None].to(d.dtype), value=-lr)
             elif isinstance(lr, (int, float)):
                 yi = torch.addcmul(yi, d, active.repeat(runs)[:, None].to(d.dtype), value=-lr)
