@@ -2,18 +2,20 @@
 
 A case is R runs of one algorithm on one task, of one seed, at R grid points of one float hyperparameter
 (its default times ``FACTORS``). Both ways are timed in this process, alternately, on the same data, as the
-median of ``reps`` timings of ``iters`` outer iterations after one of warm-up: one by one, the R runs as
+fastest of ``reps`` interleaved timings of ``iters`` outer iterations after one of warm-up: one by one, the R runs as
 :func:`fbo_cli.runner.build` builds them alone, stepped one after the other; batched, one
 :func:`fbo_cli.batch.stacked` algorithm of the R runs. Evaluations are timed too (one per run: they do not
 batch) and enter the runs per hour at the case's ``eval_every``.
 
-    python -m fbo_cli.bench_batch [--runs 8] [--iters 3] [--only NAME,...] [--threads 1]
+    python -m fbo_cli.bench_batch [--runs 8] [--iters 3] [--only NAME,...] [--threads 1] [--out FILE.md]
+
+Run it on a quiet machine (nothing else on the cores): it times two ways of doing the same work one after the
+other, and a neighbour's load lands on one of them.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from typing import Any
 
@@ -35,15 +37,19 @@ CASES = [
 ]
 
 
-def _time(fn, iters: int, reps: int) -> float:
-    fn()  # warm-up
-    out = []
+def _times(fns, iters: int, reps: int) -> list[float]:
+    """Seconds per call of each of ``fns``: one warm-up call each, then ``reps`` rounds that time each in turn
+    (interleaved, so that a neighbour's load lands on all of them), the fastest round of each."""
+    for fn in fns:
+        fn()
+    best = [float("inf")] * len(fns)
     for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        out.append((time.perf_counter() - t0) / iters)
-    return statistics.median(out)
+        for k, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            best[k] = min(best[k], (time.perf_counter() - t0) / iters)
+    return best
 
 
 def bench_case(case: dict[str, Any], R: int = 8, iters: int = 3, reps: int = 3) -> dict[str, Any]:
@@ -64,9 +70,8 @@ def bench_case(case: dict[str, Any], R: int = 8, iters: int = 3, reps: int = 3) 
         batch.step()
         b0.ledger.iterations += 1
 
-    t_alone = _time(one_by_one, iters, reps)
-    t_batch = _time(batched, iters, reps)
-    t_eval = _time(alone[0].algo.evaluate, 1, reps)  # one run's evaluation (a batch evaluates run by run)
+    # the R runs one by one, the batch, and one run's evaluation (a batch evaluates run by run)
+    t_alone, t_batch, t_eval = _times([one_by_one, batched, alone[0].algo.evaluate], iters, reps)
     every = cfgs[0].run.eval_every
     per_alone = t_alone + R * t_eval / every  # R runs' outer iteration with their share of evaluations
     per_batch = t_batch + R * t_eval / every
@@ -86,12 +91,27 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--only", default="")
+    ap.add_argument("--out", default="", help="also write the table here (markdown)")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     only = set(filter(None, a.only.split(",")))
+    rows = []
     for case in CASES:
         if not only or case["name"] in only or case["algo"] in only:
-            print(bench_case(case, a.runs, a.iters, a.reps), flush=True)
+            rows.append(bench_case(case, a.runs, a.iters, a.reps))
+            print(rows[-1], flush=True)
+    if a.out and rows:
+        from .results import atomic_write, code_commit, md_row
+
+        head = list(rows[0])
+        text = (f"# Run batches against runs one by one (CPU, {a.threads} thread(s), R = {a.runs} step sizes of one "
+                f"seed)\n\n`python -m fbo_cli.bench_batch --runs {a.runs} --iters {a.iters} --reps {a.reps}`"
+                f"{code_commit()}, torch {torch.__version__}. Seconds per outer iteration and run; runs per hour "
+                f"at the case's budget with one evaluation per run every eval_every iterations (evaluations do not "
+                f"batch); step_ratio: the steps alone, ratio: with the evaluations.\n\n"
+                + "\n".join([md_row(head), md_row(["---"] * len(head)), *(md_row([r[k] for k in head]) for r in rows)])
+                + "\n")
+        atomic_write(a.out, text.encode())
 
 
 if __name__ == "__main__":
