@@ -41,6 +41,7 @@ from .errors import UsageError
 from .results import CHECKPOINT, make_dirs, remove_temp_files, run_lock, run_status, write_csv, write_yaml
 
 AUTO_MAX = 16  # --batch auto: at most this many runs in one batch
+BATCH: str | int = "auto"  # what run_cells groups by default (auto | off | R): `--batch` of tune and compare
 
 
 # --------------------------------------------------------------------------------------------------
@@ -335,9 +336,8 @@ def parse_batch(batch: str | int) -> str | int:
 
 def use_batch(batch: str | int) -> None:
     """``--batch`` of ``fbo tune`` and ``fbo compare``: the grouping every executor uses from now on."""
-    from . import executors
-
-    executors.BATCH = parse_batch(batch)
+    global BATCH
+    BATCH = parse_batch(batch)
 
 
 def group_batches(configs: Sequence[RunConfig], batch: str | int = "auto") -> list[list[int]]:

@@ -51,7 +51,6 @@ from typing import Any, Protocol, Sequence
 from .errors import UsageError
 
 EXECUTORS = ("serial", "processes", "ray")
-BATCH: str | int = "auto"  # run batches (fbo_cli/batch.py): auto | off | R; `--batch` of tune and compare sets it
 RAY_HINT = "pip install -e '.[ray]' in the repository (make setup does it)"
 
 
@@ -101,11 +100,11 @@ def run_cells(cells: Sequence[CellLike], executor: str = "processes", jobs: int 
     one summary per cell, in order (``status``: done, diverged, failed or interrupted; ``error`` for
     failed). Finished runs are reused unless ``rerun``; partial runs resume from their checkpoint
     (``rerun`` starts them again)."""
-    from .batch import group_batches
+    from . import batch as batching
 
     if executor not in EXECUTORS:
         raise UsageError(f"--executor must be one of {', '.join(EXECUTORS)}, got '{executor}'")
-    units = group_batches([c.cfg for c in cells], BATCH if batch is None else batch)
+    units = batching.group_batches([c.cfg for c in cells], batching.BATCH if batch is None else batch)
     if executor == "ray":
         return _run_ray(cells, address, cpus_per_run, gpus_per_run, console, rerun, title, jobs, units)
     if executor == "serial" or jobs == 1:

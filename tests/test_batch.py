@@ -22,8 +22,9 @@ CASES = [("hyperclean", "fedbio", "upper_lr", HC), ("hyperclean", "fedbioacc", "
 
 def _cfgs(task, algo, key, base, out, factors=(0.5, 1.0), seeds=(0, 1), **run):
     v = getattr(resolve(task, algo, base).hp, key)
-    return [resolve(task, algo, {**base, "rounds": 6, "eval_every": 2, "threads": 1, "out_dir": str(out),
-                                 "seed": s, key: v * f, **run}) for s in seeds for f in factors]
+    run = {"rounds": 6, "eval_every": 2, **run}
+    return [resolve(task, algo, {**base, "threads": 1, "out_dir": str(out), "seed": s, key: v * f, **run})
+            for s in seeds for f in factors]
 
 
 @pytest.mark.parametrize("task,algo,key,base", CASES, ids=[c[1] for c in CASES])
@@ -105,7 +106,7 @@ def test_executors_run_a_batch_as_one_task(tmp_path, executor):
 
     if executor == "ray":
         ray = pytest.importorskip("ray")
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         alone = _cells(tmp_path / "alone")
         executors.run_cells(alone, executor="serial", batch="off")
@@ -118,3 +119,27 @@ def test_executors_run_a_batch_as_one_task(tmp_path, executor):
     for a, b in zip(alone, batched, strict=True):
         assert "in a batch of 2 runs" in (b.cfg.run_dir / "run.log").read_text()
         assert compare_run(a.cfg.run_dir, b.cfg.run_dir)["outcome"] == "identical"
+
+
+@pytest.mark.parametrize("task,algo,key,base,rounds", [(*CASES[1], 6), (*CASES[2], 40)], ids=["fedbioacc", "fednest"])
+def test_an_interrupted_batch_writes_each_runs_checkpoint_and_resumes_bit_for_bit(tmp_path, task, algo, key, base,
+                                                                                  rounds):
+    from fbo_cli import runner
+
+    cfgs = _cfgs(task, algo, key, base, tmp_path / "batch", seeds=(0,), eval_every=1, rounds=rounds)
+    seen = []
+
+    def stop_at_the_third(k, row):
+        seen.append(k)
+        if len(seen) == 6:  # both runs evaluated twice after the start
+            runner.STOP.set()
+
+    with pytest.raises(runner.Interrupted):
+        execute_batch(cfgs, on_eval=stop_at_the_third)
+    assert all((c.run_dir / "checkpoint.pt").is_file() and not (c.run_dir / "summary.json").exists() for c in cfgs)
+    out = execute_batch(cfgs)  # each resumes from its checkpoint (alone)
+    assert all(s["resumed_from_iteration"] == 2 for s in out)
+    for cb, ca in zip(cfgs, _cfgs(task, algo, key, base, tmp_path / "alone", seeds=(0,), eval_every=1, rounds=rounds),
+                      strict=True):
+        execute(ca)
+        assert compare_run(ca.run_dir, cb.run_dir)["outcome"] == "identical"
