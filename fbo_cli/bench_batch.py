@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from .batch import stacked
+from .batched import stacked
 from .config import resolve
 from .runner import build
 

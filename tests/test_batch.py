@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from fbo_cli.batch import Rate, execute_batch, group_batches, parse_batch
+from fbo_cli.batch import execute_batch, group_batches, parse_batch
+from fbo_cli.batched import Rate
 from fbo_cli.check import compare_run
 from fbo_cli.config import resolve
 from fbo_cli.errors import UsageError
