@@ -9,6 +9,10 @@ Each run holds its run directory's lock (``.lock``) while it runs, so two proces
 same run at once: a run locked by another process is left for the end of the grid, then waited
 for and reused when the other process finished it (or run, when it did not).
 
+Run batches: the runs of a grid that may step together (:func:`fbo_cli.batch.group_batches`, ``--batch``) are
+one task of every executor (a process, a Ray task), :func:`fbo_cli.batch.execute_batch`; each run's directory is
+written as the run alone writes it.
+
 Ray: the worker runs in a temporary ``out_dir`` on its node and returns the run directory's files
 (bytes) to the driver, which writes them atomically into the real run directory, ``summary.json``
 last; a partial run's checkpoint travels to the worker the same way. No shared file system is
@@ -60,7 +64,7 @@ class GridOptions:
     address: str | None = None  # Ray: the cluster to join (auto, HOST:PORT, ray://HOST:PORT); None: a local Ray
     cpus_per_run: int = 1  # Ray: CPUs per run (its torch threads)
     gpus_per_run: float = 0.0  # Ray: GPUs per run
-    batch: str = "auto"  # runs batched per task (issue 39): auto | off | R
+    batch: str | int = "auto"  # run batches (fbo_cli/batch.py): auto | off | R runs stepped together in one task
 
     def __post_init__(self) -> None:
         if self.jobs < 1:
@@ -78,6 +82,9 @@ class GridOptions:
             if not host or not port.isdigit() or not 0 < int(port) < 65536:
                 raise UsageError(f"--address must be HOST:PORT (the head node's GCS, e.g. 10.0.0.5:6379), "
                                  f"ray://HOST:PORT or auto; got '{a}'")
+        from .batch import parse_batch
+
+        object.__setattr__(self, "batch", parse_batch(self.batch))
         if self.executor == "ray":
             _import_ray()
 
@@ -129,15 +136,19 @@ def _progress(console):
 def run_cells(cells: Sequence[CellLike], grid: GridOptions | None = None, console=None, rerun: bool = False,
               title: str = "runs", **options) -> list[dict[str, Any]]:
     """Run ``cells`` (anything with ``cfg``, ``layers``, ``algorithm``, ``setting``, ``seed``) as ``grid``
-    says (or :class:`GridOptions` of ``options``); returns one summary per cell, in order (``status``: done,
+    says (or :class:`GridOptions` of ``options``), compatible runs stepped together as run batches
+    (``grid.batch``; :mod:`fbo_cli.batch`); returns one summary per cell, in order (``status``: done,
     diverged, failed or interrupted; ``error`` for failed). Finished runs are reused unless ``rerun``;
     partial runs resume from their checkpoint (``rerun`` starts them again)."""
+    from . import batch as batching
+
     g = grid or GridOptions(**options)
+    units = batching.group_batches([c.cfg for c in cells], g.batch)
     if g.runner == "ray":
-        return _run_ray(cells, g.address, g.cpus_per_run, g.gpus_per_run, console, rerun, title, g.jobs)
+        return _run_ray(cells, g.address, g.cpus_per_run, g.gpus_per_run, console, rerun, title, g.jobs, units)
     if g.runner == "serial" or g.jobs == 1:
-        return _run_serial(cells, console, rerun, title)
-    return _run_processes(cells, g.jobs, console, rerun, title)
+        return _run_serial(cells, console, rerun, title, units)
+    return _run_processes(cells, g.jobs, console, rerun, title, units)
 
 
 def _one(cfg, rerun: bool, wait: bool, on_eval=None, log=None) -> dict[str, Any]:
@@ -155,18 +166,51 @@ def _one(cfg, rerun: bool, wait: bool, on_eval=None, log=None) -> dict[str, Any]
         return {"status": "failed", "error": f"{type(e).__name__}: {e}"}
 
 
-def _run_serial(cells, console, rerun, title) -> list[dict]:
+def _one_batch(cfgs, rerun: bool, wait: bool, on_eval=None, log=None) -> list[dict[str, Any]]:
+    """:func:`_one` for the runs of a batch (:func:`fbo_cli.batch.execute_batch`): one summary per run."""
+    from .batch import execute_batch
+    from .runner import Interrupted
+
+    try:
+        return execute_batch(cfgs, reuse=not rerun, fresh=rerun, wait=wait, log=log, on_eval=on_eval)
+    except Interrupted as e:
+        return [{"status": "interrupted", "error": str(e)}] * len(cfgs)
+    except UsageError as e:
+        return [{"status": "failed", "error": str(e)}] * len(cfgs)
+    except Exception as e:  # a bug: recorded in each run's summary.json; the grid goes on
+        return [{"status": "failed", "error": f"{type(e).__name__}: {e}"}] * len(cfgs)
+
+
+def _run_serial(cells, console, rerun, title, units) -> list[dict]:
     out: list[dict | None] = [None] * len(cells)
     with _progress(console) as prog:
         overall = prog.add_task(f"{title}", total=len(cells), info="")
+        say = lambda m: prog.console.print(m, markup=False, highlight=False)  # noqa: E731
         for wait in (False, True):  # second pass: the runs another process held
-            for i, c in enumerate(cells):
-                if out[i] is not None and out[i]["status"] != "busy":
+            for unit in units:
+                unit = [i for i in unit if out[i] is None or out[i]["status"] == "busy"]
+                if len(unit) > 1:
+                    c0 = cells[unit[0]]
+                    bar = prog.add_task(f"{c0.algorithm} · batch of {len(unit)}", total=c0.cfg.run.rounds,
+                                        info="rounds")
+                    on_eval = lambda k, row, bar=bar, total=c0.cfg.run.rounds: prog.update(
+                        bar, completed=min(row["rounds"], total))
+                    res = _one_batch([cells[i].cfg for i in unit], rerun and not wait, wait, on_eval, log=say)
+                    prog.remove_task(bar)
+                    for i, s in zip(unit, res, strict=True):
+                        out[i] = s
+                        if s["status"] == "interrupted":
+                            raise KeyboardInterrupt
+                        if s["status"] != "busy":
+                            _report(prog, overall, cells[i], s)
                     continue
+                if not unit:
+                    continue
+                i = unit[0]
+                c = cells[i]
                 bar = prog.add_task(_label(c), total=c.cfg.run.rounds, info="rounds")
                 on_eval = lambda row, bar=bar, total=c.cfg.run.rounds: prog.update(
                     bar, completed=min(row["rounds"], total))
-                say = lambda m: prog.console.print(m, markup=False, highlight=False)  # noqa: E731
                 out[i] = s = _one(c.cfg, rerun and not wait, wait, on_eval, log=say)
                 prog.remove_task(bar)
                 if s["status"] == "interrupted":
@@ -200,56 +244,63 @@ def _die_with_parent(parent: int) -> None:
         os._exit(0)
 
 
-def _worker(task: str, algo: str, layers: tuple, threads: int, rerun: bool, wait: bool, parent: int) -> dict:
+def _worker(task: str, algo: str, layers: list[tuple], threads: int, rerun: bool, wait: bool,
+            parent: int) -> list[dict]:
+    """The runs of one unit (one run, or a batch), in a pool's process."""
     import torch
 
     from .config import resolve
 
     torch.set_num_threads(threads)
     try:
-        cfg = resolve(task, algo, *layers)
+        cfgs = [resolve(task, algo, *ly) for ly in layers]
     except UsageError as e:
-        return {"status": "failed", "error": str(e)}
-    s = _one(cfg, rerun, wait)
+        return [{"status": "failed", "error": str(e)}] * len(layers)
+    s = [_one(cfgs[0], rerun, wait)] if len(cfgs) == 1 else _one_batch(cfgs, rerun, wait)
     if os.getppid() != parent:  # the driver died: do not linger
         os._exit(0)
     return s
 
 
-def _run_processes(cells, jobs, console, rerun, title) -> list[dict]:
+def _run_processes(cells, jobs, console, rerun, title, units) -> list[dict]:
     threads = max(1, (os.cpu_count() or 1) // jobs)
     out: list[dict | None] = [None] * len(cells)
     with _progress(console) as prog:
         overall = prog.add_task(title, total=len(cells), info="")
-        lost: dict[int, int] = {}  # how often a run's worker died under it
+        lost: dict[tuple, int] = {}  # how often a unit's worker died under it
         for wait in (False, True):
-            idx = [i for i in range(len(cells)) if out[i] is None or out[i]["status"] == "busy"]
-            while idx:
+            todo = [u for u in ([i for i in unit if out[i] is None or out[i]["status"] == "busy"] for unit in units)
+                    if u]
+            while todo:
                 broken = []
                 with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
                                          initializer=_die_with_parent, initargs=(os.getpid(),)) as pool:
-                    futs = {pool.submit(_worker, cells[i].cfg.task, cells[i].cfg.algo_ref, cells[i].layers, threads,
-                                        rerun and not wait, wait, os.getpid()): i for i in idx}
+                    futs = {pool.submit(_worker, cells[u[0]].cfg.task, cells[u[0]].cfg.algo_ref,
+                                        [cells[i].layers for i in u], threads, rerun and not wait, wait,
+                                        os.getpid()): k for k, u in enumerate(todo)}
                     for fut in as_completed(futs):
-                        i = futs[fut]
+                        k = futs[fut]
                         try:
-                            s = fut.result()
+                            res = fut.result()
                         except BrokenProcessPool:  # a worker was killed (the OOM killer, kill -9): the pool is lost
-                            lost[i] = lost.get(i, 0) + 1
-                            if lost[i] < 2:
-                                broken.append(i)
+                            key = tuple(todo[k])
+                            lost[key] = lost.get(key, 0) + 1
+                            if lost[key] < 2:
+                                broken.append(todo[k])
                                 continue
-                            s = {"status": "failed", "error": "its worker process was killed twice (out of memory? "
-                                 "kill -9?); run the same command again to resume it from its checkpoint"}
-                        out[i] = s
-                        if s["status"] == "interrupted":
-                            raise KeyboardInterrupt
-                        if s["status"] != "busy":
-                            _report(prog, overall, cells[i], s, say_resume=True)
+                            res = [{"status": "failed", "error": "its worker process was killed twice (out of memory? "
+                                    "kill -9?); run the same command again to resume it from its checkpoint"}
+                                   ] * len(todo[k])
+                        for i, s in zip(todo[k], res, strict=True):
+                            out[i] = s
+                            if s["status"] == "interrupted":
+                                raise KeyboardInterrupt
+                            if s["status"] != "busy":
+                                _report(prog, overall, cells[i], s, say_resume=True)
                 if broken:
-                    prog.console.print(f"a worker process died: {len(broken)} run(s) in flight go on in a fresh "
+                    prog.console.print(f"a worker process died: {len(broken)} task(s) in flight go on in a fresh "
                                        f"pool (a run whose worker dies twice is counted as failed)", highlight=False)
-                idx = broken
+                todo = broken
     return out  # type: ignore[return-value]
 
 
@@ -265,10 +316,10 @@ def _import_ray():
     return ray
 
 
-def _ray_task(task: str, algo: str, layers: tuple, threads: int, files_in: dict[str, bytes],
-              rerun: bool) -> tuple[dict, dict[str, bytes]]:
-    """On a Ray worker: run in a temporary out_dir seeded with ``files_in`` (a checkpoint to resume),
-    return the summary and the run directory's files."""
+def _ray_task(task: str, algo: str, layers: list[tuple], threads: int, files_in: list[dict[str, bytes]],
+              rerun: bool) -> list[tuple[dict, dict[str, bytes]]]:
+    """On a Ray worker: run one unit (a run, or a batch) in a temporary out_dir seeded with ``files_in`` (a
+    checkpoint to resume, per run), return each run's summary and run directory's files."""
     import tempfile
 
     import torch
@@ -281,21 +332,24 @@ def _ray_task(task: str, algo: str, layers: tuple, threads: int, files_in: dict[
     torch.set_num_threads(threads)
     _reap_temp_folders()
     with tempfile.TemporaryDirectory(prefix=f"fbo-ray-{os.getpid()}-") as tmp:
-        cfg = resolve(task, algo, *layers, {"out_dir": tmp, "threads": threads})
-        cfg.run_dir.mkdir(parents=True, exist_ok=True)
-        for name, data in files_in.items():
-            (cfg.run_dir / name).write_bytes(data)
-        s = _one(cfg, rerun, True)
-        files = {p.name: p.read_bytes() for p in cfg.run_dir.iterdir() if p.is_file() and p.name != ".lock"}
+        cfgs = [resolve(task, algo, *ly, {"out_dir": tmp, "threads": threads}) for ly in layers]
+        for cfg, fin in zip(cfgs, files_in, strict=True):
+            cfg.run_dir.mkdir(parents=True, exist_ok=True)
+            for name, data in fin.items():
+                (cfg.run_dir / name).write_bytes(data)
+        res = [_one(cfgs[0], rerun, True)] if len(cfgs) == 1 else _one_batch(cfgs, rerun, True)
+        files = [{p.name: p.read_bytes() for p in cfg.run_dir.iterdir() if p.is_file() and p.name != ".lock"}
+                 for cfg in cfgs]
     import ray
 
     node = ray.get_runtime_context().get_node_id()
-    if "run.log" in files:  # where it ran, for the record (run.log's own time format)
-        import datetime
+    for f in files:
+        if "run.log" in f:  # where it ran, for the record (run.log's own time format)
+            import datetime
 
-        now = datetime.datetime.now().isoformat(sep=" ", timespec="milliseconds").replace(".", ",")
-        files["run.log"] += f"{now} ran on Ray node {node[:12]} ({os.uname().nodename}, pid {os.getpid()})\n".encode()
-    return s, files
+            now = datetime.datetime.now().isoformat(sep=" ", timespec="milliseconds").replace(".", ",")
+            f["run.log"] += f"{now} ran on Ray node {node[:12]} ({os.uname().nodename}, pid {os.getpid()})\n".encode()
+    return list(zip(res, files))
 
 
 def _alive(pid: int) -> bool:
@@ -459,7 +513,7 @@ def _auto_address(ray) -> str:
     return found or "auto"
 
 
-def _run_ray(cells, address, cpus_per_run, gpus_per_run, console, rerun, title, jobs) -> list[dict]:
+def _run_ray(cells, address, cpus_per_run, gpus_per_run, console, rerun, title, jobs, units) -> list[dict]:
     import time
 
     from .results import CHECKPOINT, lock_run, run_status
@@ -494,40 +548,51 @@ def _run_ray(cells, address, cpus_per_run, gpus_per_run, console, rerun, title, 
                              f"has {have.get(what, 0):g}")
     remote = ray.remote(num_cpus=cpus_per_run, num_gpus=gpus_per_run, max_retries=1)(_ray_task)
     out: list[dict | None] = [None] * len(cells)
-    pending = list(range(len(cells)))
+    pending = [list(u) for u in units]
     locks: dict[int, int] = {}
-    inflight: dict[Any, int] = {}
+    inflight: dict[Any, list[int]] = {}
     with _progress(console) as prog, _ctrl_c() as interrupts:
         overall = prog.add_task(f"{title} (ray)", total=len(cells), info="")
         try:
             while (pending or inflight) and not interrupts:
-                for i in list(pending):  # submit every run whose lock we get
-                    c = cells[i]
-                    fd = lock_run(c.cfg.run_dir, wait=False)
-                    if fd is None:
+                for unit in list(pending):  # submit every unit whose locks we get (all of them)
+                    fds = [lock_run(cells[i].cfg.run_dir, wait=False) for i in unit]
+                    if any(fd is None for fd in fds):
+                        for fd in fds:
+                            if fd is not None:
+                                os.close(fd)
                         continue
-                    pending.remove(i)
-                    state, summary, why = run_status(c.cfg.run_dir)
-                    if not rerun and state == "finished" and summary.get("status") in ("done", "diverged"):
-                        os.close(fd)
-                        out[i] = summary
-                        _report(prog, overall, c, summary)
-                        continue
-                    if state == "corrupt":
-                        prog.console.print(f"{c.cfg.run_dir}: {why}; running it again", markup=False, highlight=False)
-                    ck = c.cfg.run_dir / CHECKPOINT
-                    files_in = {CHECKPOINT: ck.read_bytes()} if ck.is_file() and not rerun else {}
-                    ref = remote.remote(c.cfg.task, c.cfg.algo_ref, c.layers, cpus_per_run, files_in, rerun)
-                    inflight[ref] = i
-                    locks[i] = fd
+                    pending.remove(unit)
+                    todo, files_in = [], []
+                    for i, fd in zip(unit, fds):
+                        c = cells[i]
+                        state, summary, why = run_status(c.cfg.run_dir)
+                        if not rerun and state == "finished" and summary.get("status") in ("done", "diverged"):
+                            os.close(fd)
+                            out[i] = summary
+                            _report(prog, overall, c, summary)
+                            continue
+                        if state == "corrupt":
+                            prog.console.print(f"{c.cfg.run_dir}: {why}; running it again", markup=False,
+                                               highlight=False)
+                        ck = c.cfg.run_dir / CHECKPOINT
+                        files_in.append({CHECKPOINT: ck.read_bytes()} if ck.is_file() and not rerun else {})
+                        todo.append(i)
+                        locks[i] = fd
+                    if todo:
+                        c0 = cells[todo[0]].cfg
+                        ref = remote.remote(c0.task, c0.algo_ref, [cells[i].layers for i in todo], cpus_per_run,
+                                            files_in, rerun)
+                        inflight[ref] = todo
                 if not inflight:
                     time.sleep(0.5)  # every remaining run is held by another process
                     continue
                 done, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0)
                 for ref in done:
-                    i = inflight.pop(ref)
-                    out[i] = s = _collect(ray, ref, cells[i], locks.pop(i))
-                    _report(prog, overall, cells[i], s, say_resume=True)
+                    unit = inflight.pop(ref)
+                    for i, s in zip(unit, _collect(ray, ref, [cells[i] for i in unit], [locks.pop(i) for i in unit])):
+                        out[i] = s
+                        _report(prog, overall, cells[i], s, say_resume=True)
             if interrupts:
                 raise KeyboardInterrupt
         except KeyboardInterrupt:  # our handler's flag, or a KeyboardInterrupt off the main thread
@@ -539,21 +604,30 @@ def _run_ray(cells, address, cpus_per_run, gpus_per_run, console, rerun, title, 
     return out  # type: ignore[return-value]
 
 
-def _collect(ray, ref, c, lock_fd: int) -> dict:
-    """A finished (or interrupted) task's summary; its files land in the run directory."""
+def _collect(ray, ref, cs: list, lock_fds: list[int]) -> list[dict]:
+    """A finished (or interrupted) task's summaries, one per run; their files land in the run directories."""
     try:
-        s, files = ray.get(ref)
-        if "config.yaml" in files:  # the driver's paths, not the worker's temporary out_dir
-            import yaml
-
-            used = (yaml.safe_load(files["config.yaml"]) or {}).get("device_used")
-            files["config.yaml"] = yaml.safe_dump({**c.cfg.as_dict(), "device_used": used}, sort_keys=False).encode()
-        _land(c.cfg.run_dir, files, c.cfg.run.keep_checkpoint)
+        got = ray.get(ref)
     except Exception as e:  # the worker died twice, or the task raised
-        s = {"status": "failed", "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
-    finally:
-        os.close(lock_fd)
-    return s
+        for fd in lock_fds:
+            os.close(fd)
+        return [{"status": "failed", "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}] * len(cs)
+    out = []
+    for c, (s, files), fd in zip(cs, got, lock_fds, strict=True):
+        try:
+            if "config.yaml" in files:  # the driver's paths, not the worker's temporary out_dir
+                import yaml
+
+                used = (yaml.safe_load(files["config.yaml"]) or {}).get("device_used")
+                files["config.yaml"] = yaml.safe_dump({**c.cfg.as_dict(), "device_used": used},
+                                                      sort_keys=False).encode()
+            _land(c.cfg.run_dir, files, c.cfg.run.keep_checkpoint)
+        except Exception as e:
+            s = {"status": "failed", "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
+        finally:
+            os.close(fd)
+        out.append(s)
+    return out
 
 
 @contextlib.contextmanager
@@ -590,12 +664,12 @@ def _bring_home(ray, inflight: dict, locks: dict, cells, prog, interrupts: list,
         while inflight and time.monotonic() < deadline and len(interrupts) < 2:
             done, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0)
             for ref in done:
-                i = inflight.pop(ref)
-                s = _collect(ray, ref, cells[i], locks.pop(i))
-                (lost if s["status"] == "failed" else home).append(_label(cells[i]))
+                unit = inflight.pop(ref)
+                for i, s in zip(unit, _collect(ray, ref, [cells[i] for i in unit], [locks.pop(i) for i in unit])):
+                    (lost if s["status"] == "failed" else home).append(_label(cells[i]))
     except KeyboardInterrupt:
         pass
-    lost += [_label(cells[i]) for i in inflight.values()]
+    lost += [_label(cells[i]) for unit in inflight.values() for i in unit]
     for ref in inflight:
         ray.cancel(ref, force=True)
     inflight.clear()

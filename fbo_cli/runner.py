@@ -337,7 +337,6 @@ def _execute(cfg: RunConfig, on_eval, write: bool, log) -> dict:
         (run_dir / "summary.json").unlink(missing_ok=True)  # no summary may vouch for this attempt's metrics
     b = build(cfg)
     algo, led = b.algo, b.ledger
-    metric = b.task.metric
     base = ckpt.baseline(algo)
     rows: list[dict[str, Any]] = []
     train_time = eval_time = 0.0
@@ -407,6 +406,18 @@ def _execute(cfg: RunConfig, on_eval, write: bool, log) -> dict:
         save()
         raise Interrupted(run_dir, led.iterations)
 
+    return finish(cfg, rows, status, why, failure, led, algo.rounds_per_iteration(), train_time, eval_time,
+                  b.device, write, resumed)
+
+
+def finish(cfg: RunConfig, rows: list[dict], status: str, why: str | None, failure: Exception | None, led: Ledger,
+           rounds_per_iteration: int | None, train_time: float, eval_time: float, device, write: bool,
+           resumed: int | None = None) -> dict:
+    """The run's summary from its rows, and (``write``) its final ``metrics.csv``, ``curves.png`` and
+    ``summary.json`` (last); raises ``failure`` after writing it. One run alone and the runs of a batch
+    (:mod:`fbo_cli.batch`) end here."""
+    r, run_dir, metric = cfg.run, cfg.run_dir, TASKS[cfg.task].metric
+    ck_path = run_dir / CHECKPOINT
     import pandas as pd
 
     df = pd.DataFrame(rows) if rows else pd.DataFrame({"rounds": [], metric: []})
@@ -421,11 +432,11 @@ def _execute(cfg: RunConfig, on_eval, write: bool, log) -> dict:
         "final_mean_last5": float(within[metric].tail(5).mean()) if len(within) else None,
         "target": r.target,
         "rounds_to_target": rounds_to_target(df, metric, r.target),
-        "rounds_per_iteration": algo.rounds_per_iteration(),
+        "rounds_per_iteration": rounds_per_iteration,
         "ledger": led.as_dict(),
         "train_time_s": round(train_time, 3), "eval_time_s": round(eval_time, 3),
         "seconds_per_round": round(train_time / max(led.rounds, 1), 5),
-        "device": str(b.device),
+        "device": str(device),
         "versions": {"fbo": __version__, "torch": torch.__version__, "python": platform.python_version()},
         "code": code_identity(cfg),
     }

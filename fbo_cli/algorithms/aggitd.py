@@ -40,7 +40,7 @@ from typing import ClassVar
 
 import torch
 
-from .base import BilevelAlgorithm, bounded, mean
+from .base import BilevelAlgorithm, bounded
 
 
 class AggITD(BilevelAlgorithm):
@@ -61,6 +61,13 @@ class AggITD(BilevelAlgorithm):
         tau: int = bounded(1, ge=1, le=1000, doc="local upper steps (\"Outer_ep\")")
         lower_solver: str = bounded("svrg", choices=("svrg", "sgd"), doc="svrg (Alg. 2) | sgd (FedAvg)")
 
+    batches: ClassVar[bool] = True  # fbo_cli/batch.py: with one local upper step (tau = 1)
+    batch_state: ClassVar[tuple[str, ...]] = ("x", "y")
+
+    @classmethod
+    def can_batch(cls, hp) -> bool:
+        return hp.tau == 1
+
     def rounds_per_iteration(self) -> int:
         return (2 if self.hp.lower_solver == "svrg" else 1) * self.hp.N + 3
 
@@ -70,7 +77,7 @@ class AggITD(BilevelAlgorithm):
 
     def step(self) -> None:
         hp, led, x = self.hp, self.ledger, self.x
-        dx, dy = x.numel(), self.y.numel()
+        dx, dy = x.shape[-1], self.y.shape[-1]
         S = self.fed.sample()
         M = len(S)
         train, val = self.fed.data.split("train", S), self.fed.data.split("val", S)
@@ -92,7 +99,7 @@ class AggITD(BilevelAlgorithm):
                 else:
                     yi = self.local_lower(a, gfn, enc, y, None, hp.inner_lr, hp.lower_epochs, hp.batch_size)
                     led.comm(M, dy + ride)
-                y = mean(yi)
+                y = self.cmean(yi)
         led.comm(M, dy)  # z^N (or r^N) up, p down
         p = hp.lam * (hp.N + 1) * z  # line 15
         # lines 16-19 (h_i, h = mean_i h_i) and Alg. 4 (tau local steps, x_{k+1} = mean_i x_i)

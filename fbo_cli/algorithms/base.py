@@ -50,6 +50,13 @@ class Algorithm:
     # the common vocabulary (VOCABULARY) -> this algorithm's own key (its paper's symbol): --set local_steps=5
     # sets FedNest's tau; `fbo show` lists both
     aliases: ClassVar[dict[str, str]] = {}
+    # runs of this algorithm that differ only in float hyperparameters and the seed may step together in
+    # one process (fbo_cli/batch.py): their state carries a leading run dimension, rows run-major
+    batches: ClassVar[bool] = False
+    batch_state: ClassVar[tuple[str, ...]] = ()  # the attributes that carry it (global iterates [R, ...])
+    batch_fixed: ClassVar[tuple[str, ...]] = ()  # float hyperparameters the runs of a batch must share
+    batched: bool = False  # stepped in a run batch: the run dimension leads (fbo_cli/batch.py)
+    runs: int = 1  # the runs of the batch (a run alone: 1)
 
     @dataclass
     class HP:
@@ -62,6 +69,11 @@ class Algorithm:
     @classmethod
     def check(cls, hp: Any) -> None:
         """Validate hyperparameters before any data is loaded; raise UsageError naming the key."""
+
+    @classmethod
+    def can_batch(cls, hp: Any) -> bool:
+        """Whether a run with these hyperparameters may step in a run batch (``batches`` True)."""
+        return cls.batches
 
     def rounds_per_iteration(self) -> int | None:
         """The round count the paper gives for one outer iteration (None where it varies)."""
@@ -76,6 +88,19 @@ class Algorithm:
     def state(self) -> dict[str, torch.Tensor]:
         """Tensors that define the iterate (for checkpoints and divergence checks)."""
         return {}
+
+    # the run dimension (fbo_cli/batch.py): alone (runs = 1) these are the plain operations
+    def spread(self, v: torch.Tensor, M: int) -> torch.Tensor:
+        """``[M, d]`` copies of the global ``v [d]`` for ``M`` clients; in a batch ``[R*M, d]`` from ``[R, d]``."""
+        return v.repeat_interleave(M, 0) if self.batched else v.expand(M, -1).clone()
+
+    def cmean(self, X: torch.Tensor) -> torch.Tensor:
+        """The server's mean over the clients: ``[d]`` of ``[M, d]``; in a batch ``[R, d]`` of ``[R*M, d]``."""
+        return X.unflatten(0, (self.runs, -1)).mean(1) if self.batched else mean(X)
+
+    def first_row(self, X: torch.Tensor) -> torch.Tensor:
+        """The common value of identical client rows (after averaging): ``X[0]``; in a batch each run's."""
+        return X.unflatten(0, (self.runs, -1))[:, 0].clone() if self.batched else X[0].clone()
 
 
 # the common names one may use for any algorithm that has the quantity (``Algorithm.aliases`` maps them to
@@ -183,7 +208,10 @@ class BilevelAlgorithm(Algorithm):
         ``y_i <- y_i - lr (∇G_i(y_i; ζ) - ∇G_i(y; ζ) + q)`` with the same minibatch and dropout
         masks in both terms. ``q`` None: FedAvg local SGD, ``y_i <- y_i - lr ∇G_i(y_i; ζ)``.
         """
-        yi = y.expand(split.M, -1).clone()
+        yi = self.spread(y, split.M)
+        runs = self.runs
+        if self.batched and q is not None:  # per-run anchors [R, dy] beside the rows [R*M, dy]
+            q = self.spread(q, split.M)
         # charged in bulk, as the per-step charges add up: every epoch visits each client's n_i examples
         # in ceil(n_i / batch_size) steps in which the client is active
         n = split.counts
@@ -195,7 +223,12 @@ class BilevelAlgorithm(Algorithm):
                 d = self.grad_diff(fn, a, yi, y, batch, active, charge=False) + q
             else:
                 d = self.grad(fn, 1, a, yi, batch, active, charge=False)
-            yi = torch.addcmul(yi, d, active[:, None].to(d.dtype), value=-lr)
+            if not self.batched:
+                yi = torch.addcmul(yi, d, active[:, None].to(d.dtype), value=-lr)
+            elif isinstance(lr, (int, float)):
+                yi = torch.addcmul(yi, d, active.repeat(runs)[:, None].to(d.dtype), value=-lr)
+            else:  # a step per run (fbo_cli.batch.Rate): yi + round(-lr d) (0 or 1), as addcmul rounds it alone
+                yi = torch.addcmul(yi, -lr * d, active.repeat(runs)[:, None].to(d.dtype))
         return yi
 
     def lower_anchor(self, a, fn: Callable, split: Split, y: torch.Tensor) -> torch.Tensor:

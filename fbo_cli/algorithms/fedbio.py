@@ -67,7 +67,7 @@ import torch
 
 from ..errors import UsageError
 from ..federation import Batch
-from .base import BilevelAlgorithm, bounded, mean
+from .base import BilevelAlgorithm, bounded
 from .pool_sampler import RowSampler
 from .storm import check_schedule, step_factor, storm
 
@@ -94,6 +94,9 @@ class _GlobalLowerBase(BilevelAlgorithm):
 
     tasks: ClassVar[tuple[str, ...]] = ("hyperclean", "hyperrep")
     run_defaults: ClassVar[dict] = {"participation": 1.0}  # the paper: every client in every round
+    batches: ClassVar[bool] = True  # fbo_cli/batch.py
+    batch_state: ClassVar[tuple[str, ...]] = ("x", "y", "u")
+    batch_fixed: ClassVar[tuple[str, ...]] = ("delta", "u0")  # α_t is one number per iteration
 
     def __init__(self, task, hp, fed):
         check_schedule(hp.schedule, hp.delta, hp.u0)
@@ -141,7 +144,7 @@ class _GlobalLowerBase(BilevelAlgorithm):
         M = len(S)
         b = self.hp.batch_size
         bx = self.hp.upper_batch_size or b
-        stack = lambda v: v.expand(M, -1).clone()
+        stack = lambda v: self.spread(v, M)
         return M, train, val, b, bx, stack
 
 
@@ -175,13 +178,14 @@ class FedBiO(_GlobalLowerBase):
             q = self.pu(X, Y, U, d)  # line 13 (at the same old point)
             X, Y, U = X - hp.upper_lr * a * nu, Y - hp.lower_lr * a * w, U - hp.aux_lr * a * q  # lines 7, 13
             self.t += 1
-        self.x, self.y, self.u = mean(X), mean(Y), mean(U)  # lines 9, 15
-        self.ledger.comm(M, self.x.numel() + 2 * self.y.numel())
+        self.x, self.y, self.u = self.cmean(X), self.cmean(Y), self.cmean(U)  # lines 9, 15
+        self.ledger.comm(M, self.x.shape[-1] + 2 * self.y.shape[-1])
 
 
 class FedBiOAcc(_GlobalLowerBase):
     paper: ClassVar[str] = "Li, Huang & Huang, arXiv 2302.06701 / NeurIPS 2023 (FedBiO), Alg. 2"
     rounds: ClassVar[str] = "1 per I local iterations (T/I in all)"
+    batch_state: ClassVar[tuple[str, ...]] = ("x", "y", "u", "om", "nu", "q")
 
     @dataclass
     class HP:
@@ -237,13 +241,13 @@ class FedBiOAcc(_GlobalLowerBase):
             Xn, Yn, Un = X - hp.upper_lr * a * N, Y - hp.lower_lr * a * W, U - hp.aux_lr * a * Q  # line 4
             sync = j == hp.local_steps - 1
             if sync:  # line 6
-                Xn, Yn, Un = stack(mean(Xn)), stack(mean(Yn)), stack(mean(Un))
+                Xn, Yn, Un = stack(self.cmean(Xn)), stack(self.cmean(Yn)), stack(self.cmean(Un))
             d = self.draw(train, val, b, bx)  # fresh B_y, B_x, reused at both points
             W = storm(self.omega(Xn, Yn, d), W, self.omega(X, Y, d), hp.c_omega * a * a)  # line 10
             N = storm(self.mu(Xn, Yn, Un, d), N, self.mu(X, Y, U, d), hp.c_nu * a * a)  # line 11
             Q = storm(self.pu(Xn, Yn, Un, d), Q, self.pu(X, Y, U, d), hp.c_u * a * a)  # line 12
             X, Y, U = Xn, Yn, Un
             self.t += 1
-        self.x, self.y, self.u = X[0].clone(), Y[0].clone(), U[0].clone()  # identical rows after line 6
-        self.om, self.nu, self.q = mean(W), mean(N), mean(Q)  # line 14
-        self.ledger.comm(M, 2 * self.x.numel() + 4 * self.y.numel())
+        self.x, self.y, self.u = self.first_row(X), self.first_row(Y), self.first_row(U)  # identical after line 6
+        self.om, self.nu, self.q = self.cmean(W), self.cmean(N), self.cmean(Q)  # line 14
+        self.ledger.comm(M, 2 * self.x.shape[-1] + 4 * self.y.shape[-1])

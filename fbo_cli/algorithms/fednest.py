@@ -75,6 +75,14 @@ class FedNest(BilevelAlgorithm):
     aliases: ClassVar[dict[str, str]] = {"local_steps": "tau", "lower_lr": "inner_lr", "upper_lr": "outer_lr",
                                          "neumann_lr": "lam", "neumann_steps": "T", "lower_rounds": "N"}
 
+    batches: ClassVar[bool] = True  # fbo_cli/batch.py: FedInn, FedIHGP (sum, random) and one local upper step
+    batch_state: ClassVar[tuple[str, ...]] = ("x", "y")
+    batch_fixed: ClassVar[tuple[str, ...]] = ("outer_lr_t0",)
+
+    @classmethod
+    def can_batch(cls, hp) -> bool:
+        return hp.tau == 1 and not hp.local_hypergrad and hp.neumann != "code"
+
     def rounds_per_iteration(self) -> int | None:
         hp = self.hp
         lower = (2 if hp.lower_solver == "svrg" else 1) * hp.N
@@ -85,7 +93,7 @@ class FedNest(BilevelAlgorithm):
     def step(self) -> None:
         hp, led, data = self.hp, self.ledger, self.fed.data
         x, y = self.x, self.y
-        dx, dy = x.numel(), y.numel()
+        dx, dy = x.shape[-1], y.shape[-1]
         for _ in range(hp.N):  # FedInn
             S = self.fed.sample()
             a, gfn, enc = self.task.lower_view(x, data.split("train", S))
@@ -93,7 +101,7 @@ class FedNest(BilevelAlgorithm):
             if hp.lower_solver == "svrg":
                 q = self.lower_anchor(a, gfn, enc, y)
                 led.comm(len(S), dy)
-            y = mean(self.local_lower(a, gfn, enc, y, q, hp.inner_lr, hp.lower_epochs, hp.batch_size))
+            y = self.cmean(self.local_lower(a, gfn, enc, y, q, hp.inner_lr, hp.lower_epochs, hp.batch_size))
             led.comm(len(S), dy)
         S = self.fed.sample()
         M = len(S)

@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from ..errors import UsageError
 from .common import user_errors
 
 
@@ -28,11 +29,21 @@ def bench(
                                 "latency-bound cases (or --only) on that code and on this code, alternating fresh "
                                 "processes (before and after in one window; writes ab.md)."),
     rounds: int = typer.Option(3, help="Alternating rounds of --against."),
+    batch: int = typer.Option(0, help="Instead of the bench: R runs of one seed at R step sizes, batched against "
+                              "one by one (runs per hour on the CPU; writes batch.md; fbo_cli/bench/batch.py)."),
 ) -> None:
     """Cost per outer iteration and per round of every algorithm (`make bench`): seconds, GFLOP/s against
     the machine's sgemm rate, fast vs generic path, growth with the clients, peak memory."""
     from ..bench import BenchOptions, main
 
+    if batch:
+        from ..bench.batch import main as batch_main
+
+        with user_errors():
+            if batch < 2 or batch > 16:
+                raise UsageError(f"--batch must be between 2 and 16 runs, got {batch}")
+        batch_main(batch, iters, 3, threads, only, out_dir or Path("results/bench"))
+        return
     with user_errors():
         opts = BenchOptions(quick=quick, only=only, device=device, threads=threads, iters=iters,
                             min_seconds=min_seconds, cases=str(cases), out=str(out_dir) if out_dir else None,

@@ -78,12 +78,12 @@ def interrupted_note(e: KeyboardInterrupt) -> str:
 
 
 def grid_options(jobs: int, executor: str | None = None, address: str | None = None, cpus_per_run: int = 1,
-                 gpus_per_run: float = 0.0):
+                 gpus_per_run: float = 0.0, batch: str = "auto"):
     """The grid options of the command line, checked (a :class:`UsageError` naming the option)."""
     from ..executors import GridOptions
 
     return GridOptions(jobs=jobs, executor=executor, address=address, cpus_per_run=cpus_per_run,
-                       gpus_per_run=gpus_per_run)
+                       gpus_per_run=gpus_per_run, batch=batch)
 
 
 def grid_overrides(set_: list[str] | None, out_dir: Path | None, data_dir: Path | None) -> dict[str, Any]:
@@ -115,5 +115,9 @@ Executor = Annotated[Optional[str], typer.Option(help=EXECUTOR_HELP)]
 Address = Annotated[Optional[str], typer.Option(help=ADDRESS_HELP)]
 CpusPerRun = Annotated[int, typer.Option(help="Ray: CPUs per run (its torch threads).")]
 GpusPerRun = Annotated[float, typer.Option(help="Ray: GPUs per run.")]
+BatchOpt = Annotated[str, typer.Option(help="Run batches: auto | off | R. Runs of one algorithm and seed that differ "
+                                       "only in float hyperparameters step together in one process, each run's "
+                                       "numbers as alone (fbo_cli/batch.py); auto: up to 16 where the algorithm "
+                                       "batches.")]
 OutDir = Annotated[Optional[Path], typer.Option(help="Results root. \\[default: results]")]
 DataDir = Annotated[Optional[Path], typer.Option(help="Dataset directory. \\[default: data]")]

@@ -10,6 +10,7 @@ import typer
 from ..errors import UsageError
 from .common import (
     Address,
+    BatchOpt,
     CpusPerRun,
     DataDir,
     Executor,
@@ -31,6 +32,7 @@ def compare(
     spec: Path = typer.Argument(..., help="Experiment spec (YAML), e.g. experiments/aggitd_table2_fmnist.yaml."),
     jobs: Jobs = 1, executor: Executor = None, address: Address = None,  # the grid options (cli/common.py)
     cpus_per_run: CpusPerRun = 1, gpus_per_run: GpusPerRun = 0.0, out_dir: OutDir = None, data_dir: DataDir = None,
+    batch: BatchOpt = "auto",
     seeds: Optional[str] = typer.Option(None, help="Override the spec's seeds, e.g. 0,1."),
     set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="Override a key in every run (repeatable)."),
     rerun: bool = typer.Option(False, help="Run again even the runs that are already done."),
@@ -51,7 +53,7 @@ def compare(
 
     threads_first()
     with user_errors():
-        grid = grid_options(jobs, executor, address, cpus_per_run, gpus_per_run)
+        grid = grid_options(jobs, executor, address, cpus_per_run, gpus_per_run, batch)
         overrides = grid_overrides(set_, out_dir, data_dir)
         seed_list = None
         if seeds:

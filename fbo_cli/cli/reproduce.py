@@ -11,6 +11,7 @@ import typer
 
 from .common import (
     Address,
+    BatchOpt,
     CpusPerRun,
     Executor,
     GpusPerRun,
@@ -30,7 +31,7 @@ def reproduce(
     paper: Optional[str] = typer.Option(None, "--paper", help="Only this paper's specs: aggitd, fedbio, adafbio, "
                                         "codasca, zohfl. \\[default: every paper's]"),
     jobs: Jobs = 1, executor: Executor = None, address: Address = None,  # the grid options (fbo compare's)
-    cpus_per_run: CpusPerRun = 1, gpus_per_run: GpusPerRun = 0.0,
+    cpus_per_run: CpusPerRun = 1, gpus_per_run: GpusPerRun = 0.0, batch: BatchOpt = "auto",
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what it costs and the commands it amounts to; "
                                  "run nothing."),
 ) -> None:
@@ -47,7 +48,7 @@ def reproduce(
 
     threads_first()
     with user_errors():
-        grid = grid_options(jobs, executor, address, cpus_per_run, gpus_per_run)
+        grid = grid_options(jobs, executor, address, cpus_per_run, gpus_per_run, batch)
         steps = plan(paper)
         print_cost([s.spec for s in steps], jobs, {})
         counts = _counts(paper)

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from .common import (
     Address,
+    BatchOpt,
     CpusPerRun,
     DataDir,
     Executor,
@@ -31,6 +32,7 @@ def tune(
     spec: Path = typer.Argument(..., help="Experiment spec (YAML) with a 'tune:' block and per-algorithm grids."),
     jobs: Jobs = 1, executor: Executor = None, address: Address = None,  # the grid options (cli/common.py)
     cpus_per_run: CpusPerRun = 1, gpus_per_run: GpusPerRun = 0.0, out_dir: OutDir = None, data_dir: DataDir = None,
+    batch: BatchOpt = "auto",
     set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="Override a key in every run (repeatable)."),
     rerun: bool = typer.Option(False, help="Run again even the tuning runs that are already done."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Say how many tuning runs are left and what they cost "
@@ -54,7 +56,7 @@ def tune(
 
     threads_first()
     with user_errors():
-        grid = grid_options(jobs, executor, address, cpus_per_run, gpus_per_run)
+        grid = grid_options(jobs, executor, address, cpus_per_run, gpus_per_run, batch)
         overrides = grid_overrides(set_, out_dir, data_dir)
         if set_:
             from ..spec import load_spec

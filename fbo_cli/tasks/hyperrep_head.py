@@ -17,6 +17,8 @@ class HeadClosedForms:
     """Mixed into ``HyperRep``: uses its ``p``, ``lx``, ``soft``, ``dx``, ``reg_coef``, ``reg_y`` and
     ``_feat`` (the last encodings)."""
 
+    feat_keep = 3  # encodings kept (a run batch keeps 3 per run: fbo_cli/batch.py)
+
     def features(self, x: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
         """Features ``relu(Z)``, ``[M, n, width]``, of client-stacked ``X [M, n, ...]`` under a global
         ``x [dx]`` or per-client ``x [M, dx]`` (the ReLU in place: ``relu(Z) > 0`` iff ``Z > 0``, all
@@ -31,7 +33,7 @@ class HeadClosedForms:
         else:
             P = self.lx.unflatten(x)
             H = F.relu_(F.linear(X.reshape(-1, P["w1"].shape[1]), P["w1"], P["b1"]).view(*X.shape[:2], -1))
-        self._feat = [*self._feat[-2:], (x, X, (x._version, X._version), H)]
+        self._feat = [*self._feat[max(0, len(self._feat) + 1 - self.feat_keep):], (x, X, (x._version, X._version), H)]
         return H
 
     def encode_split(self, x, X):

@@ -1,0 +1,261 @@
+"""Run batches: R runs of one algorithm on one task that differ only in float hyperparameters (step sizes,
+momentum weights, ...) and/or in the seed, stepped together in one process.
+
+The runs of a batch that share their seed share everything but their float hyperparameters: the data
+(the partition and the hyper-cleaning label noise are drawn from the seed), the task, the initial iterate
+and every random draw (the client sets, minibatches and dropout masks do not depend on the iterate). They
+form one *seed group*, stepped as one computation: the run dimension is folded into the client dimension,
+so the client-stacked state ``[M, d]`` of a run alone becomes ``[R*M, d]`` (run-major), the global
+iterates ``[d]`` become ``[R, d]`` (``Algorithm.batch_state``), the server's mean is a mean per run
+(``Algorithm.cmean``), the float hyperparameters that differ are :class:`Rate` s (one number per run,
+multiplied into a tensor as a ``[R*M, 1]`` column), and every minibatch is drawn once from the group's one
+generator (what each run draws alone) and repeated for the R runs by the oracles (:mod:`fbo_cli.batched`).
+The ledger is the group's (each run's own is equal to it: the same draws, the same charges).
+The seed groups of a batch run one after the other in the same process.
+
+Each run keeps its own run directory, written as the runner writes a run alone (``config.yaml``,
+``metrics.csv`` at every evaluation, checkpoints every ``checkpoint_every`` outer iterations,
+``summary.json`` last, through :func:`fbo_cli.runner.finish`), so reports, resume and ``fbo check`` work
+unchanged above it. A run that diverges (the runner's rule, per run) ends there, its summary is written,
+and its rows leave the batch; the others go on. A run already finished is reused; one with a checkpoint, or
+whose directory another process holds, runs alone (:func:`fbo_cli.runner.execute`) after the batch.
+
+What batches, and how close a batched run is to the same run alone: docs/fidelity.md#batches ("Run batches").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from . import checkpoint as ckpt
+from .batched import finite_runs, keep_runs, show, stacked
+from .config import RunConfig
+from .errors import UsageError
+from .results import CHECKPOINT, make_dirs, remove_temp_files, run_lock, run_status, write_csv, write_yaml
+
+AUTO_MAX = 16  # --batch auto: at most this many runs in one batch
+
+# --------------------------------------------------------------------------------------------------
+# grouping
+
+
+def batchable(cfg: RunConfig) -> bool:
+    cls = cfg.entry.cls
+    return bool(getattr(cls, "batches", False)) and cls.can_batch(cfg.hp)
+
+
+def _key(cfg: RunConfig) -> str:
+    """What the runs of one batch share: everything but the free float hyperparameters."""
+    d = cfg.as_dict()
+    fixed = set(cfg.entry.cls.batch_fixed)
+    d["hp"] = {k: (v if (k in fixed or not isinstance(v, float)) else "<float>") for k, v in d["hp"].items()}
+    return json.dumps(d, sort_keys=True, default=str)
+
+
+def parse_batch(batch: str | int) -> str | int:
+    """``auto``, ``off`` or a positive integer R (``--batch``)."""
+    s = str(batch).strip().lower()
+    if s in ("auto", "off"):
+        return s
+    try:
+        r = int(s)
+    except ValueError:
+        r = 0
+    if r < 1:
+        raise UsageError(f"--batch must be auto, off or a positive number of runs; got {batch!r}")
+    return r
+
+
+def group_batches(configs: Sequence[RunConfig], batch: str | int = "auto") -> list[list[int]]:
+    """The indices of ``configs`` in batches: runs of an algorithm that batches, with the same seed, task, data
+    settings and integer/string hyperparameters (differing only in float hyperparameters) go together, at most
+    R per batch (``auto``: :data:`AUTO_MAX`; ``off`` or 1: every run alone). A batch holds one seed: the runs
+    of a seed share their draws, those of two seeds nothing (their data differ), so two seeds are two tasks
+    an executor may run in parallel (:func:`execute_batch` itself takes runs of several seeds, one seed group
+    after the other). The batches come in the order of their first run."""
+    batch = parse_batch(batch)
+    cap = 1 if batch == "off" else AUTO_MAX if batch == "auto" else batch
+    classes: dict[str, list[int]] = {}
+    out: list[tuple[int, list[int]]] = []
+    for i, c in enumerate(configs):
+        if cap == 1 or not batchable(c):
+            out.append((i, [i]))
+        else:
+            classes.setdefault(_key(c), []).append(i)
+    for idx in classes.values():
+        for j in range(0, len(idx), cap):
+            chunk = idx[j:j + cap]
+            out.append((min(chunk), chunk))
+    return [g for _, g in sorted(out)]
+
+
+# --------------------------------------------------------------------------------------------------
+# execution
+
+
+@dataclass
+class _Run:
+    cfg: RunConfig
+    note: Callable
+    rows: list = field(default_factory=list)
+    train_time: float = 0.0
+    eval_time: float = 0.0
+    summary: dict | None = None
+
+
+def execute_batch(cfgs: Sequence[RunConfig], reuse: bool = True, fresh: bool = False, wait: bool = True,
+                  log: Callable[[str], None] | None = None,
+                  on_eval: Callable[[int, dict], None] | None = None) -> list[dict]:
+    """Run ``cfgs`` (runs of one batch, :func:`group_batches`) and return their summaries, in order. A run that
+    fails, or is interrupted, raises as :func:`fbo_cli.runner.execute` does once the batch has written every
+    run's record (a bug: each run's ``summary.json`` says ``failed``)."""
+    from .provenance import stale_reason
+    from .runner import RunBusy, _run_log, execute
+
+    out: list[dict | None] = [None] * len(cfgs)
+    alone: list[int] = []
+    if len(cfgs) == 1 or not all(batchable(c) for c in cfgs):
+        alone = list(range(len(cfgs)))
+    with contextlib.ExitStack() as held:
+        todo: list[int] = []
+        for i, c in enumerate(cfgs):
+            if i in alone:
+                continue
+            make_dirs(c.run_dir)
+            if not held.enter_context(run_lock(c.run_dir, wait=False)):
+                alone.append(i)
+                continue
+            state, summary, why = run_status(c.run_dir)
+            if reuse and state == "finished" and summary.get("status") in ("done", "diverged") \
+                    and not stale_reason(c, summary):
+                out[i] = {**summary, "reused": True}
+                continue
+            if not fresh and (c.run_dir / CHECKPOINT).is_file():
+                alone.append(i)  # resumes from its checkpoint, alone
+                continue
+            todo.append(i)
+        by_seed: dict[int, list[int]] = {}
+        for i in todo:
+            by_seed.setdefault(cfgs[i].run.seed, []).append(i)
+        for idx in by_seed.values():
+            if len(idx) == 1:  # nothing to share: the run alone
+                alone.append(idx[0])
+                continue
+            runs = []
+            for i in idx:
+                note = held.enter_context(_run_log(cfgs[i].run_dir, log))
+                (cfgs[i].run_dir / CHECKPOINT).unlink(missing_ok=True)
+                note(f"start: {cfgs[i].task}/{cfgs[i].algo} {cfgs[i].run_id} (in a batch of {len(todo)} runs, "
+                     f"{len(idx)} of seed {cfgs[i].run.seed} stepped together)", show=False)
+                runs.append(_Run(cfgs[i], note))
+            emit = (lambda k, row, idx=idx: on_eval(idx[k], row)) if on_eval else None
+            for i, s in zip(idx, _run_group(runs, emit), strict=True):
+                out[i] = s
+    for i in sorted(alone):
+        try:
+            out[i] = execute(cfgs[i], reuse=reuse, fresh=fresh, wait=wait, log=log)
+        except RunBusy:
+            out[i] = {"status": "busy"}
+    return out  # type: ignore[return-value]
+
+
+def _run_group(runs: list[_Run], on_eval) -> list[dict]:
+    """Step the runs of one seed to the end of their budget (:func:`fbo_cli.runner._loop`, run by run)."""
+    from .runner import Interrupted, _save_checkpoint, _Stop, _StopNow, build, diverged, finish
+
+    cfg0 = runs[0].cfg
+    r = cfg0.run
+    for run in runs:
+        remove_temp_files(run.cfg.run_dir)
+        (run.cfg.run_dir / "summary.json").unlink(missing_ok=True)
+    bt = build(cfg0)
+    view, led = bt.algo, bt.ledger
+    base = ckpt.baseline(view)
+    algo = stacked(view, [run.cfg.hp for run in runs])
+    for run in runs:
+        write_yaml(run.cfg.run_dir / "config.yaml", {**run.cfg.as_dict(), "device_used": str(bt.device)})
+    active = list(range(len(runs)))  # the runs still in the batch; position p holds run active[p]
+
+    def evaluate(k: int) -> dict:
+        run = runs[k]
+        show(algo, view, active.index(k), run.cfg.hp)
+        t0 = time.perf_counter()
+        m = view.evaluate()
+        run.eval_time += time.perf_counter() - t0
+        row = {**led.as_dict(), "train_time": round(run.train_time, 4), **m}
+        run.rows.append(row)
+        write_csv(run.cfg.run_dir / "metrics.csv", run.rows)
+        if on_eval:
+            on_eval(k, row)
+        return row
+
+    def save(k: int) -> None:
+        run = runs[k]
+        show(algo, view, active.index(k), run.cfg.hp)
+        _save_checkpoint(run.cfg.run_dir / CHECKPOINT, run.cfg, bt, base, run.rows, run.train_time, run.eval_time)
+
+    def end(k: int, status: str, why: str | None = None, failure: Exception | None = None) -> None:
+        run = runs[k]
+        try:
+            run.summary = finish(run.cfg, run.rows, status, why, failure, led, view.rounds_per_iteration(),
+                                 run.train_time, run.eval_time, bt.device, True)
+        except Exception:  # the failure, raised again after its record is written
+            run.summary = {"status": "failed", "error": f"{type(failure).__name__}: {failure}"}
+        run.note(f"end: {status}" + (f" ({why})" if why else "") + f", {led.rounds} rounds", show=False)
+
+    def drop(gone: dict[int, str]) -> None:
+        for k, why in gone.items():
+            end(k, "diverged", why)
+        keep = [p for p, k in enumerate(active) if k not in gone]
+        active[:] = [active[p] for p in keep]
+        if active:
+            keep_runs(algo, keep)
+
+    with _Stop() as stop:
+        try:
+            first = {k: evaluate(k) for k in active}
+            while active and led.rounds < r.rounds:
+                if r.max_iters is not None and led.iterations >= r.max_iters:
+                    break
+                if r.time_limit is not None and runs[active[0]].train_time >= r.time_limit:
+                    break
+                t0 = time.perf_counter()
+                algo.step()
+                led.iterations += 1
+                ok = finite_runs(algo)
+                dt = (time.perf_counter() - t0) / len(active)  # each run's share of the batch's time
+                for k in active:
+                    runs[k].train_time += dt
+                gone = {k: "the iterate has NaN/inf entries" for p, k in enumerate(active) if not ok[p]}
+                if led.iterations % r.eval_every == 0:
+                    for k in active:
+                        if k not in gone and (why := diverged(evaluate(k), first[k])):
+                            gone[k] = why
+                if gone:
+                    drop(gone)
+                if stop.flag:
+                    for k in active:
+                        save(k)
+                    raise Interrupted(runs[active[0]].cfg.run_dir if active else cfg0.run_dir, led.iterations)
+                if led.iterations % r.checkpoint_every == 0:
+                    for k in active:
+                        save(k)
+            for k in active:
+                if runs[k].rows[-1]["iterations"] != led.iterations:
+                    evaluate(k)
+            for k in list(active):
+                end(k, "done")
+        except Interrupted:
+            raise
+        except _StopNow:
+            raise Interrupted(cfg0.run_dir, led.iterations, now=True) from None
+        except Exception as e:  # a bug: every run still in the batch records it, then it propagates
+            for k in active:
+                if runs[k].summary is None:
+                    end(k, "failed", failure=e)
+            raise
+    return [run.summary for run in runs]  # type: ignore[misc]

@@ -1,0 +1,274 @@
+"""The batched algorithm of a run batch (:mod:`fbo_cli.batch`): the algorithm of R runs of one seed with the run
+dimension folded into the client dimension, the runs' float hyperparameters (:class:`Rate`), the oracles that
+serve R runs from one draw (:class:`_RunOracles`) and the per-run encodings (:class:`RunSplit`); docs/fidelity.md,
+"Run batches".
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, fields, replace
+from typing import Any, Callable, Sequence
+
+import torch
+
+from . import checkpoint as ckpt
+from .data.split import Split
+
+# --------------------------------------------------------------------------------------------------
+# the float hyperparameters of R runs
+
+
+class Rate:
+    """One float hyperparameter of the R runs of a batch. Arithmetic with numbers (and other Rates) stays in
+    Python floats, run by run, as each run computes it alone; times a tensor whose rows are run-major
+    (``[R*k, ...]``: k rows per run) it becomes the column of the runs' values in the tensor's dtype, so that
+    every element sees the very float32 number a run alone multiplies by (a Python scalar is rounded to the
+    tensor's dtype the same way)."""
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(self, values: Sequence[float]):
+        self.v = tuple(float(x) for x in values)
+        self._cols: dict[tuple, torch.Tensor] = {}
+
+    def __repr__(self) -> str:
+        return f"Rate{self.v}"
+
+    def select(self, keep: Sequence[int]) -> "Rate":
+        return Rate([self.v[i] for i in keep])
+
+    def col(self, t: torch.Tensor) -> torch.Tensor:
+        R, N = len(self.v), t.shape[0]
+        if N % R:
+            raise ValueError(f"a tensor of {N} rows in a batch of {R} runs")
+        key = (N, t.dim(), t.dtype, t.device)
+        if key not in self._cols:
+            c = torch.tensor(self.v, dtype=t.dtype, device=t.device).repeat_interleave(N // R)
+            self._cols[key] = c.view(N, *[1] * (t.dim() - 1))
+        return self._cols[key]
+
+    def _op(self, other, f) -> Any:
+        if isinstance(other, Rate):
+            return Rate([f(a, b) for a, b in zip(self.v, other.v, strict=True)])
+        if isinstance(other, torch.Tensor):
+            return f(self.col(other), other)
+        return Rate([f(a, other) for a in self.v])
+
+    def _rop(self, other, f) -> Any:
+        if isinstance(other, torch.Tensor):
+            return f(other, self.col(other))
+        return Rate([f(other, a) for a in self.v])
+
+    def __mul__(self, o):
+        return self._op(o, lambda a, b: a * b)
+
+    def __rmul__(self, o):
+        return self._rop(o, lambda a, b: a * b)
+
+    def __add__(self, o):
+        return self._op(o, lambda a, b: a + b)
+
+    def __radd__(self, o):
+        return self._rop(o, lambda a, b: a + b)
+
+    def __sub__(self, o):
+        return self._op(o, lambda a, b: a - b)
+
+    def __rsub__(self, o):
+        return self._rop(o, lambda a, b: a - b)
+
+    def __truediv__(self, o):
+        return self._op(o, lambda a, b: a / b)
+
+    def __rtruediv__(self, o):
+        return self._rop(o, lambda a, b: a / b)
+
+    def __neg__(self):
+        return Rate([-a for a in self.v])
+
+    def __eq__(self, o):  # True when every run's value equals o (e.g. storm's ``weight == 1.0``)
+        return all(a == (o.v[i] if isinstance(o, Rate) else o) for i, a in enumerate(self.v))
+
+    def __float__(self):
+        raise TypeError("a hyperparameter that differs between the runs of a batch is used as one number; "
+                        "list it in the algorithm's batch_fixed")
+
+
+# --------------------------------------------------------------------------------------------------
+# the oracles of R runs: each client's minibatch, drawn once, repeated for the runs
+
+
+class _RunOracles:
+    """A task's oracles for the batched algorithm. Each client's minibatch (``M`` rows) is drawn once for the R
+    runs. A call whose tensors are all client-stacked ``[R*M, ...]`` (FedBiO's) is one call over the ``R*M``
+    rows (*folded*): the batch's ``M``-row entries repeated R times, run-major. Any other call (per-run
+    globals ``[R, d]``, alone or beside stacked ones) is made run by run, each run's call exactly the call of
+    the run alone (its rows, its global, the batch); the results are stacked back (``[R*M, ...]``, or ``[R, d]``
+    for the ``_mean`` oracles). A batch entry with ``R*M`` rows carries per-run values already (the features of
+    an encoded split, :class:`RunSplit`)."""
+
+    def __init__(self, inner, algo):
+        self.o, self.algo = inner, algo
+
+    def __getattr__(self, k):
+        return getattr(self.o, k)
+
+    def _call(self, name: str, batch, ts: list, put: Callable, mean: bool = False):
+        """``put(ts, batch)`` -> the inner call's arguments; ``ts`` the tensor arguments in order."""
+        R, M = self.algo.runs, batch["w"].shape[0]
+        N = R * M
+        if R > 1 and all(t.dim() >= 2 and t.shape[0] == N for t in ts) and not mean:
+            return getattr(self.o, name)(*put(ts, self._repeat(batch, R, N)))
+        outs = []
+        rows = [None if t.dim() < 2 else t.split(M) if t.shape[0] == N and M > 1 else rows_of(self.algo, t)
+                for t in ts]
+        for r in range(R):
+            tr = [t if rw is None else rw[r] for t, rw in zip(ts, rows)]
+            br = batch if N == M else {k: (v[r * M:(r + 1) * M] if v.shape[0] == N else v) for k, v in batch.items()}
+            outs.append(getattr(self.o, name)(*put(tr, br)))
+        return torch.stack(outs) if mean else torch.cat(outs)
+
+    def _repeat(self, batch, R: int, N: int):
+        cache = self.algo._batch_cache
+        hit = cache.get(id(batch))
+        if hit is None or hit[0] is not batch:
+            rep = {k: (v if v.shape[0] == N else v.repeat(R, *[1] * (v.dim() - 1))) for k, v in batch.items()}
+            if len(cache) > 16:
+                cache.clear()
+            cache[id(batch)] = hit = (batch, rep)
+        return hit[1]
+
+    def grad(self, argnum, a, b, batch):
+        return self._call("grad", batch, [a, b], lambda t, bt: (argnum, t[0], t[1], bt))
+
+    def grads(self, a, b, batch):
+        raise NotImplementedError("grads in a run batch")
+
+    def svrg(self, a, b1, b0, batch):
+        return self._call("svrg", batch, [a, b1, b0], lambda t, bt: (t[0], t[1], t[2], bt))
+
+    def hvp(self, a, b, batch, v):
+        return self._call("hvp", batch, [a, b, v], lambda t, bt: (t[0], t[1], bt, t[2]))
+
+    def head_hvp(self, a, b, batch, v):
+        return self._call("head_hvp", batch, [a, b, v], lambda t, bt: (t[0], t[1], bt, t[2]))
+
+    def cross(self, a, b, batch, v):
+        return self._call("cross", batch, [a, b, v], lambda t, bt: (t[0], t[1], bt, t[2]))
+
+    def grad_mean(self, argnum, a, b, batch):
+        return self._call("grad_mean", batch, [a, b], lambda t, bt: (argnum, t[0], t[1], bt), mean=True)
+
+    def hvp_mean(self, a, b, batch, v):
+        return self._call("hvp_mean", batch, [a, b, v], lambda t, bt: (t[0], t[1], bt, t[2]), mean=True)
+
+    def cross_mean(self, a, b, batch, v):
+        return self._call("cross_mean", batch, [a, b, v], lambda t, bt: (t[0], t[1], bt, t[2]), mean=True)
+
+
+@dataclass
+class RunSplit(Split):
+    """The split of ``M`` clients with per-run features: ``X [R*M, n, ...]`` (run-major; the lower view of R
+    runs' upper variables), ``y``, ``mask`` and extras ``[M, n]`` of the clients. Its draws are those of the
+    ``M``-client split (the random keys follow ``mask``); a batch carries ``X`` for the R runs."""
+
+    runs: int = 1
+
+    def _batch(self, pos, flat, m):
+        M, n = self.mask.shape
+        R, flat = self.runs, flat.reshape(-1)
+        take = lambda t: t.reshape(M * n, -1).index_select(0, flat).view(*pos.shape, *t.shape[2:])  # noqa: E731
+        w = m.to(self.X.dtype)
+        w = w / w.sum(1, keepdim=True).clamp_(min=1)
+        X = self.X.reshape(R, M * n, -1).index_select(1, flat).view(R * M, pos.shape[1], *self.X.shape[2:])
+        out = {"X": X, "y": take(self.y), "w": w}
+        out.update({k: take(v) for k, v in self.extra.items()})
+        return out
+
+
+def rows_of(algo, t: torch.Tensor) -> tuple:
+    """Each run's global of a per-run global ``[R, d]``: the same view objects for the same unchanged tensor (the
+    task's caches, e.g. hyperrep's encodings, know a variable by identity)."""
+    cache = algo._rows_cache
+    hit = cache.get(id(t))
+    if hit is None or hit[0] is not t or hit[1] != t._version:
+        while len(cache) >= 16:  # the oldest first
+            cache.pop(next(iter(cache)))
+        cache[id(t)] = hit = (t, t._version, t.unbind(0))
+    return hit[2]
+
+
+class _TaskView:
+    """The task as the batched algorithm sees it: the same task, its oracles wrapped in :class:`_RunOracles`,
+    its lower view made run by run (a :class:`RunSplit` where the task encodes)."""
+
+    def __init__(self, task, algo):
+        self._task, self._algo = task, algo
+
+    def __getattr__(self, k):
+        return getattr(self._task, k)
+
+    def oracles(self, fn):
+        return _RunOracles(self._task.oracles(fn), self._algo)
+
+    def lower_view(self, x, split):
+        if not self._task.reuse:
+            return self._task.lower_view(x, split)
+        views = [self._task.lower_view(xr, split) for xr in rows_of(self._algo, x)]
+        a, fn, _ = views[0]
+        return a, fn, RunSplit(torch.cat([v[2].X for v in views]), split.y, split.mask, split.extra, len(views))
+
+
+def stacked(algo, hps: Sequence[Any]):
+    """The batched copy of a freshly built ``algo`` for runs with hyperparameters ``hps`` (one seed): its
+    ``batch_state`` carries a leading run dimension; the float hyperparameters that differ are Rates."""
+    R = len(hps)
+    b = copy.copy(algo)
+    b.batched, b.runs = True, R
+    b._batch_cache, b._rows_cache = {}, {}
+    if hasattr(algo.task, "feat_keep"):  # hyperrep's encodings: the last few of every run
+        algo.task.feat_keep = 3 * R
+    b.task = _TaskView(algo.task, b)
+    b.hp = replace(hps[0], **{f.name: Rate([getattr(h, f.name) for h in hps]) for f in fields(hps[0])
+                              if len({repr(getattr(h, f.name)) for h in hps}) > 1})
+    for k in type(algo).batch_state:
+        v = getattr(algo, k, None)
+        if v is not None:
+            setattr(b, k, v.unsqueeze(0).repeat(R, *[1] * v.dim()))
+    return b
+
+
+def keep_runs(b, keep: list[int]) -> None:
+    """Only the runs at positions ``keep`` stay in the batched algorithm ``b``."""
+    idx = torch.tensor(keep, dtype=torch.long)
+    for k in type(b).batch_state:
+        v = getattr(b, k, None)
+        if v is not None:
+            setattr(b, k, v.index_select(0, idx.to(v.device)))
+    b.hp = replace(b.hp, **{f.name: getattr(b.hp, f.name).select(keep) for f in fields(b.hp)
+                            if isinstance(getattr(b.hp, f.name), Rate)})
+    b.runs = len(keep)
+    b._batch_cache.clear()
+    b._rows_cache.clear()
+
+
+def finite_runs(b) -> list[bool]:
+    ok = torch.ones(b.runs, dtype=torch.bool)
+    for k in type(b).batch_state:
+        v = getattr(b, k, None)
+        if v is not None:
+            ok &= torch.isfinite(v.flatten(1)).all(1).cpu()
+    return ok.tolist()
+
+
+def show(b, view, pos: int, hp) -> None:
+    """Write run ``pos`` of the batched ``b`` into ``view`` (the seed's algorithm as built alone), so that its
+    ``evaluate()`` and a checkpoint of it are that run's."""
+    for k in type(b).batch_state:
+        v = getattr(b, k, None)
+        setattr(view, k, None if v is None else v[pos].clone())
+    for k, v in vars(b).items():
+        if k not in ckpt.REBUILT and k not in ("runs", "batched") and isinstance(v, (bool, int, float)):
+            setattr(view, k, v)
+    view.hp = hp

@@ -1,0 +1,110 @@
+"""Runs per hour of a run batch against the same runs one by one, per case (issue 39's bench).
+
+A case is R runs of one algorithm on one task, of one seed, at R grid points of one float hyperparameter
+(its default times ``FACTORS``). Both ways are timed in this process, alternately, on the same data, as the
+fastest of ``reps`` interleaved timings of ``iters`` outer iterations after one of warm-up: one by one, the R runs as
+:func:`fbo_cli.runner.build` builds them alone, stepped one after the other; batched, one
+:func:`fbo_cli.batch.stacked` algorithm of the R runs. Evaluations are timed too (one per run: they do not
+batch) and enter the runs per hour at the case's ``eval_every``.
+
+    fbo bench --batch 8 [--iters 3] [--only NAME,...] [--threads 1] [--out FOLDER]   (writes FOLDER/batch.md)
+
+Run it on a quiet machine (nothing else on the cores): it times two ways of doing the same work one after the
+other, and a neighbour's load lands on one of them.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..batched import stacked
+from ..config import resolve
+from ..runner import build
+
+FACTORS = (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0, 2.8, 4.0, 5.6, 8.0, 11.0, 16.0, 22.0, 32.0, 45.0)
+HC = {"dataset": "fashion-mnist", "partition": "dirichlet", "clients": 10, "participation": 1.0, "val_frac": 0.1}
+HR = {"dataset": "fashion-mnist", "partition": "iid", "clients": 100, "participation": 0.1}
+CASES = [
+    {"name": "fedbio-hyperclean-fmnist-M10-I5", "task": "hyperclean", "algo": "fedbio", "set": HC, "key": "upper_lr"},
+    {"name": "fedbioacc-hyperclean-fmnist-M10-I5", "task": "hyperclean", "algo": "fedbioacc", "set": HC,
+     "key": "upper_lr"},
+    {"name": "fednest-mlp-fmnist-m100-C0.1", "task": "hyperrep", "algo": "fednest", "set": HR, "key": "outer_lr"},
+    {"name": "aggitd-mlp-fmnist-m100-C0.1", "task": "hyperrep", "algo": "aggitd", "set": HR, "key": "outer_lr"},
+]
+
+
+def _times(fns, iters: int, reps: int) -> list[float]:
+    """Seconds per call of each of ``fns``: one warm-up call each, then ``reps`` rounds that time each in turn
+    (interleaved, so that a neighbour's load lands on all of them), the fastest round of each."""
+    for fn in fns:
+        fn()
+    best = [float("inf")] * len(fns)
+    for _ in range(reps):
+        for k, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            best[k] = min(best[k], (time.perf_counter() - t0) / iters)
+    return best
+
+
+def bench_case(case: dict[str, Any], R: int = 8, iters: int = 3, reps: int = 3) -> dict[str, Any]:
+    """Seconds per outer iteration of the R runs one by one and batched, and the runs per hour of each."""
+    base = resolve(case["task"], case["algo"], case["set"])
+    v0 = getattr(base.hp, case["key"])
+    cfgs = [resolve(case["task"], case["algo"], {**case["set"], case["key"]: v0 * f}) for f in FACTORS[:R]]
+    alone = [build(c) for c in cfgs]
+    b0 = build(cfgs[0])
+    batch = stacked(b0.algo, [c.hp for c in cfgs])
+
+    def one_by_one():
+        for b in alone:
+            b.algo.step()
+            b.ledger.iterations += 1
+
+    def batched():
+        batch.step()
+        b0.ledger.iterations += 1
+
+    # the R runs one by one, the batch, and one run's evaluation (a batch evaluates run by run)
+    t_alone, t_batch, t_eval = _times([one_by_one, batched, alone[0].algo.evaluate], iters, reps)
+    every = cfgs[0].run.eval_every
+    per_alone = t_alone + R * t_eval / every  # R runs' outer iteration with their share of evaluations
+    per_batch = t_batch + R * t_eval / every
+    iters_run = cfgs[0].run.rounds / (alone[0].algo.rounds_per_iteration() or 1)
+    return {"case": case["name"], "R": R, "s_iter_one_by_one": round(t_alone / R, 5),
+            "s_iter_batched_per_run": round(t_batch / R, 5), "step_ratio": round(t_alone / t_batch, 2),
+            "s_eval": round(t_eval, 5), "eval_every": every,
+            "runs_per_hour_one_by_one": round(3600 * R / (per_alone * iters_run), 2),
+            "runs_per_hour_batched": round(3600 * R / (per_batch * iters_run), 2),
+            "ratio": round(per_alone / per_batch, 2)}
+
+
+def main(runs: int = 8, iters: int = 3, reps: int = 3, threads: int = 1, only: str = "",
+         out: str | Path | None = None) -> list[dict[str, Any]]:
+    """``fbo bench --batch R``: every case (or those whose name or algorithm is in ``only``), printed as it
+    finishes, and the table written to ``out``/batch.md."""
+    torch.set_num_threads(threads)
+    keys = set(filter(None, only.split(",")))
+    rows = []
+    for case in CASES:
+        if not keys or case["name"] in keys or case["algo"] in keys:
+            rows.append(bench_case(case, runs, iters, reps))
+            print(rows[-1], flush=True)
+    if out and rows:
+        from ..results import atomic_write, code_commit, md_row
+
+        head = list(rows[0])
+        text = (f"# Run batches against runs one by one (CPU, {threads} thread(s), R = {runs} step sizes of one "
+                f"seed)\n\n`fbo bench --batch {runs} --iters {iters}`"
+                f"{code_commit()}, torch {torch.__version__}. Seconds per outer iteration and run; runs per hour "
+                f"at the case's budget with one evaluation per run every eval_every iterations (evaluations do not "
+                f"batch); step_ratio: the steps alone, ratio: with the evaluations.\n\n"
+                + "\n".join([md_row(head), md_row(["---"] * len(head)), *(md_row([r[k] for k in head]) for r in rows)])
+                + "\n")
+        atomic_write(Path(out) / "batch.md", text.encode())
+    return rows

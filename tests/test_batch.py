@@ -1,0 +1,146 @@
+"""Run batches (fbo_cli/batch.py): runs stepped together give each run's metrics.csv and ledger as the run
+alone does (identical, by fbo check's rule), a diverging run leaves the batch alone, and the grouping."""
+
+import json
+
+import pytest
+
+from fbo_cli.batch import execute_batch, group_batches, parse_batch
+from fbo_cli.batched import Rate
+from fbo_cli.check import compare_run
+from fbo_cli.config import resolve
+from fbo_cli.errors import UsageError
+from fbo_cli.runner import execute
+
+HC = {"dataset": "digits", "clients": 4, "participation": 1.0, "partition": "dirichlet", "noise": 0.3,
+      "batch_size": 16, "local_steps": 2}
+HR = {"dataset": "digits", "clients": 6, "participation": 0.5, "hidden": 16}
+
+# every algorithm that batches, with the float hyperparameter its grid varies: all identical bit for bit
+CASES = [("hyperclean", "fedbio", "upper_lr", HC), ("hyperclean", "fedbioacc", "lower_lr", HC),
+         ("hyperrep", "fednest", "inner_lr", HR), ("hyperrep", "aggitd", "outer_lr", HR)]
+
+
+def _cfgs(task, algo, key, base, out, factors=(0.5, 1.0), seeds=(0, 1), **run):
+    v = getattr(resolve(task, algo, base).hp, key)
+    run = {"rounds": 6, "eval_every": 2, **run}
+    return [resolve(task, algo, {**base, "threads": 1, "out_dir": str(out), "seed": s, key: v * f, **run})
+            for s in seeds for f in factors]
+
+
+@pytest.mark.parametrize("task,algo,key,base", CASES, ids=[c[1] for c in CASES])
+def test_batch_of_two_seeds_by_two_steps_is_each_run_alone(tmp_path, task, algo, key, base):
+    batched = _cfgs(task, algo, key, base, tmp_path / "batch")
+    assert group_batches(batched) == [[0, 1], [2, 3]]  # a batch per seed (execute_batch takes both)
+    out = execute_batch(batched)
+    assert [s["status"] for s in out] == ["done"] * 4
+    for cb, ca in zip(batched, _cfgs(task, algo, key, base, tmp_path / "alone"), strict=True):
+        execute(ca)
+        r = compare_run(ca.run_dir, cb.run_dir)
+        assert r["outcome"] == "identical", (cb.run_id, r)
+        same = lambda c: (c.run_dir / "config.yaml").read_text().replace(c.run.out_dir, "OUT")  # noqa: E731
+        assert same(cb) == same(ca)
+    # a second call reuses the finished runs
+    assert all(s.get("reused") for s in execute_batch(batched))
+
+
+def test_a_diverging_run_leaves_the_batch_and_the_others_go_on(tmp_path):
+    cfgs = _cfgs("hyperclean", "fedbio", "lower_lr", HC, tmp_path / "batch", factors=(1.0, 1e6, 3e6), seeds=(0,),
+                 rounds=8, eval_every=1)
+    out = execute_batch(cfgs)
+    assert [s["status"] for s in out] == ["done", "diverged", "diverged"]  # the last run goes on alone
+    assert out[1]["ledger"]["rounds"] < out[0]["ledger"]["rounds"] == 8
+    for cb, ca in zip(cfgs, _cfgs("hyperclean", "fedbio", "lower_lr", HC, tmp_path / "alone",
+                                  factors=(1.0, 1e6, 3e6), seeds=(0,), rounds=8, eval_every=1), strict=True):
+        execute(ca)
+        assert compare_run(ca.run_dir, cb.run_dir)["outcome"] == "identical"
+        assert json.loads((cb.run_dir / "summary.json").read_text())["status"] == \
+            json.loads((ca.run_dir / "summary.json").read_text())["status"]
+
+
+def test_grouping():
+    c = lambda algo="fedbio", **kw: resolve("hyperclean", algo, {**HC, **kw})  # noqa: E731
+    cfgs = [c(upper_lr=1.0), c(upper_lr=2.0, seed=1), c(local_steps=3), c("fedavg-noisy"), c(upper_lr=3.0),
+            c("fedbioacc"), c(delta=0.5)]
+    # float steps of one seed group; another seed, an integer setting, another algorithm or a batch_fixed float
+    # (delta) do not; a non-batching algorithm runs alone
+    cfgs.append(c(upper_lr=4.0))
+    assert group_batches(cfgs, "auto") == [[0, 4, 7], [1], [2], [3], [5], [6]]
+    assert group_batches(cfgs, "off") == [[i] for i in range(8)]
+    assert group_batches(cfgs, 2) == [[0, 4], [1], [2], [3], [5], [6], [7]]
+    fn = lambda **kw: resolve("hyperrep", "fednest", {**HR, **kw})  # noqa: E731
+    assert group_batches([fn(tau=3), fn(tau=3, outer_lr=0.1)]) == [[0], [1]]  # tau > 1 does not batch yet
+    assert group_batches([fn(), fn(outer_lr=0.1)]) == [[0, 1]]
+    for bad in ("0", "many", -2):
+        with pytest.raises(UsageError, match="--batch"):
+            parse_batch(bad)
+
+
+def test_rate_arithmetic_is_each_runs_python_arithmetic():
+    import torch
+
+    r = Rate([0.1, 0.3])
+    t = torch.ones(4, 3)
+    assert (r * 2.0 * 0.7).v == (0.1 * 2.0 * 0.7, 0.3 * 2.0 * 0.7)
+    assert ((1.0 - r) * t)[:, 0].tolist() == pytest.approx([0.9, 0.9, 0.7, 0.7])
+    assert r * torch.ones(2) is not None and (r == 0.1) is False and Rate([1.0, 1.0]) == 1.0
+    with pytest.raises(TypeError, match="batch_fixed"):
+        float(r)
+
+
+def _cells(out, algo="aggitd", task="hyperrep", base=HR, key="outer_lr"):
+    from fbo_cli.spec import Cell
+
+    v = getattr(resolve(task, algo, base).hp, key)
+    cells = []
+    for s in (0, 1):
+        for f in (0.5, 1.0):
+            layers = ({**base, "rounds": 6, "eval_every": 2, "threads": 1, "out_dir": str(out), "seed": s,
+                       key: v * f},)
+            cells.append(Cell(f"{algo}-{f}", "s", s, resolve(task, algo, *layers), layers))
+    return cells
+
+
+@pytest.mark.parametrize("executor", ["serial", "processes", "ray"])
+def test_executors_run_a_batch_as_one_task(tmp_path, executor):
+    from fbo_cli import executors
+
+    if executor == "ray":
+        ray = pytest.importorskip("ray")
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        alone = _cells(tmp_path / "alone")
+        executors.run_cells(alone, executor="serial", batch="off")
+        batched = _cells(tmp_path / executor)
+        out = executors.run_cells(batched, executor=executor, jobs=2, batch="auto")
+    finally:
+        if executor == "ray":
+            ray.shutdown()
+    assert [s["status"] for s in out] == ["done"] * 4
+    for a, b in zip(alone, batched, strict=True):
+        assert "in a batch of 2 runs" in (b.cfg.run_dir / "run.log").read_text()
+        assert compare_run(a.cfg.run_dir, b.cfg.run_dir)["outcome"] == "identical"
+
+
+@pytest.mark.parametrize("task,algo,key,base,rounds", [(*CASES[1], 6), (*CASES[2], 40)], ids=["fedbioacc", "fednest"])
+def test_an_interrupted_batch_writes_each_runs_checkpoint_and_resumes_bit_for_bit(tmp_path, task, algo, key, base,
+                                                                                  rounds):
+    from fbo_cli import runner
+
+    cfgs = _cfgs(task, algo, key, base, tmp_path / "batch", seeds=(0,), eval_every=1, rounds=rounds)
+    seen = []
+
+    def stop_at_the_third(k, row):
+        seen.append(k)
+        if len(seen) == 6:  # both runs evaluated twice after the start
+            runner.STOP.set()
+
+    with pytest.raises(runner.Interrupted):
+        execute_batch(cfgs, on_eval=stop_at_the_third)
+    assert all((c.run_dir / "checkpoint.pt").is_file() and not (c.run_dir / "summary.json").exists() for c in cfgs)
+    out = execute_batch(cfgs)  # each resumes from its checkpoint (alone)
+    assert all(s["resumed_from_iteration"] == 2 for s in out)
+    for cb, ca in zip(cfgs, _cfgs(task, algo, key, base, tmp_path / "alone", seeds=(0,), eval_every=1, rounds=rounds),
+                      strict=True):
+        execute(ca)
+        assert compare_run(ca.run_dir, cb.run_dir)["outcome"] == "identical"
