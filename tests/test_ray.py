@@ -47,7 +47,7 @@ def test_ray_tables_equal_serial(tmp_path, local_ray):
 
 
 def test_ray_worker_death_is_retried_then_failed(tmp_path, local_ray, monkeypatch):
-    import fbo_cli.executors as ex
+    import fbo_cli.executors.raygrid as ex
 
     exp = cmp.load_spec(_spec(tmp_path, "die"))
     calls = tmp_path / "calls"

@@ -1,311 +1,20 @@
-"""Where the runs of a grid execute: ``serial`` (this process), ``processes`` (a local process pool,
-``--jobs``) or ``ray`` (Ray tasks on a local Ray started on demand, or on a cluster).
-
-One call, :func:`run_cells`, used by ``fbo compare`` and ``fbo tune``. Every executor runs the same
-:func:`fbo_cli.runner.execute` on the same config, so choosing one never changes a number (a run's
-torch threads are the CPUs it holds unless the config sets ``threads``; set it to pin them).
-
-Each run holds its run directory's lock (``.lock``) while it runs, so two processes never run the
-same run at once: a run locked by another process is left for the end of the grid, then waited
-for and reused when the other process finished it (or run, when it did not).
-
-Run batches: the runs of a grid that may step together (:func:`fbo_cli.batch.group_batches`, ``--batch``) are
-one task of every executor (a process, a Ray task), :func:`fbo_cli.batch.execute_batch`; each run's directory is
-written as the run alone writes it.
-
-Ray: the worker runs in a temporary ``out_dir`` on its node and returns the run directory's files
-(bytes) to the driver, which writes them atomically into the real run directory, ``summary.json``
-last; a partial run's checkpoint travels to the worker the same way. No shared file system is
-needed; the driver holds the run's lock while its task is in flight. A task whose worker dies is
-retried once by Ray, then recorded as failed with its error.
-
-Ray under interruption: Ctrl-C (a flag the driver reads between its one-second waits, never an exception
-raised inside Ray) cancels the tasks in flight gently (Ray delivers SIGINT to the worker,
-whose run writes its checkpoint and returns), waits for them, and lands each checkpoint in its run
-directory; :class:`GridInterrupted` then says which runs came home and which were lost (a second
-Ctrl-C, or a worker that does not answer in time). The worker's temporary folder
-(``fbo-ray-<pid>-*``) goes on every exit path of the task; the folders of workers that were killed
-outright are removed by the next task on that node. A local Ray whose driver was killed (``kill -9``)
-leaves agents behind that ignore SIGTERM; the next local start reaps them (:func:`reap_orphaned_ray`),
-and says so, as ``fbo clean --yes`` does. Only a session fbo itself started is ever reaped: the driver
-writes ``fbo-driver`` (its pid and start time) into the session folder of the local Ray it starts, and
-the reaper acts only on processes whose session folders all carry that mark and whose driver is gone; a
-cluster of ``ray start --head`` (no mark) is never touched.
-"""
+"""The Ray executor (``--executor ray``): a local Ray started on demand or a cluster, the run directory's files
+shipped both ways, interruption, and the reaping of what a killed driver of fbo's own left behind."""
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import re
 import signal
 import threading
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
-from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any
 
-from .errors import UsageError
+from ..errors import UsageError
+from .common import GridInterrupted, _label, _one, _one_batch, _progress, _report
 
-EXECUTORS = ("serial", "processes", "ray")
 RAY_HINT = "pip install -e '.[ray]' in the repository (make setup does it)"
-
-
-@dataclass(frozen=True)
-class GridOptions:
-    """How a grid's runs execute (``fbo compare``, ``fbo tune``, ``fbo reproduce``): built and checked once,
-    when made (a :class:`UsageError` naming the option), then passed down to :func:`run_cells`."""
-
-    jobs: int = 1  # runs in parallel
-    executor: str | None = None  # serial | processes | ray; None: serial for one job, else processes
-    address: str | None = None  # Ray: the cluster to join (auto, HOST:PORT, ray://HOST:PORT); None: a local Ray
-    cpus_per_run: int = 1  # Ray: CPUs per run (its torch threads)
-    gpus_per_run: float = 0.0  # Ray: GPUs per run
-    batch: str | int = "auto"  # run batches (fbo_cli/batch.py): auto | off | R runs stepped together in one task
-
-    def __post_init__(self) -> None:
-        if self.jobs < 1:
-            raise UsageError(f"--jobs must be >= 1, got {self.jobs}")
-        if self.executor is not None and self.executor not in EXECUTORS:
-            raise UsageError(f"--executor must be one of {', '.join(EXECUTORS)}, got '{self.executor}'")
-        if (self.address or self.cpus_per_run != 1 or self.gpus_per_run) and self.executor != "ray":
-            raise UsageError("--address, --cpus-per-run and --gpus-per-run go with --executor ray")
-        if self.cpus_per_run < 1 or not self.gpus_per_run >= 0:
-            raise UsageError(f"--cpus-per-run must be >= 1 and --gpus-per-run >= 0, got {self.cpus_per_run}, "
-                             f"{self.gpus_per_run}")
-        a = self.address
-        if a and a != "auto" and not a.startswith("ray://"):
-            host, _, port = a.rpartition(":")
-            if not host or not port.isdigit() or not 0 < int(port) < 65536:
-                raise UsageError(f"--address must be HOST:PORT (the head node's GCS, e.g. 10.0.0.5:6379), "
-                                 f"ray://HOST:PORT or auto; got '{a}'")
-        from .batch import parse_batch
-
-        object.__setattr__(self, "batch", parse_batch(self.batch))
-        if self.executor == "ray":
-            _import_ray()
-
-    @property
-    def runner(self) -> str:
-        """The executor that runs the grid: the one named, else serial for one job and processes for more."""
-        return self.executor or ("serial" if self.jobs == 1 else "processes")
-
-
-class GridInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a Ray grid; ``str()`` says truthfully what became of the runs in flight."""
-
-
-class CellLike(Protocol):  # compare.Cell
-    algorithm: str
-    setting: str
-    seed: int
-    cfg: Any
-    layers: tuple
-
-
-def _label(c: CellLike) -> str:
-    return f"{c.algorithm} · {c.setting} · seed {c.seed}"
-
-
-def _progress(console):
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-    from rich.table import Column
-
-    # the bar, the count and the times keep their room at 80 columns; the last run's note comes last and
-    # is cut first (never wrapped)
-    keep = lambda w: Column(no_wrap=True, min_width=w)  # noqa: E731
-    cut = lambda w: Column(no_wrap=True, overflow="ellipsis", max_width=w)  # noqa: E731
-    return Progress(TextColumn("{task.description}", style="bold", markup=False, table_column=cut(24)),
-                    BarColumn(bar_width=16, table_column=keep(16)), MofNCompleteColumn(table_column=keep(7)),
-                    TimeElapsedColumn(table_column=keep(7)), TextColumn("left", table_column=keep(4)),
-                    TimeRemainingColumn(table_column=keep(7)),
-                    TextColumn("{task.fields[info]}", markup=False, table_column=cut(40)),
-                    console=console)
-
-
-def run_cells(cells: Sequence[CellLike], grid: GridOptions | None = None, console=None, rerun: bool = False,
-              title: str = "runs", **options) -> list[dict[str, Any]]:
-    """Run ``cells`` (anything with ``cfg``, ``layers``, ``algorithm``, ``setting``, ``seed``) as ``grid``
-    says (or :class:`GridOptions` of ``options``), compatible runs stepped together as run batches
-    (``grid.batch``; :mod:`fbo_cli.batch`); returns one summary per cell, in order (``status``: done,
-    diverged, failed or interrupted; ``error`` for failed). Finished runs are reused unless ``rerun``;
-    partial runs resume from their checkpoint (``rerun`` starts them again)."""
-    from . import batch as batching
-
-    g = grid or GridOptions(**options)
-    units = batching.group_batches([c.cfg for c in cells], g.batch)
-    if g.runner == "ray":
-        return _run_ray(cells, g.address, g.cpus_per_run, g.gpus_per_run, console, rerun, title, g.jobs, units)
-    if g.runner == "serial" or g.jobs == 1:
-        return _run_serial(cells, console, rerun, title, units)
-    return _run_processes(cells, g.jobs, console, rerun, title, units)
-
-
-def _one(cfg, rerun: bool, wait: bool, on_eval=None, log=None) -> dict[str, Any]:
-    from .runner import Interrupted, RunBusy, execute
-
-    try:
-        return execute(cfg, on_eval=on_eval, reuse=not rerun, fresh=rerun, wait=wait, log=log)
-    except RunBusy:
-        return {"status": "busy"}
-    except Interrupted as e:
-        return {"status": "interrupted", "error": str(e)}
-    except UsageError as e:
-        return {"status": "failed", "error": str(e)}
-    except Exception as e:  # a bug: recorded in the run's summary.json; the grid goes on
-        return {"status": "failed", "error": f"{type(e).__name__}: {e}"}
-
-
-def _one_batch(cfgs, rerun: bool, wait: bool, on_eval=None, log=None) -> list[dict[str, Any]]:
-    """:func:`_one` for the runs of a batch (:func:`fbo_cli.batch.execute_batch`): one summary per run."""
-    from .batch import execute_batch
-    from .runner import Interrupted
-
-    try:
-        return execute_batch(cfgs, reuse=not rerun, fresh=rerun, wait=wait, log=log, on_eval=on_eval)
-    except Interrupted as e:
-        return [{"status": "interrupted", "error": str(e)}] * len(cfgs)
-    except UsageError as e:
-        return [{"status": "failed", "error": str(e)}] * len(cfgs)
-    except Exception as e:  # a bug: recorded in each run's summary.json; the grid goes on
-        return [{"status": "failed", "error": f"{type(e).__name__}: {e}"}] * len(cfgs)
-
-
-def _run_serial(cells, console, rerun, title, units) -> list[dict]:
-    out: list[dict | None] = [None] * len(cells)
-    with _progress(console) as prog:
-        overall = prog.add_task(f"{title}", total=len(cells), info="")
-        say = lambda m: prog.console.print(m, markup=False, highlight=False)  # noqa: E731
-        for wait in (False, True):  # second pass: the runs another process held
-            for unit in units:
-                unit = [i for i in unit if out[i] is None or out[i]["status"] == "busy"]
-                if len(unit) > 1:
-                    c0 = cells[unit[0]]
-                    bar = prog.add_task(f"{c0.algorithm} · batch of {len(unit)}", total=c0.cfg.run.rounds,
-                                        info="rounds")
-                    on_eval = lambda k, row, bar=bar, total=c0.cfg.run.rounds: prog.update(
-                        bar, completed=min(row["rounds"], total))
-                    res = _one_batch([cells[i].cfg for i in unit], rerun and not wait, wait, on_eval, log=say)
-                    prog.remove_task(bar)
-                    for i, s in zip(unit, res, strict=True):
-                        out[i] = s
-                        if s["status"] == "interrupted":
-                            raise KeyboardInterrupt
-                        if s["status"] != "busy":
-                            _report(prog, overall, cells[i], s)
-                    continue
-                if not unit:
-                    continue
-                i = unit[0]
-                c = cells[i]
-                bar = prog.add_task(_label(c), total=c.cfg.run.rounds, info="rounds")
-                on_eval = lambda row, bar=bar, total=c.cfg.run.rounds: prog.update(
-                    bar, completed=min(row["rounds"], total))
-                out[i] = s = _one(c.cfg, rerun and not wait, wait, on_eval, log=say)
-                prog.remove_task(bar)
-                if s["status"] == "interrupted":
-                    raise KeyboardInterrupt
-                if s["status"] != "busy":
-                    _report(prog, overall, c, s)
-    return out  # type: ignore[return-value]
-
-
-def _report(prog, overall, c, s, say_resume: bool = False) -> None:
-    if s["status"] == "failed":
-        from rich.text import Text
-
-        prog.console.print(Text(f"{_label(c)}: failed: {s.get('error')}", style="red"), highlight=False)
-    elif say_resume and s.get("resumed_from_iteration") is not None and not s.get("reused"):
-        prog.console.print(f"{_label(c)}: resumed from its checkpoint at outer iteration "
-                           f"{s['resumed_from_iteration']}", markup=False, highlight=False)
-    prog.update(overall, advance=1, info=f"last: {c.algorithm} · {c.setting} · s{c.seed}: {s['status']}")
-
-
-# --------------------------------------------------------------------------------------------------
-# processes
-
-
-def _die_with_parent(parent: int) -> None:
-    """Pool initializer: SIGTERM this worker when its parent dies (Linux ``PR_SET_PDEATHSIG``; the
-    runner then writes its checkpoint and stops), and exit at once if the parent is already gone."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
-    if os.getppid() != parent:
-        os._exit(0)
-
-
-def _worker(task: str, algo: str, layers: list[tuple], threads: int, rerun: bool, wait: bool,
-            parent: int) -> list[dict]:
-    """The runs of one unit (one run, or a batch), in a pool's process."""
-    import torch
-
-    from .config import resolve
-
-    torch.set_num_threads(threads)
-    try:
-        cfgs = [resolve(task, algo, *ly) for ly in layers]
-    except UsageError as e:
-        return [{"status": "failed", "error": str(e)}] * len(layers)
-    s = [_one(cfgs[0], rerun, wait)] if len(cfgs) == 1 else _one_batch(cfgs, rerun, wait)
-    if os.getppid() != parent:  # the driver died: do not linger
-        os._exit(0)
-    return s
-
-
-def _run_processes(cells, jobs, console, rerun, title, units) -> list[dict]:
-    threads = max(1, (os.cpu_count() or 1) // jobs)
-    out: list[dict | None] = [None] * len(cells)
-    with _progress(console) as prog:
-        overall = prog.add_task(title, total=len(cells), info="")
-        lost: dict[tuple, int] = {}  # how often a unit's worker died under it
-        for wait in (False, True):
-            todo = [u for u in ([i for i in unit if out[i] is None or out[i]["status"] == "busy"] for unit in units)
-                    if u]
-            while todo:
-                broken = []
-                with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
-                                         initializer=_die_with_parent, initargs=(os.getpid(),)) as pool:
-                    futs = {pool.submit(_worker, cells[u[0]].cfg.task, cells[u[0]].cfg.algo_ref,
-                                        [cells[i].layers for i in u], threads, rerun and not wait, wait,
-                                        os.getpid()): k for k, u in enumerate(todo)}
-                    for fut in as_completed(futs):
-                        k = futs[fut]
-                        try:
-                            res = fut.result()
-                        except BrokenProcessPool:  # a worker was killed (the OOM killer, kill -9): the pool is lost
-                            key = tuple(todo[k])
-                            lost[key] = lost.get(key, 0) + 1
-                            if lost[key] < 2:
-                                broken.append(todo[k])
-                                continue
-                            res = [{"status": "failed", "error": "its worker process was killed twice (out of memory? "
-                                    "kill -9?); run the same command again to resume it from its checkpoint"}
-                                   ] * len(todo[k])
-                        for i, s in zip(todo[k], res, strict=True):
-                            out[i] = s
-                            if s["status"] == "interrupted":
-                                raise KeyboardInterrupt
-                            if s["status"] != "busy":
-                                _report(prog, overall, cells[i], s, say_resume=True)
-                if broken:
-                    prog.console.print(f"a worker process died: {len(broken)} task(s) in flight go on in a fresh "
-                                       f"pool (a run whose worker dies twice is counted as failed)", highlight=False)
-                todo = broken
-    return out  # type: ignore[return-value]
-
-
-# --------------------------------------------------------------------------------------------------
-# ray
 
 
 def _import_ray():
@@ -324,8 +33,8 @@ def _ray_task(task: str, algo: str, layers: list[tuple], threads: int, files_in:
 
     import torch
 
-    from .config import resolve
-    from .runner import STOP
+    from ..config import resolve
+    from ..runner import STOP
 
     STOP.clear()  # Ray's gentle cancel is a SIGINT: from here on it asks the run to checkpoint and return
     signal.signal(signal.SIGINT, lambda *_: STOP.set())
@@ -458,7 +167,7 @@ def reap_orphaned_ray() -> list[tuple[int, str, int]]:
 
 def _land(run_dir: Path, files: dict[str, bytes], keep_checkpoint: bool) -> None:
     """Write a worker's files into the real run directory, the completion record last."""
-    from .results import CHECKPOINT, atomic_write
+    from ..results import CHECKPOINT, atomic_write
 
     (run_dir / "summary.json").unlink(missing_ok=True)
     for name in sorted(files, key=lambda n: n == "summary.json"):
@@ -516,7 +225,7 @@ def _auto_address(ray) -> str:
 def _run_ray(cells, address, cpus_per_run, gpus_per_run, console, rerun, title, jobs, units) -> list[dict]:
     import time
 
-    from .results import CHECKPOINT, lock_run, run_status
+    from ..results import CHECKPOINT, lock_run, run_status
 
     ray = _import_ray()  # the options were checked when the GridOptions was made
     started = not ray.is_initialized()
