@@ -65,9 +65,18 @@ from __future__ import annotations
 from .estimate import dry_run_text, tuning_estimate
 from .grid import grid_points, point_error, tune_cells, tune_spec
 from .record import chosen_rows, procedure_text
-from .rules import CONFIRM_SEEDS, MAX_EXTENSIONS, RANKING_TOP, _beyond, choose, extensions, score_run, unconfirmed
+from .rules import (
+    CONFIRM_SEEDS,
+    MAX_EXTENSIONS,
+    RANKING_TOP,
+    _beyond,  # noqa: F401  (its tests)
+    choose,
+    extensions,
+    score_run,
+    unconfirmed,
+)
 from .search import ranking_only, relabel, run_tuning
 
-__all__ = ["CONFIRM_SEEDS", "MAX_EXTENSIONS", "RANKING_TOP", "_beyond", "choose", "chosen_rows", "dry_run_text",
+__all__ = ["CONFIRM_SEEDS", "MAX_EXTENSIONS", "RANKING_TOP", "choose", "chosen_rows", "dry_run_text",
            "extensions", "grid_points", "point_error", "procedure_text", "ranking_only", "relabel", "run_tuning",
            "score_run", "tune_cells", "tune_spec", "tuning_estimate", "unconfirmed"]

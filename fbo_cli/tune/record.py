@@ -19,7 +19,7 @@ from ..spec import Experiment, TuneSpec
 from ..spec_types import Choice, chosen_on_disk
 from .rules import CONFIRM_SEEDS, MAX_EXTENSIONS
 
-PARTIAL = ("tuning.partial.yaml", "tuning.partial.csv")  # an unfinished tuning's record (module docstring)
+PARTIAL = ("tuning.partial.yaml", "tuning.partial.csv")  # an unfinished tuning's record (:mod:`fbo_cli.tune`)
 
 
 def tuning_rule(ts: TuneSpec) -> dict[str, Any]:

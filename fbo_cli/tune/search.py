@@ -98,7 +98,7 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], grid: GridOptio
 
 def check_ranking(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], cells: list[tuple[Cell, dict]],
                   table: pd.DataFrame, extended: dict, grid: GridOptions, console=None):
-    """The ranking check (module docstring): ``(ranking.csv's rows, {"algo | setting": verdict})``, or
+    """The ranking check (:mod:`fbo_cli.tune`): ``(ranking.csv's rows, {"algo | setting": verdict})``, or
     None when every tuning run already had its setting's evaluation budget."""
     from ..executors import run_cells
     from ..results import todo_runs
@@ -172,7 +172,7 @@ def relabel(spec_path: str | Path, overrides: dict[str, Any]) -> tuple[Path, int
 
 def ranking_only(spec_path: str | Path, overrides: dict[str, Any], grid: GridOptions | None = None,
                  console=None) -> Path:
-    """``fbo tune --ranking-only``: the ranking check of a tuning recorded without it (module docstring),
+    """``fbo tune --ranking-only``: the ranking check of a tuning recorded without it (:mod:`fbo_cli.tune`),
     from its ``tuning.csv``: the top 3 accepted points of each (algorithm, setting) run at the evaluation
     budget on the tuning seeds; ``ranking.csv`` and ``tuned.yaml``'s ``ranking_check`` record the verdicts.
     The grid itself is not run again, and the choices stay as recorded."""
