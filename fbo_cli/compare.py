@@ -73,6 +73,15 @@ def code_notes(cells: list, stale: dict) -> list[str]:
     return lines
 
 
+def dry_run_lines(exp: Experiment, rerun: bool, jobs: int) -> list[str]:
+    """``fbo compare --dry-run``: what the reuse check found about code, and how many runs are left and what
+    they cost; runs nothing."""
+    stale: dict = {}
+    todo = todo_runs(exp.cells, rerun, False, stale)
+    return ([f"{exp.name}: {line}" for line in code_notes(exp.cells, stale)]
+            + [f"{exp.name}: {len(exp.cells)} cells; {cost_line(todo, jobs)}"])
+
+
 def run_experiment(exp: Experiment, grid: GridOptions | None = None, rerun: bool = False, no_run: bool = False,
                    console=None, accept_code_change: bool = False) -> Path:
     """Run the grid's unfinished runs (all of them with ``rerun``), then write the report. Returns the

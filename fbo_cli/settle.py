@@ -20,12 +20,14 @@ are part of the experiment from then on, and ``fbo report --collect`` keeps the 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from .errors import UsageError
-from .spec import Experiment, load_settled, settled_path  # noqa: F401  (settle's API)
+from .spec import Experiment, load_settled, load_spec, settled_path  # noqa: F401  (settle's API)
 
 CAP = 10
 
@@ -79,3 +81,42 @@ def write_settled(exp: Experiment, added: list[dict], cap: int) -> Path:
            "added": list(merged.values())}
     atomic_write(p, yaml.safe_dump(doc, sort_keys=False))
     return p
+
+
+def check_request(exp: Experiment, seed_list: list[int] | None, cap: int) -> None:
+    """``--until-settled`` needs the spec's own seeds (no ``--seeds``), claims, and a cap in [2, 1000]."""
+    if seed_list is not None or not exp.claims or not 2 <= cap <= 1000:
+        raise UsageError("--until-settled needs the spec's own seeds (no --seeds), claims in the spec, and "
+                         f"--cap in [2, 1000]; got {'--seeds, ' if seed_list else ''}{len(exp.claims)} claims, "
+                         f"cap {cap}")
+
+
+@dataclass
+class SecondLook:
+    """What ``--until-settled`` found: its notes (the inconclusive claims, the seeds added), the added runs'
+    cost (a dry run) and the experiment reloaded with the added seeds (None when nothing was added, or in a
+    dry run)."""
+    notes: list[str]
+    cost: str | None = None
+    exp: Experiment | None = None
+
+
+def second_look(exp: Experiment, spec: str | Path, overrides: dict[str, Any], cap: int, jobs: int,
+                dry_run: bool = False) -> SecondLook:
+    """The second look's seeds for the claims still inconclusive after the first: planned (:func:`plan`),
+    written to ``settled.yaml`` (not in a dry run, which says their cost instead) and loaded."""
+    from .compare import collect
+    from .results import cost_line, todo_runs
+
+    runs, _ = collect(exp)
+    added, why = plan(exp, runs[runs.status != "not run"], cap)
+    if not added:
+        return SecondLook(["until settled: every claim is decided, or at the cap, or not yet run: no seeds to add"])
+    notes = [f"until settled: {len(why)} claim(s) inconclusive at the first look:"] + [f"  {w}" for w in why]
+    notes += [f"  adds seeds {e['seeds'][0]}-{e['seeds'][-1]} to {e['setting']}: {', '.join(e['algorithms'])}"
+              for e in added]
+    if dry_run:
+        more = load_spec(spec, overrides, None, settled={"added": added})
+        return SecondLook(notes, cost=f"until settled: {cost_line(todo_runs(more.cells, False), jobs)}")
+    write_settled(exp, added, cap)
+    return SecondLook(notes, exp=load_spec(spec, overrides, None))

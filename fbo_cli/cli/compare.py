@@ -62,19 +62,14 @@ def compare(
             except ValueError:
                 raise UsageError(f"--seeds expects comma-separated integers, got '{seeds}'") from None
         exp = cmp.load_spec(spec, overrides, seed_list)
-        if until_settled and (seed_list is not None or not exp.claims or not 2 <= cap <= 1000):
-            raise UsageError("--until-settled needs the spec's own seeds (no --seeds), claims in the spec, and "
-                             f"--cap in [2, 1000]; got {'--seeds, ' if seed_list else ''}{len(exp.claims)} claims, "
-                             f"cap {cap}")
+        if until_settled:
+            from ..settle import check_request
+
+            check_request(exp, seed_list, cap)
         ignored_note(exp)
         if dry_run:
-            from ..results import cost_line, todo_runs
-
-            stale: dict = {}
-            todo = todo_runs(exp.cells, rerun, False, stale)
-            for line in cmp.code_notes(exp.cells, stale):
-                out.print(f"{exp.name}: {line}", highlight=False, markup=False)
-            out.print(f"{exp.name}: {len(exp.cells)} cells; {cost_line(todo, jobs)}", highlight=False, markup=False)
+            for line in cmp.dry_run_lines(exp, rerun, jobs):
+                out.print(line, highlight=False, markup=False)
             if until_settled:
                 _settle(exp, spec, overrides, cap, jobs, dry_run=True)
             return
@@ -102,28 +97,13 @@ def compare(
 
 
 def _settle(exp, spec: Path, overrides: dict, cap: int, jobs: int, dry_run: bool = False):
-    """The second look's seeds (fbo_cli/settle.py) for the claims still inconclusive: printed, written to
-    settled.yaml and returned as the reloaded experiment (None when there is nothing to add)."""
-    from .. import compare as cmp
-    from ..settle import plan, write_settled
+    """The second look (fbo_cli/settle.py): its notes and (a dry run) its cost printed; the experiment
+    reloaded with the added seeds returned (None when there is nothing to add, or in a dry run)."""
+    from ..settle import second_look
 
-    runs, _ = cmp.collect(exp)
-    added, why = plan(exp, runs[runs.status != "not run"], cap)
-    if not added:
-        err.print("until settled: every claim is decided, or at the cap, or not yet run: no seeds to add",
-                  highlight=False, markup=False)
-        return None
-    err.print(f"until settled: {len(why)} claim(s) inconclusive at the first look:", highlight=False, markup=False)
-    for w in why:
-        err.print(f"  {w}", highlight=False, markup=False)
-    for e in added:
-        err.print(f"  adds seeds {e['seeds'][0]}-{e['seeds'][-1]} to {e['setting']}: {', '.join(e['algorithms'])}",
-                  highlight=False, markup=False)
-    if dry_run:
-        from ..results import cost_line, todo_runs
-
-        more = cmp.load_spec(spec, overrides, None, settled={"added": added})
-        out.print(f"until settled: {cost_line(todo_runs(more.cells, False), jobs)}", highlight=False, markup=False)
-        return None
-    write_settled(exp, added, cap)
-    return cmp.load_spec(spec, overrides, None)
+    look = second_look(exp, spec, overrides, cap, jobs, dry_run)
+    for line in look.notes:
+        err.print(line, highlight=False, markup=False)
+    if look.cost is not None:
+        out.print(look.cost, highlight=False, markup=False)
+    return look.exp

@@ -8,32 +8,36 @@ the SHA-256 of the ``metrics.csv`` it summarizes (``metrics_sha256``), and :func
 checks that hash against the file. A run that starts deletes its old summary first, so a summary
 can never vouch for the metrics of another (interrupted) attempt. ``.lock`` (``fcntl.flock``,
 released by the OS when its process dies) keeps two processes from running the same run at once.
+
+This module holds the run directories' files and locks; :mod:`.table` names and formats results for
+tables and figures (labels, Markdown rows, numbers, targets) and :mod:`.cost` is the cost model (what a
+set of runs will cost). Their public names are importable from here too, as the rest of fbo imports them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import functools
 import hashlib
 import json
-import math
 import os
 import re
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
-import numpy as np
 import pandas as pd
 import yaml
 
-METRIC_LABELS = {"test_acc": "test accuracy", "test_auc": "test AUC", "test_loss": "test loss",
-                 "f1": "F1 of the kept examples (hyper-cleaning)", "global_loss": "global loss (ZO-HFL)",
-                 "server_loss": "server loss"}
-X_AXES = {"rounds": "communication rounds", "iterations": "outer iterations", "samples": "samples",
-          "floats_up": "floats sent up", "train_time": "training time (s)"}
-
+from .cost import (  # noqa: F401  (the package's interface)
+    PROCESS_STARTUP_S,
+    RUN_STARTUP_S,
+    _seconds_per_round,
+    cost_line,
+    estimate_cost,
+    evidence_roots,
+)
+from .table import METRIC_LABELS, X_AXES, fmt_num, lower_is_better, md_row, rounds_to_target  # noqa: F401
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -46,7 +50,7 @@ def _umask() -> int:
 
 def make_dirs(path: Path) -> None:
     """``mkdir -p`` that reports a path blocked by a regular file, or unwritable, as bad input."""
-    from .errors import UsageError
+    from ..errors import UsageError
 
     try:
         Path(path).mkdir(parents=True, exist_ok=True)
@@ -59,7 +63,7 @@ def make_dirs(path: Path) -> None:
 
 
 def atomic_write(path: Path, text: str | bytes) -> None:
-    from .errors import UsageError
+    from ..errors import UsageError
 
     path = Path(path)
     make_dirs(path.parent)
@@ -84,11 +88,12 @@ def code_commit() -> str:
     """``, commit <short sha>`` of the code that ran (a before/after pair names its two commits), or ''."""
     import subprocess
 
-    git = lambda *a: subprocess.run(["git", *a], cwd=Path(__file__).parent, text=True, capture_output=True,
+    pkg = Path(__file__).parents[1]  # fbo_cli/
+    git = lambda *a: subprocess.run(["git", *a], cwd=pkg, text=True, capture_output=True,
                                     timeout=10).stdout.strip()
     try:
         sha = git("rev-parse", "--short", "HEAD")
-        dirty = sha and git("status", "--porcelain", "--", str(Path(__file__).parent))
+        dirty = sha and git("status", "--porcelain", "--", str(pkg))
     except (OSError, subprocess.SubprocessError):
         return ""
     return f", commit {sha}{' with uncommitted changes to fbo_cli/' if dirty else ''}" if sha else ""
@@ -101,7 +106,7 @@ def file_sha256(path: Path) -> str:
 def open_lock(run_dir: Path) -> int:
     """Make the run directory (marking its results root, :func:`claim_root`) and open its ``.lock``; a
     ``.lock`` that is a symbolic link is refused, never followed."""
-    from .errors import UsageError
+    from ..errors import UsageError
 
     run_dir = Path(run_dir)
     claim_root(run_dir.parents[2])
@@ -324,7 +329,7 @@ def todo_runs(cells: list, rerun: bool = False, accept: bool = False, stale: dic
     """The cells (objects with ``.cfg``) still to run, one per run directory (two rows of a grid may be
     the same run): not finished, or finished by code that has changed since (:mod:`fbo_cli.provenance`;
     ``stale`` collects ``{run_dir: why}``), unless ``accept`` (the change is recorded and the run kept)."""
-    from .provenance import accepted, stale_reason
+    from ..provenance import accepted, stale_reason
 
     todo = {}
     for c in cells:
@@ -386,42 +391,6 @@ def read_summary(run_dir: Path) -> dict[str, Any] | None:
     return s if isinstance(s, dict) else None
 
 
-def md_row(cells) -> str:
-    """One Markdown table row; a '|' inside a cell is escaped, so that it cannot split the cell."""
-    return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
-
-
-def fmt_num(v: Any) -> str:
-    """A number as a person reads it: whole floats as integers (1630, not 1630.0), very large or small
-    values in short scientific notation (3e7, 3e-5), others as %g; anything else as str."""
-    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
-        return str(v)
-    v = float(v)
-    if not math.isfinite(v):
-        return str(v)
-    if v != 0 and (abs(v) >= 1e5 or abs(v) < 1e-3):
-        short = f"{v:.3g}"
-        if "e" not in short:  # %g writes 1e-4 <= |v| < 1e-3 without an exponent
-            return short
-        m, e = short.split("e")
-        return f"{m}e{int(e)}"
-    return str(int(v)) if v.is_integer() else f"{v:g}"
-
-
-def lower_is_better(metric: str) -> bool:
-    """Losses (``*loss``) improve downwards; accuracies, AUCs and F1 scores (fractions) upwards."""
-    return metric.endswith("loss")
-
-
-def rounds_to_target(df: pd.DataFrame, metric: str, target: float | None, x: str = "rounds") -> float | None:
-    """First logged ``x`` at which ``metric`` reaches ``target`` (``>=``; ``<=`` for a loss), None if
-    never or no target."""
-    if target is None or metric not in df:
-        return None
-    hit = df[df[metric] <= target] if lower_is_better(metric) else df[df[metric] >= target]
-    return None if hit.empty else float(hit[x].iloc[0])
-
-
 def plot_run(path: Path, df: pd.DataFrame, title: str, metric: str) -> None:
     import matplotlib
 
@@ -467,143 +436,3 @@ def save_figure(fig, path: Path, tight: bool = True) -> None:
         plt.close(fig)
 
 
-def _kind(cfg: dict) -> str:
-    """A run's identity without its seed and device (:func:`config.comparable`): runs of one kind cost
-    about the same on one kind of device."""
-    from .config import comparable
-
-    return json.dumps({k: v for k, v in comparable(cfg).items() if k not in ("seed", "device")}, sort_keys=True,
-                      default=str)
-
-
-_SCHEDULE_KEYS = frozenset({"T0", "seed", "rounds", "max_iters", "checkpoint_every"})
-
-
-def _shape(cfg: dict, loose: bool = False) -> str:
-    """What sets a run's cost per round, without its step sizes: the task, algorithm, dataset and model,
-    the clients, participation and evaluation cadence, and the integer and boolean settings of the task and
-    algorithm (local iterations I, batch sizes, lower epochs, Neumann terms), schedules (T0) left out;
-    ``loose``: the integers alone, without the evaluation cadence and the switches."""
-    from .config import comparable
-
-    cfg = comparable(cfg)  # a resolved config and a run's config.yaml alike
-    tp, hp = cfg.get("task_params") or {}, cfg.get("hp") or {}
-    ints = {k: v for part in (tp, hp) for k, v in part.items()
-            if isinstance(v, int) and not (loose and isinstance(v, bool)) and k not in _SCHEDULE_KEYS}
-    return json.dumps({"task": cfg.get("task"), "algo": cfg.get("algo"), "dataset": cfg.get("dataset"),
-                       "model": tp.get("model"), "clients": cfg.get("clients"),
-                       "participation": cfg.get("participation"),
-                       "eval_every": None if loose else cfg.get("eval_every"),
-                       **ints}, sort_keys=True, default=str)
-
-
-def _cost_keys(cfg: dict) -> list[tuple]:
-    """The keys a run's cost per round is filed and looked up under, the most specific first: its kind,
-    its shape (strict, then loose), its (task, algorithm, dataset, model), its (task, algorithm, model)."""
-    task, algo, model = cfg.get("task"), cfg.get("algo"), (cfg.get("task_params") or {}).get("model")
-    return [("kind", _kind(cfg)), ("shape", _shape(cfg)), ("loose", _shape(cfg, True)),
-            (task, algo, cfg.get("dataset"), model), (task, algo, None, model)]
-
-
-_COARSE = 3  # _cost_keys from this one on match other client counts: their cost scales with the active clients
-
-
-def _active(cfg: dict) -> float:
-    """Clients taking part in a round (clients x participation)."""
-    try:
-        return max(float(cfg.get("clients") or 1) * float(cfg.get("participation") or 1), 1.0)
-    except (TypeError, ValueError):
-        return 1.0
-
-
-@functools.lru_cache(maxsize=32)
-def _root_samples(root: str, here: str) -> dict[tuple, tuple[float, ...]]:
-    """Seconds per round (training and evaluation) of the finished runs under ``root`` on this kind of
-    device, under each of its :func:`_cost_keys`; read once per root and process (the evidence's 800 runs
-    take seconds to parse), whatever other roots a later estimate adds."""
-    from .config import load_yaml
-    from .errors import UsageError
-
-    per: dict[tuple, list[float]] = {}
-    for f in Path(root).glob("*/*/*/summary.json"):
-        try:
-            s = json.loads(f.read_text())
-            rounds = s["ledger"]["rounds"]
-            secs = (s.get("train_time_s") or 0) + (s.get("eval_time_s") or 0)
-            cfg = load_yaml((f.parent / "config.yaml").read_bytes(), str(f)) or {}
-        except (OSError, ValueError, KeyError, TypeError, UsageError):
-            continue
-        if not rounds or s.get("device", "cpu") != here:
-            continue
-        for i, key in enumerate(_cost_keys(cfg)):  # the coarse keys: per taking-part client and round
-            per.setdefault(key, []).append(secs / rounds / (_active(cfg) if i >= _COARSE else 1))
-    return {k: tuple(v) for k, v in per.items()}
-
-
-def _seconds_per_round(roots: tuple[str, ...], here: str) -> dict[tuple, float]:
-    """Median seconds per round (training and evaluation) of the finished runs under ``roots`` on this
-    kind of device, under each of its :func:`_cost_keys`."""
-    per: dict[tuple, list[float]] = {}
-    for root in roots:
-        for k, v in _root_samples(root, here).items():
-            per.setdefault(k, []).extend(v)
-    return {k: float(np.median(v)) for k, v in per.items()}
-
-
-_seconds_per_round.cache_clear = _root_samples.cache_clear  # runs written since: read the roots again
-
-
-def evidence_roots() -> tuple[Path, ...]:
-    """Where finished runs tell the cost of a kind of run: ``docs/results`` here and in fbo's own checkout (a
-    spec in a folder of its own still gets the committed evidence's timings)."""
-    return tuple(dict.fromkeys(p for p in (Path("docs/results"), Path(__file__).parent.parent / "docs" / "results")
-                               if p.is_dir())) or (Path("docs/results"),)
-
-
-def estimate_cost(cells: list, roots: tuple[Path, ...] | None = None) -> tuple[float, int]:
-    """(core-seconds, runs without a basis) of running ``cells``: each run's budget in rounds times the
-    median seconds per round (training and evaluation) of finished runs of the same kind under ``roots``
-    (the committed evidence, and the results folder) on this kind of device (a GPU's runs say nothing of a
-    CPU's cost): the same configuration but for the seed where such runs exist, else the same shape (the
-    same local work per round with other step sizes, :func:`_shape`, strict then loose), else the same task, algorithm,
-    dataset and model, else the same task, algorithm and model on any dataset (a rough guide then: the
-    evaluation cadence, participation and local work change the cost too)."""
-    if not cells:
-        return 0.0, 0
-    import torch
-
-    here = "cuda" if torch.cuda.is_available() else "cpu"
-    roots = evidence_roots() if roots is None else roots
-    folders = {str(Path(r).resolve()) for r in (*roots, *(c.cfg.run.out_dir for c in cells))}
-    table = _seconds_per_round(tuple(sorted(folders)), here)
-    total, unknown = 0.0, 0
-    for c in cells:
-        if c.cfg.run.device not in ("auto", here):
-            unknown += 1
-            continue
-        d = c.cfg.as_dict()
-        spr = next((table[k] * (_active(d) if i >= _COARSE else 1) for i, k in enumerate(_cost_keys(d))
-                    if table.get(k)), None)
-        if spr:
-            total += spr * c.cfg.run.rounds
-        else:
-            unknown += 1
-    return total, unknown
-
-
-# the fixed cost of a run beyond its rounds, measured on this machine (2 cores; docs/fidelity.md#defaults): per run in a
-# grid (build, its files, its curves.png), and per process (the CLI, each --jobs worker: importing torch)
-RUN_STARTUP_S = 1.0
-PROCESS_STARTUP_S = 5.0
-
-
-def cost_line(todo: list, jobs: int) -> str:
-    if not todo:
-        return "nothing left to run (every run is finished)"
-    secs, unknown = estimate_cost(todo)
-    known = len(todo) - unknown
-    secs += known * RUN_STARTUP_S
-    est = (f"about {secs / 60:.0f} core-minutes ({secs / 60 / max(jobs, 1):.0f} min of wall time with {jobs} "
-           f"job{'s' if jobs > 1 else ''}) for the {known} whose kind has run before" if known else "no estimate")
-    return (f"{len(todo)} run(s) to do: {est}" + (f"; {unknown} of a kind never run here (no estimate)"
-                                                   if unknown and known else ""))
