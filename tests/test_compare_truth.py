@@ -110,7 +110,7 @@ def test_failed_and_diverged_are_counted_not_averaged(tmp_path, monkeypatch):
     monkeypatch.setattr(rn, "_loop", crash_on_bad)
     p = spec(tmp_path, settings="[{name: ok, set: {}}, {name: bad, set: {outer_lr: 0.123}}, "
                                 "{name: boom, set: {outer_lr: 1.0e+30}}]", seeds="[0, 1]")
-    r = compare(p)
+    r = compare(p, "--batch", "off")  # the fault is planted in the runner's loop, which a batch does not use
     assert r.exit_code == 1, r.output  # a failed run: the table is written, the exit code says so
     assert "failed" in r.output
     t = table(tmp_path).set_index("setting")
