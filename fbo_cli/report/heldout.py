@@ -15,7 +15,7 @@ import math
 from ..results import md_row
 from ..spec_types import Choice
 from .sections import Section
-from .tuning import _tuning_records, choice_kind
+from .tuning import choice_kind, tuning_records
 
 SUFFIX = "_heldout"
 
@@ -44,7 +44,7 @@ def choice_rows(base: Section, ho: Section) -> list[tuple[str, str, str, str, bo
     bt, ht = base.exp.tuned, ho.exp.tuned
     if ht is None:
         return []
-    brec, hrec = _tuning_records(base.exp), _tuning_records(ho.exp)
+    brec, hrec = tuning_records(base.exp), tuning_records(ho.exp)
     rows = []
     for algo, per in ht.chosen.items():
         for setting, hv in per.items():

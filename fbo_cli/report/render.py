@@ -15,7 +15,7 @@ from .evidence import BENCH_FILES, CHECK_FILES
 from .heldout import heldout_md
 from .papers import PAPERS, Paper, fidelity_anchor
 from .sections import Section
-from .tuning import choice_kind, tuning_md  # noqa: F401  (the report's API)
+from .tuning import tuning_md
 from .verdicts import VERDICTS
 
 

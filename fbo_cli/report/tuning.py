@@ -20,7 +20,7 @@ def tuning_md(sections: list[Section]) -> list[str]:
         if not sec.exp.tuned:
             continue
         tuned = Tuned.of(sec.exp.tuned)
-        records = _tuning_records(sec.exp)
+        records = tuning_records(sec.exp)
         for algo, per in tuned.chosen.items():
             for setting, vals in per.items():
                 kind, why = choice_kind(vals, records, algo, setting, (tuned.grids or {}).get(algo))
@@ -51,7 +51,7 @@ def tuning_md(sections: list[Section]) -> list[str]:
     return ["", line]
 
 
-def _tuning_records(exp: Experiment) -> pd.DataFrame | None:
+def tuning_records(exp: Experiment) -> pd.DataFrame | None:
     root = getattr(exp, "out_root", None)
     p = root / "compare" / exp.name / "tuning.csv" if root is not None else None
     return pd.read_csv(p) if p is not None and p.is_file() else None
