@@ -26,16 +26,27 @@ What batches, and how close a batched run is to the same run alone: docs/fidelit
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Sequence
 
 from . import checkpoint as ckpt
 from .batched import finite_runs, keep_runs, show, stacked
 from .config import RunConfig
 from .errors import UsageError
-from .results import CHECKPOINT, make_dirs, remove_temp_files, run_lock, run_status, write_csv, write_yaml
+from .results import (
+    CHECKPOINT,
+    evidence_roots,
+    make_dirs,
+    remove_temp_files,
+    run_lock,
+    run_status,
+    write_csv,
+    write_yaml,
+)
 
 AUTO_MAX = 16  # --batch auto: at most this many runs in one batch
 
@@ -91,6 +102,60 @@ def group_batches(configs: Sequence[RunConfig], batch: str | int = "auto") -> li
             chunk = idx[j:j + cap]
             out.append((min(chunk), chunk))
     return [g for _, g in sorted(out)]
+
+
+# --------------------------------------------------------------------------------------------------
+# what a batch costs (``fbo cost``, the cost lines of tune and compare)
+
+# the batch bench's table (`fbo bench --batch R --out docs/results/bench`), under the evidence roots
+BATCH_BENCH = Path("bench") / "batch.csv"
+
+
+@functools.lru_cache(maxsize=8)
+def batch_speedups(roots: tuple[str, ...]) -> dict[tuple[str, str], tuple[int, float]]:
+    """(task, algorithm) -> (R, the ratio of the training step of R runs one by one to the same R runs as one
+    batch) of the batch bench's CPU cases (``batch.csv`` under ``roots``, the first that has one)."""
+    import csv
+
+    for root in roots:
+        f = Path(root) / BATCH_BENCH
+        if f.is_file():
+            out = {}
+            for row in csv.DictReader(f.read_text().splitlines()):
+                try:
+                    out.setdefault((row["task"], row["algo"]), (int(row["R"]), float(row["step_ratio"])))
+                except (KeyError, ValueError, TypeError):
+                    continue
+            return out
+    return {}
+
+
+def batch_share(n: int, R: int, ratio: float) -> float:
+    """The training time of a run stepped in a batch of ``n`` runs, as a share of its time alone, from the
+    bench's ``ratio`` at ``R`` runs: a batch's step costs ``s + p n`` (a part ``s`` shared by its runs, a part
+    ``p`` per run; ``s + p`` = 1, the run alone), fitted to ``(s + p R) / R = 1 / ratio``; no gain is assumed
+    beyond the ``R`` measured (``n`` above it counts as ``R``)."""
+    if n < 2 or R < 2 or ratio <= 0:
+        return 1.0
+    s = (1 - 1 / ratio) / (1 - 1 / R)
+    return s / min(n, R) + (1 - s)
+
+
+def cost_shares(cells: Sequence, batch: str | int, roots: tuple[Path, ...] | None = None) -> list[float]:
+    """Per cell, the share of its training time alone that it costs when ``cells`` run with ``--batch batch``
+    (grouped as the executors group them, :func:`group_batches`): on a CPU, :func:`batch_share` from the
+    batch bench of its (task, algorithm) (none measured: no gain); elsewhere 1 (no batch measured there)."""
+    import torch
+
+    shares = [1.0] * len(cells)
+    if not cells or parse_batch(batch) == "off" or torch.cuda.is_available():
+        return shares
+    speed = batch_speedups(tuple(str(r) for r in (evidence_roots() if roots is None else roots)))
+    for g in group_batches([c.cfg for c in cells], batch):
+        R, ratio = speed.get((cells[g[0]].cfg.task, cells[g[0]].cfg.algo), (1, 1.0))
+        for i in g:
+            shares[i] = batch_share(len(g), R, ratio)
+    return shares
 
 
 # --------------------------------------------------------------------------------------------------
@@ -202,7 +267,7 @@ def _run_group(runs: list[_Run], on_eval) -> list[dict]:
         run = runs[k]
         try:
             run.summary = finish(run.cfg, run.rows, status, why, failure, led, view.rounds_per_iteration(),
-                                 run.train_time, run.eval_time, bt.device, True)
+                                 run.train_time, run.eval_time, bt.device, True, batch_runs=len(runs))
         except Exception:  # the failure, raised again after its record is written
             run.summary = {"status": "failed", "error": f"{type(failure).__name__}: {failure}"}
         run.note(f"end: {status}" + (f" ({why})" if why else "") + f", {led.rounds} rounds", show=False)

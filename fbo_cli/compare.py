@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .batch import cost_shares
 from .collapse import collapsed
 from .errors import UsageError
 from .executors import GridOptions
@@ -73,13 +74,13 @@ def code_notes(cells: list, stale: dict) -> list[str]:
     return lines
 
 
-def dry_run_lines(exp: Experiment, rerun: bool, jobs: int) -> list[str]:
+def dry_run_lines(exp: Experiment, rerun: bool, jobs: int, batch: str | int = "auto") -> list[str]:
     """``fbo compare --dry-run``: what the reuse check found about code, and how many runs are left and what
     they cost; runs nothing."""
     stale: dict = {}
     todo = todo_runs(exp.cells, rerun, False, stale)
     return ([f"{exp.name}: {line}" for line in code_notes(exp.cells, stale)]
-            + [f"{exp.name}: {len(exp.cells)} cells; {cost_line(todo, jobs)}"])
+            + [f"{exp.name}: {len(exp.cells)} cells; {cost_line(todo, jobs, cost_shares(todo, batch))}"])
 
 
 def run_experiment(exp: Experiment, grid: GridOptions | None = None, rerun: bool = False, no_run: bool = False,
@@ -101,7 +102,7 @@ def run_experiment(exp: Experiment, grid: GridOptions | None = None, rerun: bool
             for line in code_notes(exp.cells, stale):
                 console.print(f"{exp.name}: {line}", highlight=False)
         if todo and console is not None:
-            console.print(f"{exp.name}: {cost_line(todo, grid.jobs)}", highlight=False)
+            console.print(f"{exp.name}: {cost_line(todo, grid.jobs, cost_shares(todo, grid.batch))}", highlight=False)
         if todo:
             res = run_cells(todo, grid, console=console, rerun=rerun, title=f"{exp.name}: runs")
             exp.outcomes.update({c.cfg.run_dir: r for c, r in zip(todo, res)})

@@ -412,10 +412,10 @@ def _execute(cfg: RunConfig, on_eval, write: bool, log) -> dict:
 
 def finish(cfg: RunConfig, rows: list[dict], status: str, why: str | None, failure: Exception | None, led: Ledger,
            rounds_per_iteration: int | None, train_time: float, eval_time: float, device, write: bool,
-           resumed: int | None = None) -> dict:
+           resumed: int | None = None, batch_runs: int | None = None) -> dict:
     """The run's summary from its rows, and (``write``) its final ``metrics.csv``, ``curves.png`` and
     ``summary.json`` (last); raises ``failure`` after writing it. One run alone and the runs of a batch
-    (:mod:`fbo_cli.batch`) end here."""
+    (:mod:`fbo_cli.batch`; ``batch_runs``: how many stepped together, its times its share) end here."""
     r, run_dir, metric = cfg.run, cfg.run_dir, TASKS[cfg.task].metric
     ck_path = run_dir / CHECKPOINT
     import pandas as pd
@@ -442,6 +442,8 @@ def finish(cfg: RunConfig, rows: list[dict], status: str, why: str | None, failu
     }
     if resumed is not None:
         summary["resumed_from_iteration"] = resumed
+    if batch_runs:
+        summary["batch_runs"] = batch_runs
     if why:
         summary["diverged_because"] = why
     if failure is not None:

@@ -102,9 +102,10 @@ class SecondLook:
 
 
 def second_look(exp: Experiment, spec: str | Path, overrides: dict[str, Any], cap: int, jobs: int,
-                dry_run: bool = False) -> SecondLook:
+                dry_run: bool = False, batch: str | int = "auto") -> SecondLook:
     """The second look's seeds for the claims still inconclusive after the first: planned (:func:`plan`),
     written to ``settled.yaml`` (not in a dry run, which says their cost instead) and loaded."""
+    from .batch import cost_shares
     from .compare import collect
     from .results import cost_line, todo_runs
 
@@ -117,6 +118,7 @@ def second_look(exp: Experiment, spec: str | Path, overrides: dict[str, Any], ca
               for e in added]
     if dry_run:
         more = load_spec(spec, overrides, None, settled={"added": added})
-        return SecondLook(notes, cost=f"until settled: {cost_line(todo_runs(more.cells, False), jobs)}")
+        todo = todo_runs(more.cells, False)
+        return SecondLook(notes, cost=f"until settled: {cost_line(todo, jobs, cost_shares(todo, batch))}")
     write_settled(exp, added, cap)
     return SecondLook(notes, exp=load_spec(spec, overrides, None))

@@ -76,7 +76,8 @@ def bench_case(case: dict[str, Any], R: int = 8, iters: int = 3, reps: int = 3) 
     per_alone = t_alone + R * t_eval / every  # R runs' outer iteration with their share of evaluations
     per_batch = t_batch + R * t_eval / every
     iters_run = cfgs[0].run.rounds / (alone[0].algo.rounds_per_iteration() or 1)
-    return {"case": case["name"], "R": R, "s_iter_one_by_one": round(t_alone / R, 5),
+    return {"case": case["name"], "task": case["task"], "algo": case["algo"], "R": R,
+            "s_iter_one_by_one": round(t_alone / R, 5),
             "s_iter_batched_per_run": round(t_batch / R, 5), "step_ratio": round(t_alone / t_batch, 2),
             "s_eval": round(t_eval, 5), "eval_every": every,
             "runs_per_hour_one_by_one": round(3600 * R / (per_alone * iters_run), 2),
@@ -87,7 +88,8 @@ def bench_case(case: dict[str, Any], R: int = 8, iters: int = 3, reps: int = 3) 
 def main(runs: int = 8, iters: int = 3, reps: int = 3, threads: int = 1, only: str = "",
          out: str | Path | None = None) -> list[dict[str, Any]]:
     """``fbo bench --batch R``: every case (or those whose name or algorithm is in ``only``), printed as it
-    finishes, and the table written to ``out``/batch.md."""
+    finishes, and the table written to ``out``/batch.md, its rows to ``out``/batch.csv (what ``fbo cost
+    --batch`` prices run batches with, :func:`fbo_cli.batch.batch_speedups`)."""
     torch.set_num_threads(threads)
     keys = set(filter(None, only.split(",")))
     rows = []
@@ -107,4 +109,6 @@ def main(runs: int = 8, iters: int = 3, reps: int = 3, threads: int = 1, only: s
                 + "\n".join([md_row(head), md_row(["---"] * len(head)), *(md_row([r[k] for k in head]) for r in rows)])
                 + "\n")
         atomic_write(Path(out) / "batch.md", text.encode())
+        atomic_write(Path(out) / "batch.csv", "\n".join([",".join(head), *(",".join(str(r[k]) for k in head)
+                                                                             for r in rows)]).encode() + b"\n")
     return rows

@@ -68,10 +68,10 @@ def compare(
             check_request(exp, seed_list, cap)
         ignored_note(exp)
         if dry_run:
-            for line in cmp.dry_run_lines(exp, rerun, jobs):
+            for line in cmp.dry_run_lines(exp, rerun, jobs, grid.batch):
                 out.print(line, highlight=False, markup=False)
             if until_settled:
-                _settle(exp, spec, overrides, cap, jobs, dry_run=True)
+                _settle(exp, spec, overrides, cap, jobs, grid.batch, dry_run=True)
             return
         if (short := cmp.tuning_budget_note(exp)) and not no_run:
             err.print(short.replace('**', ''), style="yellow", highlight=False)
@@ -96,12 +96,12 @@ def compare(
         raise typer.Exit(1)
 
 
-def _settle(exp, spec: Path, overrides: dict, cap: int, jobs: int, dry_run: bool = False):
+def _settle(exp, spec: Path, overrides: dict, cap: int, jobs: int, batch: str | int = "auto", dry_run: bool = False):
     """The second look (fbo_cli/settle.py): its notes and (a dry run) its cost printed; the experiment
     reloaded with the added seeds returned (None when there is nothing to add, or in a dry run)."""
     from ..settle import second_look
 
-    look = second_look(exp, spec, overrides, cap, jobs, dry_run)
+    look = second_look(exp, spec, overrides, cap, jobs, dry_run, batch)
     for line in look.notes:
         err.print(line, highlight=False, markup=False)
     if look.cost is not None:

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from ..errors import UsageError
-from .common import Jobs, OutDir, grid_overrides, out, user_errors
+from .common import BatchOpt, Jobs, OutDir, grid_overrides, out, user_errors
 
 
 def cost(
@@ -18,22 +18,26 @@ def cost(
     jobs: Jobs = 1, out_dir: OutDir = None,
     todo: bool = typer.Option(False, "--todo", help="Count only the runs not finished under the results folder "
                               "(default: every run, as on a fresh machine)."),
+    batch: BatchOpt = "auto",
 ) -> None:
     """What regenerating the specs costs, before anything runs: per spec, its tuning runs (the spec's grid,
     and what a tuning adds: extensions, confirmations, the ranking check, expected and at most; see `fbo tune
     --dry-run`) and its compared runs, in core-minutes estimated from the committed evidence (docs/results/)
     and the results folder (each run's rounds times the median seconds per round of finished runs of its
-    kind on this kind of device) plus each run's start-up. `fbo reproduce` prints it first."""
+    kind on this kind of device) plus each run's start-up; with --batch (auto, as the commands run), the runs
+    grouped into run batches, a batched run's training costing its share measured by the batch bench
+    (docs/results/bench/batch.csv, CPU). `fbo reproduce` prints it first."""
+    from ..batch import parse_batch
     from ..reproduce import plan
 
     with user_errors():
         if jobs < 1:
             raise UsageError(f"--jobs must be >= 1, got {jobs}")
         print_cost(list(specs) if specs else [s.spec for s in plan()], jobs, grid_overrides(None, out_dir, None),
-                   todo)
+                   todo, parse_batch(batch))
 
 
-def print_cost(specs: list, jobs: int, overrides: dict, todo: bool = False) -> None:
+def print_cost(specs: list, jobs: int, overrides: dict, todo: bool = False, batch: str | int = "auto") -> None:
     """The cost table of ``specs`` and its total line (``fbo cost``; ``fbo reproduce`` first)."""
     from ..reproduce import spec_cost
 
@@ -43,7 +47,7 @@ def print_cost(specs: list, jobs: int, overrides: dict, todo: bool = False) -> N
         t.add_column(h, justify="left" if h == "spec" else "right", overflow="fold")
     total = largest = unknown = 0.0
     for spec in specs:
-        c = spec_cost(spec, overrides, todo)
+        c = spec_cost(spec, overrides, todo, batch)
         total, largest, unknown = total + c["expected_s"], largest + c["largest_s"], unknown + c["unknown"]
         t.add_row(c["name"], c["tuning"], str(c["compared"]), f"{c['expected_s'] / 60:.0f} / {c['largest_s'] / 60:.0f}",
                   str(c["unknown"]) if c["unknown"] else "")
@@ -52,4 +56,5 @@ def print_cost(specs: list, jobs: int, overrides: dict, todo: bool = False) -> N
     none = f"; {int(unknown)} run(s) of a kind never run on this kind of device have no estimate"
     out.print(f"about {total / 3600:.1f} core-hours expected, at most {largest / 3600:.1f}: "
               f"{total / 3600 / max(jobs, 1):.1f} to {largest / 3600 / max(jobs, 1):.1f} h of wall time with "
-              f"{jobs} job{'s' if jobs > 1 else ''}" + (none if unknown else ""), highlight=False)
+              f"{jobs} job{'s' if jobs > 1 else ''}" + (none if unknown else "")
+              + ("" if batch == "off" else f" (run batches: --batch {batch})"), highlight=False)

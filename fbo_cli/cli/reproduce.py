@@ -50,7 +50,7 @@ def reproduce(
     with user_errors():
         grid = grid_options(jobs, executor, address, cpus_per_run, gpus_per_run, batch)
         steps = plan(paper)
-        print_cost([s.spec for s in steps], jobs, {})
+        print_cost([s.spec for s in steps], jobs, {}, batch=grid.batch)
         counts = _counts(paper)
         if dry_run:
             for s in steps:

@@ -71,7 +71,7 @@ def tune(
             out.print(f"relabelled {outdir / 'tuned.yaml'} ({n} invalid extension point(s) found)", highlight=False)
             return
         if dry_run:
-            out.print(tn.dry_run_text(spec, overrides, rerun, jobs), highlight=False)
+            out.print(tn.dry_run_text(spec, overrides, rerun, jobs, grid.batch), highlight=False)
             return
         try:
             outdir = tn.run_tuning(spec, overrides, grid, rerun=rerun, console=err, ranking_check=ranking_check,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
@@ -61,41 +62,43 @@ def _active(cfg: dict) -> float:
 
 
 @functools.lru_cache(maxsize=32)
-def _root_samples(root: str, here: str) -> dict[tuple, tuple[float, ...]]:
-    """Seconds per round (training and evaluation) of the finished runs under ``root`` on this kind of
-    device, under each of its :func:`_cost_keys`; read once per root and process (the evidence's 800 runs
-    take seconds to parse), whatever other roots a later estimate adds."""
+def _root_samples(root: str, here: str) -> dict[tuple, tuple[tuple[float, float], ...]]:
+    """(seconds per round, training and evaluation; the training's share of them) of the finished runs
+    under ``root`` on this kind of device, under each of its :func:`_cost_keys`; read once per root and
+    process (the evidence's 800 runs take seconds to parse), whatever other roots a later estimate adds. A
+    run stepped in a run batch (``batch_runs`` in its summary) is left out: its training time is its share
+    of the batch's, not what it costs alone."""
     from ..config import load_yaml
     from ..errors import UsageError
 
-    per: dict[tuple, list[float]] = {}
+    per: dict[tuple, list[tuple[float, float]]] = {}
     for f in Path(root).glob("*/*/*/summary.json"):
         try:
             s = json.loads(f.read_text())
             rounds = s["ledger"]["rounds"]
-            secs = (s.get("train_time_s") or 0) + (s.get("eval_time_s") or 0)
+            train, ev = (s.get("train_time_s") or 0), (s.get("eval_time_s") or 0)
             cfg = load_yaml((f.parent / "config.yaml").read_bytes(), str(f)) or {}
         except (OSError, ValueError, KeyError, TypeError, UsageError):
             continue
-        if not rounds or s.get("device", "cpu") != here:
+        if not rounds or s.get("device", "cpu") != here or (s.get("batch_runs") or 1) > 1 or train + ev <= 0:
             continue
         for i, key in enumerate(_cost_keys(cfg)):  # the coarse keys: per taking-part client and round
-            per.setdefault(key, []).append(secs / rounds / (_active(cfg) if i >= _COARSE else 1))
+            per.setdefault(key, []).append(((train + ev) / rounds / (_active(cfg) if i >= _COARSE else 1),
+                                            train / (train + ev)))
     return {k: tuple(v) for k, v in per.items()}
 
 
-def _seconds_per_round(roots: tuple[str, ...], here: str) -> dict[tuple, float]:
-    """Median seconds per round (training and evaluation) of the finished runs under ``roots`` on this
-    kind of device, under each of its :func:`_cost_keys`."""
-    per: dict[tuple, list[float]] = {}
+def _seconds_per_round(roots: tuple[str, ...], here: str) -> dict[tuple, tuple[float, float]]:
+    """(median seconds per round, training and evaluation; the median training share) of the finished runs
+    under ``roots`` on this kind of device, under each of its :func:`_cost_keys`."""
+    per: dict[tuple, list[tuple[float, float]]] = {}
     for root in roots:
         for k, v in _root_samples(root, here).items():
             per.setdefault(k, []).extend(v)
-    return {k: float(np.median(v)) for k, v in per.items()}
+    return {k: (float(np.median([a for a, _ in v])), float(np.median([b for _, b in v]))) for k, v in per.items()}
 
 
 _seconds_per_round.cache_clear = _root_samples.cache_clear  # runs written since: read the roots again
-
 
 def evidence_roots() -> tuple[Path, ...]:
     """Where finished runs tell the cost of a kind of run: ``docs/results`` here and in fbo's own checkout (a
@@ -104,14 +107,18 @@ def evidence_roots() -> tuple[Path, ...]:
                                if p.is_dir())) or (Path("docs/results"),)
 
 
-def estimate_cost(cells: list, roots: tuple[Path, ...] | None = None) -> tuple[float, int]:
+def estimate_cost(cells: list, roots: tuple[Path, ...] | None = None,
+                  shares: Sequence[float] | None = None) -> tuple[float, int]:
     """(core-seconds, runs without a basis) of running ``cells``: each run's budget in rounds times the
     median seconds per round (training and evaluation) of finished runs of the same kind under ``roots``
     (the committed evidence, and the results folder) on this kind of device (a GPU's runs say nothing of a
     CPU's cost): the same configuration but for the seed where such runs exist, else the same shape (the
     same local work per round with other step sizes, :func:`_shape`, strict then loose), else the same task, algorithm,
     dataset and model, else the same task, algorithm and model on any dataset (a rough guide then: the
-    evaluation cadence, participation and local work change the cost too)."""
+    evaluation cadence, participation and local work change the cost too).
+
+    ``shares``: per run, the share of its training time alone that it costs in its run batch
+    (:func:`fbo_cli.batch.cost_shares`; its evaluations cost what they cost alone)."""
     if not cells:
         return 0.0, 0
     import torch
@@ -121,15 +128,16 @@ def estimate_cost(cells: list, roots: tuple[Path, ...] | None = None) -> tuple[f
     folders = {str(Path(r).resolve()) for r in (*roots, *(c.cfg.run.out_dir for c in cells))}
     table = _seconds_per_round(tuple(sorted(folders)), here)
     total, unknown = 0.0, 0
-    for c in cells:
+    for c, share in zip(cells, shares or [1.0] * len(cells), strict=True):
         if c.cfg.run.device not in ("auto", here):
             unknown += 1
             continue
         d = c.cfg.as_dict()
-        spr = next((table[k] * (_active(d) if i >= _COARSE else 1) for i, k in enumerate(_cost_keys(d))
-                    if table.get(k)), None)
-        if spr:
-            total += spr * c.cfg.run.rounds
+        hit = next(((table[k][0] * (_active(d) if i >= _COARSE else 1), table[k][1])
+                    for i, k in enumerate(_cost_keys(d)) if table.get(k)), None)
+        if hit:
+            spr, train = hit
+            total += spr * (train * share + 1 - train) * c.cfg.run.rounds
         else:
             unknown += 1
     return total, unknown
@@ -143,10 +151,10 @@ RUN_STARTUP_S = 1.0
 PROCESS_STARTUP_S = 5.0
 
 
-def cost_line(todo: list, jobs: int) -> str:
+def cost_line(todo: list, jobs: int, shares: Sequence[float] | None = None) -> str:
     if not todo:
         return "nothing left to run (every run is finished)"
-    secs, unknown = estimate_cost(todo)
+    secs, unknown = estimate_cost(todo, shares=shares)
     known = len(todo) - unknown
     secs += known * RUN_STARTUP_S
     est = (f"about {secs / 60:.0f} core-minutes ({secs / 60 / max(jobs, 1):.0f} min of wall time with {jobs} "

@@ -18,13 +18,16 @@ EXPECTED_EXTENSIONS, EXPECTED_CONFIRMATIONS = 1.3, 0.74
 
 
 def tuning_estimate(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], cells: list[tuple[Cell, dict]],
-                    todo: list[Cell], jobs: int = 1) -> dict[str, Any]:
+                    todo: list[Cell], jobs: int = 1, batch: str | int = "off") -> dict[str, Any]:
     """What a tuning will run, before it runs: its grid runs still to do, and beyond them the runs it may add
     (extensions of a choice at a grid's edge, confirmations of a choice next to a rejected value, the ranking
     check at the evaluation budget): the expected number (from the committed tunings' averages) and the
     largest (every pair extended :data:`MAX_EXTENSIONS` times, every point confirmed once on
     :data:`CONFIRM_SEEDS` seeds, the ranking check's top :data:`RANKING_TOP` points), with their time: the
-    cost model's seconds per run plus the fixed start-up."""
+    cost model's seconds per run plus the fixed start-up; the grid's runs in run batches (``batch``,
+    :func:`fbo_cli.batch.cost_shares`), the runs a tuning adds one by one. Where no run of the grid's kind
+    has run here, the runs it adds have no estimate either (counted in ``unknown``)."""
+    from ..batch import cost_shares
     from ..results import estimate_cost
 
     pairs = {(c.algorithm, c.setting) for c, _ in cells}
@@ -32,7 +35,7 @@ def tuning_estimate(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], ce
     per_pair = {k: len({str(p) for c, p in cells if (c.algorithm, c.setting) == k}) for k in pairs}
     secs, unknown = estimate_cost([c for c, _ in cells])
     known = len(cells) - unknown
-    run_s = secs / known if known else float("nan")  # a tuning run's mean cost
+    run_s = secs / known if known else 0.0  # a tuning run's mean cost
     budget = tune_cells(exp, replace(ts, rounds=None), overrides)
     ranking = any(c.cfg.run.rounds < f.cfg.run.rounds for (c, _), (f, _) in zip(cells, budget))
     full_s = (estimate_cost([c for c, _ in budget])[0] / max(len(budget) - estimate_cost([c for c, _ in budget])[1], 1)
@@ -40,10 +43,10 @@ def tuning_estimate(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], ce
     rank_runs = len(pairs) * RANKING_TOP * n_seeds if ranking else 0
     exp_more = len(pairs) * (EXPECTED_EXTENSIONS * n_seeds + EXPECTED_CONFIRMATIONS * CONFIRM_SEEDS)
     max_more = sum(MAX_EXTENSIONS * n_seeds + (n + MAX_EXTENSIONS) * CONFIRM_SEEDS for n in per_pair.values())
-    todo_s, _ = estimate_cost(todo)
+    todo_s, _ = estimate_cost(todo, shares=cost_shares(todo, batch))
     out = {"grid": len(cells), "todo": len(todo), "ranking": rank_runs,
            "expected": len(todo) + round(exp_more) + rank_runs, "largest": len(todo) + max_more + rank_runs,
-           "run_s": run_s, "full_s": full_s, "unknown": unknown}
+           "run_s": run_s, "full_s": full_s, "unknown": unknown + (0 if known else round(exp_more) + rank_runs)}
     for k, more in (("expected", exp_more), ("largest", max_more)):
         out[f"{k}_core_s"] = todo_s + more * run_s + rank_runs * full_s + out[k] * RUN_STARTUP_S
         out[f"{k}_s"] = out[f"{k}_core_s"] / max(jobs, 1) + PROCESS_STARTUP_S * (1 + (jobs if jobs > 1 else 0))
@@ -65,10 +68,11 @@ def estimate_text(e: dict[str, Any], jobs: int) -> str:
             + (f"; {e['unknown']} grid run(s) of a kind never run here have no cost estimate" if e["unknown"] else ""))
 
 
-def dry_run_text(spec_path: str | Path, overrides: dict[str, Any], rerun: bool, jobs: int) -> str:
+def dry_run_text(spec_path: str | Path, overrides: dict[str, Any], rerun: bool, jobs: int,
+                 batch: str | int = "auto") -> str:
     """``fbo tune --dry-run``: how many tuning runs are left and what they cost; runs nothing."""
     exp = load_spec(spec_path, overrides, use_tuned=False)
     ts = tune_spec(exp)
     cells = tune_cells(exp, ts, overrides)
     todo = tuning_todo(cells, {} if rerun else recorded_runs(exp, ts), rerun)
-    return f"{exp.name} tuning: {estimate_text(tuning_estimate(exp, ts, overrides, cells, todo, jobs), jobs)}"
+    return f"{exp.name} tuning: {estimate_text(tuning_estimate(exp, ts, overrides, cells, todo, jobs, batch), jobs)}"

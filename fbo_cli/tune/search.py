@@ -22,6 +22,7 @@ from .rules import RANKING_TOP, choose, collect_tuning, extensions, key_values, 
 
 def run_tuning(spec_path: str | Path, overrides: dict[str, Any], grid: GridOptions | None = None,
                rerun: bool = False, console=None, ranking_check: bool = True, accept_code_change: bool = False) -> Path:
+    from ..batch import cost_shares
     from ..executors import run_cells
     from ..results import cost_line
 
@@ -43,7 +44,8 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], grid: GridOptio
             for d, why in stale.items():
                 console.print(f"{exp.name}: {d}: {why}; it runs again (--accept-code-change keeps it)", highlight=False)
         if todo and console is not None:
-            console.print(f"{exp.name}: tuning, {cost_line(todo, grid.jobs)}", highlight=False)
+            console.print(f"{exp.name}: tuning, {cost_line(todo, grid.jobs, cost_shares(todo, grid.batch))}",
+                          highlight=False)
         if todo:
             if not checked:
                 # the tuning runs themselves: tune.set may change what they log

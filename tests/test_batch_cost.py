@@ -1,0 +1,78 @@
+"""What run batches cost (fbo_cli/batch.py: batch_share, cost_shares; ``fbo cost --batch``): a batch's share
+from the batch bench's table, the runs grouped as the executors group them, and a tuning whose kind never ran
+here costing "no estimate" rather than NaN."""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from fbo_cli.batch import batch_share, batch_speedups, cost_shares
+from fbo_cli.config import resolve
+from fbo_cli.results import estimate_cost
+
+HC = {"dataset": "digits", "clients": 4, "participation": 1.0, "partition": "dirichlet", "noise": 0.3,
+      "batch_size": 16, "local_steps": 2, "rounds": 10, "threads": 1}
+
+
+def test_batch_share_fits_the_measured_ratio_and_assumes_nothing_beyond_it():
+    assert batch_share(1, 8, 2.0) == 1.0  # alone
+    assert batch_share(8, 8, 2.0) == pytest.approx(0.5)  # R runs: 1/ratio of their time alone
+    shares = [batch_share(n, 8, 2.0) for n in range(1, 9)]
+    assert all(a > b for a, b in zip(shares, shares[1:]))  # more runs, a smaller share each
+    assert batch_share(16, 8, 2.0) == batch_share(8, 8, 2.0)  # no gain beyond the R measured
+    assert batch_share(8, 8, 0.8) > 1.0  # a batch measured slower costs more, as measured
+
+
+def _bench(root, rows):
+    (root / "bench").mkdir(parents=True)
+    head = ["case", "task", "algo", "R", "step_ratio"]
+    (root / "bench" / "batch.csv").write_text("\n".join([",".join(head), *(",".join(map(str, r)) for r in rows)]))
+    batch_speedups.cache_clear()
+
+
+def test_cost_shares_group_as_the_executors_and_price_with_the_bench(tmp_path):
+    _bench(tmp_path, [("c", "hyperclean", "fedbio", 8, 2.0)])
+    cells = [SimpleNamespace(cfg=resolve("hyperclean", a, {**HC, "out_dir": str(tmp_path / "r"), **kw}))
+             for a, kw in [("fedbio", {"upper_lr": 1.0}), ("fedbio", {"upper_lr": 2.0}), ("fedbio", {"seed": 1}),
+                           ("fedavg-noisy", {})]]
+    roots = (tmp_path,)
+    got = cost_shares(cells, "auto", roots)
+    assert got[0] == got[1] == pytest.approx(batch_share(2, 8, 2.0))  # two step sizes of seed 0
+    assert got[0] < 1.0
+    assert got[2:] == [1.0, 1.0]  # another seed alone; an algorithm that does not batch
+    assert cost_shares(cells, "off", roots) == [1.0] * 4
+    # the model: a run's training part times its share, its evaluations as alone
+    run = tmp_path / "ev" / "hyperclean" / "fedbio" / "x"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(json.dumps(cells[0].cfg.as_dict(), default=str))
+    (run / "summary.json").write_text(json.dumps({"ledger": {"rounds": 10}, "train_time_s": 3.0,
+                                                  "eval_time_s": 1.0, "device": "cpu"}))
+    from fbo_cli.results import _seconds_per_round
+
+    _seconds_per_round.cache_clear()
+    alone, _ = estimate_cost(cells[:2], roots=(tmp_path / "ev",))
+    both, _ = estimate_cost(cells[:2], roots=(tmp_path / "ev",), shares=got[:2])
+    assert alone == pytest.approx(2 * 10 * 0.4)
+    assert both == pytest.approx(2 * (3.0 * got[0] + 1.0))
+    # a run that stepped in a batch says nothing of what a run costs alone
+    (run / "summary.json").write_text(json.dumps({"ledger": {"rounds": 10}, "train_time_s": 3.0, "eval_time_s": 1.0,
+                                                  "device": "cpu", "batch_runs": 8}))
+    _seconds_per_round.cache_clear()
+    assert estimate_cost(cells[:1], roots=(tmp_path / "ev",))[1] == 1
+    _seconds_per_round.cache_clear()
+
+
+def test_a_tuning_of_a_kind_never_run_here_has_no_estimate_not_nan(tmp_path):
+    import math
+
+    from fbo_cli.reproduce import spec_cost
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: s\ntask: hyperclean\nmetric: test_acc\nseeds: [0]\n"
+                    f"base: {{dataset: digits, clients: 4, rounds: 10, device: cuda, out_dir: {tmp_path / 'r'}}}\n"
+                    "tune: {seeds: [100], rounds: budget}\n"
+                    "algorithms:\n  - {name: A, algo: fedbio, tune: {upper_lr: [1, 10, 100]}}\n")
+    c = spec_cost(spec, {})
+    assert math.isfinite(c["expected_s"]) and math.isfinite(c["largest_s"])
+    assert c["unknown"] > 3  # the grid's 3 runs, the compared run and what the tuning adds
