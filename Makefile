@@ -56,7 +56,7 @@ witness-fednest:  ## the paper's own code beside ours: the public FedNest code (
 reproduce-check:  ## do the committed numbers reproduce? rerun 60 core-minutes of the report's runs (every spec and algorithm in turn, tuned values, no tuning) and compare them with the evidence (about 30 min on 2 cores; CHECK_ARGS=--all for every run)
 	$(FBO) check --jobs $(JOBS) $(CHECK_ARGS)
 
-reproduce-cost:  ## what reproduce-all costs, estimated from the committed evidence (core-minutes per spec, tuning included); runs nothing
+reproduce-cost:  ## what reproduce-all costs, estimated from the committed evidence (core-minutes per spec, tuning included, run batches priced by the batch bench; one GPU estimated from the CUDA bench); runs nothing
 	$(FBO) cost --jobs $(JOBS)
 
 reproduce-all:  ## every paper's reproduction (`fbo reproduce`: the specs that name a paper, tuning first where the spec has a grid), then the report; prints its estimated cost first

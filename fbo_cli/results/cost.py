@@ -107,8 +107,8 @@ def evidence_roots() -> tuple[Path, ...]:
                                if p.is_dir())) or (Path("docs/results"),)
 
 
-def estimate_cost(cells: list, roots: tuple[Path, ...] | None = None,
-                  shares: Sequence[float] | None = None) -> tuple[float, int]:
+def estimate_cost(cells: list, roots: tuple[Path, ...] | None = None, shares: Sequence[float] | None = None,
+                  eval_shares: Sequence[float] | None = None) -> tuple[float, int]:
     """(core-seconds, runs without a basis) of running ``cells``: each run's budget in rounds times the
     median seconds per round (training and evaluation) of finished runs of the same kind under ``roots``
     (the committed evidence, and the results folder) on this kind of device (a GPU's runs say nothing of a
@@ -118,7 +118,8 @@ def estimate_cost(cells: list, roots: tuple[Path, ...] | None = None,
     evaluation cadence, participation and local work change the cost too).
 
     ``shares``: per run, the share of its training time alone that it costs in its run batch
-    (:func:`fbo_cli.batch.cost_shares`; its evaluations cost what they cost alone)."""
+    (:func:`fbo_cli.batch.cost_shares`) or on another device; ``eval_shares`` the same for its evaluations
+    (default: as alone)."""
     if not cells:
         return 0.0, 0
     import torch
@@ -128,7 +129,7 @@ def estimate_cost(cells: list, roots: tuple[Path, ...] | None = None,
     folders = {str(Path(r).resolve()) for r in (*roots, *(c.cfg.run.out_dir for c in cells))}
     table = _seconds_per_round(tuple(sorted(folders)), here)
     total, unknown = 0.0, 0
-    for c, share in zip(cells, shares or [1.0] * len(cells), strict=True):
+    for c, share, eshare in zip(cells, shares or [1.0] * len(cells), eval_shares or [1.0] * len(cells), strict=True):
         if c.cfg.run.device not in ("auto", here):
             unknown += 1
             continue
@@ -137,7 +138,7 @@ def estimate_cost(cells: list, roots: tuple[Path, ...] | None = None,
                     for i, k in enumerate(_cost_keys(d)) if table.get(k)), None)
         if hit:
             spr, train = hit
-            total += spr * (train * share + 1 - train) * c.cfg.run.rounds
+            total += spr * (train * share + (1 - train) * eshare) * c.cfg.run.rounds
         else:
             unknown += 1
     return total, unknown
