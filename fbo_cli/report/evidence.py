@@ -16,8 +16,9 @@ EVIDENCE_FILES = ("config.yaml", "metrics.csv", "summary.json")
 SPEC_FILES = ("tuned.yaml", "settled.yaml", "tuning.csv", "ranking.csv", "tuning.partial.yaml", "tuning.partial.csv")
 
 
-# CPU, GPU, and the latency-bound cases on the code before the speed work and on this code (fbo bench --against)
-BENCH_FILES = ("bench/bench.md", "bench/cuda/bench.md", "bench/ab.md")
+# CPU, GPU, the latency-bound cases on the code before the speed work and on this code (fbo bench --against), and
+# run batches against runs one by one (fbo bench --batch R; its csv prices batches in fbo cost)
+BENCH_FILES = ("bench/bench.md", "bench/cuda/bench.md", "bench/ab.md", "bench/batch.md", "bench/batch.csv")
 
 # the last reproduction check (make reproduce-check): committed runs rerun and compared with the evidence
 CHECK_FILES = ("check/check.md", "check/check.csv")

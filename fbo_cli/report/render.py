@@ -90,6 +90,13 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
                     f"`{ab}`, from `make bench-ab` (`fbo bench --against <the earlier commit>`): both versions "
                     "of the code in turn, in fresh processes, over the same minutes:", "",
                     ab.read_text().strip(), ""]
+        batch = root / BENCH_FILES[3]
+        out += ["### Run batches: `fbo bench --batch 8`", ""]
+        out += ([f"`{batch}`: R runs of one algorithm and seed at R step sizes, stepped one by one and as one run "
+                 "batch (`--batch`, on by default in `fbo tune`, `compare` and `reproduce`) in the same process, "
+                 "alternately; `fbo cost` prices batched runs with its step ratios:", "", batch.read_text().strip(), ""]
+                if batch.is_file() else ["Not measured yet (`fbo bench --batch 8 --out results/bench`, then "
+                                         "`fbo report --collect results`).", ""])
         gpu = root / BENCH_FILES[1]
         out += ["### On a GPU: `make bench DEVICE=cuda`", ""]
         out += ([f"`{gpu}`:", "", gpu.read_text().strip(), ""] if gpu.is_file() else
