@@ -144,3 +144,30 @@ def test_an_interrupted_batch_writes_each_runs_checkpoint_and_resumes_bit_for_bi
                       strict=True):
         execute(ca)
         assert compare_run(ca.run_dir, cb.run_dir)["outcome"] == "identical"
+
+
+# --- issue 39a: the FedAvg bounds (hyperclean), CODA+, CODASCA and FedAvg-CE (auc) ---------------------------------
+AUC = {"dataset": "synth-c100", "clients": 4, "I": 3, "T0": 5, "batch_size": 8, "hidden": 8, "holdout": True}
+CASES_39A = [
+    ("hyperclean", "fedavg-noisy", "lower_lr", HC), ("hyperclean", "fedavg-clean", "lower_lr", HC),
+    ("auc", "codaplus", "eta", {**AUC, "preset": "code"}),  # clipping, weight decay, closed-form dual, alpha >= 0
+    ("auc", "codasca", "eta", {**AUC, "stage_output": "random_round", "stage_restart": "output", "control": "eq6"}),
+    ("auc", "codasca", "inv_gamma", {**AUC, "inv_gamma": 500.0, "eta_g": 0.9}),
+    ("auc", "fedavg-ce", "eta", {**AUC, "weight_decay": 0.01}),
+]
+
+
+@pytest.mark.parametrize("task,algo,key,base", CASES_39A, ids=[f"{c[1]}-{c[2]}" for c in CASES_39A])
+def test_39a_batch_of_two_seeds_by_two_settings_is_each_run_alone(tmp_path, task, algo, key, base):
+    batched = _cfgs(task, algo, key, base, tmp_path / "batch")
+    assert group_batches(batched) == [[0, 1], [2, 3]]
+    out = execute_batch(batched)
+    assert [s["status"] for s in out] == ["done"] * 4
+    assert all("stepped together" in (c.run_dir / "run.log").read_text() for c in batched)
+    metrics = []
+    for cb, ca in zip(batched, _cfgs(task, algo, key, base, tmp_path / "alone"), strict=True):
+        execute(ca)
+        r = compare_run(ca.run_dir, cb.run_dir)
+        assert r["outcome"] == "identical", (cb.run_id, r)
+        metrics.append((cb.run_dir / "metrics.csv").read_text())
+    assert metrics[0] != metrics[1] and metrics[0] != metrics[2]  # the setting and the seed change the numbers
