@@ -154,10 +154,12 @@ CASES_39A = [
     ("auc", "codasca", "eta", {**AUC, "stage_output": "random_round", "stage_restart": "output", "control": "eq6"}),
     ("auc", "codasca", "inv_gamma", {**AUC, "inv_gamma": 500.0, "eta_g": 0.9}),
     ("auc", "fedavg-ce", "eta", {**AUC, "weight_decay": 0.01}),
+    ("auc", "codasca", "eta", {**AUC, "dataset": "digits", "model": "cnn", "channels": 4}),  # autograd through vmap
 ]
 
 
-@pytest.mark.parametrize("task,algo,key,base", CASES_39A, ids=[f"{c[1]}-{c[2]}" for c in CASES_39A])
+@pytest.mark.parametrize("task,algo,key,base", CASES_39A,
+                         ids=[f"{c[1]}-{c[2]}" + ("-cnn" if c[3].get("model") else "") for c in CASES_39A])
 def test_39a_batch_of_two_seeds_by_two_settings_is_each_run_alone(tmp_path, task, algo, key, base):
     batched = _cfgs(task, algo, key, base, tmp_path / "batch")
     assert group_batches(batched) == [[0, 1], [2, 3]]

@@ -27,7 +27,8 @@ the lower loss needs γL < 2; docs/fidelity.md#fedbio; the experiments tune γ).
 
 Run batches (docs/fidelity.md#batches): runs that differ in γ step together, each run's ``metrics.csv``
 identical bit for bit to the run alone on the CPU. The client sets and minibatches do not depend on y, so
-the runs of a seed share them; the gradient call is folded (one call over the R*M client rows).
+the runs of a seed share them (drawn and gathered once); the gradient is the task's call run by run (each the
+call of the run alone), the step and the mean over the R*M client rows at once.
 """
 
 from __future__ import annotations
@@ -74,8 +75,9 @@ class FedAvgBound(BilevelAlgorithm):
         if hp.data == "clean":
             train = train.restrict(~self.fed.data.extra["noisy"])
         Y = self.spread(self.y, len(S))
-        # g_fixed does not read x; in a batch an empty [R*M, 0] makes the call one folded call over the rows
-        x = Y.new_zeros(len(Y), 0) if self.batched else self.x.new_zeros(0)
+        # g_fixed does not read x; in a batch the empty x makes the gradient a call per run on the shared minibatch
+        # (docs/fidelity.md#batches: faster here than one folded call on the minibatch repeated R times)
+        x = self.x.new_zeros(0)
         for _ in range(hp.local_steps):
             batch = train.sample(self.fed.gen, hp.batch_size)
             has = batch["w"].sum(1) > 0  # a client with no clean example sits out
