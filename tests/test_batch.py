@@ -173,3 +173,13 @@ def test_39a_batch_of_two_seeds_by_two_settings_is_each_run_alone(tmp_path, task
         assert r["outcome"] == "identical", (cb.run_id, r)
         metrics.append((cb.run_dir / "metrics.csv").read_text())
     assert metrics[0] != metrics[1] and metrics[0] != metrics[2]  # the setting and the seed change the numbers
+
+
+def test_39a_grouping():
+    h = lambda algo="fedavg-noisy", **kw: resolve("hyperclean", algo, {**HC, **kw})  # noqa: E731
+    assert group_batches([h(lower_lr=0.01), h("fedavg-clean", lower_lr=0.01), h(lower_lr=0.02)]) == [[0, 2], [1]]
+    a = lambda algo="codasca", **kw: resolve("auc", algo, {**AUC, **kw})  # noqa: E731
+    cfgs = [a(eta=0.1), a(eta=0.2, decay=2.0), a(eta=0.3), a(inv_gamma=0.0), a(inv_gamma=0.0, eta=0.2),
+            a(grad_clip=0.5), a(inv_gamma=500.0), a(inv_gamma=700.0), a("codaplus"), a("fedavg-ce")]
+    # decay and grad_clip are batch_fixed; an inv_gamma of 0 (gamma then) runs alone; None and a number differ
+    assert group_batches(cfgs) == [[0, 2], [1], [3], [4], [5], [6, 7], [8], [9]]
