@@ -148,6 +148,10 @@ class ClientRuns(Algorithm):
         """Client rows ``[K, d]``; in a batch ``[R*K, d]`` as the view ``[R, K, d]``."""
         return t.unflatten(0, (self.runs, -1)) if self.batched else t
 
+    def rows(self, t: torch.Tensor) -> torch.Tensor:
+        """The client rows of a :meth:`runs_view`: ``[K, d]``; in a batch ``[R, K, d]`` as ``[R*K, d]``."""
+        return t.flatten(0, 1) if self.batched else t
+
     def glob(self, v: torch.Tensor) -> torch.Tensor:
         """A global ``[d]`` to broadcast against client rows; in a batch ``[R, d]`` as ``[R, 1, d]`` (against
         :meth:`runs_view`)."""
@@ -353,7 +357,8 @@ class Codasca(CodaPlus):
         sum_gv = torch.zeros_like(self.vk)
         sum_ga = torch.zeros_like(self.ak)
         eta = self.eta
-        corr_v, corr_a = self.spread(self.cv, K) - self.cvk, self.spread(self.ca, K) - self.cak  # fixed in the round
+        rv, g, rows = self.runs_view, self.glob, self.rows
+        corr_v, corr_a = rows(g(self.cv) - rv(self.cvk)), rows(g(self.ca) - rv(self.cak))  # fixed in the round
         for _ in range(I):
             gv, ga = self.local_grads()
             sum_gv += gv
@@ -362,8 +367,8 @@ class Codasca(CodaPlus):
         if self.hp.control == "eq7":
             self.cvk, self.cak = sum_gv / I, sum_ga / I
         else:
-            self.cvk = self.cvk - self.spread(self.cv, K) + (self.spread(v_prev, K) - self.vk) / (I * eta)
-            self.cak = self.cak - self.spread(self.ca, K) + (self.ak - self.spread(a_prev, K)) / (I * eta)
+            self.cvk = rows(rv(self.cvk) - g(self.cv) + (g(v_prev) - rv(self.vk)) / (I * eta))
+            self.cak = rows(rv(self.cak) - g(self.ca) + (rv(self.ak) - g(a_prev)) / (I * eta))
         self.cv, self.ca = self.cmean(self.cvk), self.cmean(self.cak)
         v = v_prev + self.hp.eta_g * (self.cmean(self.vk) - v_prev)
         a = self.task.project_dual(a_prev + self.hp.eta_g * (self.cmean(self.ak) - a_prev))
