@@ -144,3 +144,42 @@ def test_an_interrupted_batch_writes_each_runs_checkpoint_and_resumes_bit_for_bi
                       strict=True):
         execute(ca)
         assert compare_run(ca.run_dir, cb.run_dir)["outcome"] == "identical"
+
+
+# --- issue 39a: the FedAvg bounds (hyperclean), CODA+, CODASCA and FedAvg-CE (auc) ---------------------------------
+AUC = {"dataset": "synth-c100", "clients": 4, "I": 3, "T0": 5, "batch_size": 8, "hidden": 8, "holdout": True}
+CASES_39A = [
+    ("hyperclean", "fedavg-noisy", "lower_lr", HC), ("hyperclean", "fedavg-clean", "lower_lr", HC),
+    ("auc", "codaplus", "eta", {**AUC, "preset": "code"}),  # clipping, weight decay, closed-form dual, alpha >= 0
+    ("auc", "codasca", "eta", {**AUC, "stage_output": "random_round", "stage_restart": "output", "control": "eq6"}),
+    ("auc", "codasca", "inv_gamma", {**AUC, "inv_gamma": 500.0, "eta_g": 0.9}),
+    ("auc", "fedavg-ce", "eta", {**AUC, "weight_decay": 0.01}),
+    ("auc", "codasca", "eta", {**AUC, "dataset": "digits", "model": "cnn", "channels": 4}),  # autograd through vmap
+]
+
+
+@pytest.mark.parametrize("task,algo,key,base", CASES_39A,
+                         ids=[f"{c[1]}-{c[2]}" + ("-cnn" if c[3].get("model") else "") for c in CASES_39A])
+def test_39a_batch_of_two_seeds_by_two_settings_is_each_run_alone(tmp_path, task, algo, key, base):
+    batched = _cfgs(task, algo, key, base, tmp_path / "batch")
+    assert group_batches(batched) == [[0, 1], [2, 3]]
+    out = execute_batch(batched)
+    assert [s["status"] for s in out] == ["done"] * 4
+    assert all("stepped together" in (c.run_dir / "run.log").read_text() for c in batched)
+    metrics = []
+    for cb, ca in zip(batched, _cfgs(task, algo, key, base, tmp_path / "alone"), strict=True):
+        execute(ca)
+        r = compare_run(ca.run_dir, cb.run_dir)
+        assert r["outcome"] == "identical", (cb.run_id, r)
+        metrics.append((cb.run_dir / "metrics.csv").read_text())
+    assert metrics[0] != metrics[1] and metrics[0] != metrics[2]  # the setting and the seed change the numbers
+
+
+def test_39a_grouping():
+    h = lambda algo="fedavg-noisy", **kw: resolve("hyperclean", algo, {**HC, **kw})  # noqa: E731
+    assert group_batches([h(lower_lr=0.01), h("fedavg-clean", lower_lr=0.01), h(lower_lr=0.02)]) == [[0, 2], [1]]
+    a = lambda algo="codasca", **kw: resolve("auc", algo, {**AUC, **kw})  # noqa: E731
+    cfgs = [a(eta=0.1), a(eta=0.2, decay=2.0), a(eta=0.3), a(inv_gamma=0.0), a(inv_gamma=0.0, eta=0.2),
+            a(grad_clip=0.5), a(inv_gamma=500.0), a(inv_gamma=700.0), a("codaplus"), a("fedavg-ce")]
+    # decay and grad_clip are batch_fixed; an inv_gamma of 0 (gamma then) runs alone; None and a number differ
+    assert group_batches(cfgs) == [[0, 2], [1], [3], [4], [5], [6, 7], [8], [9]]

@@ -53,6 +53,13 @@ Hyperparameters (§6; the experiments' grids in brackets): eta = 0.1 [0.1, 0.01,
 0.001] (CODASCA's eta_l), eta_g = 1 [1.1, 1, 0.99, 0.999], gamma = 1/500 [1/500, 1/700, 1/1000]
 (or ``inv_gamma``), T0 = 2000 [2000, 3000, 4000], decay 3, I = 32 [1, 32, 64, 128, 512, 1024],
 local batch 32.
+
+Run batches (docs/fidelity.md#batches): runs that differ in float hyperparameters (eta, gamma or inv_gamma,
+weight_decay, eta_g; not decay or grad_clip) step together, each run's ``metrics.csv`` identical bit for bit
+to the run alone on the CPU with the mlp's closed-form gradients (``fast``, the default). The epoch sampler's
+permutations and the random-round draws do not depend on the iterate, so the runs of a seed share them; the
+clients' state ``[K, ...]`` is ``[R*K, ...]`` within a round (one gradient call over the R*K rows, each client's
+minibatch repeated for the runs) and ``[R, K, ...]`` between rounds (:class:`ClientRuns`).
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
+from ..batched import Rate
 from ..errors import UsageError
 from .base import Algorithm, bounded
 
@@ -104,12 +112,77 @@ class EpochSampler:
         return pos, torch.as_tensor(valid, device=dev)
 
 
-class CodaPlus(Algorithm):
+class ClientRuns(Algorithm):
+    """The run dimension of algorithms whose clients keep their own state between rounds (``[K, ...]``, the
+    ``client_state``), in a run batch (fbo_cli/batch.py): ``[R, K, ...]`` between two rounds (the batch reads
+    run r's rows at index r: its evaluation, checkpoint and divergence check, :func:`fbo_cli.batched.show`) and
+    ``[R*K, ...]`` (run-major, every client a row) within one (:meth:`comm_round`)."""
+
+    batches: ClassVar[bool] = True
+    client_state: ClassVar[tuple[str, ...]] = ()
+
+    def step(self) -> None:
+        self._fold(True)
+        self.comm_round()
+        self._fold(False)
+
+    def comm_round(self) -> None:
+        raise NotImplementedError
+
+    def _fold(self, fold: bool) -> None:
+        if self.batched:
+            for k in self.client_state:
+                v = getattr(self, k, None)
+                if v is not None:
+                    setattr(self, k, v.flatten(0, 1) if fold else v.unflatten(0, (self.runs, -1)))
+
+    def client_batch(self, pos: torch.Tensor, valid: torch.Tensor):
+        """The clients' minibatch ``[K, B, ...]`` (:meth:`fbo_cli.tasks.auc.AUC.batch`); in a batch repeated for
+        the R runs, ``[R*K, B, ...]``."""
+        b = self.task.batch(pos, valid)
+        if self.batched:
+            b = {k: v.repeat(self.runs, *[1] * (v.dim() - 1)) for k, v in b.items()}
+        return b
+
+    def runs_view(self, t: torch.Tensor) -> torch.Tensor:
+        """Client rows ``[K, d]``; in a batch ``[R*K, d]`` as the view ``[R, K, d]``."""
+        return t.unflatten(0, (self.runs, -1)) if self.batched else t
+
+    def rows(self, t: torch.Tensor) -> torch.Tensor:
+        """The client rows of a :meth:`runs_view`: ``[K, d]``; in a batch ``[R, K, d]`` as ``[R*K, d]``."""
+        return t.flatten(0, 1) if self.batched else t
+
+    def glob(self, v: torch.Tensor) -> torch.Tensor:
+        """A global ``[d]`` to broadcast against client rows; in a batch ``[R, d]`` as ``[R, 1, d]`` (against
+        :meth:`runs_view`)."""
+        return v.unsqueeze(-2) if self.batched else v
+
+    def axpy(self, t: torch.Tensor, x: torch.Tensor, alpha, sub: bool = False) -> torch.Tensor:
+        """``t += alpha x`` (``sub``: ``-=``) in place, as ``add_``/``sub_`` with ``alpha=`` rounds it (one fused
+        step); ``t``, ``x`` in :meth:`runs_view` / :meth:`glob` form. A :class:`~fbo_cli.batched.Rate` (the runs'
+        own alphas): run by run, each run's slice exactly the call of the run alone."""
+        op = torch.Tensor.sub_ if sub else torch.Tensor.add_
+        if not isinstance(alpha, Rate):
+            return op(t, x, alpha=alpha)
+        for r, a in enumerate(alpha.v):
+            op(t[r], x[r], alpha=a)
+        return t
+
+    def scale(self, t: torch.Tensor, c) -> torch.Tensor:
+        """``t *= c`` in place (``c`` a Rate: each run's rows by its own number, rows run-major)."""
+        return t.mul_(c.col(t) if isinstance(c, Rate) else c)
+
+
+class CodaPlus(ClientRuns):
     aliases: ClassVar[dict[str, str]] = {"local_steps": "I"}
     paper: ClassVar[str] = "Yuan, Guo, Xu, Ying & Yang, ICML 2021 (CODASCA), Alg. 1/2"
     tasks: ClassVar[tuple[str, ...]] = ("auc",)
     rounds: ClassVar[str] = "1 round of I local iterations"
     scaffold: ClassVar[bool] = False
+    batch_state: ClassVar[tuple[str, ...]] = ("vk", "ak", "ref", "sum_v", "sum_a", "pick_v", "pick_a", "cvk", "cak",
+                                              "cv", "ca")
+    client_state: ClassVar[tuple[str, ...]] = ("vk", "ak", "cvk", "cak")
+    batch_fixed: ClassVar[tuple[str, ...]] = ("decay", "grad_clip")  # the stages and the clip are one number
 
     @dataclass
     class HP:
@@ -133,9 +206,6 @@ class CodaPlus(Algorithm):
         self.dual_grad = hp.dual_grad or pre["dual_grad"]
         if self.dual_grad not in ("autograd", "closed_form"):
             raise UsageError(f"dual_grad must be autograd or closed_form; got '{self.dual_grad}'")
-        self.clip = pre["grad_clip"] if hp.grad_clip is None else hp.grad_clip
-        self.wd = pre["weight_decay"] if hp.weight_decay is None else hp.weight_decay
-        self.gamma = 1.0 / hp.inv_gamma if hp.inv_gamma else hp.gamma
         self.out_rule = hp.stage_output
         if self.out_rule == "paper":
             self.out_rule = "random_round" if self.scaffold else "average"
@@ -148,28 +218,49 @@ class CodaPlus(Algorithm):
         self.sampler = EpochSampler(task.mask, hp.batch_size, fed.gen)
         self.t = 0  # local iterations done
         self.stage = 0
-        self.eta = hp.eta
         self._new_stage()
+
+    @classmethod
+    def can_batch(cls, hp) -> bool:
+        return cls.batches and hp.inv_gamma != 0  # a zero inv_gamma falls back to gamma: not one rule for a Rate
+
+    # the settings of the run (from hp, so that a run of a batch reads its own: Rates there)
+    @property
+    def gamma(self):
+        return 1.0 / self.hp.inv_gamma if self.hp.inv_gamma else self.hp.gamma
+
+    @property
+    def clip(self):
+        return self.task.preset["grad_clip"] if self.hp.grad_clip is None else self.hp.grad_clip
+
+    @property
+    def wd(self):
+        return self.task.preset["weight_decay"] if self.hp.weight_decay is None else self.hp.weight_decay
+
+    @property
+    def eta(self):
+        """The step of the stage: ``eta / decay^stage``."""
+        return self.hp.eta / self.hp.decay ** self.stage if self.stage else self.hp.eta
 
     # stage bookkeeping -----------------------------------------------------------------------------
     def _new_stage(self) -> None:
         self.sum_v = torch.zeros_like(self.ref)
-        self.sum_a = torch.zeros_like(self.ak[0])
         self.n_sum = 0
         self.rounds_in_stage = 0
-        self.pick_v, self.pick_a = self.vk.mean(0), self.ak.mean(0)
+        self.pick_v, self.pick_a = self.cmean(self.vk), self.cmean(self.ak)
+        self.sum_a = torch.zeros_like(self.pick_a)
         if self.scaffold:
             self.cvk = torch.zeros_like(self.vk)
             self.cak = torch.zeros_like(self.ak)
             self.cv = torch.zeros_like(self.ref)
-            self.ca = torch.zeros_like(self.ak[0])
+            self.ca = torch.zeros_like(self.pick_a)
 
     def _stage_output(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self.out_rule == "average" and self.n_sum:
             return self.sum_v / self.n_sum, self.sum_a / self.n_sum
         if self.out_rule == "random_round":
             return self.pick_v, self.pick_a
-        return self.vk.mean(0), self.ak.mean(0)
+        return self.cmean(self.vk), self.cmean(self.ak)
 
     def _end_of_round(self) -> None:
         """Random-round reservoir, then a stage transition if a multiple of T0 was reached."""
@@ -177,17 +268,16 @@ class CodaPlus(Algorithm):
         if self.out_rule == "random_round":
             u = float(torch.rand((), generator=self.fed.gen, device=self.fed.gen.device))
             if u * self.rounds_in_stage < 1.0:  # keep this round with probability 1/r
-                self.pick_v, self.pick_a = self.vk[0].clone(), self.ak[0].clone()
+                self.pick_v, self.pick_a = self.first_row(self.vk), self.first_row(self.ak)
         stage = self.t // self.hp.T0
         if stage == self.stage:
             return
         v_out, a_out = self._stage_output()
         self.ref = v_out.clone()
         if self.hp.stage_restart == "output":
-            self.vk = v_out.expand(self.K, -1).clone()
-            self.ak = a_out.expand(self.K, -1).clone()
+            self.vk = self.spread(v_out, self.K)
+            self.ak = self.spread(a_out, self.K)
         self.stage = stage
-        self.eta = self.hp.eta / self.hp.decay ** stage
         self._new_stage()
 
     # one local iteration -----------------------------------------------------------------------------
@@ -195,14 +285,15 @@ class CodaPlus(Algorithm):
         """``[K, dv]`` and ``[K, 1]``: every client's gradients of ``F_k^s`` at its own iterate on its
         next minibatch, as applied (clipping, closed-form dual, proximal term)."""
         pos, valid = self.sampler.next()
-        batch = self.task.batch(pos, valid)
+        batch = self.client_batch(pos, valid)
         self.ledger.oracle("grads", self.sampler.active, self.sampler.rows)
         gv, ga = self.task.grads("objective", self.vk, self.ak, batch)  # fresh tensors: updated in place
         if self.clip:
             gv[:, :self.task.dw].clamp_(-self.clip, self.clip)
         if self.dual_grad == "closed_form":
             ga = self.task.dual_closed_form(self.vk, self.ak)
-        gv.add_(self.vk, alpha=self.gamma).sub_(self.ref, alpha=self.gamma)  # + gamma (v^k - v_0)
+        g, gr = self.gamma, self.runs_view(gv)
+        self.axpy(self.axpy(gr, self.runs_view(self.vk), g), self.glob(self.ref), g, sub=True)  # + gamma (v^k - v_0)
         return gv, ga
 
     def _apply(self, dv: torch.Tensor, da: torch.Tensor, cv: torch.Tensor | None = None,
@@ -210,25 +301,26 @@ class CodaPlus(Algorithm):
         """``v^k <- v^k - eta (dv + cv)``, ``alpha^k <- alpha^k + eta (da + ca)`` (``cv``, ``ca``: CODASCA's
         control-variate corrections ``c - c^k``), in place on the clients' own ``v^k``; the decoupled weight
         decay is ``w^k <- (1 - eta wd) w^k`` first (the same as ``- eta wd w^k`` in the step)."""
-        eta = self.eta
-        if self.wd:
-            self.vk[:, :self.task.dw].mul_(1.0 - eta * self.wd)
-        self.vk.sub_(dv, alpha=eta)
+        eta, wd = self.eta, self.wd
+        if wd:
+            self.scale(self.vk[:, :self.task.dw], 1.0 - eta * wd)
+        vr = self.runs_view(self.vk)
+        self.axpy(vr, self.runs_view(dv), eta, sub=True)
         if cv is not None:
-            self.vk.sub_(cv, alpha=eta)
+            self.axpy(vr, self.runs_view(cv), eta, sub=True)
             da = da + ca
         self.ak = self.task.project_dual(self.ak + eta * da)
         self.t += 1
-        self.sum_v += self.vk.mean(0)
-        self.sum_a += self.ak.mean(0)
+        self.sum_v += self.cmean(self.vk)
+        self.sum_a += self.cmean(self.ak)
         self.n_sum += 1
 
-    def step(self) -> None:
+    def comm_round(self) -> None:
         for _ in range(self.hp.I):
             gv, ga = self.local_grads()
             self._apply(gv, ga)
-        self.vk = self.vk.mean(0).expand(self.K, -1).clone()
-        self.ak = self.ak.mean(0).expand(self.K, -1).clone()
+        self.vk = self.spread(self.cmean(self.vk), self.K)
+        self.ak = self.spread(self.cmean(self.ak), self.K)
         self.ledger.comm(self.K, self.task.dv + 1)
         self._end_of_round()
 
@@ -259,13 +351,14 @@ class Codasca(CodaPlus):
     def __init__(self, task, hp, fed):
         super().__init__(task, hp, fed)
 
-    def step(self) -> None:
-        I = self.hp.I
-        v_prev, a_prev = self.vk[0].clone(), self.ak[0].clone()  # the broadcast point
+    def comm_round(self) -> None:
+        I, K = self.hp.I, self.K
+        v_prev, a_prev = self.first_row(self.vk), self.first_row(self.ak)  # the broadcast point
         sum_gv = torch.zeros_like(self.vk)
         sum_ga = torch.zeros_like(self.ak)
         eta = self.eta
-        corr_v, corr_a = self.cv - self.cvk, self.ca - self.cak  # constant within the round
+        rv, g, rows = self.runs_view, self.glob, self.rows
+        corr_v, corr_a = rows(g(self.cv) - rv(self.cvk)), rows(g(self.ca) - rv(self.cak))  # fixed in the round
         for _ in range(I):
             gv, ga = self.local_grads()
             sum_gv += gv
@@ -274,12 +367,12 @@ class Codasca(CodaPlus):
         if self.hp.control == "eq7":
             self.cvk, self.cak = sum_gv / I, sum_ga / I
         else:
-            self.cvk = self.cvk - self.cv + (v_prev - self.vk) / (I * eta)
-            self.cak = self.cak - self.ca + (self.ak - a_prev) / (I * eta)
-        self.cv, self.ca = self.cvk.mean(0), self.cak.mean(0)
-        v = v_prev + self.hp.eta_g * (self.vk.mean(0) - v_prev)
-        a = self.task.project_dual(a_prev + self.hp.eta_g * (self.ak.mean(0) - a_prev))
-        self.vk = v.expand(self.K, -1).clone()
-        self.ak = a.expand(self.K, -1).clone()
+            self.cvk = rows(rv(self.cvk) - g(self.cv) + (g(v_prev) - rv(self.vk)) / (I * eta))
+            self.cak = rows(rv(self.cak) - g(self.ca) + (rv(self.ak) - g(a_prev)) / (I * eta))
+        self.cv, self.ca = self.cmean(self.cvk), self.cmean(self.cak)
+        v = v_prev + self.hp.eta_g * (self.cmean(self.vk) - v_prev)
+        a = self.task.project_dual(a_prev + self.hp.eta_g * (self.cmean(self.ak) - a_prev))
+        self.vk = self.spread(v, K)
+        self.ak = self.spread(a, K)
         self.ledger.comm(self.K, 2 * (self.task.dv + 1))
         self._end_of_round()

@@ -24,6 +24,11 @@ oracle, x = -10 on the corrupted and +10 on the clean examples (F1 = 1 by constr
 
 Hyperparameters (matched to ``fedbio``'s defaults): I = 5, b = 64, γ = 0.03 (a gradient step on
 the lower loss needs γL < 2; docs/fidelity.md#fedbio; the experiments tune γ).
+
+Run batches (docs/fidelity.md#batches): runs that differ in γ step together, each run's ``metrics.csv``
+identical bit for bit to the run alone on the CPU. The client sets and minibatches do not depend on y, so
+the runs of a seed share them (drawn and gathered once); the gradient is the task's call run by run (each the
+call of the run alone), the step and the mean over the R*M client rows at once.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from typing import ClassVar
 import torch
 
 from ..errors import UsageError
-from .base import BilevelAlgorithm, bounded, mean
+from .base import BilevelAlgorithm, bounded
 from .pool_sampler import RowSampler
 
 
@@ -42,6 +47,8 @@ class FedAvgBound(BilevelAlgorithm):
     paper: ClassVar[str] = "McMahan et al., AISTATS 2017 (baseline of AdaFBiO and FedBiO hyper-cleaning)"
     rounds: ClassVar[str] = "1"
     tasks: ClassVar[tuple[str, ...]] = ("hyperclean",)
+    batches: ClassVar[bool] = True  # fbo_cli/batch.py: x is fixed, y carries the run dimension
+    batch_state: ClassVar[tuple[str, ...]] = ("y",)
 
     @dataclass
     class HP:
@@ -67,11 +74,14 @@ class FedAvgBound(BilevelAlgorithm):
         train = RowSampler.of(self.fed.data, "train", S)
         if hp.data == "clean":
             train = train.restrict(~self.fed.data.extra["noisy"])
-        Y = self.y.expand(len(S), -1).clone()
+        Y = self.spread(self.y, len(S))
+        # g_fixed does not read x; in a batch the empty x makes the gradient a call per run on the shared minibatch
+        # (docs/fidelity.md#batches: faster here than one folded call on the minibatch repeated R times)
+        x = self.x.new_zeros(0)
         for _ in range(hp.local_steps):
             batch = train.sample(self.fed.gen, hp.batch_size)
             has = batch["w"].sum(1) > 0  # a client with no clean example sits out
-            d = self.grad(self.task.g_fixed, 1, self.x.new_zeros(0), Y, batch, has)
-            Y = Y - hp.lower_lr * d * has[:, None].to(d.dtype)
-        self.y = mean(Y)
-        self.ledger.comm(len(S), self.y.numel())
+            d = self.grad(self.task.g_fixed, 1, x, Y, batch, has)
+            Y = Y - hp.lower_lr * d * has.repeat(self.runs)[:, None].to(d.dtype)
+        self.y = self.cmean(Y)
+        self.ledger.comm(len(S), self.y.shape[-1])

@@ -17,6 +17,10 @@ round), so the three methods see the same step sizes. Rounds per outer iteration
 floats per client and direction.
 
 Hyperparameters (CODA+'s defaults): eta = 0.1, I = 32, T0 = 2000, decay = 3, batch 32, wd = 0.
+
+Run batches (docs/fidelity.md#batches): as CODA+ (the same sampler and machinery, ``ClientRuns``): runs that
+differ in eta or weight_decay (not decay) step together, identical bit for bit to the run alone on the CPU
+with the mlp's closed-form gradients.
 """
 
 from __future__ import annotations
@@ -26,15 +30,18 @@ from typing import ClassVar
 
 import torch
 
-from .base import Algorithm, bounded
-from .codasca import EpochSampler
+from .base import bounded
+from .codasca import ClientRuns, EpochSampler
 
 
-class FedAvgCE(Algorithm):
+class FedAvgCE(ClientRuns):
     aliases: ClassVar[dict[str, str]] = {"local_steps": "I"}
     paper: ClassVar[str] = "McMahan et al., AISTATS 2017 (extra baseline for CODASCA)"
     tasks: ClassVar[tuple[str, ...]] = ("auc",)
     rounds: ClassVar[str] = "1 round of I local iterations"
+    batch_state: ClassVar[tuple[str, ...]] = ("vk",)
+    client_state: ClassVar[tuple[str, ...]] = ("vk",)
+    batch_fixed: ClassVar[tuple[str, ...]] = ("decay",)
 
     @dataclass
     class HP:
@@ -52,23 +59,26 @@ class FedAvgCE(Algorithm):
         self.vk = v0.expand(self.K, -1).clone()
         self.sampler = EpochSampler(task.mask, hp.batch_size, fed.gen)
         self.t = 0
-        self.wd = hp.weight_decay or 0.0
+
+    @property
+    def wd(self):
+        return self.hp.weight_decay or 0.0
 
     def rounds_per_iteration(self) -> int:
         return 1
 
-    def step(self) -> None:
-        eta = self.hp.eta / self.hp.decay ** (self.t // self.hp.T0)
+    def comm_round(self) -> None:
+        eta, wd = self.hp.eta / self.hp.decay ** (self.t // self.hp.T0), self.wd
         for _ in range(self.hp.I):
             pos, valid = self.sampler.next()
-            batch = self.task.batch(pos, valid)
+            batch = self.client_batch(pos, valid)
             self.ledger.oracle("grads", self.sampler.active, self.sampler.rows)
-            g = self.task.grads("bce", self.vk, self.a0.expand(self.K, -1), batch)[0]
-            if self.wd:  # w^k <- w^k - eta (g + wd w^k), in place on the clients' own copies
-                self.vk.mul_(1.0 - eta * self.wd)
-            self.vk.sub_(g, alpha=eta)
+            g = self.task.grads("bce", self.vk, self.a0.expand(len(self.vk), -1), batch)[0]
+            if wd:  # w^k <- w^k - eta (g + wd w^k), in place on the clients' own copies
+                self.scale(self.vk, 1.0 - eta * wd)
+            self.axpy(self.runs_view(self.vk), self.runs_view(g), eta, sub=True)
             self.t += 1
-        self.vk = self.vk.mean(0).expand(self.K, -1).clone()
+        self.vk = self.spread(self.cmean(self.vk), self.K)
         self.ledger.comm(self.K, self.task.dw)
 
     def evaluate(self) -> dict[str, float]:
