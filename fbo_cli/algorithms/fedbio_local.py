@@ -48,6 +48,8 @@ class FedBiOLocal(ClientStateAlgorithm):
     aliases: ClassVar[dict[str, str]] = {"neumann_lr": "neumann_step", "neumann_steps": "Q"}
     paper: ClassVar[str] = "Li, Huang & Huang, arXiv 2302.06701 / NeurIPS 2023, Alg. 3 (FedBiO)"
     rounds: ClassVar[str] = "1 per I local iterations"
+    batches: ClassVar[bool] = True  # fbo_cli/batch.py: the client copies [M, d] become [R, M, d]
+    batch_state: ClassVar[tuple[str, ...]] = ("x", "y")
 
     @dataclass
     class HP:
@@ -76,5 +78,5 @@ class FedBiOLocal(ClientStateAlgorithm):
             nu = self.neumann(self.x, self.y, Bx, hp.neumann_step)
             self.y = self.y - hp.lower_lr * omega  # line 6
             self.x = self.x - hp.upper_lr * nu
-        self.x = self.x.mean(0).expand(self.M, -1).clone()  # line 8: t mod I = 0
-        self.ledger.comm(self.M, self.x.shape[1])
+        self.x = self.to_clients(self.x.mean(-2))  # line 8: t mod I = 0
+        self.ledger.comm(self.M, self.x.shape[-1])

@@ -54,6 +54,9 @@ class FedBiOAccLocal(ClientStateAlgorithm):
     aliases: ClassVar[dict[str, str]] = {"neumann_lr": "neumann_step", "neumann_steps": "Q"}
     paper: ClassVar[str] = "Li, Huang & Huang, arXiv 2302.06701 / NeurIPS 2023, Alg. 4 (FedBiO)"
     rounds: ClassVar[str] = "1 per I local iterations"
+    batches: ClassVar[bool] = True  # fbo_cli/batch.py: the client copies [M, d] become [R, M, d]
+    batch_state: ClassVar[tuple[str, ...]] = ("x", "y", "omega", "nu")
+    batch_fixed: ClassVar[tuple[str, ...]] = ("delta", "u0", "c_omega", "c_nu")  # α_t, the momentum weights
 
     @dataclass
     class HP:
@@ -107,7 +110,7 @@ class FedBiOAccLocal(ClientStateAlgorithm):
             y_new = self.y - hp.lower_lr * a * self.omega  # line 4
             x_new = self.x - hp.upper_lr * a * self.nu
             if s == hp.local_steps:  # line 6: t mod I = 0
-                x_new = x_new.mean(0).expand(self.M, -1).clone()
+                x_new = self.to_clients(x_new.mean(-2))
             By, Bx = self.draw("train", self.by(hp.batch_size)), self.draw_x(hp.batch_size)  # line 10
             X, Y = pair(x_new, self.x), pair(y_new, self.y)
             g_new, g_old = unpair(self.grad_y(X, Y, twice(By)))
@@ -116,9 +119,9 @@ class FedBiOAccLocal(ClientStateAlgorithm):
             self.omega = storm(g_new, self.omega, g_old, min(1.0, hp.c_omega * a * a))  # line 11
             self.nu = storm(h_new, self.nu, h_old, min(1.0, hp.c_nu * a * a))  # line 12
             if s == hp.local_steps:  # line 14
-                self.nu = self.nu.mean(0).expand(self.M, -1).clone()
+                self.nu = self.to_clients(self.nu.mean(-2))
             self.x, self.y = x_new, y_new
-        self.ledger.comm(self.M, 2 * self.x.shape[1])
+        self.ledger.comm(self.M, 2 * self.x.shape[-1])
 
     def state(self) -> dict[str, torch.Tensor]:
         out = super().state()
