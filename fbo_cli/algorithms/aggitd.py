@@ -61,12 +61,8 @@ class AggITD(BilevelAlgorithm):
         tau: int = bounded(1, ge=1, le=1000, doc="local upper steps (\"Outer_ep\")")
         lower_solver: str = bounded("svrg", choices=("svrg", "sgd"), doc="svrg (Alg. 2) | sgd (FedAvg)")
 
-    batches: ClassVar[bool] = True  # fbo_cli/batch.py: with one local upper step (tau = 1)
+    batches: ClassVar[bool] = True  # fbo_cli/batch.py: any number of local upper steps
     batch_state: ClassVar[tuple[str, ...]] = ("x", "y")
-
-    @classmethod
-    def can_batch(cls, hp) -> bool:
-        return hp.tau == 1
 
     def rounds_per_iteration(self) -> int:
         return (2 if self.hp.lower_solver == "svrg" else 1) * self.hp.N + 3

@@ -43,7 +43,7 @@ from typing import ClassVar
 
 import torch
 
-from .base import SCHEDULES, BilevelAlgorithm, bounded, mean
+from .base import SCHEDULES, BilevelAlgorithm, bounded
 
 
 class FedNest(BilevelAlgorithm):
@@ -75,13 +75,9 @@ class FedNest(BilevelAlgorithm):
     aliases: ClassVar[dict[str, str]] = {"local_steps": "tau", "lower_lr": "inner_lr", "upper_lr": "outer_lr",
                                          "neumann_lr": "lam", "neumann_steps": "T", "lower_rounds": "N"}
 
-    batches: ClassVar[bool] = True  # fbo_cli/batch.py: FedInn, FedIHGP (sum, random) and one local upper step
+    batches: ClassVar[bool] = True  # fbo_cli/batch.py: every variant (any tau, LFedNest, every FedIHGP)
     batch_state: ClassVar[tuple[str, ...]] = ("x", "y")
     batch_fixed: ClassVar[tuple[str, ...]] = ("outer_lr_t0",)
-
-    @classmethod
-    def can_batch(cls, hp) -> bool:
-        return hp.tau == 1 and not hp.local_hypergrad and hp.neumann != "code"
 
     def rounds_per_iteration(self) -> int | None:
         hp = self.hp
@@ -107,7 +103,7 @@ class FedNest(BilevelAlgorithm):
         M = len(S)
         train, val = data.split("train", S), data.split("val", S)
         if hp.local_hypergrad:
-            self.x = mean(self._local_outer(x, y, train, val))
+            self.x = self.cmean(self._local_outer(x, y, train, val))
         else:
             P = self._fedihgp(x, y, train, val, M, dy)
             _, self.x = self.upper_round(x, y, train, val, P, hp.tau, self.outer_lr(), same_sample=True)
@@ -145,11 +141,11 @@ class FedNest(BilevelAlgorithm):
         this weighs v by about 3.3 at T = 5, against ``T + 1 = 6`` for the paper's FedIHGP."""
         hp, led = self.hp, self.ledger
         batch = self.noise(enc.full())  # the code computes d_in_d_y once per client (item d)
-        c = v.expand(M, -1).clone()
+        c = self.spread(v, M)
         p, total = v, torch.zeros_like(v)
         for k in range(1, hp.T + 1):
             c = c - hp.lam * self.hvp(gfn, a, y, batch, c)
-            total = total + p + mean(c)
+            total = total + p + self.cmean(c)
             p = total / k
             led.comm(M, dy)
         return hp.lam * p
@@ -157,7 +153,7 @@ class FedNest(BilevelAlgorithm):
     def _local_outer(self, x, y, train, val) -> torch.Tensor:
         """LFedNest's fully local hypergradient steps (docs/fidelity.md#aggitd); returns ``[M, dx]``."""
         hp, f, g = self.hp, self.task.f, self.task.g
-        xi = x.expand(train.M, -1).clone()
+        xi = self.spread(x, train.M)
         lr = self.outer_lr()
         for _ in range(hp.tau):
             v = self.grad(f, 1, xi, y, self.noise(val.full()))
