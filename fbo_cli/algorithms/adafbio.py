@@ -59,6 +59,12 @@ grid 1e-3..3e-2), ϑ = 0.05 (recommended 1e-2). In expectation over k the estima
 convergent. Why each default differs from the recommended value, and the experiments' tuned values:
 docs/fidelity.md#fedbio. With ``adaptive: none`` γ and λ are plain learning rates (times η_t), so
 their grids sit higher.
+
+Run batches (fbo_cli/batch.py, docs/fidelity.md#batches): R runs of one seed that differ in γ, λ, ϑ, ρ or ϱ
+step together, their client state ``[R, M, d]``, every oracle call folded over the ``R*M`` rows with the
+minibatches and k drawn once, the adaptive matrices per run (``a``, ``A`` ``[R, p]``; ``b``, ``B`` ``[R]``,
+float64); η_t's ``eta_k``, ``eta_n`` and the momentum constants ``c1``, ``c2`` are shared (``batch_fixed``).
+Each run's numbers are identical bit for bit to the run alone on the CPU (tested).
 """
 
 from __future__ import annotations

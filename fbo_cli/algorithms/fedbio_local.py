@@ -33,6 +33,10 @@ needs L_g < 20), η = 0.003 (recommended 0.05), Neumann τ = 0.05 and Q = 10 (re
 The series converges for τ < 2/L_g, and τ(Q + 1) sets how much of the implicit term it keeps
 (``fbo diagnose truncation`` measures it). Why each default differs from the recommended value, and
 the experiments' tuned values: docs/fidelity.md#local-lower.
+
+Run batches (fbo_cli/batch.py, docs/fidelity.md#batches): the client state ``[R, M, d]``, every oracle call
+folded over the ``R*M`` rows with the minibatches drawn once; each run's numbers are identical bit for bit to
+the run alone on the CPU (tested).
 """
 
 from __future__ import annotations

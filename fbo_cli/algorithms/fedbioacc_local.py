@@ -36,6 +36,10 @@ b = 64, b_y = b (``by_scale_M: true`` gives Thm 4's b_y = bM), b_1 = 4b, and as 
 α_t = δ = 1 constant (``schedule: cbrt`` gives Thm 4's α_t = δ/(u0 + t)^{1/3}),
 c_ω = c_ν = 0.1 (momentum 1 - c α_t² = 0.9). A weight c α_t² above 1 is clipped to 1 (the plain
 estimator; the theory keeps it below 1).
+
+Run batches (fbo_cli/batch.py, docs/fidelity.md#batches): the client state ``[R, M, d]``, every oracle call
+folded over the ``R*M`` rows with the minibatches drawn once; each run's numbers are identical bit for bit to
+the run alone on the CPU (tested).
 """
 
 from __future__ import annotations

@@ -34,6 +34,10 @@ Hyperparameters (docs/fidelity.md#aggitd): N = 1 (``inner_ep``), T = 5 (``neuman
 β = 0.003, α = 0.01, 5 local lower epochs, batch 64, τ ∈ {1, 5}, C = 0.1. ``neumann: random`` is
 the Ghadimi-Wang form P = λ T Π_{t=1}^{T'} (I - λ H̄_t) p_0 with T' ~ U{0..T-1}; it charges the T'
 rounds it actually runs.
+
+Run batches (fbo_cli/batch.py, docs/fidelity.md#batches): every variant (any τ, LFedNest, every FedIHGP);
+the server-side means and the local upper steps are each run's calls alone, so each run's numbers are
+identical bit for bit to the run alone on the CPU (tested).
 """
 
 from __future__ import annotations
