@@ -90,9 +90,12 @@ class ClientStateAlgorithm(Algorithm):
 
     def encode(self, x: torch.Tensor, batches: list[Batch]) -> list[Batch]:
         """The batches with ``X`` replaced by each client's features under its own ``x [M, dx]``
-        (tasks with ``reuse``: g depends on x only through them), encoded in one call."""
+        (tasks with ``reuse``: g depends on x only through them), encoded in one call. In a run batch the
+        batches may hold the rows drawn once (``x [R*M, dx]``): ``X`` is repeated for the runs, the rest stays."""
         n = [b["X"].shape[1] for b in batches]
         X = torch.cat([b["X"] for b in batches], 1)
+        if X.shape[0] != x.shape[0]:
+            X = X.repeat(x.shape[0] // X.shape[0], *[1] * (X.dim() - 1))
         H = torch.vmap(self.task.encode)(x, X)
         return [{**b, "X": h} for b, h in zip(batches, H.split(n, 1), strict=True)]
 
@@ -113,7 +116,7 @@ class ClientStateAlgorithm(Algorithm):
             H = H[:int(k.max())]
             k = k.repeat(self.runs) if self.batched else k
         lead = x.shape[:-1]
-        x, y, H = self.rows(x), self.rows(y), [self.fold(b) for b in H]
+        x, y = self.rows(x), self.rows(y)  # H as drawn: each product takes its rows (neumann.take)
         if self.task.reuse and H:
             H, fn, arg = self.encode(x, H), self.task.g_enc, x.new_zeros(0)
         return self.unrows(neumann_hypergrad(self.task.f, self.task.g, x, y, self.fold(bx["f"]), self.fold(bx["g"]),
