@@ -258,7 +258,7 @@ def finite_runs(b) -> list[bool]:
     for k in type(b).batch_state:
         v = getattr(b, k, None)
         if v is not None:
-            ok &= torch.isfinite(v.flatten(1)).all(1).cpu()
+            ok &= torch.isfinite(v.reshape(v.shape[0], -1)).all(1).cpu()  # [R, ...], [R] too
     return ok.tolist()
 
 

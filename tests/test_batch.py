@@ -69,7 +69,7 @@ def test_grouping():
     assert group_batches(cfgs, "off") == [[i] for i in range(8)]
     assert group_batches(cfgs, 2) == [[0, 4], [1], [2], [3], [5], [6], [7]]
     fn = lambda **kw: resolve("hyperrep", "fednest", {**HR, **kw})  # noqa: E731
-    assert group_batches([fn(tau=3), fn(tau=3, outer_lr=0.1)]) == [[0], [1]]  # tau > 1 does not batch yet
+    assert group_batches([fn(tau=3), fn(tau=3, outer_lr=0.1)]) == [[0, 1]]  # local upper steps batch too
     assert group_batches([fn(), fn(outer_lr=0.1)]) == [[0, 1]]
     for bad in ("0", "many", -2):
         with pytest.raises(UsageError, match="--batch"):
@@ -148,7 +148,7 @@ def test_an_interrupted_batch_writes_each_runs_checkpoint_and_resumes_bit_for_bi
 
 # --- issue 39a: the FedAvg bounds (hyperclean), CODA+, CODASCA and FedAvg-CE (auc) ---------------------------------
 AUC = {"dataset": "synth-c100", "clients": 4, "I": 3, "T0": 5, "batch_size": 8, "hidden": 8, "holdout": True}
-CASES_39A = [
+CASES_BOUNDS_AUC = [
     ("hyperclean", "fedavg-noisy", "lower_lr", HC), ("hyperclean", "fedavg-clean", "lower_lr", HC),
     ("auc", "codaplus", "eta", {**AUC, "preset": "code"}),  # clipping, weight decay, closed-form dual, alpha >= 0
     ("auc", "codasca", "eta", {**AUC, "stage_output": "random_round", "stage_restart": "output", "control": "eq6"}),
@@ -158,9 +158,9 @@ CASES_39A = [
 ]
 
 
-@pytest.mark.parametrize("task,algo,key,base", CASES_39A,
-                         ids=[f"{c[1]}-{c[2]}" + ("-cnn" if c[3].get("model") else "") for c in CASES_39A])
-def test_39a_batch_of_two_seeds_by_two_settings_is_each_run_alone(tmp_path, task, algo, key, base):
+@pytest.mark.parametrize("task,algo,key,base", CASES_BOUNDS_AUC,
+                         ids=[f"{c[1]}-{c[2]}" + ("-cnn" if c[3].get("model") else "") for c in CASES_BOUNDS_AUC])
+def test_bounds_and_auc_batch_of_two_seeds_by_two_settings_is_each_run_alone(tmp_path, task, algo, key, base):
     batched = _cfgs(task, algo, key, base, tmp_path / "batch")
     assert group_batches(batched) == [[0, 1], [2, 3]]
     out = execute_batch(batched)
@@ -175,7 +175,7 @@ def test_39a_batch_of_two_seeds_by_two_settings_is_each_run_alone(tmp_path, task
     assert metrics[0] != metrics[1] and metrics[0] != metrics[2]  # the setting and the seed change the numbers
 
 
-def test_39a_grouping():
+def test_grouping_of_the_auc_methods():
     h = lambda algo="fedavg-noisy", **kw: resolve("hyperclean", algo, {**HC, **kw})  # noqa: E731
     assert group_batches([h(lower_lr=0.01), h("fedavg-clean", lower_lr=0.01), h(lower_lr=0.02)]) == [[0, 2], [1]]
     a = lambda algo="codasca", **kw: resolve("auc", algo, {**AUC, **kw})  # noqa: E731
@@ -183,3 +183,46 @@ def test_39a_grouping():
             a(grad_clip=0.5), a(inv_gamma=500.0), a(inv_gamma=700.0), a("codaplus"), a("fedavg-ce")]
     # decay and grad_clip are batch_fixed; an inv_gamma of 0 (gamma then) runs alone; None and a number differ
     assert group_batches(cfgs) == [[0, 2], [1], [3], [4], [5], [6, 7], [8], [9]]
+# --------------------------------------------------------------------------------------------------
+# issue 39c: AdaFBiO and the local-lower family (client-stacked state [R, M, d], folded calls), FedNest,
+# LFedNest and FBO-AggITD with local upper steps (tau > 1): all identical bit for bit to each run alone
+
+HCA = {**HC, "neumann_steps": 3}  # AdaFBiO: q = 2 local iterations, K = 3 Neumann batches
+HRA = {"dataset": "digits", "clients": 4, "participation": 1.0, "hidden": 16, "batch_size": 16, "local_steps": 2}
+HRL = {**HRA, "lower": "local", "neumann_steps": 3}  # per-client heads
+CASES_CLIENT_STATE = [("hyperclean", "adafbio", "gamma_x", HCA),
+             ("hyperclean", "adafbio-adabelief", "lambda_y", {**HCA, "init_matrices": "identity"}),
+             ("hyperclean", "adafbio", "rho_decay", {**HCA, "neumann": "sum"}),
+             ("hyperrep", "adafbio-none", "gamma_x", {**HRA, "neumann_steps": 3}),
+             ("hyperrep", "adafbio-adabelief", "rho_floor", {**HRL, "dropout": 0.5}),
+             ("hyperrep", "fedbio-local", "upper_lr", HRL),
+             ("hyperrep", "fedbioacc-local", "neumann_step", HRL),
+             ("hyperrep", "fednest", "outer_lr", {**HR, "tau": 3}),
+             ("hyperrep", "aggitd", "outer_lr", {**HR, "tau": 3}),
+             ("hyperrep", "lfednest", "lam", {**HR, "tau": 2}),
+             ("hyperrep", "fednest", "lam", {**HR, "tau": 2, "neumann": "code"})]
+
+
+@pytest.mark.parametrize("task,algo,key,base", CASES_CLIENT_STATE, ids=[f"{c[1]}-{c[2]}" for c in CASES_CLIENT_STATE])
+def test_client_state_and_local_upper_steps_batch_bit_for_bit(tmp_path, task, algo, key, base):
+    test_batch_of_two_seeds_by_two_steps_is_each_run_alone(tmp_path, task, algo, key, base)
+
+
+def test_adafbio_runs_that_diverge_leave_the_batch_with_their_matrices(tmp_path):
+    """Per-run state of other shapes ([R] float64 b_t, B_t; [R, d_x] A_t) leaves with its run."""
+    def cfgs(out):
+        return _cfgs("hyperclean", "adafbio", "lambda_y", HCA, out, factors=(0.5, 1e5, 1.0), seeds=(0,), rounds=6,
+                     eval_every=1)
+    out = execute_batch(cfgs(tmp_path / "batch"))  # the second leaves after 2 rounds, the others go on together
+    assert [s["status"] for s in out] == ["done", "diverged", "done"]
+    assert out[1]["ledger"]["rounds"] < out[0]["ledger"]["rounds"] == 6
+    for cb, ca in zip(cfgs(tmp_path / "batch"), cfgs(tmp_path / "alone"), strict=True):
+        execute(ca)
+        assert compare_run(ca.run_dir, cb.run_dir)["outcome"] == "identical"
+
+
+@pytest.mark.parametrize("algo,base", [("adafbio-adabelief", HCA), ("fedbioacc-local", HRL)])
+def test_an_interrupted_client_state_batch_resumes_bit_for_bit(tmp_path, algo, base):
+    task = "hyperclean" if base is HCA else "hyperrep"
+    key = "gamma_x" if algo.startswith("adafbio") else "upper_lr"
+    test_an_interrupted_batch_writes_each_runs_checkpoint_and_resumes_bit_for_bit(tmp_path, task, algo, key, base, 8)

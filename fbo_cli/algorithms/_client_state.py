@@ -1,6 +1,13 @@
 """The family of algorithms that keep a copy of every variable on every client (FedBiO-Local,
 FedBiOAcc-Local, AdaFBiO): the shared state, the per-client oracles and the local Neumann
 hypergradient (FedBiO eq. (6), AdaFBiO eq. (13)), and the checks their hyperparameters share.
+
+In a run batch (fbo_cli/batch.py) their client-stacked state ``[M, d]`` carries the run dimension in front,
+``[R, M, d]`` (what ``show`` hands each run back is its ``[M, d]``), and their steps are written for both
+shapes: the client dimension is ``-2`` (:meth:`ClientStateAlgorithm.to_clients`, ``mean(-2)``). Every
+oracle call is *folded*: the rows ``[R, M', d]`` flattened to ``[R*M', d]``, the minibatches (drawn once,
+``M'`` rows) repeated R times (:meth:`ClientStateAlgorithm.fold`), one call of the task's own oracles
+over all rows, each row the very computation of the run alone (docs/fidelity.md#batches).
 """
 
 from __future__ import annotations
@@ -54,33 +61,67 @@ class ClientStateAlgorithm(Algorithm):
         return b
 
     def charge(self, kind: str, calls: int) -> None:
-        self.ledger.oracle(kind, calls)
+        self.ledger.oracle(kind, calls // self.runs)  # a run batch's rows are R times a run's
+
+    # the run dimension (fbo_cli/batch.py): alone these return their argument -----------------------
+    def rows(self, t: torch.Tensor) -> torch.Tensor:
+        """Client-stacked rows ``[M, d]`` of ``t``: in a batch ``[R*M, d]`` of ``[R, M, d]`` (run-major)."""
+        return t if t.dim() == 2 else t.flatten(0, -2)
+
+    @staticmethod
+    def unrows(t: torch.Tensor, lead: torch.Size) -> torch.Tensor:
+        """Inverse of :meth:`rows`: ``t [R*M, d]`` as ``[*lead, d]``."""
+        return t if len(lead) == 1 else t.reshape(*lead, -1)
+
+    def fold(self, b: Batch) -> Batch:
+        """A minibatch of ``M`` rows (drawn once for the runs) for rows ``[R*M, ...]``: repeated R times."""
+        if not self.batched:
+            return b
+        return {k: v.repeat(self.runs, *[1] * (v.dim() - 1)) for k, v in b.items()}
+
+    def to_clients(self, t: torch.Tensor) -> torch.Tensor:
+        """Every client's copy of the broadcast ``t [d]`` (``[R, d]`` in a batch): ``[M, d]`` (``[R, M, d]``)."""
+        return t.unsqueeze(-2).expand(*t.shape[:-1], self.M, t.shape[-1]).clone()
+
+    def oracles(self, fn):
+        """The task's oracles; in a run batch the task's own (not the per-run ones of ``fbo_cli.batched``): the
+        calls here are folded, every tensor row-stacked."""
+        return (self.task._task if self.batched else self.task).oracles(fn)
 
     def encode(self, x: torch.Tensor, batches: list[Batch]) -> list[Batch]:
         """The batches with ``X`` replaced by each client's features under its own ``x [M, dx]``
-        (tasks with ``reuse``: g depends on x only through them), encoded in one call."""
+        (tasks with ``reuse``: g depends on x only through them), encoded in one call. In a run batch the
+        batches may hold the rows drawn once (``x [R*M, dx]``): ``X`` is repeated for the runs, the rest stays."""
         n = [b["X"].shape[1] for b in batches]
         X = torch.cat([b["X"] for b in batches], 1)
+        if X.shape[0] != x.shape[0]:
+            X = X.repeat(x.shape[0] // X.shape[0], *[1] * (X.dim() - 1))
         H = torch.vmap(self.task.encode)(x, X)
         return [{**b, "X": h} for b, h in zip(batches, H.split(n, 1), strict=True)]
 
     def grad_y(self, x, y, b: Batch) -> torch.Tensor:
+        lead = x.shape[:-1]
+        x, y, b = self.rows(x), self.rows(y), self.fold(b)
         self.charge("grads", x.shape[0])
         if self.task.reuse:  # g depends on x only through the encoded batch
             fn, a, b = self.task.g_enc, x.new_zeros(0), self.encode(x, [b])[0]
         else:
             fn, a = self.task.g, x
-        return self.task.oracles(fn).grad(1, a, y, b)  # the task's closed form, where it has one
+        return self.unrows(self.oracles(fn).grad(1, a, y, b), lead)  # the task's closed form, where it has one
 
     def neumann(self, x, y, bx: dict, step: float, mode: str = "sum", k=None) -> torch.Tensor:
         H, fn, arg = bx["H"], None, None
         K = len(H) + 1  # eq. (13)'s K: the scale K ϑ, even when only max(k) factors are computed
         if mode == "random":  # only the factors some client reaches are computed (none when all k = 0)
             H = H[:int(k.max())]
+            k = k.repeat(self.runs) if self.batched else k
+        lead = x.shape[:-1]
+        x, y = self.rows(x), self.rows(y)  # H as drawn: each product takes its rows (neumann.take)
         if self.task.reuse and H:
             H, fn, arg = self.encode(x, H), self.task.g_enc, x.new_zeros(0)
-        return neumann_hypergrad(self.task.f, self.task.g, x, y, bx["f"], bx["g"], H, step, mode, k,
-                                 charge=self.charge, hess_fn=fn, hess_arg=arg, K=K, oracles=self.task.oracles)
+        return self.unrows(neumann_hypergrad(self.task.f, self.task.g, x, y, self.fold(bx["f"]), self.fold(bx["g"]),
+                                             H, step, mode, k, charge=self.charge, hess_fn=fn, hess_arg=arg, K=K,
+                                             oracles=self.oracles), lead)
 
     # evaluation ----------------------------------------------------------------------------------
     def x_bar(self) -> torch.Tensor:

@@ -59,6 +59,12 @@ grid 1e-3..3e-2), ϑ = 0.05 (recommended 1e-2). In expectation over k the estima
 convergent. Why each default differs from the recommended value, and the experiments' tuned values:
 docs/fidelity.md#fedbio. With ``adaptive: none`` γ and λ are plain learning rates (times η_t), so
 their grids sit higher.
+
+Run batches (fbo_cli/batch.py, docs/fidelity.md#batches): R runs of one seed that differ in γ, λ, ϑ, ρ or ϱ
+step together, their client state ``[R, M, d]``, every oracle call folded over the ``R*M`` rows with the
+minibatches and k drawn once, the adaptive matrices per run (``a``, ``A`` ``[R, p]``; ``b``, ``B`` ``[R]``,
+float64); η_t's ``eta_k``, ``eta_n`` and the momentum constants ``c1``, ``c2`` are shared (``batch_fixed``).
+Each run's numbers are identical bit for bit to the run alone on the CPU (tested).
 """
 
 from __future__ import annotations
@@ -85,6 +91,11 @@ class AdaFBiO(ClientStateAlgorithm):
     rounds: ClassVar[str] = "1 per q local iterations (+1 at the start with init_matrices=average)"
     tasks: ClassVar[tuple[str, ...]] = ("hyperrep", "hyperclean")
     needs_local_lower: ClassVar[bool] = False
+    # fbo_cli/batch.py: the client copies [M, d] become [R, M, d], the adaptive matrices [R, d_x] and [R]
+    batches: ClassVar[bool] = True
+    batch_state: ClassVar[tuple[str, ...]] = ("x", "y", "v", "w", "y_oth", "v_oth", "a", "b", "A", "B", "w_ref",
+                                              "v_ref")
+    batch_fixed: ClassVar[tuple[str, ...]] = ("eta_k", "eta_n", "c1", "c2")  # η_t, α_t, β_t: one number an iteration
 
     @dataclass
     class HP:
@@ -117,12 +128,14 @@ class AdaFBiO(ClientStateAlgorithm):
         if self.local:  # block m as held by the other clients (see the module docstring)
             self.y_oth = self.y.clone()
             self.v_oth = torch.zeros_like(self.y)
-        self.A: torch.Tensor | float = 1.0
-        self.B: float = 1.0
+        # A_t (diagonal) and B_t: tensors from the start (A = 1, B = 1 divide exactly as the numbers 1 do), so that
+        # a run batch stacks them; b_t and B_t in float64 on the CPU (0-dim: they divide as the Python floats do)
         self.a = torch.zeros(self.x.shape[1], device=self.x.device, dtype=self.x.dtype)
-        self.b = 0.0
-        self.w_ref: torch.Tensor | float = 0.0  # w̄_{t0}, v̄_{t0} (adabelief)
-        self.v_ref: torch.Tensor | float = 0.0
+        self.A = torch.ones_like(self.a)
+        self.b = torch.zeros((), dtype=torch.float64)
+        self.B = torch.ones((), dtype=torch.float64)
+        self.w_ref = torch.zeros_like(self.a)  # w̄_{t0}, v̄_{t0} (adabelief; 0 before the first sync)
+        self.v_ref = torch.zeros_like(self.y_bar())
 
     # schedules -----------------------------------------------------------------------------------
     def eta(self, t: int) -> float:
@@ -132,17 +145,29 @@ class AdaFBiO(ClientStateAlgorithm):
     def y_bar(self) -> torch.Tensor:
         """ȳ: ``[dy]`` (shared y) or ``[M, dy]`` (block m of the average of all clients' y)."""
         if not self.local:
-            return self.y.mean(0)
+            return self.y.mean(-2)
         return (self.y + (self.M - 1) * self.y_oth) / self.M
 
     def v_bar(self) -> torch.Tensor:
         if not self.local:
-            return self.v.mean(0)
+            return self.v.mean(-2)
         return (self.v + (self.M - 1) * self.v_oth) / self.M
 
     def bcast(self, t: torch.Tensor) -> torch.Tensor:
         """What every client holds after a broadcast of a y-shaped server quantity."""
-        return t.clone() if self.local else t.expand(self.M, -1).clone()
+        return t.clone() if self.local else self.to_clients(t)
+
+    def over_B(self, t: torch.Tensor) -> torch.Tensor:
+        """``t / B_t``; in a run batch each run's rows over its own B_t (the float32 number a run alone divides by)."""
+        if not self.batched:
+            return t / self.B
+        return t / self.B.to(t.device, t.dtype).view(-1, *[1] * (t.dim() - 1))
+
+    def norm(self, t: torch.Tensor) -> torch.Tensor | float:
+        """``||t||`` (all entries); in a run batch each run's, ``[R]`` float64 (as ``float()`` gives it alone)."""
+        if not self.batched:
+            return float(torch.linalg.vector_norm(t))
+        return torch.linalg.vector_norm(t.reshape(self.runs, -1), dim=1).double().cpu()
 
     # adaptive matrices (line 6) -------------------------------------------------------------------
     def matrices(self, wb: torch.Tensor, vb: torch.Tensor, ref: bool = True) -> None:
@@ -153,7 +178,7 @@ class AdaFBiO(ClientStateAlgorithm):
         dw = wb - self.w_ref if (hp.adaptive == "adabelief" and ref) else wb
         dv = vb - self.v_ref if (hp.adaptive == "adabelief" and ref) else vb
         self.a = r * self.a + (1 - r) * dw * dw
-        self.b = r * self.b + (1 - r) * float(torch.linalg.vector_norm(dv))
+        self.b = r * self.b + (1 - r) * self.norm(dv)
         self.A = self.a.sqrt() + hp.rho_floor
         self.B = self.b + hp.rho_floor
         self.w_ref, self.v_ref = wb, vb
@@ -166,7 +191,7 @@ class AdaFBiO(ClientStateAlgorithm):
               "H": [self.draw("train", hp.batch_size) for _ in range(hp.K - 1)]}
         bz = self.draw("train", hp.batch_size)
         gen = self.fed.gen
-        k = torch.randint(hp.K, (self.M,), generator=gen, device=gen.device).to(self.x.device)
+        k = torch.randint(hp.K, (self.M,), generator=gen, device=gen.device).to(self.x.device)  # one per client
         return bx, bz, k
 
     def hypergrad(self, x, y, bx: dict, k: torch.Tensor) -> torch.Tensor:
@@ -181,28 +206,28 @@ class AdaFBiO(ClientStateAlgorithm):
             w = w + self.hypergrad(self.x, self.y, bx, k) / hp.q
         self.v, self.w = v, w
         if hp.adaptive != "none" and hp.init_matrices == "average":
-            self.matrices(self.w.mean(0), self.v_bar(), ref=False)
-            self.ledger.comm(self.M, self.x.shape[1] + self.y.shape[1], self.x.shape[1] + 1)
+            self.matrices(self.w.mean(-2), self.v_bar(), ref=False)
+            self.ledger.comm(self.M, self.x.shape[-1] + self.y.shape[-1], self.x.shape[-1] + 1)
 
     # one round --------------------------------------------------------------------------------------
     def step(self) -> None:
         hp = self.hp
         if self.v is None:
             self._init()
-        dx, dy = self.x.shape[1], self.y.shape[1]
+        dx, dy = self.x.shape[-1], self.y.shape[-1]
         for _ in range(hp.q):
             self.t += 1
             t, eta = self.t, self.eta(self.t)
             v, w = self.v, self.w
             if t % hp.q == 0:  # lines 5-8
-                xb, wb, yb, vb = self.x.mean(0), w.mean(0), self.y_bar(), self.v_bar()
+                xb, wb, yb, vb = self.x.mean(-2), w.mean(-2), self.y_bar(), self.v_bar()
                 self.matrices(wb, vb)
-                x_new = (xb - eta * hp.gamma_x * wb / self.A).expand(self.M, -1).clone()
-                y_new = self.bcast(yb - eta * hp.lambda_y * vb / self.B)
+                x_new = self.to_clients(xb - eta * hp.gamma_x * wb / self.A)
+                y_new = self.bcast(yb - self.over_B(eta * hp.lambda_y * vb))
                 if self.local:
                     y_oth_new = y_new.clone()
                 if hp.sync_estimators:
-                    w = wb.expand(self.M, -1)
+                    w = wb.unsqueeze(-2).expand_as(w)
                     v = self.bcast(vb)
                     if self.local:
                         self.v_oth = vb.clone()
@@ -210,10 +235,10 @@ class AdaFBiO(ClientStateAlgorithm):
                 down += dx + dy if hp.sync_estimators else 0
                 self.ledger.comm(self.M, 2 * (dx + dy), down)
             else:  # lines 11-13
-                x_new = self.x - eta * hp.gamma_x * w / self.A
-                y_new = self.y - eta * hp.lambda_y * v / self.B
+                x_new = self.x - eta * hp.gamma_x * w / self.A.unsqueeze(-2)
+                y_new = self.y - self.over_B(eta * hp.lambda_y * v)
                 if self.local:
-                    y_oth_new = self.y_oth - eta * hp.lambda_y * self.v_oth / self.B
+                    y_oth_new = self.y_oth - self.over_B(eta * hp.lambda_y * self.v_oth)
             # lines 16-19: STORM with the same draws at the new and the old point
             alpha, beta = min(1.0, hp.c1 * eta * eta), min(1.0, hp.c2 * eta * eta)
             bx, bz, k = self.draw_sample()

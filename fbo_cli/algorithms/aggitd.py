@@ -31,6 +31,9 @@ model-averaging round).
 Hyperparameters (docs/fidelity.md#aggitd): N = 1, λ = 0.01, inner (lower) step
 β = 0.003, outer (upper) step α = 0.01, 5 local lower epochs of minibatch 64 (FedNest repo),
 τ ∈ {1, 5} local upper steps ("Outer_ep"), participation C = 0.1.
+
+Run batches (fbo_cli/batch.py, docs/fidelity.md#batches): any τ; each run's calls are its calls alone, so
+each run's numbers are identical bit for bit to the run alone on the CPU (tested).
 """
 
 from __future__ import annotations
@@ -61,12 +64,8 @@ class AggITD(BilevelAlgorithm):
         tau: int = bounded(1, ge=1, le=1000, doc="local upper steps (\"Outer_ep\")")
         lower_solver: str = bounded("svrg", choices=("svrg", "sgd"), doc="svrg (Alg. 2) | sgd (FedAvg)")
 
-    batches: ClassVar[bool] = True  # fbo_cli/batch.py: with one local upper step (tau = 1)
+    batches: ClassVar[bool] = True  # fbo_cli/batch.py: any number of local upper steps
     batch_state: ClassVar[tuple[str, ...]] = ("x", "y")
-
-    @classmethod
-    def can_batch(cls, hp) -> bool:
-        return hp.tau == 1
 
     def rounds_per_iteration(self) -> int:
         return (2 if self.hp.lower_solver == "svrg" else 1) * self.hp.N + 3

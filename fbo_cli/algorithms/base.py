@@ -243,8 +243,13 @@ class BilevelAlgorithm(Algorithm):
         ``∇_x F_i(x, y; ξ_i)`` is the direct part already computed for ``h`` (Alg. 1 line 17 uses the
         same ξ_i), so it is reused, not recomputed. ``same_sample`` (FedNest): ξ_{i,ν} = ξ_i, so the
         first step is exactly ``h``; otherwise (FBO-AggITD) each step draws fresh dropout masks.
-        Returns ``[M, dx]``."""
-        xi = x.expand(hg.direct.shape[0], -1)  # x_i = x (a view; every step below makes a new tensor)
+        Returns ``[M, dx]``. In a run batch (``x``, ``h`` per run ``[R, dx]``, ``hg`` stacked ``[R*M, dx]``) each
+        local step's gradient is the runs' calls alone (``fbo_cli.batched``), the steps per run (``Rate``)."""
+        M = hg.direct.shape[0] // self.runs
+        if self.batched:  # each run's x and h on its clients' rows
+            xi, h = self.spread(x, M), self.spread(h, M)
+        else:
+            xi = x.expand(M, -1)  # x_i = x (a view; every step below makes a new tensor)
         for nu in range(tau):
             if same_sample and nu == 0:
                 xi = xi - lr * h
@@ -284,8 +289,8 @@ class BilevelAlgorithm(Algorithm):
         round; returns ``(None, x_new)``. The generic path always computes the full round."""
         if tau > 1:
             hg = self.hypergradient(x, y, p, train, val)
-            h = mean(hg.h)
-            return h, mean(self.upper_local(x, y, h, hg, tau, lr, same_sample))
+            h = self.cmean(hg.h)
+            return h, self.cmean(self.upper_local(x, y, h, hg, tau, lr, same_sample))
         f = self.task.f
         if not need_h and not same_sample and self.task.oracles(f).one_product_means:
             vb = self.noise(val.full())  # ξ_i, drawn as in hypergradient(); d = mean_i ∇_x F_i(x, y; ξ_i) cancels

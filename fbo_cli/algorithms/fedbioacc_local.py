@@ -36,6 +36,10 @@ b = 64, b_y = b (``by_scale_M: true`` gives Thm 4's b_y = bM), b_1 = 4b, and as 
 α_t = δ = 1 constant (``schedule: cbrt`` gives Thm 4's α_t = δ/(u0 + t)^{1/3}),
 c_ω = c_ν = 0.1 (momentum 1 - c α_t² = 0.9). A weight c α_t² above 1 is clipped to 1 (the plain
 estimator; the theory keeps it below 1).
+
+Run batches (fbo_cli/batch.py, docs/fidelity.md#batches): the client state ``[R, M, d]``, every oracle call
+folded over the ``R*M`` rows with the minibatches drawn once; each run's numbers are identical bit for bit to
+the run alone on the CPU (tested).
 """
 
 from __future__ import annotations
@@ -54,6 +58,9 @@ class FedBiOAccLocal(ClientStateAlgorithm):
     aliases: ClassVar[dict[str, str]] = {"neumann_lr": "neumann_step", "neumann_steps": "Q"}
     paper: ClassVar[str] = "Li, Huang & Huang, arXiv 2302.06701 / NeurIPS 2023, Alg. 4 (FedBiO)"
     rounds: ClassVar[str] = "1 per I local iterations"
+    batches: ClassVar[bool] = True  # fbo_cli/batch.py: the client copies [M, d] become [R, M, d]
+    batch_state: ClassVar[tuple[str, ...]] = ("x", "y", "omega", "nu")
+    batch_fixed: ClassVar[tuple[str, ...]] = ("delta", "u0", "c_omega", "c_nu")  # α_t, the momentum weights
 
     @dataclass
     class HP:
@@ -107,7 +114,7 @@ class FedBiOAccLocal(ClientStateAlgorithm):
             y_new = self.y - hp.lower_lr * a * self.omega  # line 4
             x_new = self.x - hp.upper_lr * a * self.nu
             if s == hp.local_steps:  # line 6: t mod I = 0
-                x_new = x_new.mean(0).expand(self.M, -1).clone()
+                x_new = self.to_clients(x_new.mean(-2))
             By, Bx = self.draw("train", self.by(hp.batch_size)), self.draw_x(hp.batch_size)  # line 10
             X, Y = pair(x_new, self.x), pair(y_new, self.y)
             g_new, g_old = unpair(self.grad_y(X, Y, twice(By)))
@@ -116,9 +123,9 @@ class FedBiOAccLocal(ClientStateAlgorithm):
             self.omega = storm(g_new, self.omega, g_old, min(1.0, hp.c_omega * a * a))  # line 11
             self.nu = storm(h_new, self.nu, h_old, min(1.0, hp.c_nu * a * a))  # line 12
             if s == hp.local_steps:  # line 14
-                self.nu = self.nu.mean(0).expand(self.M, -1).clone()
+                self.nu = self.to_clients(self.nu.mean(-2))
             self.x, self.y = x_new, y_new
-        self.ledger.comm(self.M, 2 * self.x.shape[1])
+        self.ledger.comm(self.M, 2 * self.x.shape[-1])
 
     def state(self) -> dict[str, torch.Tensor]:
         out = super().state()

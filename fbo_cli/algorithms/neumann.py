@@ -38,6 +38,10 @@ def neumann_hypergrad(f, g, x: torch.Tensor, y: torch.Tensor, bf: dict, bj: dict
     ``oracles(fn)`` (optional, a task's ``oracles``): the derivatives of ``f``, ``g`` and the Hessian's loss,
     in closed form where the task has them (the same values up to rounding); by default the generic
     :class:`fbo_cli.federation.Oracles`.
+
+    In a run batch (the points ``[R*M', ...]``, run-major) an entry of a Hessian batch may hold the ``M'`` rows
+    drawn once for the R runs: each product takes the rows it needs of it (:func:`take`), without the batch
+    repeated R times first.
     """
     from ..federation import Oracles
 
@@ -54,7 +58,7 @@ def neumann_hypergrad(f, g, x: torch.Tensor, y: torch.Tensor, bf: dict, bj: dict
     if mode == "sum":
         acc = v
         for b in hess:
-            v = v - step * hvp(xh, y, b, v)
+            v = v - step * hvp(xh, y, take(b, None, M), v)
             acc = acc + v
             charge("hvps", M)
         s = step * acc
@@ -70,10 +74,10 @@ def neumann_hypergrad(f, g, x: torch.Tensor, y: torch.Tensor, bf: dict, bj: dict
             if n == 0:
                 break
             if n == M:
-                v = v - step * hvp(xh, y, b, v)
+                v = v - step * hvp(xh, y, take(b, None, M), v)
             else:  # only the clients whose k_i reaches this factor do the work
                 sel = live.nonzero().squeeze(1)
-                bs = {key: t[sel] for key, t in b.items()}
+                bs = take(b, sel, M)
                 xs = xh[sel] if xh.dim() == 2 else xh
                 v = v.index_put((sel,), v[sel] - step * hvp(xs, y[sel], bs, v[sel]))
             charge("hvps", n)
@@ -82,3 +86,19 @@ def neumann_hypergrad(f, g, x: torch.Tensor, y: torch.Tensor, bf: dict, bj: dict
         raise UsageError(f"neumann must be sum or random; got '{mode}'")
     charge("jvps", M)
     return gx - og.cross(x, y, bj, s)
+
+
+def take(b: dict, sel: torch.Tensor | None, n: int) -> dict:
+    """Rows ``sel`` (None: all) of a batch for ``n`` points: an entry of ``n`` rows is indexed, one of ``m`` rows
+    (drawn once for ``n / m`` runs, run-major) is read at row ``i mod m`` for point ``i`` (the same values as the
+    entry repeated, one copy instead of two)."""
+    out = {}
+    for key, t in b.items():
+        m = t.shape[0]
+        if m == n:
+            out[key] = t if sel is None else t[sel]
+        elif sel is None:
+            out[key] = t.repeat(n // m, *[1] * (t.dim() - 1))
+        else:
+            out[key] = t.index_select(0, sel % m)
+    return out

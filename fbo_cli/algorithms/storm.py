@@ -51,9 +51,10 @@ def check_schedule(kind: str, delta: float, u0: float) -> None:
 
 
 def pair(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
-    """Stack the new and the old point of every client on the client dimension: ``[2M, ...]``, so
-    that one vectorized call evaluates both STORM points (the batch goes through :func:`twice`)."""
-    return torch.cat([new, old])
+    """Stack the new and the old point of every client on the client dimension (``-2``): ``[2M, d]``
+    (``[R, 2M, d]`` in a run batch), so that one vectorized call evaluates both STORM points (the batch goes
+    through :func:`twice`)."""
+    return torch.cat([new, old], -2)
 
 
 def twice(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -63,4 +64,4 @@ def twice(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 def unpair(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Inverse of :func:`pair`: ``(at the new point, at the old point)``."""
-    return t.chunk(2)
+    return t.chunk(2, -2)

@@ -43,6 +43,12 @@ CASES = [
     {"name": "codasca-synth-K16-I1", "task": "auc", "algo": "codasca", "key": "eta",
      "set": {"dataset": "synth-c100", "partition": "class-disjoint", "clients": 16, "I": 1, "rounds": 8192,
              "eval_every": 512}},
+    # issue 39c: AdaFBiO on its hyper-cleaning spec's setting (adafbio_hyperclean.yaml; gamma_x near its tuned
+    # choices), and Table 2's local upper steps (tau = 5)
+    {"name": "adafbio-hyperclean-fmnist-M10-q5-K10", "task": "hyperclean", "algo": "adafbio",
+     "set": {**HC, "partition": "shards", "val_frac": 0.2, "gamma_x": 300.0, "lambda_y": 0.1}, "key": "gamma_x"},
+    {"name": "aggitd-mlp-fmnist-m100-C0.1-tau5", "task": "hyperrep", "algo": "aggitd", "set": {**HR, "tau": 5},
+     "key": "outer_lr"},
 ]
 
 
