@@ -146,7 +146,7 @@ def test_an_interrupted_batch_writes_each_runs_checkpoint_and_resumes_bit_for_bi
         assert compare_run(ca.run_dir, cb.run_dir)["outcome"] == "identical"
 
 
-# --- issue 39a: the FedAvg bounds (hyperclean), CODA+, CODASCA and FedAvg-CE (auc) ---------------------------------
+# --- the FedAvg bounds (hyperclean), CODA+, CODASCA and FedAvg-CE (auc) ---------------------------------
 AUC = {"dataset": "synth-c100", "clients": 4, "I": 3, "T0": 5, "batch_size": 8, "hidden": 8, "holdout": True}
 CASES_BOUNDS_AUC = [
     ("hyperclean", "fedavg-noisy", "lower_lr", HC), ("hyperclean", "fedavg-clean", "lower_lr", HC),
@@ -184,7 +184,7 @@ def test_grouping_of_the_auc_methods():
     # decay and grad_clip are batch_fixed; an inv_gamma of 0 (gamma then) runs alone; None and a number differ
     assert group_batches(cfgs) == [[0, 2], [1], [3], [4], [5], [6, 7], [8], [9]]
 # --------------------------------------------------------------------------------------------------
-# issue 39c: AdaFBiO and the local-lower family (client-stacked state [R, M, d], folded calls), FedNest,
+# AdaFBiO and the local-lower family (client-stacked state [R, M, d], folded calls), FedNest,
 # LFedNest and FBO-AggITD with local upper steps (tau > 1): all identical bit for bit to each run alone
 
 HCA = {**HC, "neumann_steps": 3}  # AdaFBiO: q = 2 local iterations, K = 3 Neumann batches

@@ -34,7 +34,7 @@ CASES = [
      "key": "upper_lr"},
     {"name": "fednest-mlp-fmnist-m100-C0.1", "task": "hyperrep", "algo": "fednest", "set": HR, "key": "outer_lr"},
     {"name": "aggitd-mlp-fmnist-m100-C0.1", "task": "hyperrep", "algo": "aggitd", "set": HR, "key": "outer_lr"},
-    # issue 39a: the FedAvg bounds and the auc methods (experiments/bench.yaml's settings), evaluated as their tunings
+    # the FedAvg bounds and the auc methods (experiments/bench.yaml's settings), evaluated as their tunings
     # evaluate (fedbio_hyperclean_*: every 5 rounds; codasca_fig1_synth_val tunes at I = 1, every 512 rounds)
     {"name": "fedavg-noisy-hyperclean-fmnist-M10-I5", "task": "hyperclean", "algo": "fedavg-noisy",
      "set": {**HC, "eval_every": 5}, "key": "lower_lr"},
@@ -43,7 +43,7 @@ CASES = [
     {"name": "codasca-synth-K16-I1", "task": "auc", "algo": "codasca", "key": "eta",
      "set": {"dataset": "synth-c100", "partition": "class-disjoint", "clients": 16, "I": 1, "rounds": 8192,
              "eval_every": 512}},
-    # issue 39c: AdaFBiO on its hyper-cleaning spec's setting (adafbio_hyperclean.yaml; gamma_x near its tuned
+    # AdaFBiO on its hyper-cleaning spec's setting (adafbio_hyperclean.yaml; gamma_x near its tuned
     # choices), and Table 2's local upper steps (tau = 5)
     {"name": "adafbio-hyperclean-fmnist-M10-q5-K10", "task": "hyperclean", "algo": "adafbio",
      "set": {**HC, "partition": "shards", "val_frac": 0.2, "gamma_x": 300.0, "lambda_y": 0.1}, "key": "gamma_x"},
