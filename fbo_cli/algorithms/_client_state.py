@@ -6,8 +6,9 @@ In a run batch (fbo_cli/batch.py) their client-stacked state ``[M, d]`` carries 
 ``[R, M, d]`` (what ``show`` hands each run back is its ``[M, d]``), and their steps are written for both
 shapes: the client dimension is ``-2`` (:meth:`ClientStateAlgorithm.to_clients`, ``mean(-2)``). Every
 oracle call is *folded*: the rows ``[R, M', d]`` flattened to ``[R*M', d]``, the minibatches (drawn once,
-``M'`` rows) repeated R times (:meth:`ClientStateAlgorithm.fold`), one call of the task's own oracles
-over all rows, each row the very computation of the run alone (docs/fidelity.md#batches).
+``M'`` rows) repeated R times (:meth:`ClientStateAlgorithm.fold`; the Neumann factors' batches are read per
+product, :func:`fbo_cli.algorithms.neumann.take`), one call of the task's own oracles over all rows, each row
+the very computation of the run alone (docs/fidelity.md#batches).
 """
 
 from __future__ import annotations
