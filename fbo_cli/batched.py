@@ -109,11 +109,11 @@ class _RunOracles:
     """A task's oracles for the batched algorithm. Each client's minibatch (``M`` rows) is drawn once for the R
     runs. A call whose tensors are all client-stacked ``[R*M, ...]`` (FedBiO's) is one call over the ``R*M``
     rows (*folded*): the batch's ``M``-row entries repeated R times, run-major (but those the task's oracles
-    name in ``shared_keys``: hyper-cleaning's features, which its products share between the runs). Any other call (per-run
-    globals ``[R, d]``, alone or beside stacked ones) is made run by run, each run's call exactly the call of
-    the run alone (its rows, its global, the batch); the results are stacked back (``[R*M, ...]``, or ``[R, d]``
-    for the ``_mean`` oracles). A batch entry with ``R*M`` rows carries per-run values already (the features of
-    an encoded split, :class:`RunSplit`)."""
+    name in ``shared_keys``: hyper-cleaning's features, which its products share between the runs). Any other
+    call (per-run globals ``[R, d]``, alone or beside stacked ones) is made run by run, each run's call exactly
+    the call of the run alone (its rows, its global, the batch); the results are stacked back (``[R*M, ...]``,
+    or ``[R, d]`` for the ``_mean`` oracles). A batch entry with ``R*M`` rows carries per-run values already (the
+    features of an encoded split, :class:`RunSplit`)."""
 
     def __init__(self, inner, algo):
         self.o, self.algo = inner, algo

@@ -60,7 +60,7 @@ def _times_features(Kt: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
     """``[N, p, h]``: ``Kt [N, p, n]`` times the features ``A [N, n, h]`` per client; in a run batch ``A`` may
     be the ``M`` clients' features shared by the R runs of ``Kt``'s ``N = R*M`` rows (:func:`_shared`)."""
     R = Kt.shape[0] // A.shape[0]
-    if R == 1:
+    if R <= 1:
         return Kt @ A
     return _shared(("mm", tuple(Kt.shape), tuple(A.shape), A.dtype, A.device),
                    lambda: _by_run(_by_client(Kt, R) @ A, R), lambda: Kt @ A.repeat(R, 1, 1))
