@@ -7,12 +7,14 @@ serve R runs from one draw (:class:`_RunOracles`) and the per-run encodings (:cl
 from __future__ import annotations
 
 import copy
+import numbers
 from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Sequence
 
 import torch
 
 from . import checkpoint as ckpt
+from .blockstack import BlockStack
 from .data.split import Split
 
 # --------------------------------------------------------------------------------------------------
@@ -53,11 +55,15 @@ class Rate:
             return Rate([f(a, b) for a, b in zip(self.v, other.v, strict=True)])
         if isinstance(other, torch.Tensor):
             return f(self.col(other), other)
+        if not isinstance(other, numbers.Number):  # e.g. a BlockStack: its own operator takes the Rate
+            return NotImplemented
         return Rate([f(a, other) for a in self.v])
 
     def _rop(self, other, f) -> Any:
         if isinstance(other, torch.Tensor):
             return f(other, self.col(other))
+        if not isinstance(other, numbers.Number):
+            return NotImplemented
         return Rate([f(other, a) for a in self.v])
 
     def __mul__(self, o):
@@ -102,11 +108,12 @@ class Rate:
 class _RunOracles:
     """A task's oracles for the batched algorithm. Each client's minibatch (``M`` rows) is drawn once for the R
     runs. A call whose tensors are all client-stacked ``[R*M, ...]`` (FedBiO's) is one call over the ``R*M``
-    rows (*folded*): the batch's ``M``-row entries repeated R times, run-major. Any other call (per-run
-    globals ``[R, d]``, alone or beside stacked ones) is made run by run, each run's call exactly the call of
-    the run alone (its rows, its global, the batch); the results are stacked back (``[R*M, ...]``, or ``[R, d]``
-    for the ``_mean`` oracles). A batch entry with ``R*M`` rows carries per-run values already (the features of
-    an encoded split, :class:`RunSplit`)."""
+    rows (*folded*): the batch's ``M``-row entries repeated R times, run-major (but those the task's oracles
+    name in ``shared_keys``: hyper-cleaning's features, which its products share between the runs). Any other
+    call (per-run globals ``[R, d]``, alone or beside stacked ones) is made run by run, each run's call exactly
+    the call of the run alone (its rows, its global, the batch); the results are stacked back (``[R*M, ...]``,
+    or ``[R, d]`` for the ``_mean`` oracles). A batch entry with ``R*M`` rows carries per-run values already (the
+    features of an encoded split, :class:`RunSplit`)."""
 
     def __init__(self, inner, algo):
         self.o, self.algo = inner, algo
@@ -118,7 +125,8 @@ class _RunOracles:
         """``put(ts, batch)`` -> the inner call's arguments; ``ts`` the tensor arguments in order."""
         R, M = self.algo.runs, batch["w"].shape[0]
         N = R * M
-        if R > 1 and all(t.dim() >= 2 and t.shape[0] == N for t in ts) and not mean:
+        blocks = any(isinstance(t, BlockStack) for t in ts)  # FedBiO's copies of x: stacked, always folded
+        if (R > 1 or blocks) and all(t.dim() >= 2 and t.shape[0] == N for t in ts) and not mean:
             return getattr(self.o, name)(*put(ts, self._repeat(batch, R, N)))
         outs = []
         rows = [None if t.dim() < 2 else t.split(M) if t.shape[0] == N and M > 1 else rows_of(self.algo, t)
@@ -131,12 +139,14 @@ class _RunOracles:
 
     def _repeat(self, batch, R: int, N: int):
         cache = self.algo._batch_cache
-        hit = cache.get(id(batch))
+        shared = getattr(self.o, "shared_keys", ())  # entries the task's oracles take unrepeated (the features)
+        hit = cache.get((id(batch), shared))
         if hit is None or hit[0] is not batch:
-            rep = {k: (v if v.shape[0] == N else v.repeat(R, *[1] * (v.dim() - 1))) for k, v in batch.items()}
+            rep = {k: (v if v.shape[0] == N or k in shared else v.repeat(R, *[1] * (v.dim() - 1)))
+                   for k, v in batch.items()}
             if len(cache) > 16:
                 cache.clear()
-            cache[id(batch)] = hit = (batch, rep)
+            cache[(id(batch), shared)] = hit = (batch, rep)
         return hit[1]
 
     def grad(self, argnum, a, b, batch):

@@ -62,8 +62,8 @@ def test_grouping():
     c = lambda algo="fedbio", **kw: resolve("hyperclean", algo, {**HC, **kw})  # noqa: E731
     cfgs = [c(upper_lr=1.0), c(upper_lr=2.0, seed=1), c(local_steps=3), c("fedavg-noisy"), c(upper_lr=3.0),
             c("fedbioacc"), c(delta=0.5)]
-    # float steps of one seed group; another seed, an integer setting, another algorithm or a batch_fixed float
-    # (delta) do not; a non-batching algorithm runs alone
+    # float steps of one seed group; another seed, an integer setting, another algorithm (fedavg-noisy,
+    # fedbioacc: each its own group) or a batch_fixed float (delta) do not
     cfgs.append(c(upper_lr=4.0))
     assert group_batches(cfgs, "auto") == [[0, 4, 7], [1], [2], [3], [5], [6]]
     assert group_batches(cfgs, "off") == [[i] for i in range(8)]
@@ -226,3 +226,52 @@ def test_an_interrupted_client_state_batch_resumes_bit_for_bit(tmp_path, algo, b
     task = "hyperclean" if base is HCA else "hyperrep"
     key = "gamma_x" if algo.startswith("adafbio") else "upper_lr"
     test_an_interrupted_batch_writes_each_runs_checkpoint_and_resumes_bit_for_bit(tmp_path, task, algo, key, base, 8)
+
+
+# --- hyper-cleaning's client copies of x as a BlockStack, features shared by the runs ---------------------
+
+
+@pytest.mark.parametrize("algo", ["fedbio", "fedbioacc"])
+def test_fedbio_block_stack_is_the_dense_client_copies_bit_for_bit(algo):
+    """FedBiO's copies of x on hyper-cleaning (a BlockStack: each coordinate's owner and the others) step as the
+    dense [M, dx] copies do: with clients left out of a round and minibatches padded past a small client."""
+    import torch
+
+    from fbo_cli.runner import build
+
+    cfg = resolve("hyperclean", algo, {**HC, "clients": 6, "alpha": 0.1, "participation": 0.5, "batch_size": 64,
+                                       "threads": 1})
+    blocks, dense = build(cfg).algo, build(cfg).algo
+    dense.task.x_owner = None  # the dense client copies
+    assert int(blocks.task.block.min()) < 64  # a client smaller than a minibatch: padding rows
+    for _ in range(3):
+        blocks.step()
+        dense.step()
+        for k, v in dense.state().items():
+            assert torch.equal(blocks.state()[k], v), k
+
+
+@pytest.mark.parametrize("C,h", [(10, 784), (2, 30)])  # MKL: the runs' rows stacked keep the bits, or not (C = 2)
+def test_softmax_products_with_features_shared_by_the_runs_are_each_runs(C, h):
+    """softmax.py with the M clients' features for R*M rows (a run batch): each run's rows exactly as with the
+    features repeated for every run, on the first call of a shape (checked) and after (remembered)."""
+    import torch
+
+    from fbo_cli.tasks import softmax
+
+    g = torch.Generator().manual_seed(0)
+    R, M, n = 3, 4, 64
+    sm = softmax.SoftmaxHead(C, h)
+    A = torch.rand(M, n, h, generator=g)
+    Ar = A.repeat(R, 1, 1)
+    y, v, y0 = (0.05 * torch.randn(R * M, C * h + C, generator=g) for _ in range(3))
+    t = torch.randint(0, C, (R * M, n), generator=g)
+    w = torch.rand(R * M, n, generator=g)
+    softmax._SHARED_OK.clear()
+    for _ in range(2):
+        for name, call in [("grad", lambda A: sm.grad(y, A, t, w)), ("hvp", lambda A: sm.hvp(y, A, t, w, v)),
+                           ("grad_diff", lambda A: sm.grad_diff(y, y0, A, t, w)),
+                           ("cross_dw", lambda A: sm.cross_dw(y, A, t, v)), ("ce", lambda A: sm.ce(y, A, t))]:
+            assert torch.equal(call(A), call(Ar)), name
+    if C == 10:  # the fast way is taken where it keeps the bits
+        assert softmax._SHARED_OK and all(softmax._SHARED_OK.values())

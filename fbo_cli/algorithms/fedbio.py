@@ -65,6 +65,7 @@ from typing import ClassVar
 
 import torch
 
+from ..blockstack import BlockStack
 from ..errors import UsageError
 from ..federation import Batch
 from .base import BilevelAlgorithm, bounded
@@ -145,7 +146,26 @@ class _GlobalLowerBase(BilevelAlgorithm):
         b = self.hp.batch_size
         bx = self.hp.upper_batch_size or b
         stack = lambda v: self.spread(v, M)
-        return M, train, val, b, bx, stack
+        return M, train, val, b, bx, stack, self._stack_x(S)
+
+    def _stack_x(self, S: torch.Tensor):
+        """The clients' copies of an x-shaped global (x, FedBiOAcc's ν): a :class:`BlockStack` where each
+        coordinate of x belongs to one client (hyper-cleaning's fast oracles), else dense as ``spread``."""
+        owner = getattr(self.task, "x_owner", None)
+        if owner is None:
+            return lambda v: self.spread(v, len(S))
+        pos = torch.zeros(self.fed.data.num_clients, dtype=torch.long, device=owner.device)
+        pos[S] = torch.arange(len(S), device=owner.device)
+        row = pos[owner]
+        return lambda v: BlockStack.spread(v, len(S), row)
+
+    def cmean(self, X):
+        return super().cmean(X.dense() if isinstance(X, BlockStack) else X)
+
+    def first_row(self, X):
+        if isinstance(X, BlockStack):
+            return X.first_rows() if self.batched else X.first_rows()[0]
+        return super().first_row(X)
 
 
 class FedBiO(_GlobalLowerBase):
@@ -168,8 +188,8 @@ class FedBiO(_GlobalLowerBase):
 
     def step(self) -> None:
         hp = self.hp
-        M, train, val, b, bx, stack = self._round_setup()
-        X, Y, U = stack(self.x), stack(self.y), stack(self.u)
+        M, train, val, b, bx, stack, stack_x = self._round_setup()
+        X, Y, U = stack_x(self.x), stack(self.y), stack(self.u)
         for _ in range(hp.local_steps):
             a = self.alpha(self.t)
             d = self.draw(train, val, b, bx)  # line 4
@@ -228,20 +248,20 @@ class FedBiOAcc(_GlobalLowerBase):
 
     def step(self) -> None:
         hp = self.hp
-        M, train, val, b, bx, stack = self._round_setup()
-        X, Y, U = stack(self.x), stack(self.y), stack(self.u)
+        M, train, val, b, bx, stack, stack_x = self._round_setup()
+        X, Y, U = stack_x(self.x), stack(self.y), stack(self.u)
         if self.om is None:  # line 2: local initial estimators on a first batch of size b_1
             b1 = hp.first_batch or 4 * b
             d = self.draw(train, val, b1, hp.first_batch or 4 * bx)
             W, N, Q = self.omega(X, Y, d), self.mu(X, Y, U, d), self.pu(X, Y, U, d)
         else:
-            W, N, Q = stack(self.om), stack(self.nu), stack(self.q)
+            W, N, Q = stack(self.om), stack_x(self.nu), stack(self.q)
         for j in range(hp.local_steps):
             a = self.alpha(self.t)
             Xn, Yn, Un = X - hp.upper_lr * a * N, Y - hp.lower_lr * a * W, U - hp.aux_lr * a * Q  # line 4
             sync = j == hp.local_steps - 1
             if sync:  # line 6
-                Xn, Yn, Un = stack(self.cmean(Xn)), stack(self.cmean(Yn)), stack(self.cmean(Un))
+                Xn, Yn, Un = stack_x(self.cmean(Xn)), stack(self.cmean(Yn)), stack(self.cmean(Un))
             d = self.draw(train, val, b, bx)  # fresh B_y, B_x, reused at both points
             W = storm(self.omega(Xn, Yn, d), W, self.omega(X, Y, d), hp.c_omega * a * a)  # line 10
             N = storm(self.mu(Xn, Yn, Un, d), N, self.mu(X, Y, U, d), hp.c_nu * a * a)  # line 11

@@ -40,6 +40,7 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
+from ..blockstack import BlockStack
 from ..bounds import bounded
 from ..errors import UsageError
 from ..federation import Batch, Oracles, per_client_value
@@ -101,6 +102,10 @@ class HyperClean(BilevelTask):
         data.extra["xpos"] = xpos
         self.noisy = flip  # [dx], in x order
         self.dx, self.dy = n, self.ly.size
+        # the client owning each coordinate of x: FedBiO's client copies of x as a BlockStack (the fast oracles'
+        # x-derivatives of client m vanish off its block; blockstack.py)
+        self.x_owner = torch.repeat_interleave(torch.arange(len(self.block), device=dev), self.block) \
+            if p.fast else None
         self.soft = SoftmaxHead(C, D)
 
     # model ---------------------------------------------------------------------------------------
@@ -131,12 +136,17 @@ class HyperClean(BilevelTask):
         return super().oracles(fn)
 
     def _sig(self, x, b: Batch) -> torch.Tensor:
-        """``[M, n]``: σ(x_i) of the batch's examples (x global ``[dx]`` or per client ``[M, dx]``)."""
+        """``[M, n]``: σ(x_i) of the batch's examples (x global ``[dx]`` or per client ``[M, dx]``, dense or a
+        BlockStack)."""
+        if isinstance(x, BlockStack):
+            return torch.sigmoid(x.gather(b["xpos"]))
         return torch.sigmoid(x[b["xpos"]] if x.dim() == 1 else torch.gather(x, 1, b["xpos"]))
 
-    def _scatter(self, x, b: Batch, d: torch.Tensor) -> torch.Tensor:
+    def _scatter(self, x, b: Batch, d: torch.Tensor):
         """``[M, dx]``: ∂/∂x of ``Σ_n w_n σ(x_n) ψ_n`` given ``d = ψ`` (``[M, n]``): ``w_n σ'(x_n) ψ_n`` at x_n."""
         s = self._sig(x, b)
+        if isinstance(x, BlockStack):
+            return x.scattered(b["xpos"], b["w"] * s * (1 - s) * d)
         out = x.new_zeros(len(b["w"]), self.dx)
         return out.scatter_add_(1, b["xpos"], b["w"] * s * (1 - s) * d)
 
@@ -177,6 +187,9 @@ class _WeightedHeadOracles(Oracles):
     x-derivatives scattered onto the batch's examples (``_scatter``); f and ``g_fixed`` do not depend on
     x. The client means are the generic means of these."""
 
+    # in a run batch the features stay the M clients' rows, shared by the runs (softmax.py, _times_features)
+    shared_keys = ("X",)
+
     def __init__(self, task: HyperClean, fn):
         super().__init__(fn)
         self.t, self.lower = task, fn == task.g
@@ -188,12 +201,16 @@ class _WeightedHeadOracles(Oracles):
     def _w(self, x, b: Batch) -> torch.Tensor:  # w_n σ(x_n) for g, w_n for f
         return b["w"] * self.t._sig(x, b) if self.lower else b["w"]
 
+    @staticmethod
+    def _zeros(x, b: Batch):  # ∇_x of what does not depend on x
+        return x.zeros() if isinstance(x, BlockStack) else x.new_zeros(len(b["w"]), x.shape[-1])
+
     def grad(self, argnum, x, y, b):
         sm, A = self.t.soft, b["X"].flatten(2)
         if argnum == 1:
             return sm.grad(y, A, b["y"], self._w(x, b)) + self._reg(y)
         if not self.lower:
-            return x.new_zeros(len(b["w"]), x.shape[-1])
+            return self._zeros(x, b)
         return self.t._scatter(x, b, sm.ce(y, A, b["y"]))
 
     def grads(self, x, y, b):
@@ -209,5 +226,5 @@ class _WeightedHeadOracles(Oracles):
 
     def cross(self, x, y, b, v):
         if not self.lower:
-            return x.new_zeros(len(b["w"]), x.shape[-1])
+            return self._zeros(x, b)
         return self.t._scatter(x, b, self.t.soft.cross_dw(y, b["X"].flatten(2), b["y"], v))

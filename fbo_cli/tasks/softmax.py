@@ -18,7 +18,52 @@ expressions, one example at a time through ``vmap``. ``y`` and ``v`` are global 
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
+
+
+def _by_client(T: torch.Tensor, R: int) -> torch.Tensor:
+    """``[M, R*p, q]`` of a run-major ``[R*M, p, q]``: each client's rows of the R runs, stacked."""
+    N, p, q = T.shape
+    return T.view(R, N // R, p, q).transpose(0, 1).reshape(N // R, R * p, q)
+
+
+def _by_run(T: torch.Tensor, R: int) -> torch.Tensor:
+    """The inverse of :func:`_by_client`: ``[R*M, p, q]`` (run-major) of ``[M, R*p, q]``."""
+    M, Rp, q = T.shape
+    return T.view(M, R, Rp // R, q).transpose(0, 1).reshape(R * M, Rp // R, q)
+
+
+# (op, shapes, dtype, device, threads) -> whether the runs' rows stacked give the bits of the features repeated
+_SHARED_OK: dict[tuple, bool] = {}
+
+
+def _shared(key: tuple, stacked: Callable[[], torch.Tensor], repeated: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """A product of a run batch whose R runs share the clients' features (fbo_cli/batched.py, ``shared_keys``):
+    ``stacked()``, one product per client with the R runs' rows stacked (``[R*p, q]`` times the client's
+    features: each output element the same dot product as the run's own ``[p, q]`` product), where it gives
+    the bits of ``repeated()`` (the features repeated for every run, each run's product as alone), else
+    ``repeated()``. Whether it does depends on the kernels the BLAS picks for the shapes (MKL on this CPU:
+    the same for C >= 4 rows a run, others for 2 or 3, where most elements differ), so it is checked on the
+    first call of each shape and remembered."""
+    key = (*key, torch.get_num_threads())
+    ok = _SHARED_OK.get(key)
+    if ok is None:
+        s, r = stacked(), repeated()
+        _SHARED_OK[key] = bool(((s == r) | (s.isnan() & r.isnan())).all())
+        return r
+    return stacked() if ok else repeated()
+
+
+def _times_features(Kt: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
+    """``[N, p, h]``: ``Kt [N, p, n]`` times the features ``A [N, n, h]`` per client; in a run batch ``A`` may
+    be the ``M`` clients' features shared by the R runs of ``Kt``'s ``N = R*M`` rows (:func:`_shared`)."""
+    R = Kt.shape[0] // A.shape[0]
+    if R <= 1:
+        return Kt @ A
+    return _shared(("mm", tuple(Kt.shape), tuple(A.shape), A.dtype, A.device),
+                   lambda: _by_run(_by_client(Kt, R) @ A, R), lambda: Kt @ A.repeat(R, 1, 1))
 
 
 def _rows_times(Kt: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
@@ -52,6 +97,11 @@ class SoftmaxHead:
         if y.dim() == 1:
             M, n, h = A.shape
             return torch.addmm(b.unsqueeze(1), W, A.reshape(M * n, h).T).view(-1, M, n).transpose(0, 1)
+        R = y.shape[0] // A.shape[0]
+        if R > 1:  # the R runs' heads on features shared by the runs (_shared)
+            return _shared(("logits", tuple(y.shape), tuple(A.shape), A.dtype, A.device),
+                           lambda: _by_run(torch.baddbmm(_by_client(b.mT, R), _by_client(W, R), A.mT), R),
+                           lambda: torch.baddbmm(b.mT, W, A.repeat(R, 1, 1).mT))
         return torch.baddbmm(b.mT, W, A.mT)
 
     def logits2_t(self, y: torch.Tensor, v: torch.Tensor, A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -86,7 +136,7 @@ class SoftmaxHead:
     def grad(self, y, A, t, w, mean: bool = False) -> torch.Tensor:
         """``[M, dy]``: ``∇_y ℓ`` (``mean``: its client mean ``[dy]``)."""
         Rt = self.residual_t(self.probs_t(y, A), t, w)
-        return self._mean(Rt, A) if mean else self.flat(Rt @ A, Rt.sum(-1))
+        return self._mean(Rt, A) if mean else self.flat(_times_features(Rt, A), Rt.sum(-1))
 
     def _mean(self, Kt: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
         """``[dy]``: the client mean of ``flat(Kᵀ A, Σ_n K)``, one 2-D product over all clients' rows."""
@@ -105,7 +155,7 @@ class SoftmaxHead:
             Dt = torch.sub(P[:, 0], P[:, 1]).mul_(w.unsqueeze(-2))  # the one-hot parts cancel
         else:
             Dt = (self.probs_t(y1, A) - self.probs_t(y0, A)).mul_(w.unsqueeze(-2))
-        return self.flat(Dt @ A, Dt.sum(-1))
+        return self.flat(_times_features(Dt, A), Dt.sum(-1))
 
     def _PS_t(self, y, A, v, w) -> tuple[torch.Tensor, torch.Tensor]:
         """``[M, C, n]`` twice: ``Pᵀ`` and ``Sᵀ``, ``S = w (P ⊙ U - P (P·U))``, ``U = A Vᵀ + c``."""
@@ -117,7 +167,7 @@ class SoftmaxHead:
     def hvp(self, y, A, t, w, v, mean: bool = False) -> torch.Tensor:
         """``[M, dy]``: ``∇²_y ℓ v`` (``mean``: its client mean ``[dy]``)."""
         St = self._PS_t(y, A, v, w)[1]
-        return self._mean(St, A) if mean else self.flat(St @ A, St.sum(-1))
+        return self._mean(St, A) if mean else self.flat(_times_features(St, A), St.sum(-1))
 
     def dA(self, y, A, t, w) -> torch.Tensor:
         """``[M, n, h]``: ``∂ℓ/∂A = R W``."""
@@ -141,5 +191,7 @@ class SoftmaxHead:
     def ce(self, y, A, t) -> torch.Tensor:
         """``[M, n]``: the per-example cross-entropies."""
         W, b = self.split(y)
+        if y.dim() == 2 and y.shape[0] != A.shape[0]:  # features shared by R runs: repeated (the runs' heads
+            A = A.repeat(y.shape[0] // A.shape[0], 1, 1)  # side by side, [h, R*C], would round otherwise)
         L = torch.log_softmax(A @ W.mT + b, -1)
         return -L.gather(-1, t.unsqueeze(-1)).squeeze(-1)
