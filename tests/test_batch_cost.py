@@ -76,3 +76,18 @@ def test_a_tuning_of_a_kind_never_run_here_has_no_estimate_not_nan(tmp_path):
     c = spec_cost(spec, {})
     assert math.isfinite(c["expected_s"]) and math.isfinite(c["largest_s"])
     assert c["unknown"] > 3  # the grid's 3 runs, the compared run and what the tuning adds
+
+
+def test_the_batch_bench_writes_the_table_fbo_cost_reads(tmp_path, monkeypatch):
+    from fbo_cli.bench import batch as bb
+
+    case = {"name": "tiny", "task": "hyperclean", "algo": "fedbio", "key": "upper_lr",
+            "set": {k: v for k, v in HC.items() if k not in ("rounds", "threads")}}
+    monkeypatch.setattr(bb, "CASES", [case])
+    rows = bb.main(runs=3, iters=1, reps=1, out=tmp_path / "bench")
+    assert [r["case"] for r in rows] == ["tiny"] and rows[0]["R"] == 3 and rows[0]["step_ratio"] > 0
+    batch_speedups.cache_clear()
+    assert batch_speedups((str(tmp_path),)) == {("hyperclean", "fedbio"): (3, rows[0]["step_ratio"])}
+    assert "R = 3 step sizes" in (tmp_path / "bench" / "batch.md").read_text()
+    assert len(bb.factors(64)) == 64 and sorted(bb.factors(64)) == bb.factors(64) and bb.factors(8) == list(bb.FACTORS[:8])
+    batch_speedups.cache_clear()

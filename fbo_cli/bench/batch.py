@@ -52,26 +52,36 @@ CASES = [
 ]
 
 
-def _times(fns, iters: int, reps: int) -> list[float]:
+def factors(R: int) -> list[float]:
+    """The R grid points, as multiples of the case's default: :data:`FACTORS` up to 16, beyond them (a GPU's
+    R = 64) geometric steps of 2^(1/4) around the default."""
+    return list(FACTORS[:R]) if R <= len(FACTORS) else [2 ** ((i - R // 2) / 4) for i in range(R)]
+
+
+def _times(fns, iters: int, reps: int, sync=lambda: None) -> list[float]:
     """Seconds per call of each of ``fns``: one warm-up call each, then ``reps`` rounds that time each in turn
-    (interleaved, so that a neighbour's load lands on all of them), the fastest round of each."""
+    (interleaved, so that a neighbour's load lands on all of them), the fastest round of each; ``sync`` waits
+    for the device's queued work (CUDA) before a clock is read."""
     for fn in fns:
         fn()
+    sync()
     best = [float("inf")] * len(fns)
     for _ in range(reps):
         for k, fn in enumerate(fns):
             t0 = time.perf_counter()
             for _ in range(iters):
                 fn()
+            sync()
             best[k] = min(best[k], (time.perf_counter() - t0) / iters)
     return best
 
 
-def bench_case(case: dict[str, Any], R: int = 8, iters: int = 3, reps: int = 3) -> dict[str, Any]:
+def bench_case(case: dict[str, Any], R: int = 8, iters: int = 3, reps: int = 3, device: str = "cpu") -> dict[str, Any]:
     """Seconds per outer iteration of the R runs one by one and batched, and the runs per hour of each."""
-    base = resolve(case["task"], case["algo"], case["set"])
+    base = resolve(case["task"], case["algo"], {**case["set"], "device": device})
     v0 = getattr(base.hp, case["key"])
-    cfgs = [resolve(case["task"], case["algo"], {**case["set"], case["key"]: v0 * f}) for f in FACTORS[:R]]
+    cfgs = [resolve(case["task"], case["algo"], {**case["set"], "device": device, case["key"]: v0 * f})
+            for f in factors(R)]
     alone = [build(c) for c in cfgs]
     b0 = build(cfgs[0])
     batch = stacked(b0.algo, [c.hp for c in cfgs])
@@ -86,7 +96,8 @@ def bench_case(case: dict[str, Any], R: int = 8, iters: int = 3, reps: int = 3) 
         b0.ledger.iterations += 1
 
     # the R runs one by one, the batch, and one run's evaluation (a batch evaluates run by run)
-    t_alone, t_batch, t_eval = _times([one_by_one, batched, alone[0].algo.evaluate], iters, reps)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    t_alone, t_batch, t_eval = _times([one_by_one, batched, alone[0].algo.evaluate], iters, reps, sync)
     every = cfgs[0].run.eval_every
     per_alone = t_alone + R * t_eval / every  # R runs' outer iteration with their share of evaluations
     per_batch = t_batch + R * t_eval / every
@@ -101,7 +112,7 @@ def bench_case(case: dict[str, Any], R: int = 8, iters: int = 3, reps: int = 3) 
 
 
 def main(runs: int = 8, iters: int = 3, reps: int = 3, threads: int = 1, only: str = "",
-         out: str | Path | None = None) -> list[dict[str, Any]]:
+         out: str | Path | None = None, device: str = "cpu") -> list[dict[str, Any]]:
     """``fbo bench --batch R``: every case (or those whose name or algorithm is in ``only``), printed as it
     finishes, and the table written to ``out``/batch.md, its rows to ``out``/batch.csv (what ``fbo cost
     --batch`` prices run batches with, :func:`fbo_cli.batch.batch_speedups`)."""
@@ -110,14 +121,15 @@ def main(runs: int = 8, iters: int = 3, reps: int = 3, threads: int = 1, only: s
     rows = []
     for case in CASES:
         if not keys or case["name"] in keys or case["algo"] in keys:
-            rows.append(bench_case(case, runs, iters, reps))
+            rows.append(bench_case(case, runs, iters, reps, device))
             print(rows[-1], flush=True)
     if out and rows:
         from ..results import atomic_write, code_commit, md_row
 
         head = list(rows[0])
-        text = (f"# Run batches against runs one by one (CPU, {threads} thread(s), R = {runs} step sizes of one "
-                f"seed)\n\n`fbo bench --batch {runs} --iters {iters}`"
+        where = (f"CUDA, {torch.cuda.get_device_name()}" if device == "cuda" else f"CPU, {threads} thread(s)")
+        text = (f"# Run batches against runs one by one ({where}, R = {runs} step sizes of one "
+                f"seed)\n\n`fbo bench --batch {runs} --iters {iters}{' --device cuda' if device == 'cuda' else ''}`"
                 f"{code_commit()}, torch {torch.__version__}. Seconds per outer iteration and run; runs per hour "
                 f"at the case's budget with one evaluation per run every eval_every iterations (evaluations do not "
                 f"batch); step_ratio: the steps alone, ratio: with the evaluations.\n\n"

@@ -29,8 +29,9 @@ def bench(
                                 "latency-bound cases (or --only) on that code and on this code, alternating fresh "
                                 "processes (before and after in one window; writes ab.md)."),
     rounds: int = typer.Option(3, help="Alternating rounds of --against."),
-    batch: int = typer.Option(0, help="Instead of the bench: R runs of one seed at R step sizes, batched against "
-                              "one by one (runs per hour on the CPU; writes batch.md; fbo_cli/bench/batch.py)."),
+    batch: int = typer.Option(0, help="Instead of the bench: R runs of one seed at R step sizes (2-64), batched "
+                              "against one by one (runs per hour on --device; writes batch.md and batch.csv; "
+                              "fbo_cli/bench/batch.py)."),
 ) -> None:
     """Cost per outer iteration and per round of every algorithm (`make bench`): seconds, GFLOP/s against
     the machine's sgemm rate, fast vs generic path, growth with the clients, peak memory."""
@@ -40,9 +41,17 @@ def bench(
         from ..bench.batch import main as batch_main
 
         with user_errors():
-            if batch < 2 or batch > 16:
-                raise UsageError(f"--batch must be between 2 and 16 runs, got {batch}")
-        batch_main(batch, iters, 3, threads, only, out_dir or Path("results/bench"))
+            if batch < 2 or batch > 64:
+                raise UsageError(f"--batch must be between 2 and 64 runs, got {batch}")
+            if device not in ("cpu", "cuda"):
+                raise UsageError(f"--device must be cpu or cuda, got {device!r}")
+            if device == "cuda":
+                import torch
+
+                if not torch.cuda.is_available():
+                    raise UsageError("--device cuda: no CUDA device here")
+        batch_main(batch, iters, 3, threads, only,
+                   out_dir or Path("results/bench/cuda" if device == "cuda" else "results/bench"), device)
         return
     with user_errors():
         opts = BenchOptions(quick=quick, only=only, device=device, threads=threads, iters=iters,

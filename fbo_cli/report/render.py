@@ -99,6 +99,9 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
                                          "`fbo report --collect results`).", ""])
         gpu = root / BENCH_FILES[1]
         out += ["### On a GPU: `make bench DEVICE=cuda`", ""]
+        gpu_batch = root / BENCH_FILES[5]
+        out += ([f"`{gpu_batch}` (`bash tests/gpu_batch_check.sh`):", "", gpu_batch.read_text().strip(), ""]
+                if gpu_batch.is_file() else [])
         out += ([f"`{gpu}`:", "", gpu.read_text().strip(), ""] if gpu.is_file() else
                 ["Not measured: no GPU was available to the sessions that wrote this report, so the CUDA tests "
                  "(`tests/test_cuda.py`) skipped and `make bench DEVICE=cuda` has not run. On a machine with "

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Run batches on a CUDA GPU, as one script (the device machine runs it from the repository root): the batch bench
+# at R = 64 (results/bench/cuda/batch.md) and Table 2's compared runs on MNIST (experiments/aggitd_table2.yaml,
+# 2,000 rounds) end to end with their wall time, run batches on (--batch auto), 8 processes on the one GPU.
+# Usage: [R=64] bash tests/gpu_batch_check.sh [SECONDS_FOR_TABLE_2]   (OUT: where logs and a tarball of the runs go)
+# Data: the idx files gzipped under .gpu/MNIST and .gpu/FashionMNIST (the device machine reaches no network).
+set -uo pipefail
+OUT=${OUT:-results/gpu}; mkdir -p "$OUT"
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+. tests/gpu_data.sh
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+t0=$(date +%s)
+timeout 240 python3 -m fbo_cli bench --batch "${R:-64}" --device cuda --iters 2 \
+  --only fednest-mlp-fmnist-m100-C0.1,aggitd-mlp-fmnist-m100-C0.1,fedbio-hyperclean-fmnist-M10-I5,codasca-synth-K16-I32 \
+  --out results/bench/cuda 2>&1 | tail -12 | tee "$OUT/batch_log.txt"
+echo "batch bench: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/batch_log.txt"
+cp results/bench/cuda/batch.md results/bench/cuda/batch.csv "$OUT/" 2>/dev/null
+t0=$(date +%s)
+timeout -s INT -k 30 "${1:-300}" python3 -m fbo_cli compare experiments/aggitd_table2.yaml --jobs 8 \
+  --executor processes --batch auto 2>&1 | tail -12 | tee "$OUT/table2_log.txt"
+echo "Table 2's compared runs: $(( $(date +%s) - t0 )) s of wall time" | tee -a "$OUT/table2_log.txt"
+tar czf "$OUT/results.tgz" --exclude='*.png' --exclude='*.pdf' results/hyperrep results/compare/aggitd_table2 2>/dev/null
+ls -la "$OUT"
