@@ -84,7 +84,8 @@ def parse_batch(batch: str | int) -> str | int:
 def group_batches(configs: Sequence[RunConfig], batch: str | int = "auto") -> list[list[int]]:
     """The indices of ``configs`` in batches: runs of an algorithm that batches, with the same seed, task, data
     settings and integer/string hyperparameters (differing only in float hyperparameters) go together, at most
-    R per batch (``auto``: :data:`AUTO_MAX`; ``off`` or 1: every run alone). A batch holds one seed: the runs
+    R per batch (``auto``: :data:`AUTO_MAX`, and only runs whose algorithm gains from it, ``auto_batch``;
+    ``off`` or 1: every run alone). A batch holds one seed: the runs
     of a seed share their draws, those of two seeds nothing (their data differ), so two seeds are two tasks
     an executor may run in parallel (:func:`execute_batch` itself takes runs of several seeds, one seed group
     after the other). The batches come in the order of their first run."""
@@ -93,7 +94,7 @@ def group_batches(configs: Sequence[RunConfig], batch: str | int = "auto") -> li
     classes: dict[str, list[int]] = {}
     out: list[tuple[int, list[int]]] = []
     for i, c in enumerate(configs):
-        if cap == 1 or not batchable(c):
+        if cap == 1 or not batchable(c) or (batch == "auto" and not c.entry.cls.auto_batch(c.hp)):
             out.append((i, [i]))
         else:
             classes.setdefault(_key(c), []).append(i)

@@ -75,6 +75,13 @@ class Algorithm:
         """Whether a run with these hyperparameters may step in a run batch (``batches`` True)."""
         return cls.batches
 
+    @classmethod
+    def auto_batch(cls, hp: Any) -> bool:
+        """Whether ``--batch auto`` steps such runs in a batch: they may (:meth:`can_batch`) and a batch of them is
+        not slower than the runs one by one (an algorithm whose batch the batch bench measured slower in some
+        setting says so here; ``--batch R`` still batches them)."""
+        return cls.can_batch(hp)
+
     def rounds_per_iteration(self) -> int | None:
         """The round count the paper gives for one outer iteration (None where it varies)."""
         return None
