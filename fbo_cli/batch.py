@@ -94,7 +94,7 @@ def group_batches(configs: Sequence[RunConfig], batch: str | int = "auto") -> li
     classes: dict[str, list[int]] = {}
     out: list[tuple[int, list[int]]] = []
     for i, c in enumerate(configs):
-        if cap == 1 or not batchable(c) or (batch == "auto" and not c.entry.cls.auto_batch(c.hp)):
+        if cap == 1 or not batchable(c) or (batch == "auto" and not c.entry.cls.auto_batch(c.hp, c.task)):
             out.append((i, [i]))
         else:
             classes.setdefault(_key(c), []).append(i)

@@ -76,10 +76,10 @@ class Algorithm:
         return cls.batches
 
     @classmethod
-    def auto_batch(cls, hp: Any) -> bool:
-        """Whether ``--batch auto`` steps such runs in a batch: they may (:meth:`can_batch`) and a batch of them is
-        not slower than the runs one by one (an algorithm whose batch the batch bench measured slower in some
-        setting says so here; ``--batch R`` still batches them)."""
+    def auto_batch(cls, hp: Any, task: str) -> bool:
+        """Whether ``--batch auto`` steps such runs on ``task`` in a batch: they may (:meth:`can_batch`) and a batch
+        of them is not slower than the runs one by one (an algorithm whose batch the batch bench measured slower
+        in some setting says so here; ``--batch R`` still batches them)."""
         return cls.can_batch(hp)
 
     def rounds_per_iteration(self) -> int | None:

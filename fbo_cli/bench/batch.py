@@ -55,6 +55,18 @@ CASES = [
      "key": "gamma_x"},
     {"name": "aggitd-mlp-fmnist-m100-C0.1-tau5", "task": "hyperrep", "algo": "aggitd",
      "set": {**HR, "tau": 5, "eval_every": 2}, "key": "outer_lr"},
+    # what else the reproduction spends most on (fbo cost): the FedNest family on hyper-cleaning (the public code's
+    # 5 lower epochs, as the fedbio_hyperclean specs run it), AdaFBiO on hyperrep (a global head, 2 label shards)
+    # and FedBiO-Local (per-client heads), both evaluated every 5 rounds as their specs do
+    *({"name": f"{a}-hyperclean-fmnist-M10-E5", "task": "hyperclean", "algo": a, "key": "outer_lr",
+       "set": {**HC, "lower_epochs": 5, "inner_lr": 0.003, "outer_lr": 1e4}}
+      for a in ("fednest", "lfednest", "aggitd")),
+    {"name": "adafbio-global-hyperrep-fmnist-M10-q5-K10", "task": "hyperrep", "algo": "adafbio", "key": "gamma_x",
+     "set": {"dataset": "fashion-mnist", "partition": "shards", "clients": 10, "participation": 1.0, "dropout": 0.0,
+             "reg": "l2", "reg_coef": 0.001, "eval_every": 5}},
+    {"name": "fedbio-local-hyperrep-fmnist-M10-I5", "task": "hyperrep", "algo": "fedbio-local", "key": "upper_lr",
+     "set": {"dataset": "fashion-mnist", "partition": "dirichlet", "clients": 10, "participation": 1.0,
+             "lower": "local", "dropout": 0.0, "reg": "l2", "reg_coef": 0.01, "eval_every": 5}},
 ]
 
 
