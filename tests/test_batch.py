@@ -31,7 +31,7 @@ def _cfgs(task, algo, key, base, out, factors=(0.5, 1.0), seeds=(0, 1), **run):
 @pytest.mark.parametrize("task,algo,key,base", CASES, ids=[c[1] for c in CASES])
 def test_batch_of_two_seeds_by_two_steps_is_each_run_alone(tmp_path, task, algo, key, base):
     batched = _cfgs(task, algo, key, base, tmp_path / "batch")
-    assert group_batches(batched) == [[0, 1], [2, 3]]  # a batch per seed (execute_batch takes both)
+    assert group_batches(batched, 4) == [[0, 1], [2, 3]]  # a batch per seed (execute_batch takes both)
     out = execute_batch(batched)
     assert [s["status"] for s in out] == ["done"] * 4
     for cb, ca in zip(batched, _cfgs(task, algo, key, base, tmp_path / "alone"), strict=True):
