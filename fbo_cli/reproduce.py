@@ -40,7 +40,7 @@ def spec_cost(spec: str | Path, overrides: dict[str, Any], todo: bool = False,
     from .tune import tune_cells, tune_spec, tuning_estimate
 
     exp0 = load_spec(spec, overrides, use_tuned=False)
-    tcells, est, alone = [], None, None
+    tcells, est = [], None
     if any(a.tune for a in exp0.algorithms):
         ts = tune_spec(exp0)
         pairs = tune_cells(exp0, ts, overrides)
@@ -48,14 +48,13 @@ def spec_cost(spec: str | Path, overrides: dict[str, Any], todo: bool = False,
         if todo:
             tcells = todo_runs(tcells, False)
         est = tuning_estimate(exp0, ts, overrides, pairs, tcells, batch=batch)
-        alone = tuning_estimate(exp0, ts, overrides, pairs, tcells, batch="off") if batch != "off" else est
     exp = load_spec(spec, overrides)  # the compared runs at the tuned values, where tuning has run
     cells = list({c.cfg.run_dir: c for c in exp.cells}.values())
     if todo:
         cells = todo_runs(cells, False)
     secs, unknown = estimate_cost(cells, shares=cost_shares(cells, batch))
     secs += len(cells) * RUN_STARTUP_S
-    solo = estimate_cost(cells)[0] + len(cells) * RUN_STARTUP_S + (alone["expected_core_s"] if alone else 0.0)
+    solo = estimate_cost(cells)[0] + len(cells) * RUN_STARTUP_S + (est["expected_alone_core_s"] if est else 0.0)
     ratio = gpu_ratio([*tcells, *cells])
     t_exp, t_max = (est["expected_core_s"], est["largest_core_s"]) if est else (0.0, 0.0)
     return {"name": exp.name, "compared": len(cells), "tuning": f"{len(tcells)} / {est['expected']} / "

@@ -138,6 +138,13 @@ class BilevelAlgorithm(Algorithm):
     tasks: ClassVar[tuple[str, ...]] = ("hyperrep",)
     task: BilevelTask
 
+    @classmethod
+    def auto_batch(cls, hp: Any, task: str) -> bool:
+        # local upper steps (tau > 1, :meth:`upper_local`) batch bit for bit but ran slower batched (FBO-AggITD,
+        # tau = 5, C = 0.1: 0.7x the steps one by one, `fbo bench --batch 8`; each step is each run's large
+        # products): auto runs them alone
+        return super().auto_batch(hp, task) and getattr(hp, "tau", 1) == 1
+
     def __init__(self, task: BilevelTask, hp: Any, fed: FederationView):
         if getattr(task, "local_lower", False):
             raise UsageError(f"'{self.name}' solves a global lower level (one shared y); this task has "

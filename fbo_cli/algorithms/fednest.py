@@ -83,12 +83,6 @@ class FedNest(BilevelAlgorithm):
     batch_state: ClassVar[tuple[str, ...]] = ("x", "y")
     batch_fixed: ClassVar[tuple[str, ...]] = ("outer_lr_t0",)
 
-    @classmethod
-    def auto_batch(cls, hp, task: str) -> bool:
-        # tau > 1 batches bit for bit but ran slower batched (FBO-AggITD, tau = 5, C = 0.1: 0.69x the steps one by
-        # one, `fbo bench --batch 8`; the local upper steps are each run's large products): auto runs it alone
-        return super().auto_batch(hp, task) and hp.tau == 1
-
     def rounds_per_iteration(self) -> int | None:
         hp = self.hp
         lower = (2 if hp.lower_solver == "svrg" else 1) * hp.N

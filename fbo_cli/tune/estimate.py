@@ -44,12 +44,14 @@ def tuning_estimate(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], ce
     exp_more = len(pairs) * (EXPECTED_EXTENSIONS * n_seeds + EXPECTED_CONFIRMATIONS * CONFIRM_SEEDS)
     max_more = sum(MAX_EXTENSIONS * n_seeds + (n + MAX_EXTENSIONS) * CONFIRM_SEEDS for n in per_pair.values())
     todo_s, _ = estimate_cost(todo, shares=cost_shares(todo, batch))
+    todo_alone_s = estimate_cost(todo)[0] if batch != "off" else todo_s
     out = {"grid": len(cells), "todo": len(todo), "ranking": rank_runs,
            "expected": len(todo) + round(exp_more) + rank_runs, "largest": len(todo) + max_more + rank_runs,
            "run_s": run_s, "full_s": full_s, "unknown": unknown + (0 if known else round(exp_more) + rank_runs)}
     for k, more in (("expected", exp_more), ("largest", max_more)):
         out[f"{k}_core_s"] = todo_s + more * run_s + rank_runs * full_s + out[k] * RUN_STARTUP_S
         out[f"{k}_s"] = out[f"{k}_core_s"] / max(jobs, 1) + PROCESS_STARTUP_S * (1 + (jobs if jobs > 1 else 0))
+    out["expected_alone_core_s"] = out["expected_core_s"] - todo_s + todo_alone_s  # every run one by one
     return out
 
 
