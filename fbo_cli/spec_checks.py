@@ -136,6 +136,9 @@ MAX_CELLS = 20_000  # runs of one grid (algorithms x settings x seeds, or a tuni
 TUNE_KEYS = {"seeds", "rounds", "score", "mode", "setting", "tail", "tolerance", "set"}
 
 
+HELDOUT_FRAC = 0.1  # a held-out score's share of each client's rows, unless tune.set gives heldout_frac
+
+
 def parse_tune(spec: dict, exp: Any, where: str) -> TuneSpec:
     """The tune block of ``spec`` for the experiment ``exp`` (its seeds, task, settings and algorithms)."""
     t = spec.get("tune")
@@ -182,10 +185,12 @@ def parse_tune(spec: dict, exp: Any, where: str) -> TuneSpec:
     extra = t.get("set") or {}
     if not isinstance(extra, dict):
         raise UsageError(f"{where}: tune.set must be a mapping")
-    frac = extra.get("heldout_frac")
-    if score.startswith("heldout") and not (isinstance(frac, (int, float)) and not isinstance(frac, bool) and frac > 0):
-        raise UsageError(f"{where}: tune.score '{score}' is the held-out split's: set its share in tune.set, e.g. "
-                         f"{{heldout_frac: 0.1}} (the rows neither level trains on)")
+    if score.startswith("heldout"):  # the rows neither level trains on: 10% of each client's unless set
+        extra = {"heldout_frac": HELDOUT_FRAC, **extra}
+        frac = extra["heldout_frac"]
+        if not (isinstance(frac, (int, float)) and not isinstance(frac, bool) and 0 < frac < 1):
+            raise UsageError(f"{where}: tune.score '{score}' is the held-out split's: tune.set's heldout_frac "
+                             f"must be in (0, 1), got {frac!r}")
     grids = {}
     for a in exp.algorithms:
         g = a.tune

@@ -46,12 +46,16 @@ def test_a_tuning_scored_on_the_held_out_split(tmp_path):
     body = (f"name: t\ntask: hyperrep\nseeds: [0]\nbase: {{dataset: digits, clients: 4, participation: 0.5, "
             f"rounds: 6, threads: 1, out_dir: {tmp_path}}}\nalgorithms: [{{name: A, algo: aggitd, tune: "
             f"{{outer_lr: [0.003, 0.03, 0.3]}}}}]\n")
-    p.write_text(body + "tune: {seeds: [100], rounds: 6, tolerance: off, score: heldout_loss}\n")
-    r = CliRunner().invoke(app, ["tune", str(p)])
-    assert r.exit_code == 2 and "set its share in tune.set" in " ".join(r.output.split())
     p.write_text(body + "tune: {seeds: [100], rounds: 6, tolerance: off, score: heldout_loss, "
-                        "set: {heldout_frac: 0.1}}\n")
+                        "set: {heldout_frac: 1.5}}\n")
+    r = CliRunner().invoke(app, ["tune", str(p)])
+    assert r.exit_code == 2 and "heldout_frac must be in (0, 1)" in " ".join(r.output.split())
+    assert not (tmp_path / "compare").exists()
+    # the bilevel tasks' default score is the held-out one, on 10% of each client's rows
+    p.write_text(body + "tune: {seeds: [100], rounds: 6, tolerance: off}\n")
     r = CliRunner().invoke(app, ["tune", str(p)])
     assert r.exit_code == 0, r.output
     tuned = (tmp_path / "compare" / "t" / "tuned.yaml").read_text()
     assert "score: heldout_loss" in tuned and "outer_lr" in tuned
+    configs = list((tmp_path / "hyperrep" / "aggitd").glob("*/config.yaml"))
+    assert len(configs) >= 3 and all("heldout_frac: 0.1" in c.read_text() for c in configs)

@@ -127,7 +127,7 @@ def test_tune_rejects_divergence_chooses_on_validation_and_compare_uses_it(tmp_p
         assert set(confirmation.seed) == {101, 102} and not confirmation[
             confirmation.outer_lr == tuned["chosen"]["AggITD"]["iid"]["outer_lr"]].rejected.any()
         assert tuned["confirmed"]["AggITD | iid"]["seeds"] == [101, 102]
-    best = ok.loc[ok.score.idxmin()]  # val_loss, minimized
+    best = ok.loc[ok.score.idxmin()]  # heldout_loss (the bilevel default), minimized
     chosen = tuned["chosen"]["AggITD"]["iid"]
     assert chosen["outer_lr"] == float(best.outer_lr)
     # an edge choice was extended until interior or its neighbour beyond was rejected (named in the note)
@@ -137,7 +137,7 @@ def test_tune_rejects_divergence_chooses_on_validation_and_compare_uses_it(tmp_p
     if best.outer_lr == ok.outer_lr.max():  # 1000 diverged: named as the neighbour that failed
         assert "largest stable value: outer_lr=1000" in chosen["_stable_edge"]
     assert "_at_grid_edge" not in chosen or len(ext) == MAX_EXTENSIONS
-    assert tuned["score"] == "val_loss" and "never the test set" in tuned["procedure"]
+    assert tuned["score"] == "heldout_loss" and "never the test set" in tuned["procedure"]
     assert (out / "tuning.png").stat().st_size > 1000
     # tuning again reuses every run; compare applies the chosen value and says so
     exp = load_spec(p)

@@ -18,6 +18,7 @@ from .sections import Section
 from .tuning import choice_kind, tuning_records
 
 SUFFIX = "_heldout"
+VALIDATION_SCORES = ("val_loss", "upper_loss")  # the upper loss on the split x is fitted on
 
 
 def _fmt(c: Choice) -> str:
@@ -71,18 +72,26 @@ def verdict_rows(base: Section, ho: Section) -> tuple[int, list[tuple[str, ...]]
     return n, rows
 
 
+def on_validation_split(sections: list[Section]) -> list[str]:
+    """The bilevel experiments tuned on the split x is fitted on (``val_loss``, ``upper_loss``: the score
+    before the held-out default) that have no held-out twin."""
+    twinned = {b.exp.name for b, _ in pairs(sections)}
+    return [s.exp.name for s in sections if s.exp is not None and s.exp.tuned is not None
+            and s.exp.tuned.get("score") in VALIDATION_SCORES and s.exp.name not in twinned]
+
+
 def heldout_md(sections: list[Section]) -> list[str]:
     """The report's paragraph and tables on the held-out score (empty when no spec has a held-out twin)."""
     found = pairs(sections)
     if not found:
         return []
     out = ["", "**The held-out tuning score.** In the bilevel tasks x is fitted on the clients' validation split, "
-           "and the default tuning score is the upper loss on that same split, which rewards the largest stable "
-           "step. Each experiment below was tuned a second time, scoring the upper loss on 10% of each client's "
-           "rows that neither level trains on (`tune: {score: heldout_loss, set: {heldout_frac: 0.1}}`; "
-           "spec `<name>_heldout`), everything else equal; the compared runs are shared wherever the choice is "
-           "the same. Kinds as in the tuning tally: interior, stable (beside a rejected value), edge.", "",
-           "| experiment | algorithm | setting | chosen on the validation split | chosen on the held-out split "
+           "and a tuning scored on that same split (the upper loss there: `val_loss`, `upper_loss`) rewards the "
+           "largest stable step. Each experiment below was tuned a second time, scoring the upper loss on 10% of "
+           "each client's rows that neither level trains on (`tune: {score: heldout_loss, set: {heldout_frac: "
+           "0.1}}`; spec `<name>_heldout`), everything else equal; the compared runs are shared wherever the "
+           "choice is the same. Kinds as in the tuning tally: interior, stable (beside a rejected value), edge.",
+           "", "| experiment | algorithm | setting | chosen on the validation split | chosen on the held-out split "
            "| same |", "|---|---|---|---|---|---|"]
     changed: list[tuple[str, ...]] = []
     n_choices = n_same = n_claims = 0
@@ -100,5 +109,13 @@ def heldout_md(sections: list[Section]) -> list[str]:
     if changed:
         out += ["| experiment | claim | setting | validation-split tuning: verdict, 95% interval (seeds) "
                 "| held-out tuning |", "|---|---|---|---|---|"]
-        out += [md_row(r) for r in changed]
+        out += [md_row(r) for r in changed] + [""]
+    rest = on_validation_split(sections)
+    out += ["The held-out score is therefore the bilevel tasks' default (a spec's `tune:` block without "
+            "`score:`). Where an experiment has a held-out twin, the twin's verdicts are the ones that count; "
+            "the summary marks the original's rows as superseded. "
+            + (f"{len(rest)} bilevel experiments were tuned on the validation split before the default changed "
+               "and pin that score in their spec until they are re-tuned (their re-tuning did not fit the compute "
+               f"so far; `fbo cost` prices it): {', '.join(f'`{n}`' for n in rest)}." if rest else
+               "Every other bilevel experiment is tuned on the held-out split.")]
     return out

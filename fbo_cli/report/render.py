@@ -12,7 +12,7 @@ import pandas as pd
 from ..results import md_row
 from ..spec import Experiment
 from .evidence import BENCH_FILES, CHECK_FILES
-from .heldout import heldout_md
+from .heldout import heldout_md, pairs
 from .papers import PAPERS, Paper, fidelity_anchor
 from .sections import Section
 from .tuning import tuning_md
@@ -165,12 +165,16 @@ def summary_md(sections: dict[str, list[Section]], papers: tuple[Paper, ...]) ->
            "numbers.", "",
            "| paper | experiment | claim | verdicts over settings | 95% interval of the paired difference "
            "(seeds), per setting |", "|---|---|---|---|---|"]
+    built = [sec for paper in papers for sec in sections[paper.key] if sec.exp is not None]
+    superseded = {base.exp.name: ho.exp.name for base, ho in pairs(built)}
     for paper in papers:
         for sec in sections[paper.key]:
             if sec.exp is None:
                 continue
             title = sec.exp.title or sec.exp.name
             link = f"[{sec.exp.name}](#{slug(title.replace('`', ''))})"
+            if sec.exp.name in superseded:
+                link += f" (tuned on the validation split; `{superseded[sec.exp.name]}` supersedes it where both run)"
             if not sec.verdicts:
                 why = "no claims in the spec" if not sec.missing or len(sec.missing) < len(sec.exp.cells) \
                     else "not run yet"
@@ -182,7 +186,6 @@ def summary_md(sections: dict[str, list[Section]], papers: tuple[Paper, ...]) ->
                 cis = "; ".join(f"{st}: {v.interval.split(' (')[0]} ({v.n})" for st, v in vs if v.interval)
                 out.append(md_row((paper.title, link, claim, counts, cis)))
     out += ["", COUNT_MARK]
-    built = [sec for paper in papers for sec in sections[paper.key] if sec.exp is not None]
     out += tuning_md(built)
     out += heldout_md(built)
     rest = [(paper.title, claim, why) for paper in papers for claim, why in paper.unchecked]

@@ -85,7 +85,9 @@ class HyperRep(HeadClosedForms, BilevelTask):
     name: ClassVar[str] = "hyperrep"
     reuse: ClassVar[bool] = True
     client_major: ClassVar[bool] = True
-    tune_metric: ClassVar[tuple[str, str]] = ("val_loss", "min")
+    # the upper loss on rows neither level trains on (10% of each client's: spec_checks.HELDOUT_FRAC); the
+    # validation split's upper loss, which x is fitted on, rewards the largest stable step (docs/fidelity.md#verdicts)
+    tune_metric: ClassVar[tuple[str, str]] = ("heldout_loss", "min")
     default_dataset: ClassVar[str] = "mnist5k"
     datasets: ClassVar[tuple[str, ...]] = ("mnist", "fashion-mnist", "cifar10", "mnist5k", "digits", "synthetic")
 
@@ -101,7 +103,7 @@ class HyperRep(HeadClosedForms, BilevelTask):
         fast: bool = bounded(True, doc="closed-form oracles for the mlp's softmax head (False: generic torch.func)")
         eval: str = bounded("test,val",
                             doc="what evaluate() scores, comma-separated: test (the test set: test_acc, test_loss), "
-                                "val (every client's validation split: val_loss, val_acc, the tuning score), train "
+                                "val (every client's validation split: val_loss, val_acc, the upper objective), train "
                                 "(the whole training set, pooled: train_acc, train_loss, the public FedNest code's "
                                 "training accuracy; global head only)")
 
@@ -222,7 +224,7 @@ class HyperRep(HeadClosedForms, BilevelTask):
                 out.update(self.evaluate_clients(x, y))
             else:
                 out.update(self.pooled(x, y, self.data.X_test, self.data.y_test, "test"))
-        if "val" in self.eval_on:  # the upper objective (1/m) Σ_i f_i: what tuning scores
+        if "val" in self.eval_on:  # the upper objective (1/m) Σ_i f_i on the split x is fitted on
             out.update(self.evaluate_on(x, y, "val"))
         if "train" in self.eval_on:
             out.update(self.pooled(x, y, self.data.X, self.data.y, "train"))

@@ -8,7 +8,8 @@ in a top-level ``tune:`` block how to search it:
 tune:
   seeds: [100]        # tuning seeds, disjoint from the evaluation seeds
   rounds: 40          # every tuning run's budget (communication rounds); budget: each setting's own
-  score: upper_loss   # default: the task's validation quantity (held-out training data, never the test set)
+  score: heldout_loss # default: the task's (bilevel: the upper loss on 10% of each client's rows that
+                      # neither level trains on; set: {heldout_frac: ...} changes the share); never the test set
   mode: min           # min | max (default: the task's)
   setting: "p=0.4"    # optional: tune on this setting only and use the values for every setting
   tail: 0.25          # the last quarter of the evaluations (at least 3): the score is their mean
