@@ -90,10 +90,14 @@ def committed_runs(specs: list[str | Path], evidence: Path = EVIDENCE, unusable:
     return picks
 
 
-def select(picks: list[Pick], minutes: float | None) -> list[Pick]:
+def select(picks: list[Pick], minutes: float | None, batch: str | int = "off") -> list[Pick]:
     """A sample within ``minutes`` core-minutes (all of them for None): the specs in turn, within a spec
     its algorithms in turn, each algorithm's runs cheapest first; a run that does not fit the budget
-    left is passed over for the next."""
+    left is passed over for the next. With ``batch`` (``auto`` or R, as ``--batch``), a chosen run's batch
+    partners (the committed runs it would step with: :func:`fbo_cli.batch.group_batches`) come right after
+    it, as far as the budget goes, so that the sample checks batched runs where the evidence has them."""
+    from .batch import group_batches
+
     by_spec: dict[str, dict[str, list[Pick]]] = {}
     for p in picks:
         by_spec.setdefault(p.spec, {}).setdefault(p.cell.algorithm, []).append(p)
@@ -105,11 +109,15 @@ def select(picks: list[Pick], minutes: float | None) -> list[Pick]:
     order = [p for turn in itertools.zip_longest(*queues) for p in turn if p]
     if minutes is None:
         return order
-    chosen, left = [], minutes * 60
+    at = {id(p): i for i, p in enumerate(picks)}
+    partners = {i: [picks[j] for j in g] for g in group_batches([p.cell.cfg for p in picks], batch) for i in g}
+    chosen, taken, left = [], set(), minutes * 60
     for p in order:
-        if p.secs <= left:
-            chosen.append(p)
-            left -= p.secs
+        for q in partners[at[id(p)]] if id(p) not in taken and p.secs <= left else []:
+            if id(q) not in taken and q.secs <= left:
+                chosen.append(q)
+                taken.add(id(q))
+                left -= q.secs
     return chosen
 
 
@@ -217,6 +225,12 @@ def report(rows: list[dict[str, Any]], rtol: float, atol: float, command: str, c
             f"rounding grew beyond rtol, the final headline metric within {DRIFT:g} seed-to-seed standard "
             f"deviation of the evidence); {n['differs']} differ, {n['failed']} failed. The communication ledger "
             "is compared exactly.", ""]
+    batched = [r for r in rows if (r.get("batch") or 1) > 1]
+    if batched:
+        nb = {k: sum(r["outcome"] == k for r in batched) for k in ("identical", "agrees", "drifts")}
+        head += [f"**{len(batched)} of the reruns stepped in run batches** (column *batch*: the runs stepped "
+                 f"together; `--batch`, docs/fidelity.md#batches): {nb['identical']} identical, {nb['agrees']} "
+                 f"agree, {nb['drifts']} drift.", ""]
     if unusable:
         head += [f"**{len(unusable)} evidence run(s) could not be used** (not rerun, no other run checked in "
                  f"their place): " + "; ".join(f"`{d}` ({why})" for d, why in unusable) + ".", ""]
@@ -224,13 +238,13 @@ def report(rows: list[dict[str, Any]], rtol: float, atol: float, command: str, c
         head += [f"Training time: {then / 60:.1f} min in the evidence, {now / 60:.1f} min in the reruns "
                  f"({then / now:.1f}x; context only: the evidence's runs ran on another day, often two at once).", ""]
     cols = ["spec", "algorithm", "setting", "seed", "metric", "final (evidence)", "final (rerun)", "seed sd",
-            "max rel. diff", "ledger", "outcome", "s (evidence)", "s (rerun)"]
+            "max rel. diff", "ledger", "outcome", "batch", "s (evidence)", "s (rerun)"]
     lines = [md_row(cols), md_row(["---"] * len(cols))]
     for r in rows:
         lines.append(md_row([r["spec"], r["algorithm"], r["setting"], r["seed"], r["metric"],
                              _num(r["final_then"], ".4f"), _num(r["final_now"], ".4f"), _num(r["seed_sd"], ".4f"),
                              _num(r["max_rel_diff"], ".1e"), "same" if r["ledger"] else "differs",
-                             r["outcome"] + (f" ({r['why']})" if r["why"] else ""),
+                             r["outcome"] + (f" ({r['why']})" if r["why"] else ""), r.get("batch") or 1,
                              _num(r["s_then"], ".0f"), _num(r["s_now"], ".0f")]))
     return "\n".join(head + lines) + "\n"
 
@@ -260,15 +274,19 @@ class Plan:
     chosen: list[Pick]
     unusable: list[tuple[Path, str]]
     what: str
+    batch: str | int = "auto"  # --batch: how the sample's runs are grouped into run batches
 
 
 def plan(specs: list[Path] | None, minutes: float | None, jobs: int, evidence: Path, out: Path, rtol: float,
-         atol: float, warn=None) -> Plan:
+         atol: float, warn=None, batch: str | int = "auto") -> Plan:
     """The sample of ``specs`` (default: every spec of the report) that fits ``minutes`` core-minutes
-    (None: every run), its options checked first; ``warn`` hears of each unusable evidence run."""
+    (None: every run), its runs' batch partners with it (``batch``), its options checked first; ``warn``
+    hears of each unusable evidence run."""
+    from .batch import group_batches, parse_batch
     from .report.papers import reproduction_specs
 
     check_args(minutes, rtol, atol)
+    batch = parse_batch(batch)
     if jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {jobs}")
     if not evidence.is_dir():
@@ -286,15 +304,18 @@ def plan(specs: list[Path] | None, minutes: float | None, jobs: int, evidence: P
             warn(f"evidence run not usable: {d} ({why})")
     if not picks:
         raise UsageError(f"no finished run of {'these specs' if specs else 'the report'} under {evidence}")
-    chosen = select(picks, minutes)
+    chosen = select(picks, minutes, batch)
     secs = sum(p.secs for p in chosen)
-    what = (f"{len(chosen)} of {len(picks)} committed runs from {len({p.spec for p in chosen})} spec(s): about "
-            f"{secs / 60:.0f} core-minutes ({secs / 60 / jobs:.0f} min of wall time with {jobs} job"
-            f"{'s' if jobs > 1 else ''})")
+    units = group_batches([p.cell.cfg for p in chosen], batch)
+    n_batched = sum(len(u) for u in units if len(u) > 1)
+    what = (f"{len(chosen)} of {len(picks)} committed runs from {len({p.spec for p in chosen})} spec(s)"
+            + (f", {n_batched} of them in {sum(len(u) > 1 for u in units)} run batch(es)" if n_batched else "")
+            + f": at most about {secs / 60:.0f} core-minutes, as if run one by one ({secs / 60 / jobs:.0f} min of "
+            f"wall time with {jobs} job{'s' if jobs > 1 else ''})")
     if not chosen:
         raise UsageError(f"no committed run fits in {minutes:g} core-minutes; the cheapest takes about "
                          f"{min(p.secs for p in picks) / 60:.0f}: raise --minutes")
-    return Plan(picks, chosen, unusable, what)
+    return Plan(picks, chosen, unusable, what, batch)
 
 
 def run_check(pl: Plan, out: Path, jobs: int, rtol: float, atol: float, command: str,
@@ -304,10 +325,11 @@ def run_check(pl: Plan, out: Path, jobs: int, rtol: float, atol: float, command:
     from .executors import run_cells
 
     cells = [rerun_cell(p, out / "runs") for p in pl.chosen]
-    run_cells(cells, jobs=jobs, console=console, rerun=True, title="check")
+    run_cells(cells, jobs=jobs, console=console, rerun=True, title="check", batch=pl.batch)
     sd = seed_sd(pl.picks)
     rows = [{"spec": p.spec, "algorithm": p.cell.algorithm, "setting": p.cell.setting, "seed": p.cell.seed,
              "evidence": str(p.cell.cfg.run_dir), "rerun": str(c.cfg.run_dir),
+             "batch": (read_summary(c.cfg.run_dir) or {}).get("batch_runs") or 1,
              **compare_run(p.cell.cfg.run_dir, c.cfg.run_dir, rtol, atol,
                            sd.get((p.spec, p.cell.algorithm, p.cell.setting), float("nan")), p.cell.cfg.run.rounds)}
             for p, c in zip(pl.chosen, cells)]

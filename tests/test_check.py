@@ -163,3 +163,33 @@ def test_a_run_is_the_same_in_the_cli_process_and_in_a_grid_worker(tmp_path):
     m = {k: pd.read_csv(next((tmp_path / k).rglob("metrics.csv"))).drop(columns="train_time")
          for k in ("j1", "j2", "run")}
     assert len(m["j2"]) == 4 and m["j1"].equals(m["j2"]) and m["run"].equals(m["j2"])
+
+
+def test_the_sample_takes_batch_partners_and_reruns_them_as_one_batch(tmp_path):
+    """A sampled run's batch partners (same algorithm and seed, other float steps) join the sample
+    (budget allowing), rerun as one batch, and each is identical to its own evidence run."""
+    from fbo_cli import check
+
+    spec = tmp_path / "exp.yaml"
+    spec.write_text(f"""
+name: tinybatch
+task: hyperrep
+seeds: [0, 1]
+base: {{dataset: digits, clients: 4, participation: 0.5, rounds: 6, eval_every: 1, out_dir: {tmp_path / "ev"}}}
+algorithms: [{{name: A, algo: aggitd, set: {{outer_lr: 0.01}}}}, {{name: B, algo: aggitd, set: {{outer_lr: 0.03}}}}]
+""")
+    assert runner.invoke(app, ["compare", str(spec), "--batch", "off"]).exit_code == 0
+    ev, out = tmp_path / "ev", tmp_path / "chk"
+    picks = check.committed_runs([spec], ev)
+    secs = {("A", 0): 1.0, ("A", 1): 2.0, ("B", 0): 3.0, ("B", 1): 1.0}
+    for p in picks:
+        p.secs = secs[(p.cell.algorithm, p.cell.seed)]
+    names = lambda chosen: {(p.cell.algorithm, p.cell.seed) for p in chosen}
+    # one by one: the cheapest runs of each algorithm in turn; with batches: A's seed-0 partner B comes next
+    assert names(check.select(picks, 4 / 60, "off")) == {("A", 0), ("B", 1), ("A", 1)}
+    assert names(check.select(picks, 4 / 60, "auto")) == {("A", 0), ("B", 0)}
+    r = runner.invoke(app, ["check", str(spec), "--from", str(ev), "--out", str(out), "--all"])
+    assert r.exit_code == 0, r.output
+    flat = " ".join(r.stdout.split())
+    assert "4 of 4 reproduce" in flat and "4 of the reruns stepped in run batches" in flat, flat
+    assert r.stdout.count("| identical | 2 |") == 4, r.stdout

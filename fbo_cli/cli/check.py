@@ -24,6 +24,9 @@ def check_cmd(
                                  "check.csv go."),
     rtol: float = typer.Option(1e-3, help="Relative tolerance of 'agrees' (float rounding)."),
     atol: float = typer.Option(1e-6, help="Absolute floor of the relative difference."),
+    batch: str = typer.Option("auto", help="Run batches: auto | off | R. A sampled run's batch partners (the "
+                              "committed runs it steps with, fbo_cli/batch.py) join the sample, and they rerun "
+                              "as one batch, each checked against its own evidence."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List the sample and its cost; run nothing."),
 ) -> None:
     """Do the committed numbers reproduce? Rerun a sample of the report's runs from their committed
@@ -39,7 +42,7 @@ def check_cmd(
     threads_first()  # --jobs 1 reruns in this process
     with user_errors():
         plan = check.plan(specs, None if all_runs else minutes, jobs, evidence, out_dir, rtol, atol,
-                          warn=lambda m: err.print(m, style="red", highlight=False))
+                          warn=lambda m: err.print(m, style="red", highlight=False), batch=batch)
         if dry_run:
             t = Table(title=plan.what, title_justify="left")
             for h in ("spec", "algorithm", "setting", "seed", "core-minutes"):
