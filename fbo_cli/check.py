@@ -109,11 +109,11 @@ def select(picks: list[Pick], minutes: float | None, batch: str | int = "off") -
     order = [p for turn in itertools.zip_longest(*queues) for p in turn if p]
     if minutes is None:
         return order
-    at = {id(p): i for i, p in enumerate(picks)}
-    partners = {i: [picks[j] for j in g] for g in group_batches([p.cell.cfg for p in picks], batch) for i in g}
+    groups = group_batches([p.cell.cfg for p in picks], batch)
+    partners = {id(picks[i]): [picks[j] for j in g] for g in groups for i in g}
     chosen, taken, left = [], set(), minutes * 60
     for p in order:
-        for q in [p, *partners[at[id(p)]]] if id(p) not in taken and p.secs <= left else []:
+        for q in [p, *partners[id(p)]] if id(p) not in taken and p.secs <= left else []:
             if id(q) not in taken and q.secs <= left:
                 chosen.append(q)
                 taken.add(id(q))

@@ -12,16 +12,17 @@ from fbo_cli.results import file_sha256
 runner = CliRunner()
 
 
-def _spec(tmp_path):
+def _spec(tmp_path, algorithms="[{name: A, algo: aggitd}, {name: F, algo: fednest}]", *compare_args):
+    """A two-algorithm, two-seed spec on digits, its runs made (the evidence under tmp_path/ev)."""
     spec = tmp_path / "exp.yaml"
     spec.write_text(f"""
 name: tinycheck
 task: hyperrep
 seeds: [0, 1]
 base: {{dataset: digits, clients: 4, participation: 0.5, rounds: 6, eval_every: 1, out_dir: {tmp_path / "ev"}}}
-algorithms: [{{name: A, algo: aggitd}}, {{name: F, algo: fednest}}]
+algorithms: {algorithms}
 """)
-    assert runner.invoke(app, ["compare", str(spec)]).exit_code == 0
+    assert runner.invoke(app, ["compare", str(spec), *compare_args]).exit_code == 0
     return spec
 
 
@@ -170,15 +171,8 @@ def test_the_sample_takes_batch_partners_and_reruns_them_as_one_batch(tmp_path):
     (budget allowing), rerun as one batch, and each is identical to its own evidence run."""
     from fbo_cli import check
 
-    spec = tmp_path / "exp.yaml"
-    spec.write_text(f"""
-name: tinybatch
-task: hyperrep
-seeds: [0, 1]
-base: {{dataset: digits, clients: 4, participation: 0.5, rounds: 6, eval_every: 1, out_dir: {tmp_path / "ev"}}}
-algorithms: [{{name: A, algo: aggitd, set: {{outer_lr: 0.01}}}}, {{name: B, algo: aggitd, set: {{outer_lr: 0.03}}}}]
-""")
-    assert runner.invoke(app, ["compare", str(spec), "--batch", "off"]).exit_code == 0
+    spec = _spec(tmp_path, "[{name: A, algo: aggitd, set: {outer_lr: 0.01}}, "
+                           "{name: B, algo: aggitd, set: {outer_lr: 0.03}}]", "--batch", "off")
     ev, out = tmp_path / "ev", tmp_path / "chk"
     picks = check.committed_runs([spec], ev)
     secs = {("A", 0): 1.0, ("A", 1): 2.0, ("B", 0): 3.0, ("B", 1): 1.0}
