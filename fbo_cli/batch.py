@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from . import checkpoint as ckpt
-from .batched import finite_runs, keep_runs, show, stacked
+from .batched import evaluate_runs, finite_runs, keep_runs, show, stacked
 from .config import RunConfig
 from .errors import UsageError
 from .results import (
@@ -113,9 +113,10 @@ BATCH_BENCH = Path("bench") / "batch.csv"
 
 
 @functools.lru_cache(maxsize=8)
-def batch_speedups(roots: tuple[str, ...]) -> dict[tuple[str, str], tuple[int, float]]:
+def batch_speedups(roots: tuple[str, ...]) -> dict[tuple[str, str], tuple[int, float, float]]:
     """(task, algorithm) -> (R, the ratio of the training step of R runs one by one to the same R runs as one
-    batch) of the batch bench's CPU cases (``batch.csv`` under ``roots``, the first that has one)."""
+    batch, the same ratio of their evaluations) of the batch bench's CPU cases (``batch.csv`` under ``roots``, the
+    first that has one; a table without the batch's evaluation times: evaluations as alone)."""
     import csv
 
     for root in roots:
@@ -124,8 +125,10 @@ def batch_speedups(roots: tuple[str, ...]) -> dict[tuple[str, str], tuple[int, f
             out = {}
             for row in csv.DictReader(f.read_text().splitlines()):
                 try:
-                    out.setdefault((row["task"], row["algo"]), (int(row["R"]), float(row["step_ratio"])))
-                except (KeyError, ValueError, TypeError):
+                    ev = float(row["s_eval"]) / float(row["s_eval_batched_per_run"]) \
+                        if row.get("s_eval_batched_per_run") else 1.0
+                    out.setdefault((row["task"], row["algo"]), (int(row["R"]), float(row["step_ratio"]), ev))
+                except (KeyError, ValueError, TypeError, ZeroDivisionError):
                     continue
             return out
     return {}
@@ -142,20 +145,20 @@ def batch_share(n: int, R: int, ratio: float) -> float:
     return s / min(n, R) + (1 - s)
 
 
-def cost_shares(cells: Sequence, batch: str | int, roots: tuple[Path, ...] | None = None) -> list[float]:
-    """Per cell, the share of its training time alone that it costs when ``cells`` run with ``--batch batch``
-    (grouped as the executors group them, :func:`group_batches`): on a CPU, :func:`batch_share` from the
-    batch bench of its (task, algorithm) (none measured: no gain); elsewhere 1 (no batch measured there)."""
+def cost_shares(cells: Sequence, batch: str | int, roots: tuple[Path, ...] | None = None) -> list[tuple[float, float]]:
+    """Per cell, the shares of its training and of its evaluation time alone that it costs when ``cells`` run with
+    ``--batch batch`` (grouped as the executors group them, :func:`group_batches`): on a CPU, :func:`batch_share`
+    from the batch bench of its (task, algorithm) (none measured: no gain); elsewhere 1 (no batch measured there)."""
     import torch
 
-    shares = [1.0] * len(cells)
+    shares = [(1.0, 1.0)] * len(cells)
     if not cells or parse_batch(batch) == "off" or torch.cuda.is_available():
         return shares
     speed = batch_speedups(tuple(str(r) for r in (evidence_roots() if roots is None else roots)))
     for g in group_batches([c.cfg for c in cells], batch):
-        R, ratio = speed.get((cells[g[0]].cfg.task, cells[g[0]].cfg.algo), (1, 1.0))
+        R, step, ev = speed.get((cells[g[0]].cfg.task, cells[g[0]].cfg.algo), (1, 1.0, 1.0))
         for i in g:
-            shares[i] = batch_share(len(g), R, ratio)
+            shares[i] = (batch_share(len(g), R, step), batch_share(len(g), R, ev))
     return shares
 
 
@@ -246,18 +249,20 @@ def _run_group(runs: list[_Run], on_eval) -> list[dict]:
         write_yaml(run.cfg.run_dir / "config.yaml", {**run.cfg.as_dict(), "device_used": str(bt.device)})
     active = list(range(len(runs)))  # the runs still in the batch; position p holds run active[p]
 
-    def evaluate(k: int) -> dict:
-        run = runs[k]
-        show(algo, view, active.index(k), run.cfg.hp)
+    def evaluate(ks: list[int]) -> dict[int, dict]:
         t0 = time.perf_counter()
-        m = view.evaluate()
-        run.eval_time += time.perf_counter() - t0
-        row = {**led.as_dict(), "train_time": round(run.train_time, 4), **m}
-        run.rows.append(row)
-        write_csv(run.cfg.run_dir / "metrics.csv", run.rows)
-        if on_eval:
-            on_eval(k, row)
-        return row
+        ms = evaluate_runs(algo, view, [active.index(k) for k in ks], [runs[k].cfg.hp for k in ks])
+        dt = (time.perf_counter() - t0) / max(len(ks), 1)  # each run's share of the pass
+        rows = {}
+        for k, m in zip(ks, ms, strict=True):
+            run = runs[k]
+            run.eval_time += dt
+            rows[k] = row = {**led.as_dict(), "train_time": round(run.train_time, 4), **m}
+            run.rows.append(row)
+            write_csv(run.cfg.run_dir / "metrics.csv", run.rows)
+            if on_eval:
+                on_eval(k, row)
+        return rows
 
     def save(k: int) -> None:
         run = runs[k]
@@ -283,7 +288,7 @@ def _run_group(runs: list[_Run], on_eval) -> list[dict]:
 
     with _Stop() as stop:
         try:
-            first = {k: evaluate(k) for k in active}
+            first = evaluate(list(active))
             while active and led.rounds < r.rounds:
                 if r.max_iters is not None and led.iterations >= r.max_iters:
                     break
@@ -298,8 +303,8 @@ def _run_group(runs: list[_Run], on_eval) -> list[dict]:
                     runs[k].train_time += dt
                 gone = {k: "the iterate has NaN/inf entries" for p, k in enumerate(active) if not ok[p]}
                 if led.iterations % r.eval_every == 0:
-                    for k in active:
-                        if k not in gone and (why := diverged(evaluate(k), first[k])):
+                    for k, row in evaluate([k for k in active if k not in gone]).items():
+                        if why := diverged(row, first[k]):
                             gone[k] = why
                 if gone:
                     drop(gone)
@@ -310,9 +315,7 @@ def _run_group(runs: list[_Run], on_eval) -> list[dict]:
                 if led.iterations % r.checkpoint_every == 0:
                     for k in active:
                         save(k)
-            for k in active:
-                if runs[k].rows[-1]["iterations"] != led.iterations:
-                    evaluate(k)
+            evaluate([k for k in active if runs[k].rows[-1]["iterations"] != led.iterations])
             for k in list(active):
                 end(k, "done")
         except Interrupted:

@@ -282,3 +282,18 @@ def show(b, view, pos: int, hp) -> None:
         if k not in ckpt.REBUILT and k not in ("runs", "batched") and isinstance(v, (bool, int, float)):
             setattr(view, k, v)
     view.hp = hp
+
+
+def evaluate_runs(b, view, positions: Sequence[int], hps: Sequence[Any]) -> list[dict[str, float]]:
+    """The metrics of the runs at ``positions`` of the batched ``b`` (``hps``: their hyperparameters), each what its
+    run alone evaluates: in one pass where ``view`` scores the task's ``evaluate`` at a point (``eval_point``) and
+    the task scores several points at once (``evaluate_runs``: hyper-cleaning, within float rounding,
+    docs/fidelity.md#batches), else run by run (bit for bit)."""
+    from .algorithms.base import Algorithm
+
+    fused = len(positions) > 1 and type(view).evaluate is Algorithm.evaluate and hasattr(view.task, "evaluate_runs")
+    out = []
+    for p, hp in zip(positions, hps, strict=True):
+        show(b, view, p, hp)
+        out.append(view.eval_point() if fused else view.evaluate())
+    return view.task.evaluate_runs(*zip(*out)) if fused else out

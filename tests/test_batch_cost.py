@@ -26,23 +26,24 @@ def test_batch_share_fits_the_measured_ratio_and_assumes_nothing_beyond_it():
 
 def _bench(root, rows):
     (root / "bench").mkdir(parents=True)
-    head = ["case", "task", "algo", "R", "step_ratio"]
+    head = ["case", "task", "algo", "R", "step_ratio", "s_eval", "s_eval_batched_per_run"]
     (root / "bench" / "batch.csv").write_text("\n".join([",".join(head), *(",".join(map(str, r)) for r in rows)]))
     batch_speedups.cache_clear()
 
 
 def test_cost_shares_group_as_the_executors_and_price_with_the_bench(tmp_path):
-    _bench(tmp_path, [("c", "hyperclean", "fedbio", 8, 2.0)])
+    _bench(tmp_path, [("c", "hyperclean", "fedbio", 8, 2.0, 0.03, 0.01)])  # the batch's evaluations: 3x
     cells = [SimpleNamespace(cfg=resolve("hyperclean", a, {**HC, "out_dir": str(tmp_path / "r"), **kw}))
              for a, kw in [("fedbio", {"upper_lr": 1.0}), ("fedbio", {"upper_lr": 2.0}), ("fedbio", {"seed": 1}),
                            ("fedavg-noisy", {})]]
     roots = (tmp_path,)
     got = cost_shares(cells, "auto", roots)
-    assert got[0] == got[1] == pytest.approx(batch_share(2, 8, 2.0))  # two step sizes of seed 0
-    assert got[0] < 1.0
-    assert got[2:] == [1.0, 1.0]  # another seed alone; an algorithm that does not batch
-    assert cost_shares(cells, "off", roots) == [1.0] * 4
-    # the model: a run's training part times its share, its evaluations as alone
+    # two step sizes of seed 0: (training, evaluation)
+    assert got[0] == got[1] == pytest.approx((batch_share(2, 8, 2.0), batch_share(2, 8, 3.0)))
+    assert got[0][1] < got[0][0] < 1.0
+    assert got[2:] == [(1.0, 1.0)] * 2  # another seed alone; an algorithm that does not batch
+    assert cost_shares(cells, "off", roots) == [(1.0, 1.0)] * 4
+    # the model: a run's training part times its share, its evaluations times theirs
     run = tmp_path / "ev" / "hyperclean" / "fedbio" / "x"
     run.mkdir(parents=True)
     (run / "config.yaml").write_text(json.dumps(cells[0].cfg.as_dict(), default=str))
@@ -54,7 +55,7 @@ def test_cost_shares_group_as_the_executors_and_price_with_the_bench(tmp_path):
     alone, _ = estimate_cost(cells[:2], roots=(tmp_path / "ev",))
     both, _ = estimate_cost(cells[:2], roots=(tmp_path / "ev",), shares=got[:2])
     assert alone == pytest.approx(2 * 10 * 0.4)
-    assert both == pytest.approx(2 * (3.0 * got[0] + 1.0))
+    assert both == pytest.approx(2 * (3.0 * got[0][0] + 1.0 * got[0][1]))
     # a run that stepped in a batch says nothing of what a run costs alone
     (run / "summary.json").write_text(json.dumps({"ledger": {"rounds": 10}, "train_time_s": 3.0, "eval_time_s": 1.0,
                                                   "device": "cpu", "batch_runs": 8}))
@@ -87,7 +88,8 @@ def test_the_batch_bench_writes_the_table_fbo_cost_reads(tmp_path, monkeypatch):
     rows = bb.main(runs=3, iters=1, reps=1, out=tmp_path / "bench")
     assert [r["case"] for r in rows] == ["tiny"] and rows[0]["R"] == 3 and rows[0]["step_ratio"] > 0
     batch_speedups.cache_clear()
-    assert batch_speedups((str(tmp_path),)) == {("hyperclean", "fedbio"): (3, rows[0]["step_ratio"])}
+    ev = rows[0]["s_eval"] / rows[0]["s_eval_batched_per_run"]  # hyper-cleaning's batch evaluates in one pass
+    assert batch_speedups((str(tmp_path),)) == {("hyperclean", "fedbio"): (3, rows[0]["step_ratio"], ev)}
     assert "R = 3 step sizes" in (tmp_path / "bench" / "batch.md").read_text()
     assert len(bb.factors(64)) == 64 and sorted(bb.factors(64)) == bb.factors(64)
     assert bb.factors(8) == list(bb.FACTORS[:8])

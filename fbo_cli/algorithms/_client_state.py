@@ -138,8 +138,8 @@ class ClientStateAlgorithm(Algorithm):
     def heads(self) -> torch.Tensor:
         return self.y if self.local else self.y.mean(0)
 
-    def evaluate(self) -> dict[str, float]:
-        return self.task.evaluate(self.x_bar(), self.heads())
+    def eval_point(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.x_bar(), self.heads()
 
     def state(self) -> dict[str, torch.Tensor]:
         return {"x": self.x, "y": self.y}

@@ -89,8 +89,14 @@ class Algorithm:
     def step(self) -> None:
         raise NotImplementedError
 
-    def evaluate(self) -> dict[str, float]:
+    def eval_point(self) -> tuple[torch.Tensor, ...]:
+        """What ``evaluate`` scores: the task's ``evaluate`` of these (a bilevel algorithm's (x, y)). A run batch
+        scores its runs' points in one pass where the task can (``task.evaluate_runs``, fbo_cli/batch.py); an
+        algorithm that overrides ``evaluate`` instead is scored run by run."""
         raise NotImplementedError
+
+    def evaluate(self) -> dict[str, float]:
+        return self.task.evaluate(*self.eval_point())
 
     def state(self) -> dict[str, torch.Tensor]:
         """Tensors that define the iterate (for checkpoints and divergence checks)."""
@@ -153,8 +159,8 @@ class BilevelAlgorithm(Algorithm):
         super().__init__(task, hp, fed)
         self.x, self.y = task.init(fed.gen)
 
-    def evaluate(self) -> dict[str, float]:
-        return self.task.evaluate(self.x, self.y)
+    def eval_point(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.x, self.y
 
     def state(self) -> dict[str, torch.Tensor]:
         return {"x": self.x, "y": self.y}

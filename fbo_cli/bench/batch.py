@@ -4,8 +4,9 @@ A case is R runs of one algorithm on one task, of one seed, at R grid points of 
 (its default times ``FACTORS``). Both ways are timed in this process, alternately, on the same data, as the
 fastest of ``reps`` interleaved timings of ``iters`` outer iterations after one of warm-up: one by one, the R runs as
 :func:`fbo_cli.runner.build` builds them alone, stepped one after the other; batched, one
-:func:`fbo_cli.batch.stacked` algorithm of the R runs. Evaluations are timed too (one per run: they do not
-batch) and enter the runs per hour at the case's ``eval_every``.
+:func:`fbo_cli.batch.stacked` algorithm of the R runs. Evaluations are timed too, a run's alone and the batch's
+(:func:`fbo_cli.batched.evaluate_runs`: one pass for the R runs where the task has one, else run by run), and
+enter the runs per hour at the case's ``eval_every``.
 
     fbo bench --batch 8 [--iters 3] [--only NAME,...] [--threads 1] [--out FOLDER]   (writes FOLDER/batch.md)
 
@@ -21,7 +22,7 @@ from typing import Any
 
 import torch
 
-from ..batched import stacked
+from ..batched import evaluate_runs, stacked
 from ..config import resolve
 from ..runner import build
 
@@ -113,17 +114,21 @@ def bench_case(case: dict[str, Any], R: int = 8, iters: int = 3, reps: int = 3, 
         batch.step()
         b0.ledger.iterations += 1
 
-    # the R runs one by one, the batch, and one run's evaluation (a batch evaluates run by run)
+    def batch_eval():
+        evaluate_runs(batch, b0.algo, range(R), [c.hp for c in cfgs])
+
+    # the R runs one by one, the batch, one run's evaluation and the batch's
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    t_alone, t_batch, t_eval = _times([one_by_one, batched, alone[0].algo.evaluate], iters, reps, sync)
+    t_alone, t_batch, t_eval, t_eval_b = _times([one_by_one, batched, alone[0].algo.evaluate, batch_eval], iters,
+                                                reps, sync)
     every = cfgs[0].run.eval_every
     per_alone = t_alone + R * t_eval / every  # R runs' outer iteration with their share of evaluations
-    per_batch = t_batch + R * t_eval / every
+    per_batch = t_batch + t_eval_b / every
     iters_run = cfgs[0].run.rounds / (alone[0].algo.rounds_per_iteration() or 1)
     return {"case": case["name"], "task": case["task"], "algo": case["algo"], "R": R,
             "s_iter_one_by_one": round(t_alone / R, 5),
             "s_iter_batched_per_run": round(t_batch / R, 5), "step_ratio": round(t_alone / t_batch, 2),
-            "s_eval": round(t_eval, 5), "eval_every": every,
+            "s_eval": round(t_eval, 5), "s_eval_batched_per_run": round(t_eval_b / R, 5), "eval_every": every,
             "runs_per_hour_one_by_one": round(3600 * R / (per_alone * iters_run), 2),
             "runs_per_hour_batched": round(3600 * R / (per_batch * iters_run), 2),
             "ratio": round(per_alone / per_batch, 2)}
@@ -149,8 +154,9 @@ def main(runs: int = 8, iters: int = 3, reps: int = 3, threads: int = 1, only: s
         text = (f"# Run batches against runs one by one ({where}, R = {runs} step sizes of one "
                 f"seed)\n\n`fbo bench --batch {runs} --iters {iters}{' --device cuda' if device == 'cuda' else ''}`"
                 f"{code_commit()}, torch {torch.__version__}. Seconds per outer iteration and run; runs per hour "
-                f"at the case's budget with one evaluation per run every eval_every iterations (evaluations do not "
-                f"batch); step_ratio: the steps alone, ratio: with the evaluations.\n\n"
+                f"at the case's budget with one evaluation per run every eval_every iterations (a batch evaluates its runs "
+                f"in one pass where the task can: hyper-cleaning); step_ratio: the steps alone, ratio: with the "
+                f"evaluations.\n\n"
                 + "\n".join([md_row(head), md_row(["---"] * len(head)), *(md_row([r[k] for k in head]) for r in rows)])
                 + "\n")
         atomic_write(Path(out) / "batch.md", text.encode())

@@ -117,9 +117,9 @@ def estimate_cost(cells: list, roots: tuple[Path, ...] | None = None, shares: Se
     dataset and model, else the same task, algorithm and model on any dataset (a rough guide then: the
     evaluation cadence, participation and local work change the cost too).
 
-    ``shares``: per run, the share of its training time alone that it costs in its run batch
-    (:func:`fbo_cli.batch.cost_shares`) or on another device; ``eval_shares`` the same for its evaluations
-    (default: as alone)."""
+    ``shares``: per run, the share of its training time alone that it costs in its run batch or on another
+    device, or the pair (training, evaluation) of those shares (:func:`fbo_cli.batch.cost_shares`);
+    ``eval_shares`` the evaluations' share where ``shares`` has no pairs (default: as alone)."""
     if not cells:
         return 0.0, 0
     import torch
@@ -136,6 +136,8 @@ def estimate_cost(cells: list, roots: tuple[Path, ...] | None = None, shares: Se
         d = c.cfg.as_dict()
         hit = next(((table[k][0] * (_active(d) if i >= _COARSE else 1), table[k][1])
                     for i, k in enumerate(_cost_keys(d)) if table.get(k)), None)
+        if isinstance(share, tuple):
+            share, eshare = share
         if hit:
             spr, train = hit
             total += spr * (train * share + (1 - train) * eshare) * c.cfg.run.rounds

@@ -183,6 +183,36 @@ class HyperClean(BilevelTask):
         out.update(self.detection(x))
         return out
 
+    @torch.no_grad()
+    def evaluate_runs(self, xs: list[torch.Tensor], ys: list[torch.Tensor]) -> list[dict[str, float]]:
+        """``evaluate`` of the R runs of a run batch (``xs``, ``ys``: each run's iterate), their R heads in one
+        product over each split (``[n, D] @ [D, R*C]``: every row of the test set and of the validation splits
+        is read once for the R runs). The same metrics; float rounding apart (the product's blocking and the
+        cross-entropy's mean are not the run alone's, docs/fidelity.md#batches)."""
+        R, C = len(ys), self.soft.C
+        Y = torch.stack(ys)
+        W, b = Y[:, :-C].reshape(R * C, -1), Y[:, -C:].reshape(-1)
+
+        def ce(X, lab):  # [n, R] cross-entropies and [n, R] right answers of the R heads
+            logits = torch.cat([F.linear(X[i:i + 10000].flatten(1), W, b) for i in range(0, len(X), 10000)])
+            logits = logits.view(len(X), R, C)
+            labels = lab.unsqueeze(1).expand(-1, R)
+            return (F.cross_entropy(logits.transpose(1, 2), labels, reduction="none"),
+                    (logits.argmax(2) == labels).float())
+
+        loss, right = ce(self.data.X_test, self.data.y_test)
+        outs = [{"test_acc": a, "test_loss": v} for a, v in zip(right.mean(0).tolist(), loss.mean(0).tolist())]
+        splits = [("upper_loss", "val")] + ([("heldout_loss", "heldout")] if self.data.hold_idx is not None else [])
+        for key, which in splits:  # (1/M) Σ_m f^m: f^m the w-weighted cross-entropy of client m's split
+            sp = self.data.split(which).full()
+            M, n = sp["w"].shape
+            per = ce(sp["X"].reshape(M * n, *sp["X"].shape[2:]), sp["y"].reshape(-1))[0].view(M, n, R)
+            for o, v in zip(outs, (per * sp["w"].unsqueeze(2)).sum(1).mean(0).tolist()):
+                o[key] = v
+        for o, x in zip(outs, xs):
+            o.update(self.detection(x))
+        return outs
+
 
 class _WeightedHeadOracles(Oracles):
     """hyperclean's closed forms (``fast``): the softmax classifier with per-example weights ``w σ(x)`` in
