@@ -249,6 +249,11 @@ def stacked(algo, hps: Sequence[Any]):
     return b
 
 
+def run_hp(hp, r: int):
+    """Run ``r``'s own hyperparameters from a batch's ``hp`` (each Rate read at r); a run alone's are ``hp``."""
+    return replace(hp, **{f.name: v.v[r] for f in fields(hp) if isinstance(v := getattr(hp, f.name), Rate)})
+
+
 def keep_runs(b, keep: list[int]) -> None:
     """Only the runs at positions ``keep`` stay in the batched algorithm ``b``."""
     idx = torch.tensor(keep, dtype=torch.long)

@@ -320,3 +320,44 @@ def test_hyperclean_scores_a_batch_in_one_pass_as_each_run_alone():
         assert list(o) == list(alone) and "heldout_loss" in alone
         assert o == pytest.approx(alone, rel=1e-5, abs=1e-6)
         assert {k: o[k] for k in t.detection(x)} == t.detection(x)
+
+
+# --- the hfl methods (ZO-HFL, FedAvg, FedProx, SCAFFOLD): the runs' models side by side on the local step's group
+# axis, the server's side run by run; identical bit for bit to each run alone
+
+HFL = {"dataset": "digits", "clients": 4, "partition": "dirichlet", "alpha": 1.0, "participation": 0.5, "tau": 1.5,
+       "batch_size": 16, "pretrain_steps": 3, "holdout": 0.2}
+ZO = {**HFL, "server_batch": 16}
+CASES_HFL = [("hfl", "zohfl", "server_lr", ZO), ("hfl", "zohfl", "eta", {**ZO, "num_dirs": 2}),
+             ("hfl", "zohfl", "local_lr", {**ZO, "local_constraint": "ball", "radius": 0.05}),
+             ("hfl", "fedavg", "server_lr", {**HFL, "lr_schedule": "constant"}),
+             ("hfl", "fedprox", "mu_prox", {**HFL, "mu_prox": 0.5}), ("hfl", "scaffold", "local_lr", HFL),
+             ("hfl", "fedavg", "Gamma", {**HFL, "server_client": True})]
+
+
+@pytest.mark.parametrize("task,algo,key,base", CASES_HFL, ids=[f"{c[1]}-{c[2]}" for c in CASES_HFL])
+def test_hfl_methods_batch_bit_for_bit(tmp_path, task, algo, key, base):
+    test_bounds_and_auc_batch_of_two_seeds_by_two_settings_is_each_run_alone(tmp_path, task, algo, key, base)
+
+
+def test_fedprox_batch_with_a_zero_mu_is_fedavg_alone(tmp_path):
+    """A run whose μ_prox is 0 skips the proximal term in a batch, as alone (FedProx's tuning grid starts at 0)."""
+    cfgs = _cfgs("hfl", "fedprox", "mu_prox", HFL, tmp_path / "batch", factors=(0.0, 1.0), seeds=(0,))
+    assert group_batches(cfgs) == [[0, 1]]
+    execute_batch(cfgs)
+    for cb, ca in zip(cfgs, _cfgs("hfl", "fedprox", "mu_prox", HFL, tmp_path / "alone", factors=(0.0, 1.0),
+                                  seeds=(0,)), strict=True):
+        execute(ca)
+        same_as_alone(ca, cb)
+
+
+def test_zohfl_variants_that_keep_state_of_their_own_run_alone():
+    z = lambda **kw: resolve("hfl", "zohfl", {**ZO, **kw})  # noqa: E731
+    assert group_batches([z(eta=0.1), z(eta=0.2), z(eta=0.1, crn=False), z(eta=0.2, crn=False),
+                          z(eta=0.1, warm_start=True), z(eta=0.2, warm_start=True), z(tau=3.0)]) == \
+        [[0, 1], [2], [3], [4], [5], [6]]
+
+
+@pytest.mark.parametrize("algo,key,base", [("zohfl", "eta", ZO), ("scaffold", "local_lr", HFL)])
+def test_an_interrupted_hfl_batch_resumes_bit_for_bit(tmp_path, algo, key, base):
+    test_an_interrupted_batch_writes_each_runs_checkpoint_and_resumes_bit_for_bit(tmp_path, "hfl", algo, key, base, 6)

@@ -555,7 +555,8 @@ algorithms: [{{name: A, algo: aggitd, tune: {{outer_lr: {grid}}}}}]
     assert not (out / "tuning.partial.csv").exists()  # written while it ran, removed when it finished
     # a tuning stopped before it finished leaves its partial record, which stands for its runs too
     (out / "tuning.csv").rename(out / "tuning.partial.csv")
-    (out / "tuning.partial.yaml").write_text(yaml.safe_dump({"score": "heldout_loss", "tail": 0.25, "rounds": "budget"}))
+    partial = {"score": "heldout_loss", "tail": 0.25, "rounds": "budget"}
+    (out / "tuning.partial.yaml").write_text(yaml.safe_dump(partial))
     (out / "tuned.yaml").unlink()
     shutil.rmtree(tmp_path / "hyperrep")
     r = runner.invoke(app, ["tune", str(p), "--dry-run"])

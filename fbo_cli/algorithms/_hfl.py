@@ -14,6 +14,13 @@ baselines FedAvg, FedProx and SCAFFOLD.
   numbers), one ``bmm`` per step. Minibatches are ``B`` i.i.d. uniform draws from the client's rows,
   fresh at every step (the stochastic oracle of Alg. 2 line 3); ``batch_size: 0`` uses the client's
   full data at every step (deterministic, for tests and ablations).
+
+Run batches (fbo_cli/batch.py, docs/fidelity.md#batches): the R runs of a seed draw the same clients, directions
+and minibatches, so their models sit side by side on the group axis of :meth:`HFLAlgorithm.local`
+(``[K, R·G·C, n]``, run-major) and share every minibatch and both products of a step; a step size that differs
+between the runs moves each run's slice with its own number (``add_`` with ``alpha``, as alone). The server's
+side (a few vectors ``[d]`` a round) runs run by run, the run alone's code on the run's rows
+(:meth:`HFLAlgorithm.each_run`). Every run is identical bit for bit to the run alone on the CPU (tested).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from typing import ClassVar
 
 import torch
 
+from ..batched import Rate, run_hp
 from ..federation import sample_clients
 from .base import Algorithm
 
@@ -31,12 +39,13 @@ class HFLAlgorithm(Algorithm):
     tasks: ClassVar[tuple[str, ...]] = ("hfl",)
     rounds: ClassVar[str] = "1"
     work_grows: ClassVar[bool] = True  # ceil(tau sqrt(r + 1)) local steps in round r
+    batch_state: ClassVar[tuple[str, ...]] = ("x", "personal")
+    batch_fixed: ClassVar[tuple[str, ...]] = ("tau",)  # H_r: one number of local steps a round
 
     def __init__(self, task, hp, fed):
         super().__init__(task, hp, fed)
         self.x = task.init_x()
         self.r = 0
-        self.diag: dict[str, float] = {}
         self.personal = task.init_x().expand(task.m, -1).clone() if task.p.holdout > 0 else None
         self.client_gen = torch.Generator(device=fed.gen.device).manual_seed(fed.gen.initial_seed() + 7)
 
@@ -63,9 +72,10 @@ class HFLAlgorithm(Algorithm):
         """``steps`` local SGD steps of ``K`` clients from ``W [K, G·C, n]``:
         ``W <- Π[W - γ̃_t (∇CE(W; ζ_t) + μ (W - anchor) + correction)]``; the ``G`` models of a client
         share its minibatch ζ_t. Returns the final ``W`` and ``Σ_t γ̃_t``. Charges one gradient oracle
-        per model and step."""
+        per model and step. In a run batch ``W`` is ``[K, R·G·C, n]`` (the R runs' G models, run-major), and
+        ``γ̃_t``, ``μ`` and ``Σ_t γ̃_t`` may be Rates (one number per run)."""
         task, B = self.task, self.hp.batch_size
-        K = W.shape[0]
+        K, RG = W.shape[0], self.runs * groups
         W = W.clone()
         if B > 0:
             rows = task.batch_rows(self.fed.gen, table, counts, steps, B)
@@ -78,20 +88,57 @@ class HFLAlgorithm(Algorithm):
         for t in range(steps):
             lr = self.local_lr(t)
             Xb, yb = task.gather(rows[t]) if B > 0 else (Xf, yf)
-            G = task.ce_grad(W, Xb, yb, wb, groups)
+            G = task.ce_grad(W, Xb, yb, wb, RG)
             if mu:
-                G.add_(W - anchor, alpha=mu)
+                self.axpy(G, W - anchor, mu, skip_zero=True)
             if correction is not None:
                 G.add_(correction)
-            W.add_(G, alpha=-lr)
+            self.axpy(W, G, -lr)
             if project:
-                W = task.project(W, anchor, groups)
-            lr_sum += lr
+                W = task.project(W, anchor, RG)
+            lr_sum = lr_sum + lr
         n_used = int(B if B > 0 else counts.sum().item() / max(K, 1))
         self.ledger.oracle("grads", steps * K * groups, steps * K * groups * n_used)
         return W, lr_sum
 
     # helpers -------------------------------------------------------------------------------------------
+    def axpy(self, Y: torch.Tensor, X: torch.Tensor, a, skip_zero: bool = False) -> None:
+        """``Y += a X`` in place (``add_`` with ``alpha``: one rounding, as alone) for ``Y, X [K, R·G·C, n]``; a
+        Rate ``a`` moves each run's slice with its own number (``skip_zero``: a run whose number is 0 is left
+        alone, as a run alone skips the term)."""
+        if not isinstance(a, Rate):
+            if a or not skip_zero:
+                Y.add_(X, alpha=a)
+            return
+        Yr, Xr = Y.view(Y.shape[0], self.runs, -1), X.view(X.shape[0], self.runs, -1)
+        for r, ar in enumerate(a.v):
+            if ar or not skip_zero:
+                Yr[:, r].add_(Xr[:, r], alpha=ar)
+
+    def each_run(self, fn) -> None:
+        """The server's side of a round, run by run: ``fn(r, hp, rows)`` with the run's index, its own
+        hyperparameters and a ``rows(t, axis=0)`` that gives the run's part of a batch tensor ``t`` (its row of a
+        ``[R, ...]`` state, ``axis`` 1: its ``[K, ...]`` slice of a ``[K, R, ...]`` client result); alone,
+        ``fn(0, hp, identity)`` once."""
+        if not self.batched:
+            fn(0, self.hp, lambda t, axis=0: t)
+            return
+        for r in range(self.runs):
+            fn(r, run_hp(self.hp, r), lambda t, axis=0, r=r: t.select(axis, r))
+
+    @staticmethod
+    def of_run(v, r: int):
+        """Run ``r``'s number of ``v`` (a Rate, or a float all the runs share)."""
+        return v.v[r] if isinstance(v, Rate) else v
+
+    def put_personal(self, S: torch.Tensor, Y: torch.Tensor) -> None:
+        """The participants' last local models ``Y [K, d]`` (``[K, R, d]`` in a batch) as their personal models."""
+        if self.personal is not None:
+            if self.batched:
+                self.personal[:, S] = Y[:len(S)].transpose(0, 1)
+            else:
+                self.personal[S] = Y[:len(S)]
+
     def as_stack(self, v: torch.Tensor) -> torch.Tensor:
         """``[K, G, d] -> [K, G·C, n]`` (the layout of :meth:`local`; ``d`` is class-major)."""
         K, G, _ = v.shape
@@ -105,7 +152,6 @@ class HFLAlgorithm(Algorithm):
         out = self.task.evaluate(self.x)
         if self.personal is not None:
             out["personal_acc"] = self.task.personal_acc(self.personal)
-        out.update(self.diag)
         return out
 
     def state(self) -> dict[str, torch.Tensor]:

@@ -33,6 +33,9 @@ SCAFFOLD 2d up (Δy_i, Δc_i) and 2d down (x, c).
 
 Hyperparameters (paper §IV where stated): τ = 20, γ̃ = 0.1, Γ = 1 (lr schedule "throughout the
 experiments"), minibatch B = 64 (docs/fidelity.md#zohfl), η_g = 1; FedProx μ_prox = 0.01 (not given).
+
+Run batches (fbo_cli/batch.py; ``_hfl.py``): all three, runs differing in γ̃, Γ, η_g, μ_prox; identical bit for bit
+to each run alone on the CPU (tested).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from .base import bounded
 
 class FedAvg(HFLAlgorithm):
     paper: ClassVar[str] = "McMahan et al., AISTATS 2017 (baseline of ZO-HFL)"
+    batches: ClassVar[bool] = True  # _hfl.py: the runs' models side by side on the local step's group axis
 
     @dataclass
     class HP:
@@ -72,19 +76,24 @@ class FedAvg(HFLAlgorithm):
         task, hp = self.task, self.hp
         table, counts = task.client_table(S, hp.server_client)
         K = len(counts)
-        W0 = self.x.view(1, task.C, task.nf).expand(K, -1, -1)
+        W0 = self.x.reshape(1, -1, task.nf).expand(K, -1, -1)  # [K, C, n]; a batch's [K, R·C, n]
         W, lr_sum = self.local(W0, W0, table, counts, self.local_steps(self.r), mu=hp.mu_prox,
                                correction=correction)
-        return W.reshape(K, task.d), counts, lr_sum
+        return W.reshape(K, *self.x.shape), counts, lr_sum  # [K, d]; [K, R, d]
 
     def step(self) -> None:
         S = self.sample()
         Y, counts, _ = self._local_round(S)
         w = counts.to(Y.dtype) / counts.sum()
-        self.x = self.x + self.hp.server_lr * (w[:, None] * (Y - self.x)).sum(0)
+        x = self.x
+
+        def server(r, hp, rows):
+            rows(self.x).copy_(rows(x) + hp.server_lr * (w[:, None] * (rows(Y, 1) - rows(x))).sum(0))
+
+        self.x = x.clone()
+        self.each_run(server)
         self.ledger.comm(len(S), self.task.d)
-        if self.personal is not None:
-            self.personal[S] = Y[:len(S)]
+        self.put_personal(S, Y)
         self.r += 1
 
 
@@ -99,6 +108,8 @@ class FedProx(FedAvg):
 class Scaffold(FedAvg):
     paper: ClassVar[str] = "Karimireddy et al., ICML 2020, option II (baseline of ZO-HFL)"
 
+    batch_state: ClassVar[tuple[str, ...]] = ("x", "personal", "c", "ci")
+
     def __init__(self, task, hp, fed):
         super().__init__(task, hp, fed)
         if hp.mu_prox:
@@ -108,19 +119,26 @@ class Scaffold(FedAvg):
         self.ci = torch.zeros(n, task.d, dtype=self.x.dtype, device=self.x.device)
 
     def step(self) -> None:
-        task, hp = self.task, self.hp
+        task = self.task
         S = self.sample()
-        idx = torch.cat([S, S.new_tensor([task.m])]) if hp.server_client else S
-        corr = (self.c[None] - self.ci[idx]).view(len(idx), task.C, task.nf)  # -c_i + c
+        idx = torch.cat([S, S.new_tensor([task.m])]) if self.hp.server_client else S
+        k = len(idx)
+        # -c_i + c: [k, C, n]; a batch's [k, R·C, n] (ci [R, n_c, d], c [R, d])
+        corr = (self.c.unsqueeze(-2) - self.ci[..., idx, :]).movedim(-2, 0).reshape(k, -1, task.nf)
         Y, _, lr_sum = self._local_round(S, corr)
-        x = self.x
-        ci_new = self.ci[idx] - self.c + (x - Y) / lr_sum  # option II
-        self.x = x + hp.server_lr * (Y - x).mean(0)
-        self.c = self.c + (len(idx) / self.ci.shape[0]) * (ci_new - self.ci[idx]).mean(0)
-        self.ci[idx] = ci_new
+        x, c, ci = self.x, self.c, self.ci
+        self.x, self.c = x.clone(), c.clone()
+
+        def server(r, hp, rows):
+            Yr, ci_r = rows(Y, 1), rows(ci)
+            ci_new = ci_r[idx] - rows(c) + (rows(x) - Yr) / self.of_run(lr_sum, r)  # option II
+            rows(self.x).copy_(rows(x) + hp.server_lr * (Yr - rows(x)).mean(0))
+            rows(self.c).copy_(rows(c) + (k / ci_r.shape[0]) * (ci_new - ci_r[idx]).mean(0))
+            ci_r[idx] = ci_new
+
+        self.each_run(server)
         self.ledger.comm(len(S), 2 * task.d)
-        if self.personal is not None:
-            self.personal[S] = Y[:len(S)]
+        self.put_personal(S, Y)
         self.r += 1
 
     def state(self) -> dict[str, torch.Tensor]:

@@ -33,6 +33,10 @@ diagnostics).
 Hyperparameters (paper §IV defaults): τ = 20 (Table I; 5/20/50 in Fig. 2), γ = 0.01, γ̃ = 0.1, Γ = 1,
 η = 0.1, q = 1. Not given in the paper: minibatch B = 64 for ζ and ξ (docs/fidelity.md#zohfl); λ and μ are the task's
 ``lam``/``mu`` (1.0 each).
+
+Run batches (fbo_cli/batch.py; ``_hfl.py``): runs differing in γ, γ̃, Γ, η step together (the directions, client
+sets and minibatches are drawn once; the 2q Alg. 2 calls of the R runs are one local computation of 2qR models a
+client); ``crn: false`` and ``warm_start`` run alone. Identical bit for bit to each run alone on the CPU (tested).
 """
 
 from __future__ import annotations
@@ -64,6 +68,9 @@ def unit_directions(gen: torch.Generator, shape: tuple[int, ...], device=None) -
 class ZOHFL(HFLAlgorithm):
     paper: ClassVar[str] = "Qiu, Kim & Yousefian, arXiv 2504.01839 (ZO-HFL)"
     step_metrics: ClassVar[tuple[str, ...]] = ("global_loss", "f2_hat", "g1_norm", "gzo_norm")  # Fig. 2's loss
+    batches: ClassVar[bool] = True  # _hfl.py; crn and no warm start (can_batch)
+    batch_state: ClassVar[tuple[str, ...]] = ("x", "personal", "diag_t")
+    DIAG: ClassVar[tuple[str, ...]] = ("f2_hat", "g1_norm", "gzo_norm")  # the round's diagnostics, diag_t [3] float64
 
     @dataclass
     class HP:
@@ -82,8 +89,13 @@ class ZOHFL(HFLAlgorithm):
                                  doc="sum (non-participants give 0) | unbiased (x m/|S_r|)")
         warm_start: bool = bounded(False, doc="start Alg. 2 from the client's previous y± (docs/fidelity.md#zohfl)")
 
+    @classmethod
+    def can_batch(cls, hp) -> bool:
+        return cls.batches and hp.crn and not hp.warm_start
+
     def __init__(self, task, hp, fed):
         super().__init__(task, hp, fed)
+        self.diag_t: torch.Tensor | None = None  # none before the first round
         self.prev = None
         if hp.warm_start:
             self.prev = torch.zeros(task.m, 2 * hp.num_dirs, task.d, dtype=self.x.dtype, device=self.x.device)
@@ -98,28 +110,30 @@ class ZOHFL(HFLAlgorithm):
         H = self.local_steps(r)
         v = unit_directions(gen, (M, q, d), x.device)  # step 1
         sign = torch.tensor([1.0, -1.0], dtype=x.dtype, device=x.device)
-        x_in = (x + hp.eta * sign[None, None, :, None] * v[:, :, None, :]).reshape(M, G, d)  # x±
-        y0 = x_in
+        x_in = []  # each run's x± [M, G, d]
+
+        def inputs(k, h, rows):
+            x_in.append((rows(x) + h.eta * sign[None, None, :, None] * v[:, :, None, :]).reshape(M, G, d))
+
+        self.each_run(inputs)
+        x_all = torch.stack(x_in, 1).reshape(M, -1, d) if self.batched else x_in[0]  # [M, R·G, d], run-major
+        y0 = x_all
         if self.prev is not None:
-            y0 = torch.where(self.seen[S][:, None, None], self.prev[S], x_in)
+            y0 = torch.where(self.seen[S][:, None, None], self.prev[S], x_all)
         table, counts = task.client_table(S)
         ball = task.p.local_constraint != "none"
-        if hp.crn:  # step 2: both calls of all clients in one batched run, sharing minibatches
-            Y, _ = self.local(self.as_stack(y0), self.as_stack(x_in), table, counts, H, groups=G,
+        if hp.crn:  # step 2: both calls of all clients (and runs) in one batched run, sharing minibatches
+            Y, _ = self.local(self.as_stack(y0), self.as_stack(x_all), table, counts, H, groups=G,
                               mu=task.p.mu, project=ball)
-            Y = self.from_stack(Y, G)
-        else:  # independent minibatches for every call
+            Y = self.from_stack(Y, self.runs * G)
+        else:  # independent minibatches for every call (a run alone)
             one = lambda t: self.as_stack(t.reshape(M * G, 1, d))
             tab, cnt = table.repeat_interleave(G, 0), counts.repeat_interleave(G)
-            Y, _ = self.local(one(y0), one(x_in), tab, cnt, H, groups=1, mu=task.p.mu, project=ball)
+            Y, _ = self.local(one(y0), one(x_all), tab, cnt, H, groups=1, mu=task.p.mu, project=ball)
             Y = self.from_stack(Y, 1).reshape(M, G, d)
-        Fv = task.f2(x_in, Y).view(M, q, 2)  # step 3, float64
-        g = zo_gradient(Fv[..., 0], Fv[..., 1], v, hp.eta, d).mean(1)  # [M, d]
+        Y = Y.view(M, self.runs, G, d) if self.batched else Y
         w = task.weights[S]
-        gzo = (w[:, None] * g).sum(0)
-        if hp.aggregate == "unbiased":
-            gzo = gzo * (task.m / M)
-        srv = task.server_rows  # step 4
+        srv = task.server_rows  # step 4's minibatch ξ_r, drawn once for the runs
         if len(srv) == 0:  # server_frac = 0: f1 ≡ 0
             rows = srv
         elif hp.server_batch > 0:
@@ -127,23 +141,40 @@ class ZOHFL(HFLAlgorithm):
             rows = srv[pick.to(srv.device)]
         else:
             rows = srv
-        g1 = task.f1_grad(x, rows) if len(rows) else torch.zeros_like(x)
         led.oracle("grads", int(len(rows) > 0), len(rows))
-        self.x = x - hp.server_lr / math.sqrt(r + 1) * (g1 + gzo)  # step 5
+        self.x = x.clone()
+        self.diag_t = torch.empty(*x.shape[:-1], len(self.DIAG), dtype=torch.float64, device=x.device)
+
+        def server(k, h, at):
+            Yk = at(Y, 1)
+            Fv = task.f2(x_in[k], Yk).view(M, q, 2)  # step 3, float64
+            g = zo_gradient(Fv[..., 0], Fv[..., 1], v, h.eta, d).mean(1)  # [M, d]
+            gzo = (w[:, None] * g).sum(0)
+            if h.aggregate == "unbiased":
+                gzo = gzo * (task.m / M)
+            g1 = task.f1_grad(at(x), rows) if len(rows) else torch.zeros_like(at(x))  # step 4
+            at(self.x).copy_(at(x) - h.server_lr / math.sqrt(r + 1) * (g1 + gzo))  # step 5
+            f2_clients = Fv.mean((1, 2))
+            wd = w.double()
+            at(self.diag_t).copy_(torch.tensor([float((wd * f2_clients).sum() / wd.sum() * task.weights.double().sum()),
+                                                float(g1.norm()), float(gzo.norm())], dtype=torch.float64))
+            if self.personal is not None:
+                at(self.personal)[S] = Yk.mean(1)
+
+        self.each_run(server)
         led.comm(M, 2 * q * d, d + 1)
-        f2_clients = Fv.mean((1, 2))
-        wd = w.double()
-        self.diag = {"f2_hat": float((wd * f2_clients).sum() / wd.sum() * task.weights.double().sum()),
-                     "g1_norm": float(g1.norm()), "gzo_norm": float(gzo.norm())}
-        if self.personal is not None:
-            self.personal[S] = Y.mean(1)
         if self.prev is not None:
             self.prev[S] = Y
             self.seen[S] = True
         self.r += 1
 
+    @property
+    def diag(self) -> dict[str, float]:
+        """The last round's diagnostics (none before the first)."""
+        return {} if self.diag_t is None else dict(zip(self.DIAG, self.diag_t.tolist()))
+
     def evaluate(self) -> dict[str, float]:
-        out = super().evaluate()
+        out = {**super().evaluate(), **self.diag}
         if "f2_hat" in out:
             out["global_loss"] = out.get("server_loss", 0.0) + out["f2_hat"]
         return out

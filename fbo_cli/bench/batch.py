@@ -68,6 +68,10 @@ CASES = [
     {"name": "fedbio-local-hyperrep-fmnist-M10-I5", "task": "hyperrep", "algo": "fedbio-local", "key": "upper_lr",
      "set": {"dataset": "fashion-mnist", "partition": "dirichlet", "clients": 10, "participation": 1.0,
              "lower": "local", "dropout": 0.0, "reg": "l2", "reg_coef": 0.01, "eval_every": 5}},
+    # the hfl methods at fbo bench's setting (experiments/bench.yaml): ZO-HFL's steps, FedProx's mu (its tuning's grid)
+    *({"name": f"{a}-fmnist-a1000-b0.9", "task": "hfl", "algo": a, "key": k,
+       "set": {"dataset": "fashion-mnist", "partition": "dirichlet", "clients": 10, "alpha": 1000,
+               "participation": 0.9}} for a, k in (("zohfl", "server_lr"), ("fedprox", "mu_prox"))),
 ]
 
 
@@ -154,9 +158,9 @@ def main(runs: int = 8, iters: int = 3, reps: int = 3, threads: int = 1, only: s
         text = (f"# Run batches against runs one by one ({where}, R = {runs} step sizes of one "
                 f"seed)\n\n`fbo bench --batch {runs} --iters {iters}{' --device cuda' if device == 'cuda' else ''}`"
                 f"{code_commit()}, torch {torch.__version__}. Seconds per outer iteration and run; runs per hour "
-                f"at the case's budget with one evaluation per run every eval_every iterations (a batch evaluates its runs "
-                f"in one pass where the task can: hyper-cleaning); step_ratio: the steps alone, ratio: with the "
-                f"evaluations.\n\n"
+                f"at the case's budget with one evaluation per run every eval_every iterations (a batch evaluates "
+                f"its runs in one pass where the task can: hyper-cleaning); step_ratio: the steps alone, ratio: "
+                f"with the evaluations.\n\n"
                 + "\n".join([md_row(head), md_row(["---"] * len(head)), *(md_row([r[k] for k in head]) for r in rows)])
                 + "\n")
         atomic_write(Path(out) / "batch.md", text.encode())

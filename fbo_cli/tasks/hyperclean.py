@@ -28,8 +28,8 @@ The mask rides along in ``FederatedData.extra["noisy"]`` (and the x position of 
 
 Metrics: ``test_acc``/``test_loss`` of y on the test set, ``upper_loss`` = (1/M) Σ_m f^m(x, y) on
 the full validation splits (``heldout_loss`` the same on the rows neither level trains on, the default
-tuning score, when the run sets ``heldout_frac``), and ``precision``/``recall``/``f1`` of flagging example i as corrupted
-iff σ(x_i) < 0.5 (i.e. x_i < 0), plus the mean weight σ(x_i) of clean and of corrupted examples.
+tuning score, when the run sets ``heldout_frac``), and ``precision``/``recall``/``f1`` of flagging example i as
+corrupted iff σ(x_i) < 0.5 (i.e. x_i < 0), plus the mean weight σ(x_i) of clean and of corrupted examples.
 """
 
 from __future__ import annotations
