@@ -291,9 +291,9 @@ def show(b, view, pos: int, hp) -> None:
 
 def evaluate_runs(b, view, positions: Sequence[int], hps: Sequence[Any]) -> list[dict[str, float]]:
     """The metrics of the runs at ``positions`` of the batched ``b`` (``hps``: their hyperparameters), each what its
-    run alone evaluates: in one pass where ``view`` scores the task's ``evaluate`` at a point (``eval_point``) and
-    the task scores several points at once (``evaluate_runs``: hyper-cleaning, within float rounding,
-    docs/fidelity.md#batches), else run by run (bit for bit)."""
+    run alone evaluates: in one pass where ``view`` scores the task's ``evaluate`` at a point (``eval_point``, then
+    ``more_metrics`` run by run) and the task scores several points at once (``evaluate_runs``: hyper-cleaning and
+    hfl, within float rounding, docs/fidelity.md#batches), else run by run (bit for bit)."""
     from .algorithms.base import Algorithm
 
     fused = len(positions) > 1 and type(view).evaluate is Algorithm.evaluate and hasattr(view.task, "evaluate_runs")
@@ -301,4 +301,10 @@ def evaluate_runs(b, view, positions: Sequence[int], hps: Sequence[Any]) -> list
     for p, hp in zip(positions, hps, strict=True):
         show(b, view, p, hp)
         out.append(view.eval_point() if fused else view.evaluate())
-    return view.task.evaluate_runs(*zip(*out)) if fused else out
+    if not fused:
+        return out
+    ms = view.task.evaluate_runs(*zip(*out))
+    for i, (p, hp) in enumerate(zip(positions, hps)):
+        show(b, view, p, hp)
+        ms[i] = view.more_metrics(ms[i])
+    return ms

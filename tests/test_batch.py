@@ -26,7 +26,8 @@ CASES = [("hyperclean", "fedbio", "upper_lr", HC), ("hyperclean", "fedbioacc", "
 
 # hyper-cleaning's one-pass evaluation of a batch (HyperClean.evaluate_runs): these metrics agree within float
 # rounding; the rest (the ledger, detection from x, the divergence checks' outcome) is bit for bit the run alone
-EVAL_AGREES = {"hyperclean": {"test_acc", "test_loss", "upper_loss", "heldout_loss"}}
+EVAL_AGREES = {"hyperclean": {"test_acc", "test_loss", "upper_loss", "heldout_loss"},
+               "hfl": {"test_acc", "test_loss", "server_loss", "global_loss"}}
 
 
 def same_as_alone(ca, cb) -> None:
@@ -323,7 +324,8 @@ def test_hyperclean_scores_a_batch_in_one_pass_as_each_run_alone():
 
 
 # --- the hfl methods (ZO-HFL, FedAvg, FedProx, SCAFFOLD): the runs' models side by side on the local step's group
-# axis, the server's side run by run; identical bit for bit to each run alone
+# axis, the server's side run by run; identical bit for bit to each run alone, but the evaluation's losses and
+# accuracy (one pass for the runs: EVAL_AGREES)
 
 HFL = {"dataset": "digits", "clients": 4, "partition": "dirichlet", "alpha": 1.0, "participation": 0.5, "tau": 1.5,
        "batch_size": 16, "pretrain_steps": 3, "holdout": 0.2}
@@ -361,3 +363,19 @@ def test_zohfl_variants_that_keep_state_of_their_own_run_alone():
 @pytest.mark.parametrize("algo,key,base", [("zohfl", "eta", ZO), ("scaffold", "local_lr", HFL)])
 def test_an_interrupted_hfl_batch_resumes_bit_for_bit(tmp_path, algo, key, base):
     test_an_interrupted_batch_writes_each_runs_checkpoint_and_resumes_bit_for_bit(tmp_path, "hfl", algo, key, base, 6)
+
+
+def test_hfl_scores_a_batch_in_one_pass_as_each_run_alone():
+    """HFL.evaluate_runs against evaluate, model by model: the same keys in order, the values within rounding."""
+    import torch
+
+    from fbo_cli.runner import build
+
+    t = build(resolve("hfl", "fedavg", HFL)).algo.task
+    g = torch.Generator().manual_seed(0)
+    xs = [torch.randn(t.d, generator=g) for _ in range(3)]
+    outs = t.evaluate_runs(xs)
+    assert len({o["test_loss"] for o in outs}) == 3 and "server_loss" in outs[0]
+    for o, x in zip(outs, xs, strict=True):
+        alone = t.evaluate(x)
+        assert list(o) == list(alone) and o == pytest.approx(alone, rel=1e-5, abs=1e-6)

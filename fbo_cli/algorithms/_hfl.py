@@ -20,7 +20,8 @@ and minibatches, so their models sit side by side on the group axis of :meth:`HF
 (``[K, R·G·C, n]``, run-major) and share every minibatch and both products of a step; a step size that differs
 between the runs moves each run's slice with its own number (``add_`` with ``alpha``, as alone). The server's
 side (a few vectors ``[d]`` a round) runs run by run, the run alone's code on the run's rows
-(:meth:`HFLAlgorithm.each_run`). Every run is identical bit for bit to the run alone on the CPU (tested).
+(:meth:`HFLAlgorithm.each_run`). Every run is identical bit for bit to the run alone on the CPU (tested), but for
+the evaluated losses and accuracy: a batch scores its runs in one pass (``HFL.evaluate_runs``), within rounding.
 """
 
 from __future__ import annotations
@@ -148,8 +149,10 @@ class HFLAlgorithm(Algorithm):
         """``[K, G·C, n] -> [K, G, d]``."""
         return W.reshape(W.shape[0], groups, -1)
 
-    def evaluate(self) -> dict[str, float]:
-        out = self.task.evaluate(self.x)
+    def eval_point(self) -> tuple[torch.Tensor]:
+        return (self.x,)
+
+    def more_metrics(self, out: dict[str, float]) -> dict[str, float]:
         if self.personal is not None:
             out["personal_acc"] = self.task.personal_acc(self.personal)
         return out

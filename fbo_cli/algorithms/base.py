@@ -90,13 +90,18 @@ class Algorithm:
         raise NotImplementedError
 
     def eval_point(self) -> tuple[torch.Tensor, ...]:
-        """What ``evaluate`` scores: the task's ``evaluate`` of these (a bilevel algorithm's (x, y)). A run batch
-        scores its runs' points in one pass where the task can (``task.evaluate_runs``, fbo_cli/batch.py); an
-        algorithm that overrides ``evaluate`` instead is scored run by run."""
+        """What ``evaluate`` scores: the task's ``evaluate`` of these (a bilevel algorithm's (x, y)), then
+        :meth:`more_metrics`. A run batch scores its runs' points in one pass where the task can
+        (``task.evaluate_runs``, :func:`fbo_cli.batched.evaluate_runs`); an algorithm that overrides ``evaluate``
+        instead is scored run by run."""
         raise NotImplementedError
 
+    def more_metrics(self, out: dict[str, float]) -> dict[str, float]:
+        """The task's metrics of :meth:`eval_point` with what the algorithm adds (its own diagnostics)."""
+        return out
+
     def evaluate(self) -> dict[str, float]:
-        return self.task.evaluate(*self.eval_point())
+        return self.more_metrics(self.task.evaluate(*self.eval_point()))
 
     def state(self) -> dict[str, torch.Tensor]:
         """Tensors that define the iterate (for checkpoints and divergence checks)."""
