@@ -379,3 +379,25 @@ def test_hfl_scores_a_batch_in_one_pass_as_each_run_alone():
     for o, x in zip(outs, xs, strict=True):
         alone = t.evaluate(x)
         assert list(o) == list(alone) and o == pytest.approx(alone, rel=1e-5, abs=1e-6)
+
+
+def test_keeping_freed_memory_changes_no_number(tmp_path):
+    """runner.keep_freed_memory (glibc: every block from the heap, the heap's top kept; called by every run's build)
+    against glibc's default, each in a fresh process: the same run gives the same metrics.csv bit for bit. The
+    run's tensors are above glibc's default mapping threshold (128 KB), so the default maps them anew each time."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "import fbo_cli.runner as r\n"
+            "from fbo_cli.config import resolve\n"
+            "if sys.argv[1] == 'default': r.keep_freed_memory = lambda: False\n"
+            "else: assert r.keep_freed_memory()\n"
+            "r.execute(resolve('hyperrep', 'fednest', {'dataset': 'digits', 'clients': 6, 'participation': 0.5,\n"
+            "    'hidden': 1024, 'rounds': 12, 'eval_every': 2, 'threads': 1, 'out_dir': sys.argv[2]}))\n")
+    runs = {}
+    for mode in ("keep", "default"):
+        subprocess.run([sys.executable, "-c", code, mode, str(tmp_path / mode)], check=True, capture_output=True)
+        (csv_path,) = (tmp_path / mode).rglob("metrics.csv")
+        runs[mode] = csv_path
+    assert compare_run(runs["default"].parent, runs["keep"].parent)["outcome"] == "identical"

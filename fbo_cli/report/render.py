@@ -94,7 +94,8 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
         out += ["### Run batches: `fbo bench --batch 8`", ""]
         out += ([f"`{batch}`: R runs of one algorithm and seed at R step sizes, stepped one by one and as one run "
                  "batch (`--batch`, on by default in `fbo tune`, `compare` and `reproduce`) in the same process, "
-                 "alternately; `fbo cost` prices batched runs with its step ratios:", "", batch.read_text().strip(), ""]
+                 "alternately; `fbo cost` prices batched runs with its ratios (the steps', and the evaluations' "
+                 "where a batch scores its runs in one pass):", "", batch.read_text().strip(), ""]
                 if batch.is_file() else ["Not measured yet (`fbo bench --batch 8 --out results/bench`, then "
                                          "`fbo report --collect results`).", ""])
         gpu = root / BENCH_FILES[1]
