@@ -16,10 +16,11 @@ EVIDENCE_FILES = ("config.yaml", "metrics.csv", "summary.json")
 SPEC_FILES = ("tuned.yaml", "settled.yaml", "tuning.csv", "ranking.csv", "tuning.partial.yaml", "tuning.partial.csv")
 
 
-# CPU, GPU, the latency-bound cases on the code before the speed work and on this code (fbo bench --against), and
-# run batches against runs one by one (fbo bench --batch R; its csv prices batches in fbo cost)
+# CPU, GPU, the latency-bound cases on the code before the speed work and on this code (fbo bench --against), run
+# batches against runs one by one (fbo bench --batch R; its csv prices batches in fbo cost), and the code before and
+# after runs kept the memory a step frees (fbo bench --against, bench/alloc)
 BENCH_FILES = ("bench/bench.md", "bench/cuda/bench.md", "bench/ab.md", "bench/batch.md", "bench/batch.csv",
-               "bench/cuda/batch.md")
+               "bench/cuda/batch.md", "bench/alloc/ab.md")
 
 # the last reproduction check (make reproduce-check): committed runs rerun and compared with the evidence
 CHECK_FILES = ("check/check.md", "check/check.csv")

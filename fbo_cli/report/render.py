@@ -90,6 +90,14 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
                     f"`{ab}`, from `make bench-ab` (`fbo bench --against <the earlier commit>`): both versions "
                     "of the code in turn, in fresh processes, over the same minutes:", "",
                     ab.read_text().strip(), ""]
+        alloc = root / BENCH_FILES[6]
+        if alloc.is_file():
+            out += ["### Before and after: runs keep the memory a step frees", "",
+                    f"`{alloc}`, from `fbo bench --against <the commit before> --out results/bench/alloc`: the code "
+                    "before `runner.keep_freed_memory` (glibc's default: large blocks mapped and returned to the OS "
+                    "at every free) and this code, in turn, in fresh processes, over the same minutes; the numbers "
+                    "of the runs do not change (docs/fidelity.md#batches, \"Memory\"):", "",
+                    alloc.read_text().strip(), ""]
         batch = root / BENCH_FILES[3]
         out += ["### Run batches: `fbo bench --batch 8`", ""]
         out += ([f"`{batch}`: R runs of one algorithm and seed at R step sizes, stepped one by one and as one run "
