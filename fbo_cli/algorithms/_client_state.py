@@ -34,13 +34,6 @@ class ClientStateAlgorithm(Algorithm):
     # run settings these algorithms assume (full participation); the runner does not read this
     run_defaults: ClassVar[dict] = {"participation": 1.0}
 
-    @classmethod
-    def auto_batch(cls, hp, task: str) -> bool:
-        # on hyperrep a batch ran slower than the runs one by one (AdaFBiO with a global head 0.66x, FedBiO-Local
-        # 0.68x the steps, `fbo bench --batch 8`: every row of the state is per run and per client, and the
-        # representation's products are R times the run's): auto runs them alone there; hyper-cleaning gains
-        return super().auto_batch(hp, task) and task != "hyperrep"
-
     def __init__(self, task, hp, fed):
         if fed.participation < 1.0:
             raise UsageError(f"'{self.name}' runs every client in every round (the paper samples no "

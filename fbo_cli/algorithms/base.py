@@ -151,8 +151,8 @@ class BilevelAlgorithm(Algorithm):
 
     @classmethod
     def auto_batch(cls, hp: Any, task: str) -> bool:
-        # local upper steps (tau > 1, :meth:`upper_local`) batch bit for bit but ran slower batched (FBO-AggITD,
-        # tau = 5, C = 0.1: 0.7x the steps one by one, `fbo bench --batch 8`; each step is each run's large
+        # local upper steps (tau > 1, :meth:`upper_local`) batch bit for bit but gain nothing batched (FBO-AggITD,
+        # tau = 5, C = 0.1: 0.98x the steps one by one, `fbo bench --batch 8`; each step is each run's large
         # products): auto runs them alone
         return super().auto_batch(hp, task) and getattr(hp, "tau", 1) == 1
 

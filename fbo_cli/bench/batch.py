@@ -159,7 +159,7 @@ def main(runs: int = 8, iters: int = 3, reps: int = 3, threads: int = 1, only: s
                 f"seed)\n\n`fbo bench --batch {runs} --iters {iters}{' --device cuda' if device == 'cuda' else ''}`"
                 f"{code_commit()}, torch {torch.__version__}. Seconds per outer iteration and run; runs per hour "
                 f"at the case's budget with one evaluation per run every eval_every iterations (a batch evaluates "
-                f"its runs in one pass where the task can: hyper-cleaning); step_ratio: the steps alone, ratio: "
+                f"its runs in one pass where the task can: hyper-cleaning, hfl); step_ratio: the steps alone, ratio: "
                 f"with the evaluations.\n\n"
                 + "\n".join([md_row(head), md_row(["---"] * len(head)), *(md_row([r[k] for k in head]) for r in rows)])
                 + "\n")
