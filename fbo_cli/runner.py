@@ -81,8 +81,8 @@ def keep_freed_memory() -> bool:
     block gets a mapping of its own) and keeps the heap's free top up to 2 GB instead of handing it back to the OS.
     A step allocates and frees the same large tensors every time (a batch's ``[R*M, d]`` client copies: tens of
     MB; glibc maps blocks above 32 MB always, smaller ones by a threshold it moves), and by default each such
-    block comes back from the OS page by page, one page fault per 4 KB, on every step: FedBiO-Local's batch of 8
-    on hyperrep stepped 2.3x faster without that, its runs alone 1.25x (docs/fidelity.md#batches, "Memory").
+    block comes back from the OS page by page, one page fault per 4 KB, on every step: without that Fig. 6's CNN
+    steps 1.6x faster and FedBiO-Local's batch of 8 on hyperrep 1.7x (docs/fidelity.md#batches, "Memory").
     The process keeps its peak memory; where memory is kept changes no number. Once per process (every run's
     ``build``); False where the C library is not glibc (nothing changes there)."""
     import ctypes
