@@ -158,7 +158,8 @@ class ZOHFL(HFLAlgorithm):
             f2_clients = Fv.mean((1, 2))
             wd = w.double()
             at(self.diag_t).copy_(torch.tensor([float((wd * f2_clients).sum() / wd.sum() * task.weights.double().sum()),
-                                                float(g1.norm()), float(gzo.norm())], dtype=torch.float64))
+                                                float(g1.norm()), float(gzo.norm())], dtype=torch.float64,
+                                               device=x.device))
             if self.personal is not None:
                 at(self.personal)[S] = Yk.mean(1)
 
