@@ -117,8 +117,8 @@ class HFLAlgorithm(Algorithm):
                 Yr[:, r].add_(Xr[:, r], alpha=ar)
 
     def each_run(self, fn) -> None:
-        """The server's side of a round, run by run: ``fn(r, hp, rows)`` with the run's index, its own
-        hyperparameters and a ``rows(t, axis=0)`` that gives the run's part of a batch tensor ``t`` (its row of a
+        """The server's side of a round, run by run: ``fn(r, hp, at)`` with the run's index, its own
+        hyperparameters and an ``at(t, axis=0)`` that gives the run's part of a batch tensor ``t`` (its row of a
         ``[R, ...]`` state, ``axis`` 1: its ``[K, ...]`` slice of a ``[K, R, ...]`` client result); alone,
         ``fn(0, hp, identity)`` once."""
         if not self.batched:

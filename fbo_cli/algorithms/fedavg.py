@@ -87,8 +87,8 @@ class FedAvg(HFLAlgorithm):
         w = counts.to(Y.dtype) / counts.sum()
         x = self.x
 
-        def server(r, hp, rows):
-            rows(self.x).copy_(rows(x) + hp.server_lr * (w[:, None] * (rows(Y, 1) - rows(x))).sum(0))
+        def server(r, hp, at):
+            at(self.x).copy_(at(x) + hp.server_lr * (w[:, None] * (at(Y, 1) - at(x))).sum(0))
 
         self.x = x.clone()
         self.each_run(server)
@@ -129,11 +129,11 @@ class Scaffold(FedAvg):
         x, c, ci = self.x, self.c, self.ci
         self.x, self.c = x.clone(), c.clone()
 
-        def server(r, hp, rows):
-            Yr, ci_r = rows(Y, 1), rows(ci)
-            ci_new = ci_r[idx] - rows(c) + (rows(x) - Yr) / self.of_run(lr_sum, r)  # option II
-            rows(self.x).copy_(rows(x) + hp.server_lr * (Yr - rows(x)).mean(0))
-            rows(self.c).copy_(rows(c) + (k / ci_r.shape[0]) * (ci_new - ci_r[idx]).mean(0))
+        def server(r, hp, at):
+            Yr, ci_r = at(Y, 1), at(ci)
+            ci_new = ci_r[idx] - at(c) + (at(x) - Yr) / self.of_run(lr_sum, r)  # option II
+            at(self.x).copy_(at(x) + hp.server_lr * (Yr - at(x)).mean(0))
+            at(self.c).copy_(at(c) + (k / ci_r.shape[0]) * (ci_new - ci_r[idx]).mean(0))
             ci_r[idx] = ci_new
 
         self.each_run(server)

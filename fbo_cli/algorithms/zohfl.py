@@ -113,8 +113,8 @@ class ZOHFL(HFLAlgorithm):
         sign = torch.tensor([1.0, -1.0], dtype=x.dtype, device=x.device)
         x_in = []  # each run's x± [M, G, d]
 
-        def inputs(k, h, rows):
-            x_in.append((rows(x) + h.eta * sign[None, None, :, None] * v[:, :, None, :]).reshape(M, G, d))
+        def inputs(k, h, at):
+            x_in.append((at(x) + h.eta * sign[None, None, :, None] * v[:, :, None, :]).reshape(M, G, d))
 
         self.each_run(inputs)
         x_all = torch.stack(x_in, 1).reshape(M, -1, d) if self.batched else x_in[0]  # [M, R·G, d], run-major
