@@ -16,6 +16,7 @@ import torch
 from . import checkpoint as ckpt
 from .blockstack import BlockStack
 from .data.split import Split
+from .federation import same_bits
 
 # --------------------------------------------------------------------------------------------------
 # the float hyperparameters of R runs
@@ -112,7 +113,12 @@ class _RunOracles:
     name in ``shared_keys``: hyper-cleaning's features, which its products share between the runs). Any other
     call (per-run globals ``[R, d]``, alone or beside stacked ones) is made run by run, each run's call exactly
     the call of the run alone (its rows, its global, the batch); the results are stacked back (``[R*M, ...]``,
-    or ``[R, d]`` for the ``_mean`` oracles). A batch entry with ``R*M`` rows carries per-run values already (the
+    or ``[R, d]`` for the ``_mean`` oracles). But a call the task's oracles name in ``run_globals`` takes the
+    per-run globals beside the stacked rows as they are, in one folded call (hyper-cleaning's SVRG pair: each
+    run's x and anchor for its M rows); and one they name in ``fold_globals`` is one folded call at each run's
+    globals repeated for its M rows (a ``_mean`` oracle: its client oracle, then each run's mean) wherever that
+    gives the bits of the calls run by run (:func:`fbo_cli.federation.same_bits`, checked on the first call of each
+    shape). A batch entry with ``R*M`` rows carries per-run values already (the
     features of an encoded split, :class:`RunSplit`)."""
 
     def __init__(self, inner, algo):
@@ -126,16 +132,30 @@ class _RunOracles:
         R, M = self.algo.runs, batch["w"].shape[0]
         N = R * M
         blocks = any(isinstance(t, BlockStack) for t in ts)  # FedBiO's copies of x: stacked, always folded
-        if (R > 1 or blocks) and all(t.dim() >= 2 and t.shape[0] == N for t in ts) and not mean:
+        rows = (N, R) if M > 1 and name in getattr(self.o, "run_globals", ()) else (N,)  # per-run globals it takes
+        if (R > 1 or blocks) and not mean and all(t.dim() >= 2 and t.shape[0] in rows for t in ts) \
+                and any(t.shape[0] == N for t in ts):
             return getattr(self.o, name)(*put(ts, self._repeat(batch, R, N)))
-        outs = []
-        rows = [None if t.dim() < 2 else t.split(M) if t.shape[0] == N and M > 1 else rows_of(self.algo, t)
-                for t in ts]
-        for r in range(R):
-            tr = [t if rw is None else rw[r] for t, rw in zip(ts, rows)]
-            br = batch if N == M else {k: (v[r * M:(r + 1) * M] if v.shape[0] == N else v) for k, v in batch.items()}
-            outs.append(getattr(self.o, name)(*put(tr, br)))
-        return torch.stack(outs) if mean else torch.cat(outs)
+
+        def run_by_run():
+            outs = []
+            rows = [None if t.dim() < 2 else t.split(M) if t.shape[0] == N and M > 1 else rows_of(self.algo, t)
+                    for t in ts]
+            for r in range(R):
+                tr = [t if rw is None else rw[r] for t, rw in zip(ts, rows)]
+                br = batch if N == M else {k: (v[r * M:(r + 1) * M] if v.shape[0] == N else v)
+                                           for k, v in batch.items()}
+                outs.append(getattr(self.o, name)(*put(tr, br)))
+            return torch.stack(outs) if mean else torch.cat(outs)
+
+        if R > 1 and M > 1 and name in getattr(self.o, "fold_globals", ()) \
+                and all(t.dim() == 2 and t.shape[0] in (N, R) for t in ts):
+            def folded():  # the client oracle at each run's globals repeated for its M rows (then each run's mean)
+                tr = [t if t.shape[0] == N else t.repeat_interleave(M, 0) for t in ts]
+                out = getattr(self.o, name.removesuffix("_mean"))(*put(tr, self._repeat(batch, R, N)))
+                return out.unflatten(0, (R, M)).mean(1) if mean else out
+            return same_bits((name, *(tuple(t.shape) for t in ts), tuple(batch["w"].shape)), folded, run_by_run)
+        return run_by_run()
 
     def _repeat(self, batch, R: int, N: int):
         cache = self.algo._batch_cache

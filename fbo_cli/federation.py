@@ -106,6 +106,26 @@ def cmean(t: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
     return torch.tensordot(w.to(t.dtype), t, dims=1)
 
 
+# (op, shapes, dtype, device, threads) -> whether the fast way gave the exact way's bits
+SAME_BITS: dict[tuple, bool] = {}
+
+
+def same_bits(key: tuple, fast: Callable[[], torch.Tensor], exact: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """``fast()`` where it gives the bits of ``exact()``, else ``exact()``: checked on the first call of each
+    ``key`` (the op and its shapes) and remembered. A run batch's products (fbo_cli/batched.py) use it where the
+    R runs' rows stacked into one product (``fast``: the runs' heads side by side on the clients' shared
+    features, or their globals in one call) compute each element as the same dot product as the run alone
+    (``exact``: the features repeated, or the calls run by run). Whether the bits agree depends on the kernels the
+    BLAS picks for the shapes (MKL on this CPU: the same for C >= 4 rows a run, others for 2 or 3)."""
+    key = (*key, torch.get_num_threads())
+    ok = SAME_BITS.get(key)
+    if ok is None:
+        s, r = fast(), exact()
+        SAME_BITS[key] = bool(((s == r) | (s.isnan() & r.isnan())).all())
+        return r
+    return fast() if ok else exact()
+
+
 # --------------------------------------------------------------------------------------------------
 # Vectorized per-client oracles
 #

@@ -175,7 +175,9 @@ def save(fig, path: Path, formats=FORMATS) -> list[Path]:
             fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix="." + fmt)
             os.close(fd)
             try:
-                fig.savefig(tmp, dpi=200, format=fmt, metadata={"Date": None} if fmt in ("svg", "pdf") else None)
+                # tight: a panel title wider than its panel (a long method name) spills past the last panel's edge
+                fig.savefig(tmp, dpi=200, format=fmt, metadata={"Date": None} if fmt in ("svg", "pdf") else None,
+                            bbox_inches="tight", pad_inches=0.03)
                 m = os.umask(0)
                 os.umask(m)
                 os.chmod(tmp, 0o666 & ~m)

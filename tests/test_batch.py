@@ -21,7 +21,11 @@ HR = {"dataset": "digits", "clients": 6, "participation": 0.5, "hidden": 16}
 
 # every algorithm that batches, with the float hyperparameter its grid varies: all identical bit for bit
 CASES = [("hyperclean", "fedbio", "upper_lr", HC), ("hyperclean", "fedbioacc", "lower_lr", HC),
-         ("hyperrep", "fednest", "inner_lr", HR), ("hyperrep", "aggitd", "outer_lr", HR)]
+         ("hyperrep", "fednest", "inner_lr", HR), ("hyperrep", "aggitd", "outer_lr", HR),
+         # the FedNest family on hyper-cleaning: the SVRG pair one call for the runs' x and anchors (run_globals)
+         ("hyperclean", "fednest", "inner_lr", {**HC, "lower_epochs": 2, "T": 2}),
+         ("hyperclean", "lfednest", "outer_lr", {**HC, "lower_epochs": 1, "T": 2}),
+         ("hyperclean", "aggitd", "inner_lr", {**HC, "lower_epochs": 2})]
 
 
 # hyper-cleaning's one-pass evaluation of a batch (HyperClean.evaluate_runs): these metrics agree within float
@@ -51,7 +55,7 @@ def _cfgs(task, algo, key, base, out, factors=(0.5, 1.0), seeds=(0, 1), **run):
             for s in seeds for f in factors]
 
 
-@pytest.mark.parametrize("task,algo,key,base", CASES, ids=[c[1] for c in CASES])
+@pytest.mark.parametrize("task,algo,key,base", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
 def test_batch_of_two_seeds_by_two_steps_is_each_run_alone(tmp_path, task, algo, key, base):
     batched = _cfgs(task, algo, key, base, tmp_path / "batch")
     assert group_batches(batched, 4) == [[0, 1], [2, 3]]  # a batch per seed (execute_batch takes both)
@@ -282,6 +286,7 @@ def test_softmax_products_with_features_shared_by_the_runs_are_each_runs(C, h):
     features repeated for every run, on the first call of a shape (checked) and after (remembered)."""
     import torch
 
+    from fbo_cli import federation
     from fbo_cli.tasks import softmax
 
     g = torch.Generator().manual_seed(0)
@@ -292,14 +297,19 @@ def test_softmax_products_with_features_shared_by_the_runs_are_each_runs(C, h):
     y, v, y0 = (0.05 * torch.randn(R * M, C * h + C, generator=g) for _ in range(3))
     t = torch.randint(0, C, (R * M, n), generator=g)
     w = torch.rand(R * M, n, generator=g)
-    softmax._SHARED_OK.clear()
+    federation.SAME_BITS.clear()
     for _ in range(2):
         for name, call in [("grad", lambda A: sm.grad(y, A, t, w)), ("hvp", lambda A: sm.hvp(y, A, t, w, v)),
                            ("grad_diff", lambda A: sm.grad_diff(y, y0, A, t, w)),
                            ("cross_dw", lambda A: sm.cross_dw(y, A, t, v)), ("ce", lambda A: sm.ce(y, A, t))]:
             assert torch.equal(call(A), call(Ar)), name
+        # the SVRG pair against the R runs' anchors [R, dy]: each run's rows the pair of the run alone
+        anchors = y0[:R]
+        alone = [sm.grad_diff(y[r * M:(r + 1) * M], anchors[r], A, t[r * M:(r + 1) * M], w[r * M:(r + 1) * M])
+                 for r in range(R)]
+        assert torch.equal(sm.grad_diff(y, anchors, A, t, w), torch.cat(alone))
     if C == 10:  # the fast way is taken where it keeps the bits
-        assert softmax._SHARED_OK and all(softmax._SHARED_OK.values())
+        assert federation.SAME_BITS and all(federation.SAME_BITS.values())
 
 
 def test_hyperclean_scores_a_batch_in_one_pass_as_each_run_alone():

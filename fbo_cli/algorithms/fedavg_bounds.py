@@ -25,10 +25,10 @@ oracle, x = -10 on the corrupted and +10 on the clean examples (F1 = 1 by constr
 Hyperparameters (matched to ``fedbio``'s defaults): I = 5, b = 64, γ = 0.03 (a gradient step on
 the lower loss needs γL < 2; docs/fidelity.md#fedbio; the experiments tune γ).
 
-Run batches (docs/fidelity.md#batches): runs that differ in γ step together, each run's ``metrics.csv``
-identical bit for bit to the run alone on the CPU. The client sets and minibatches do not depend on y, so
-the runs of a seed share them (drawn and gathered once); the gradient is the task's call run by run (each the
-call of the run alone), the step and the mean over the R*M client rows at once.
+Run batches (docs/fidelity.md#batches): runs that differ in γ step together, each run's training identical
+bit for bit to the run alone on the CPU. The client sets and minibatches do not depend on y, so the runs of a
+seed share them (drawn and gathered once); the gradient is one folded call over the R*M client rows (the runs'
+heads side by side on the clients' shared features), the step and the mean over them at once.
 """
 
 from __future__ import annotations
@@ -75,9 +75,7 @@ class FedAvgBound(BilevelAlgorithm):
         if hp.data == "clean":
             train = train.restrict(~self.fed.data.extra["noisy"])
         Y = self.spread(self.y, len(S))
-        # g_fixed does not read x; in a batch the empty x makes the gradient a call per run on the shared minibatch
-        # (docs/fidelity.md#batches: faster here than one folded call on the minibatch repeated R times)
-        x = self.x.new_zeros(0)
+        x = self.x.new_zeros(len(Y), 0)  # g_fixed does not read x: empty client rows (in a batch the call folds)
         for _ in range(hp.local_steps):
             batch = train.sample(self.fed.gen, hp.batch_size)
             has = batch["w"].sum(1) > 0  # a client with no clean example sits out

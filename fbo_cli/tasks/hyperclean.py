@@ -143,7 +143,13 @@ class HyperClean(BilevelTask):
         BlockStack)."""
         if isinstance(x, BlockStack):
             return torch.sigmoid(x.gather(b["xpos"]))
-        return torch.sigmoid(x[b["xpos"]] if x.dim() == 1 else torch.gather(x, 1, b["xpos"]))
+        if x.dim() == 1:
+            return torch.sigmoid(x[b["xpos"]])
+        N, R = len(b["xpos"]), len(x)
+        if R != N:  # in a run batch, the R runs' x ``[R, dx]`` for the batch's R*M rows (each run's M)
+            at = torch.arange(0, R * x.shape[1], x.shape[1], device=x.device).repeat_interleave(N // R)
+            return torch.sigmoid(x.reshape(-1)[b["xpos"] + at.unsqueeze(1)])
+        return torch.sigmoid(torch.gather(x, 1, b["xpos"]))
 
     def _scatter(self, x, b: Batch, d: torch.Tensor):
         """``[M, dx]``: ∂/∂x of ``Σ_n w_n σ(x_n) ψ_n`` given ``d = ψ`` (``[M, n]``): ``w_n σ'(x_n) ψ_n`` at x_n."""
@@ -222,6 +228,10 @@ class _WeightedHeadOracles(Oracles):
 
     # in a run batch the features stay the M clients' rows, shared by the runs (softmax.py, _times_features)
     shared_keys = ("X",)
+    # ... the SVRG pair one call for the R runs' x and anchors [R, d] beside their clients' heads [R*M, dy]; the
+    # other calls at the R runs' globals (the FedNest family's hypergradient on every client's rows) one call too
+    run_globals = ("svrg",)
+    fold_globals = ("grad", "hvp", "cross", "grad_mean", "hvp_mean", "cross_mean")
 
     def __init__(self, task: HyperClean, fn):
         super().__init__(fn)
@@ -250,7 +260,10 @@ class _WeightedHeadOracles(Oracles):
         return self.grad(0, x, y, b), self.grad(1, x, y, b)
 
     def svrg(self, x, y1, y0, b):
-        return self.t.soft.grad_diff(y1, y0, b["X"].flatten(2), b["y"], self._w(x, b)) + self._reg(y1 - y0)
+        d = self.t.soft.grad_diff(y1, y0, b["X"].flatten(2), b["y"], self._w(x, b))
+        if self.nu and y0.dim() == 2 and len(y0) != len(y1):  # the runs' anchors (run_globals), each for its rows
+            y0 = y0.repeat_interleave(len(y1) // len(y0), 0)
+        return d + self._reg(y1 - y0)
 
     def hvp(self, x, y, b, v):
         return self.t.soft.hvp(y, b["X"].flatten(2), b["y"], self._w(x, b), v) + self._reg(v)

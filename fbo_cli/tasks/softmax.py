@@ -18,9 +18,9 @@ expressions, one example at a time through ``vmap``. ``y`` and ``v`` are global 
 
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
+
+from ..federation import same_bits
 
 
 def _by_client(T: torch.Tensor, R: int) -> torch.Tensor:
@@ -35,34 +35,13 @@ def _by_run(T: torch.Tensor, R: int) -> torch.Tensor:
     return T.view(M, R, Rp // R, q).transpose(0, 1).reshape(R * M, Rp // R, q)
 
 
-# (op, shapes, dtype, device, threads) -> whether the runs' rows stacked give the bits of the features repeated
-_SHARED_OK: dict[tuple, bool] = {}
-
-
-def _shared(key: tuple, stacked: Callable[[], torch.Tensor], repeated: Callable[[], torch.Tensor]) -> torch.Tensor:
-    """A product of a run batch whose R runs share the clients' features (fbo_cli/batched.py, ``shared_keys``):
-    ``stacked()``, one product per client with the R runs' rows stacked (``[R*p, q]`` times the client's
-    features: each output element the same dot product as the run's own ``[p, q]`` product), where it gives
-    the bits of ``repeated()`` (the features repeated for every run, each run's product as alone), else
-    ``repeated()``. Whether it does depends on the kernels the BLAS picks for the shapes (MKL on this CPU:
-    the same for C >= 4 rows a run, others for 2 or 3, where most elements differ), so it is checked on the
-    first call of each shape and remembered."""
-    key = (*key, torch.get_num_threads())
-    ok = _SHARED_OK.get(key)
-    if ok is None:
-        s, r = stacked(), repeated()
-        _SHARED_OK[key] = bool(((s == r) | (s.isnan() & r.isnan())).all())
-        return r
-    return stacked() if ok else repeated()
-
-
 def _times_features(Kt: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
     """``[N, p, h]``: ``Kt [N, p, n]`` times the features ``A [N, n, h]`` per client; in a run batch ``A`` may
-    be the ``M`` clients' features shared by the R runs of ``Kt``'s ``N = R*M`` rows (:func:`_shared`)."""
+    be the ``M`` clients' features shared by the R runs of ``Kt``'s ``N = R*M`` rows (``same_bits``)."""
     R = Kt.shape[0] // A.shape[0]
     if R <= 1:
         return Kt @ A
-    return _shared(("mm", tuple(Kt.shape), tuple(A.shape), A.dtype, A.device),
+    return same_bits(("mm", tuple(Kt.shape), tuple(A.shape), A.dtype, A.device),
                    lambda: _by_run(_by_client(Kt, R) @ A, R), lambda: Kt @ A.repeat(R, 1, 1))
 
 
@@ -98,8 +77,8 @@ class SoftmaxHead:
             M, n, h = A.shape
             return torch.addmm(b.unsqueeze(1), W, A.reshape(M * n, h).T).view(-1, M, n).transpose(0, 1)
         R = y.shape[0] // A.shape[0]
-        if R > 1:  # the R runs' heads on features shared by the runs (_shared)
-            return _shared(("logits", tuple(y.shape), tuple(A.shape), A.dtype, A.device),
+        if R > 1:  # the R runs' heads on features shared by the runs (same_bits)
+            return same_bits(("logits", tuple(y.shape), tuple(A.shape), A.dtype, A.device),
                            lambda: _by_run(torch.baddbmm(_by_client(b.mT, R), _by_client(W, R), A.mT), R),
                            lambda: torch.baddbmm(b.mT, W, A.repeat(R, 1, 1).mT))
         return torch.baddbmm(b.mT, W, A.mT)
@@ -145,13 +124,26 @@ class SoftmaxHead:
         return torch.cat([(K @ A.reshape(M * n, -1)).flatten(), K.sum(1)]).div_(M)
 
     def grad_diff(self, y1, y0, A, t, w) -> torch.Tensor:
-        """``[M, dy]``: ``∇_y ℓ(y1) - ∇_y ℓ(y0)`` on the same batch (the SVRG pair, one product)."""
-        if y1.dim() == 2 and y0.dim() == 1:  # client heads against the global anchor: one product
+        """``[M, dy]``: ``∇_y ℓ(y1) - ∇_y ℓ(y0)`` on the same batch (the SVRG pair, one product). In a run batch
+        ``y1 [R*M, dy]`` may stand against the R runs' anchors ``y0 [R, dy]`` (each run's for its M rows) on
+        features ``A [M, n, h]`` shared by the runs: each row the product of the run alone (``same_bits``)."""
+        N = y1.shape[0] if y1.dim() == 2 else 0
+        if y1.dim() == 2 and (y0.dim() == 1 or y0.shape[0] != N):  # client heads against their anchor: one product
             (W1, b1), (W0, b0) = self.split(y1), self.split(y0)
-            M, C = W1.shape[0], self.C
-            Wc = torch.cat([W1, W0.expand(M, -1, -1)], 1)  # [M, 2C, h]
-            bc = torch.cat([b1.mT, b0.view(1, C, 1).expand(M, -1, -1)], 1)  # [M, 2C, 1]
-            P = torch.softmax(torch.baddbmm(bc, Wc, A.mT).view(M, 2, C, -1), -2)
+            C, R = self.C, N // A.shape[0]
+            if y0.dim() == 1:
+                W0, b0 = W0.expand(N, -1, -1), b0.view(1, C, 1).expand(N, -1, -1)
+            else:  # the runs' anchors, each repeated for its run's rows
+                W0 = W0.unsqueeze(1).expand(-1, N // y0.shape[0], -1, -1).flatten(0, 1)
+                b0 = b0.mT.unsqueeze(1).expand(-1, N // y0.shape[0], -1, -1).flatten(0, 1)
+            Wc, bc = torch.cat([W1, W0], 1), torch.cat([b1.mT, b0], 1)  # [N, 2C, h], [N, 2C, 1]
+            if R > 1:
+                L = same_bits(("pair", tuple(Wc.shape), tuple(A.shape), A.dtype, A.device),
+                            lambda: _by_run(torch.baddbmm(_by_client(bc, R), _by_client(Wc, R), A.mT), R),
+                            lambda: torch.baddbmm(bc, Wc, A.repeat(R, 1, 1).mT))
+            else:
+                L = torch.baddbmm(bc, Wc, A.mT)
+            P = torch.softmax(L.view(N, 2, C, -1), -2)
             Dt = torch.sub(P[:, 0], P[:, 1]).mul_(w.unsqueeze(-2))  # the one-hot parts cancel
         else:
             Dt = (self.probs_t(y1, A) - self.probs_t(y0, A)).mul_(w.unsqueeze(-2))
