@@ -75,3 +75,32 @@ def test_committed_runs_recompute_bit_for_bit(tmp_path, where, rounds, tol):
         loss = [c for c in ours.columns if c.endswith("loss")]
         pd.testing.assert_frame_equal(ours.drop(columns=loss), theirs.drop(columns=loss), check_exact=True)
         pd.testing.assert_frame_equal(ours[loss], theirs[loss], check_exact=False, rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("algo, key", [("fednest", "inner_lr"), ("fedavg-noisy", "lower_lr")])
+def test_committed_runs_recompute_inside_a_run_batch(tmp_path, algo, key):
+    """A committed hyper-cleaning run re-run inside a batch of three step sizes (its own in the middle): the
+    folded calls (the FedNest family's SVRG pair and means at the runs' globals, the FedAvg bound's gradient)
+    give its training bit for bit, and the batch's one-pass evaluation its evaluated metrics within rounding."""
+    from fbo_cli.batch import execute_batch
+
+    d = sorted((EVIDENCE / "hyperclean" / algo).glob("fashion-mnist-dirichlet-s0-*"))[0]
+    base = _cfg(d)
+    v = getattr(base.hp, key)
+    cfgs = [_cfg(d, out_dir=str(tmp_path), rounds=3 * base.run.eval_every, threads=1,
+                 data_dir=str(Path("data").resolve()), download=False, **{key: v * f}) for f in (0.5, 1.0, 2.0)]
+    try:
+        out = execute_batch(cfgs)
+    except Exception as e:  # noqa: BLE001
+        if "not found" in str(e):
+            pytest.skip("fashion-mnist is not in data/ here")
+        raise
+    assert [s["status"] for s in out] == ["done"] * 3
+    assert "stepped together" in (cfgs[1].run_dir / "run.log").read_text()
+    ours = pd.read_csv(cfgs[1].run_dir / "metrics.csv").drop(columns="train_time")
+    theirs = pd.read_csv(d / "metrics.csv").drop(columns="train_time")
+    theirs = theirs[theirs.rounds <= ours.rounds.max()].reset_index(drop=True)
+    assert len(ours) >= 2 and len(ours) == len(theirs)
+    evaluated = ["test_acc", "test_loss", "upper_loss"] + (["heldout_loss"] if "heldout_loss" in ours else [])
+    pd.testing.assert_frame_equal(ours.drop(columns=evaluated), theirs.drop(columns=evaluated), check_exact=True)
+    pd.testing.assert_frame_equal(ours[evaluated], theirs[evaluated], check_exact=False, rtol=1e-5, atol=1e-7)
