@@ -139,22 +139,23 @@ class _RunOracles:
 
         def run_by_run():
             outs = []
-            rows = [None if t.dim() < 2 else t.split(M) if t.shape[0] == N and M > 1 else rows_of(self.algo, t)
-                    for t in ts]
+            parts = [None if t.dim() < 2 else t.split(M) if t.shape[0] == N and M > 1 else rows_of(self.algo, t)
+                     for t in ts]
             for r in range(R):
-                tr = [t if rw is None else rw[r] for t, rw in zip(ts, rows)]
+                tr = [t if rw is None else rw[r] for t, rw in zip(ts, parts)]
                 br = batch if N == M else {k: (v[r * M:(r + 1) * M] if v.shape[0] == N else v)
                                            for k, v in batch.items()}
                 outs.append(getattr(self.o, name)(*put(tr, br)))
             return torch.stack(outs) if mean else torch.cat(outs)
 
-        if R > 1 and M > 1 and name in getattr(self.o, "fold_globals", ()) \
+        if R > 1 and M > 1 and not blocks and name in getattr(self.o, "fold_globals", ()) \
                 and all(t.dim() == 2 and t.shape[0] in (N, R) for t in ts):
             def folded():  # the client oracle at each run's globals repeated for its M rows (then each run's mean)
                 tr = [t if t.shape[0] == N else t.repeat_interleave(M, 0) for t in ts]
                 out = getattr(self.o, name.removesuffix("_mean"))(*put(tr, self._repeat(batch, R, N)))
                 return out.unflatten(0, (R, M)).mean(1) if mean else out
-            return same_bits((name, *(tuple(t.shape) for t in ts), tuple(batch["w"].shape)), folded, run_by_run)
+            key = (name, *(tuple(t.shape) for t in ts), tuple(batch["w"].shape), ts[0].dtype, ts[0].device)
+            return same_bits(key, folded, run_by_run)
         return run_by_run()
 
     def _repeat(self, batch, R: int, N: int):
