@@ -42,7 +42,7 @@ def _times_features(Kt: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
     if R <= 1:
         return Kt @ A
     return same_bits(("mm", tuple(Kt.shape), tuple(A.shape), A.dtype, A.device),
-                   lambda: _by_run(_by_client(Kt, R) @ A, R), lambda: Kt @ A.repeat(R, 1, 1))
+                     lambda: _by_run(_by_client(Kt, R) @ A, R), lambda: Kt @ A.repeat(R, 1, 1))
 
 
 def _rows_times(Kt: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
@@ -79,8 +79,8 @@ class SoftmaxHead:
         R = y.shape[0] // A.shape[0]
         if R > 1:  # the R runs' heads on features shared by the runs (same_bits)
             return same_bits(("logits", tuple(y.shape), tuple(A.shape), A.dtype, A.device),
-                           lambda: _by_run(torch.baddbmm(_by_client(b.mT, R), _by_client(W, R), A.mT), R),
-                           lambda: torch.baddbmm(b.mT, W, A.repeat(R, 1, 1).mT))
+                             lambda: _by_run(torch.baddbmm(_by_client(b.mT, R), _by_client(W, R), A.mT), R),
+                             lambda: torch.baddbmm(b.mT, W, A.repeat(R, 1, 1).mT))
         return torch.baddbmm(b.mT, W, A.mT)
 
     def logits2_t(self, y: torch.Tensor, v: torch.Tensor, A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -139,8 +139,8 @@ class SoftmaxHead:
             Wc, bc = torch.cat([W1, W0], 1), torch.cat([b1.mT, b0], 1)  # [N, 2C, h], [N, 2C, 1]
             if R > 1:
                 L = same_bits(("pair", tuple(Wc.shape), tuple(A.shape), A.dtype, A.device),
-                            lambda: _by_run(torch.baddbmm(_by_client(bc, R), _by_client(Wc, R), A.mT), R),
-                            lambda: torch.baddbmm(bc, Wc, A.repeat(R, 1, 1).mT))
+                              lambda: _by_run(torch.baddbmm(_by_client(bc, R), _by_client(Wc, R), A.mT), R),
+                              lambda: torch.baddbmm(bc, Wc, A.repeat(R, 1, 1).mT))
             else:
                 L = torch.baddbmm(bc, Wc, A.mT)
             P = torch.softmax(L.view(N, 2, C, -1), -2)
