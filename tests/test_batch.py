@@ -312,6 +312,23 @@ def test_softmax_products_with_features_shared_by_the_runs_are_each_runs(C, h):
         assert federation.SAME_BITS and all(federation.SAME_BITS.values())
 
 
+def test_same_bits_takes_the_fast_way_only_where_it_keeps_the_bits():
+    import torch
+
+    from fbo_cli.federation import SAME_BITS, same_bits
+
+    SAME_BITS.clear()
+    a, b = torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.5])
+    calls = []
+    fast = lambda t: lambda: calls.append("fast") or t  # noqa: E731
+    exact = lambda: calls.append("exact") or a  # noqa: E731
+    assert same_bits(("same",), fast(a.clone()), exact) is a and same_bits(("same",), fast(a), exact) is a
+    assert same_bits(("differs",), fast(b), exact) is a and same_bits(("differs",), fast(b), exact) is a
+    assert calls == ["fast", "exact", "fast", "fast", "exact", "exact"]  # checked once per key, then remembered
+    meta = torch.empty(2, device="meta")  # off the CPU (a GPU): the fast way, unchecked (agrees is the promise)
+    assert same_bits(("gpu",), fast(meta), lambda: 1 / 0) is meta
+
+
 def test_hyperclean_scores_a_batch_in_one_pass_as_each_run_alone():
     """HyperClean.evaluate_runs (R heads in one product per split) against evaluate, run by run: the same keys in
     the same order, the same values within float rounding; detection (from x) exactly."""
