@@ -31,6 +31,25 @@ def _cfg(run_dir: Path, **over):
     return resolve(task, algo, layer, over)
 
 
+def _run_or_skip(run):
+    """``run()``, skipped where its dataset is not in data/ (``make data``)."""
+    try:
+        return run()
+    except Exception as e:  # noqa: BLE001
+        if "not found" in str(e):
+            pytest.skip(f"the dataset is not in data/ here ({e})")
+        raise
+
+
+def _rows(rerun: Path, committed: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The rerun's metrics.csv rows and the committed run's over the same rounds, training time aside."""
+    ours = pd.read_csv(rerun / "metrics.csv").drop(columns="train_time")
+    theirs = pd.read_csv(committed / "metrics.csv").drop(columns="train_time")
+    theirs = theirs[theirs.rounds <= ours.rounds.max()].reset_index(drop=True)
+    assert len(ours) >= 2 and len(ours) == len(theirs)
+    return ours, theirs
+
+
 def test_every_committed_run_keeps_its_id():
     dirs = sorted(p.parent for p in EVIDENCE.glob("*/*/*/config.yaml"))
     assert len(dirs) > 100
@@ -58,16 +77,8 @@ def test_committed_runs_recompute_bit_for_bit(tmp_path, where, rounds, tol):
                   and pd.read_csv(p.parent / "metrics.csv").rounds.between(1, rounds).any()), None)
         assert d is not None, where
     cfg = _cfg(d, out_dir=str(tmp_path), rounds=rounds, data_dir=str(Path("data").resolve()), download=False)
-    try:
-        execute(cfg)
-    except Exception as e:  # noqa: BLE001
-        if "not found" in str(e):
-            pytest.skip(f"{cfg.run.dataset} is not in data/ here")
-        raise
-    ours = pd.read_csv(cfg.run_dir / "metrics.csv").drop(columns="train_time")
-    theirs = pd.read_csv(d / "metrics.csv").drop(columns="train_time")
-    theirs = theirs[theirs.rounds <= ours.rounds.max()].reset_index(drop=True)
-    assert len(ours) >= 2 and len(ours) == len(theirs)
+    _run_or_skip(lambda: execute(cfg))
+    ours, theirs = _rows(cfg.run_dir, d)
     if tol:
         pd.testing.assert_frame_equal(ours, theirs, check_exact=False, rtol=tol, atol=tol)
     else:  # the evaluated losses to float32 rounding: the fused evaluation sums them in another order (2e-7
@@ -89,18 +100,10 @@ def test_committed_runs_recompute_inside_a_run_batch(tmp_path, algo, key):
     v = getattr(base.hp, key)
     cfgs = [_cfg(d, out_dir=str(tmp_path), rounds=3 * base.run.eval_every, threads=1,
                  data_dir=str(Path("data").resolve()), download=False, **{key: v * f}) for f in (0.5, 1.0, 2.0)]
-    try:
-        out = execute_batch(cfgs)
-    except Exception as e:  # noqa: BLE001
-        if "not found" in str(e):
-            pytest.skip("fashion-mnist is not in data/ here")
-        raise
+    out = _run_or_skip(lambda: execute_batch(cfgs))
     assert [s["status"] for s in out] == ["done"] * 3
     assert "stepped together" in (cfgs[1].run_dir / "run.log").read_text()
-    ours = pd.read_csv(cfgs[1].run_dir / "metrics.csv").drop(columns="train_time")
-    theirs = pd.read_csv(d / "metrics.csv").drop(columns="train_time")
-    theirs = theirs[theirs.rounds <= ours.rounds.max()].reset_index(drop=True)
-    assert len(ours) >= 2 and len(ours) == len(theirs)
+    ours, theirs = _rows(cfgs[1].run_dir, d)
     evaluated = ["test_acc", "test_loss", "upper_loss"] + (["heldout_loss"] if "heldout_loss" in ours else [])
     pd.testing.assert_frame_equal(ours.drop(columns=evaluated), theirs.drop(columns=evaluated), check_exact=True)
     pd.testing.assert_frame_equal(ours[evaluated], theirs[evaluated], check_exact=False, rtol=1e-5, atol=1e-7)
