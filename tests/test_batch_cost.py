@@ -87,6 +87,8 @@ def test_the_batch_bench_writes_the_table_fbo_cost_reads(tmp_path, monkeypatch):
     monkeypatch.setattr(bb, "CASES", [case])
     rows = bb.main(runs=3, iters=1, reps=1, out=tmp_path / "bench")
     assert [r["case"] for r in rows] == ["tiny"] and rows[0]["R"] == 3 and rows[0]["step_ratio"] > 0
+    # the products' own time bounds the batch's step ratio no lower than the step's whole time does
+    assert rows[0]["ceiling_products"] >= rows[0]["step_ratio"] > 0
     batch_speedups.cache_clear()
     ev = rows[0]["s_eval"] / rows[0]["s_eval_batched_per_run"]  # hyper-cleaning's batch evaluates in one pass
     assert batch_speedups((str(tmp_path),)) == {("hyperclean", "fedbio"): (3, rows[0]["step_ratio"], ev)}

@@ -9,7 +9,10 @@ fastest of ``reps`` interleaved timings of ``iters`` outer iterations after one 
 enter the runs per hour at the case's ``eval_every``. Each case also counts its step's matrix-product FLOPs (one run's,
 the batch's per run) and times the machine's sgemm between its own timings (:class:`fbo_cli.bench.timing.Sgemm`):
 the efficiency of each way against sgemm, and the ceiling, the step ratio a batch would reach if it did nothing but
-its products at the sgemm rate (a bound: the element-wise work, the draws and the calls are left out).
+its products at the sgemm rate (a bound: the element-wise work, the draws and the calls are left out). On the CPU
+the batch's products are also timed where they run (``ceiling_products``: the step ratio if the batch did nothing but
+its products at the speed they reach in it; many small products, CODASCA's per-client layers, stay far below the
+sgemm rate however they are batched, so this is the bound that removing overheads alone can reach).
 
     fbo bench --batch 8 [--iters 3] [--only NAME,...] [--threads 1] [--out FOLDER]   (writes FOLDER/batch.md)
 
@@ -28,7 +31,7 @@ import torch
 from ..batched import evaluate_runs, stacked
 from ..config import resolve
 from ..runner import build
-from .timing import Sgemm, _flops
+from .timing import Sgemm, _flops, product_seconds
 
 FACTORS = (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0, 2.8, 4.0, 5.6, 8.0, 11.0, 16.0, 22.0, 32.0, 45.0)
 HC = {"dataset": "fashion-mnist", "partition": "dirichlet", "clients": 10, "participation": 1.0, "val_frac": 0.1}
@@ -133,6 +136,9 @@ def bench_case(case: dict[str, Any], R: int = 8, iters: int = 3, reps: int = 3, 
     # the products of the next iteration, one run's and the batch's per run (hfl's grow with the round: a little
     # more than the timed iterations', for both ways alike)
     gflop, gflop_b = _flops(alone[0].algo) / 1e9, _flops(batch) / R / 1e9
+    # the time the batch's step spends in its products, at the speed they run in it (on a GPU the clock would time
+    # launches: CPU only)
+    t_prod_b = product_seconds(batch) if device == "cpu" else None
     every = cfgs[0].run.eval_every
     per_alone = t_alone + R * t_eval / every  # R runs' outer iteration with their share of evaluations
     per_batch = t_batch + t_eval_b / every
@@ -143,6 +149,7 @@ def bench_case(case: dict[str, Any], R: int = 8, iters: int = 3, reps: int = 3, 
             "gflop_per_run": round(gflop_b, 4), "eff_one_by_one": round(gflop * R / t_alone / sg.rate, 3),
             "eff_batched": round(gflop_b * R / t_batch / sg.rate, 3),
             "ceiling": round(t_alone / R / (gflop_b / sg.rate), 1) if gflop_b > 0 else float("inf"),
+            "ceiling_products": round(t_alone / t_prod_b, 1) if t_prod_b else "",
             "s_eval": round(t_eval, 5), "s_eval_batched_per_run": round(t_eval_b / R, 5), "eval_every": every,
             "runs_per_hour_one_by_one": round(3600 * R / (per_alone * iters_run), 2),
             "runs_per_hour_batched": round(3600 * R / (per_batch * iters_run), 2),
@@ -173,7 +180,9 @@ def main(runs: int = 8, iters: int = 3, reps: int = 3, threads: int = 1, only: s
                 f"its runs in one pass where the task can: hyper-cleaning, hfl); step_ratio: the steps alone, ratio: "
                 f"with the evaluations. gflop_per_run: the step's matrix products (GFLOP per outer iteration and run); "
                 f"eff_*: their rate against this machine's sgemm in the same window (2048² fp32, the same threads); "
-                f"ceiling: the step ratio at which the batch would do nothing but its products at the sgemm rate.\n\n"
+                f"ceiling: the step ratio at which the batch would do nothing but its products at the sgemm rate; "
+                f"ceiling_products: the same at the speed its products run in it (timed in one step: a small "
+                f"product runs far below the sgemm rate, batched or not).\n\n"
                 + "\n".join([md_row(head), md_row(["---"] * len(head)), *(md_row([r[k] for k in head]) for r in rows)])
                 + "\n")
         atomic_write(Path(out) / "batch.md", text.encode())
