@@ -31,7 +31,7 @@ import torch
 from ..batched import evaluate_runs, stacked
 from ..config import resolve
 from ..runner import build
-from .timing import Sgemm, _flops, product_seconds
+from .timing import Sgemm, _flops, product_share
 
 FACTORS = (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0, 2.8, 4.0, 5.6, 8.0, 11.0, 16.0, 22.0, 32.0, 45.0)
 HC = {"dataset": "fashion-mnist", "partition": "dirichlet", "clients": 10, "participation": 1.0, "val_frac": 0.1}
@@ -136,9 +136,9 @@ def bench_case(case: dict[str, Any], R: int = 8, iters: int = 3, reps: int = 3, 
     # the products of the next iteration, one run's and the batch's per run (hfl's grow with the round: a little
     # more than the timed iterations', for both ways alike)
     gflop, gflop_b = _flops(alone[0].algo) / 1e9, _flops(batch) / R / 1e9
-    # the time the batch's step spends in its products, at the speed they run in it (on a GPU the clock would time
-    # launches: CPU only)
-    t_prod_b = product_seconds(batch) if device == "cpu" else None
+    # the share of the batch's step spent in its products, at the speed they run in it (on a GPU the clock would
+    # time launches: CPU only)
+    share_b = product_share(batch) if device == "cpu" else None
     every = cfgs[0].run.eval_every
     per_alone = t_alone + R * t_eval / every  # R runs' outer iteration with their share of evaluations
     per_batch = t_batch + t_eval_b / every
@@ -149,7 +149,7 @@ def bench_case(case: dict[str, Any], R: int = 8, iters: int = 3, reps: int = 3, 
             "gflop_per_run": round(gflop_b, 4), "eff_one_by_one": round(gflop * R / t_alone / sg.rate, 3),
             "eff_batched": round(gflop_b * R / t_batch / sg.rate, 3),
             "ceiling": round(t_alone / R / (gflop_b / sg.rate), 1) if gflop_b > 0 else float("inf"),
-            "ceiling_products": round(t_alone / t_prod_b, 1) if t_prod_b else "",
+            "ceiling_products": round(t_alone / (share_b * t_batch), 1) if share_b else "",
             "s_eval": round(t_eval, 5), "s_eval_batched_per_run": round(t_eval_b / R, 5), "eval_every": every,
             "runs_per_hour_one_by_one": round(3600 * R / (per_alone * iters_run), 2),
             "runs_per_hour_batched": round(3600 * R / (per_batch * iters_run), 2),

@@ -123,15 +123,19 @@ class _ProductClock(TorchDispatchMode):
         return out
 
 
-def product_seconds(algo, steps: int = 2) -> float:
-    """The least time one of ``steps`` outer iterations of ``algo`` spends in its matrix products (CPU: the clock
-    stops with each product; the dispatch's own overhead falls outside it)."""
-    best = float("inf")
+def product_share(algo, steps: int = 2) -> float:
+    """The share of an outer iteration of ``algo`` spent in its matrix products (CPU): the least time of ``steps``
+    iterations under a clock that stops with each product (the dispatch's own overhead falls outside it) over the
+    least whole time of as many plain iterations, each right after one of them (hfl's work grows with the round)."""
+    prod, whole = float("inf"), float("inf")
     for _ in range(steps):
         with _ProductClock() as clock:
             algo.step()
-        best = min(best, clock.s)
-    return best
+        prod = min(prod, clock.s)
+        t0 = time.perf_counter()
+        algo.step()
+        whole = min(whole, time.perf_counter() - t0)
+    return prod / whole
 
 
 def time_case(case: dict, iters: int, device: str = "cpu", generic: bool = True, min_s: float = 0.0) -> dict:
