@@ -181,8 +181,8 @@ def main(runs: int = 8, iters: int = 3, reps: int = 3, threads: int = 1, only: s
                 f"with the evaluations. gflop_per_run: the step's matrix products (GFLOP per outer iteration and run); "
                 f"eff_*: their rate against this machine's sgemm in the same window (2048² fp32, the same threads); "
                 f"ceiling: the step ratio at which the batch would do nothing but its products at the sgemm rate; "
-                f"ceiling_products: the same at the speed its products run in it (timed in one step: a small "
-                f"product runs far below the sgemm rate, batched or not).\n\n"
+                f"ceiling_products: the same at the speed its products run in it (their share of a batched step: a "
+                f"small product runs far below the sgemm rate, batched or not).\n\n"
                 + "\n".join([md_row(head), md_row(["---"] * len(head)), *(md_row([r[k] for k in head]) for r in rows)])
                 + "\n")
         atomic_write(Path(out) / "batch.md", text.encode())
