@@ -141,20 +141,22 @@ def test_leftovers_of_kills_are_removed_on_the_next_start_and_by_fbo_clean(tmp_p
     import fcntl
     import os
 
-    from fbo_cli.results import claim_root
+    from fbo_cli.results import LOCK_TOKEN, claim_root
 
     cfg = _cfg(tmp_path / "out")
     claim_root(tmp_path / "out")  # fbo made this results root (.fbo-results)
     cfg.run_dir.mkdir(parents=True)
-    (cfg.run_dir / ".metrics.csv.ab12cd_9").write_text("half")  # a SIGKILL between write and rename
+    (cfg.run_dir / ".metrics.csv.ab12cd_9.fbo-tmp").write_text("half")  # a SIGKILL between write and rename
     (cfg.run_dir / ".notes").write_text("mine")  # not a temporary file of fbo's: it stays
+    (cfg.run_dir / ".metrics.csv.ab12cd_9").write_text("mine")  # looks like one, without fbo's token: stays
     execute(cfg)
-    assert not (cfg.run_dir / ".metrics.csv.ab12cd_9").exists() and (cfg.run_dir / ".notes").exists()
+    assert not (cfg.run_dir / ".metrics.csv.ab12cd_9.fbo-tmp").exists() and (cfg.run_dir / ".notes").exists()
+    assert (cfg.run_dir / ".metrics.csv.ab12cd_9").exists()
     empty = tmp_path / "out" / "hyperrep" / "fednest" / "digits-iid-s0-0000000000"
     empty.mkdir(parents=True)
-    (empty / ".lock").write_text("")
+    (empty / ".lock").write_bytes(LOCK_TOKEN)  # the lock of a killed run, as fbo writes it
     (tmp_path / "out" / "compare" / "x").mkdir(parents=True)
-    (tmp_path / "out" / "compare" / "x" / ".curves.png.q1w2e3r4.png").write_bytes(b"")
+    (tmp_path / "out" / "compare" / "x" / ".curves.png.q1w2e3r4.fbo-tmp.png").write_bytes(b"")
     held = cfg.run_dir / ".lock"
     fd = os.open(held, os.O_RDWR)
     fcntl.flock(fd, fcntl.LOCK_EX)  # a run in progress: its lock stays

@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
@@ -68,7 +69,7 @@ def atomic_write(path: Path, text: str | bytes) -> None:
     path = Path(path)
     make_dirs(path.parent)
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_TOKEN)
     except OSError as e:
         raise UsageError(f"cannot write {str(path)[:300]}: {e.strerror or e}") from None
     try:
@@ -112,10 +113,13 @@ def open_lock(run_dir: Path) -> int:
     claim_root(run_dir.parents[2])
     make_dirs(run_dir)
     try:
-        return os.open(run_dir / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        fd = os.open(run_dir / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
     except OSError as e:
         raise UsageError(f"cannot open {run_dir / '.lock'}: {e.strerror or e} (a symbolic link, or not writable)"
                          ) from None
+    if os.fstat(fd).st_size == 0:  # fbo's record that it made this lock (fbo clean removes only such locks)
+        os.pwrite(fd, LOCK_TOKEN, 0)
+    return fd
 
 
 def lock_run(run_dir: Path, wait: bool = True) -> int | None:
@@ -143,8 +147,12 @@ def run_lock(run_dir: Path, wait: bool = True) -> Iterator[bool]:
 
 
 ROOT_MARKER = ".fbo-results"
-# the temporary file of an atomic write: mkstemp's prefix ``.<name>.``, 8 random characters, save_figure's .png
-_TEMP = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}(\.png)?")
+# What fbo may remove carries a token only fbo writes: its temporary files end in TEMP_TOKEN (mkstemp's prefix
+# ``.<name>.``, 8 random characters, the token, save_figure's .png) and its run locks hold LOCK_TOKEN. A file
+# that merely looks like one (a user's ``.lock``, ``.draft.abcdefgh``) is never removed.
+TEMP_TOKEN = ".fbo-tmp"
+LOCK_TOKEN = b"fbo run lock\n"
+_TEMP = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}\.fbo-tmp(\.png)?")
 RUN_FILES = frozenset({"config.yaml", "metrics.csv", "summary.json", CHECKPOINT, "curves.png", "run.log"})
 
 
@@ -155,15 +163,12 @@ def is_fbo_root(root: Path) -> bool:
 
 
 def claim_root(root: Path) -> None:
-    """Mark ``root`` as a results root fbo made (``.fbo-results``) when fbo creates it, finds it empty, or
-    finds fbo's runs in it already (a root from before the marker: a finished run ``*/*/*/summary.json`` or
-    a spec's folder ``compare/*/.spec``). Any other folder (a home directory, a checkout) is never marked:
-    runs may still be written there, but nothing in it is ever removed by fbo (:func:`leftovers`)."""
+    """Mark ``root`` as a results root fbo made (``.fbo-results``) when fbo creates it or finds it empty;
+    never because it holds files that look like runs (another tool's ``*/*/*/summary.json``). Any other
+    folder (a home directory, a checkout, a root of an older fbo) is never marked: runs may still be written
+    there, but nothing in it is ever removed by fbo (:func:`leftovers`)."""
     root = Path(root)
-    if is_fbo_root(root):
-        return
-    if root.is_dir() and any(root.iterdir()) and not (next(root.glob("*/*/*/summary.json"), None)
-                                                      or next(root.glob("compare/*/.spec"), None)):
+    if is_fbo_root(root) or (root.is_dir() and any(root.iterdir())):
         return
     atomic_write(root / ROOT_MARKER, "A results root made by fbo. fbo removes only what it made below it "
                  "(README, 'What fbo removes').\n")
@@ -186,18 +191,21 @@ def below(root: Path, p: Path) -> bool:
 
 
 def is_temp_file(p: Path, names: frozenset[str] | None = None) -> bool:
-    """``p`` is a temporary file of :func:`atomic_write` or :func:`save_figure` (``.<name>.<8 random>``, a
-    regular file, not a link), of one of ``names`` when given."""
+    """``p`` is a temporary file of :func:`atomic_write` or :func:`save_figure` (``.<name>.<8 random>.fbo-tmp``,
+    a regular file, not a link), of one of ``names`` when given."""
     m = _TEMP.fullmatch(p.name)
     return bool(m) and (names is None or m.group("name") in names) and p.is_file() and not p.is_symlink()
 
 
 def _unheld_lock(p: Path) -> bool:
+    """``p`` is a run lock fbo made (it holds :data:`LOCK_TOKEN`, a regular file) that nobody holds."""
     try:
         fd = os.open(p, os.O_RDWR | os.O_NOFOLLOW)
     except OSError:  # a link, or not ours to open
         return False
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode) or os.pread(fd, len(LOCK_TOKEN) + 1, 0) != LOCK_TOKEN:
+            return False
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return True
     except BlockingIOError:
@@ -208,9 +216,10 @@ def _unheld_lock(p: Path) -> bool:
 
 def leftovers(root: Path) -> list[Path]:
     """What interrupted work left under a results root fbo made (:func:`is_fbo_root`; any other folder:
-    nothing): temporary files of atomic writes (exactly ``.<name>.<8 random characters>``), ``.lock`` files
-    nobody holds, and the directories that removing them leaves empty (never the root). Symbolic links are
-    neither followed nor removed; every other file (``.spec`` marks, held locks, the user's own) stays."""
+    nothing), each proven fbo's by a token only fbo writes: temporary files of atomic writes (exactly
+    ``.<name>.<8 random characters>.fbo-tmp``), ``.lock`` files holding :data:`LOCK_TOKEN` that nobody holds,
+    and the directories that removing them leaves empty (never the root). Symbolic links are neither followed
+    nor removed; every other file (``.spec`` marks, held locks, the user's own, however named) stays."""
     root = Path(root)
     if not root.is_dir() or not is_fbo_root(root):
         return []
@@ -258,7 +267,8 @@ def remove_run(run_dir: Path) -> None:
     if d.is_symlink() or not d.is_dir():
         return
     for p in d.iterdir():
-        if (p.name in RUN_FILES or p.name in (".lock", "checkpoint.bad") or is_temp_file(p)) and not p.is_dir():
+        if ((p.name in RUN_FILES or p.name == "checkpoint.bad" or is_temp_file(p)) and not p.is_dir()
+                or p.name == ".lock" and _unheld_lock(p)):
             p.unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         d.rmdir()
@@ -422,7 +432,7 @@ def save_figure(fig, path: Path, tight: bool = True) -> None:
     if tight:
         fig.tight_layout()
     make_dirs(path.parent)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")  # unique per writer
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_TOKEN + ".png")
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=130)
