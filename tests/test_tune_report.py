@@ -14,6 +14,7 @@ import yaml
 from typer.testing import CliRunner
 
 from fbo_cli.cli import app
+from fbo_cli.errors import UsageError
 from fbo_cli.report import build_report, claim_verdict, collect_evidence, match_paper, prune_evidence
 from fbo_cli.spec import load_spec
 from fbo_cli.tune import MAX_EXTENSIONS, grid_points, score_run
@@ -386,7 +387,10 @@ def test_report_from_evidence_shows_verdicts_paper_numbers_and_missing_runs(tmp_
     foreign.mkdir()
     (foreign / "config.yaml").write_text("task: hyperrep\n")
     assert prune_evidence(ev, papers=reg) == [stale] and (stale / "summary.json").exists()  # listed only
-    assert prune_evidence(ev, papers=reg, remove=True) == [stale]
+    with pytest.raises(UsageError, match="would remove 1 of the 3 runs"):  # a third of the evidence: --yes
+        prune_evidence(ev, papers=reg, remove=True)
+    assert (stale / "summary.json").exists()
+    assert prune_evidence(ev, papers=reg, remove=True, yes=True) == [stale]
     assert not (stale / "summary.json").exists() and (stale / "notes.txt").read_text() == "mine"
     assert (foreign / "config.yaml").exists()
     shutil.rmtree(foreign)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -26,7 +27,11 @@ def report(
                                               "(repeatable). \\[default: every paper's reproduction specs]"),
     prune: bool = typer.Option(False, "--prune", help="Remove the runs under --from that no reproduction spec "
                                "refers to (listed by --collect): only finished fbo runs inside a results root fbo "
-                               "made (.fbo-results), never through a link."),
+                               "made (.fbo-results), never through a link. Refused (nothing removed) when the "
+                               "reproduction specs cannot be read, or when it would remove more than 20% of the "
+                               "runs, unless --yes."),
+    yes: bool = typer.Option(False, "--yes", help="With --prune: remove even more than 20% of the runs under "
+                             "--from."),
 ) -> None:
     """Write the report of every paper's reproduction (tables beside the papers' numbers, verdicts by a
     stated rule, missing runs; in the HTML an index and a page per paper with the papers' figures) from run
@@ -50,7 +55,7 @@ def report(
             err.print(f"collected {n} finished runs from {collect}/ into {root}/"
                       + (f"; {len(refused)} refused" if refused else ""), markup=False, highlight=False)
         if collect is not None or prune:
-            stale = prune_evidence(root, remove=prune)
+            stale = prune_evidence(root, remove=prune, yes=yes is True)  # a direct call passes no --yes
             for p in stale:
                 err.print(f"{'removed' if prune else 'no reproduction spec refers to'} {p}", markup=False,
                           highlight=False)
@@ -60,6 +65,9 @@ def report(
         if not root.is_dir():
             raise UsageError(f"--from: no results folder at {root} (run the reproductions, or --collect results)")
         cmd = "fbo report" + (f" --from {root}" if root != Path("docs/results") else "")
-        stats = build_report(root, md, html_out, command=cmd, specs=[str(p) for p in spec] if spec else None)
+        t0 = time.perf_counter()
+        stats = build_report(root, md, html_out, command=cmd, specs=[str(p) for p in spec] if spec else None,
+                             say=lambda text: err.print(text, markup=False, highlight=False))
     out.print(f"written: {md}, {html_out} ({stats['sections']} experiment sections; "
-              f"{stats['cells'] - stats['missing']} of {stats['cells']} runs present)")
+              f"{stats['cells'] - stats['missing']} of {stats['cells']} runs present; {stats['drawn']} figures "
+              f"drawn, {stats['reused']} reused; {time.perf_counter() - t0:.0f} s)", highlight=False)

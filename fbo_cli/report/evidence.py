@@ -88,31 +88,48 @@ def collect_evidence(results: Path, evidence: Path, papers=PAPERS, refused: list
     return n
 
 
-def prune_evidence(evidence: Path, papers=PAPERS, remove: bool = False) -> list[Path]:
+# --prune removes at most this share of the evidence's runs without --yes (a larger cut is more likely a
+# mistake, e.g. specs that moved, than runs a retuning replaced)
+PRUNE_SHARE = 0.2
+
+
+def prune_evidence(evidence: Path, papers=PAPERS, remove: bool = False, yes: bool = False) -> list[Path]:
     """The run directories under ``evidence`` that no reproduction spec refers to any more (e.g. runs with
     step sizes a later tuning replaced), and the partial tuning records of tunings that finished; removed
     only with ``remove``, and then only inside a results root fbo made (``.fbo-results``), never through a
     symbolic link, and only fbo's own: a run directory with its completion record (its own files go, and the
-    folder when that empties it), a ``tuning.partial.*`` beside its ``tuned.yaml``. Returns them."""
+    folder when that empties it), a ``tuning.partial.*`` beside its ``tuned.yaml``. Returns them.
+
+    A UsageError, before anything is removed, when a paper's specs cannot be read (run outside the checkout,
+    without ``experiments/``: every run would look referred to by no spec), and, without ``yes``, when it
+    would remove more than :data:`PRUNE_SHARE` of the runs under ``evidence``."""
+    from ..errors import UsageError
+
     keep: set[Path] = set()
     partial: list[Path] = []
     for paper in papers:
+        unread = [s for s in paper.specs if not Path(s).is_file()]
+        if not paper.specs or unread:
+            raise UsageError(f"cannot read the reproduction specs of paper '{paper.key}' ("
+                             + (f"no file {unread[0]}" if unread else "no experiments/*.yaml names it here")
+                             + f"; run fbo report from the repository root): nothing under {evidence} is pruned")
         for spec in paper.specs:
-            if Path(spec).is_file():
-                exp = load_spec(spec, {"out_dir": str(evidence)})
-                keep.update(c.cfg.run_dir for c in exp.cells)
-                here = evidence / "compare" / exp.name
-                if _plain(here / "tuned.yaml", evidence):
-                    partial += [here / f for f in SPEC_FILES if f.startswith("tuning.partial")
-                                and _plain(here / f, evidence)]
-    stale = [d for d in (c.parent for c in sorted(evidence.glob("*/*/*/summary.json")))
-             if d not in keep and below(evidence, d) and run_status(d)[0] == "finished"]
+            exp = load_spec(spec, {"out_dir": str(evidence)})
+            keep.update(c.cfg.run_dir for c in exp.cells)
+            here = evidence / "compare" / exp.name
+            if _plain(here / "tuned.yaml", evidence):
+                partial += [here / f for f in SPEC_FILES if f.startswith("tuning.partial")
+                            and _plain(here / f, evidence)]
+    runs = [c.parent for c in sorted(evidence.glob("*/*/*/summary.json"))]
+    stale = [d for d in runs if d not in keep and below(evidence, d) and run_status(d)[0] == "finished"]
     if remove and (stale or partial):
         if not is_fbo_root(evidence):
-            from ..errors import UsageError
-
             raise UsageError(f"--prune: {evidence} is not a results root fbo made (no {ROOT_MARKER}); nothing "
                              f"removed")
+        if len(stale) > PRUNE_SHARE * len(runs) and not yes:
+            raise UsageError(f"--prune would remove {len(stale)} of the {len(runs)} runs under {evidence} (more "
+                             f"than {PRUNE_SHARE:.0%}; e.g. {stale[0]}): nothing removed. `fbo report --collect "
+                             f"...` without --prune lists them; add --yes to remove them all")
         for d in stale:
             remove_run(d)
         for f in partial:

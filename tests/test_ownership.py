@@ -1,0 +1,79 @@
+"""Issue 55: fbo removes only what it can prove it made, and --prune refuses when it cannot tell."""
+
+import os
+
+from typer.testing import CliRunner
+
+from fbo_cli.cli import app
+from fbo_cli.config import resolve
+from fbo_cli.results import LOCK_TOKEN, ROOT_MARKER, claim_root, leftovers
+from fbo_cli.runner import execute
+
+runner = CliRunner()
+
+
+def _cfg(out, **kw):
+    return resolve("hyperrep", "aggitd", {"dataset": "digits", "clients": 4, "participation": 0.5, "threads": 1,
+                                          "max_iters": 4, "rounds": 2, "out_dir": str(out), **kw})
+
+# files of a home-like folder whose names look like fbo's temporary files and locks (the issue's list)
+LOOKALIKES = (".config/app/.lock", ".env.template", "proj/.vimrc.original", "notes/.draft.abcdefgh",
+              "sub/only/.lock", "photos/.thumb.a1b2c3d4.png", "a/b/.metrics.csv.abcdefgh")
+
+
+def _plant(root, names=LOOKALIKES):
+    for n in names:
+        (root / n).parent.mkdir(parents=True, exist_ok=True)
+        (root / n).write_text("mine")
+
+
+def test_clean_in_a_home_with_a_planted_marker_removes_nothing_of_the_users(tmp_path):
+    h = tmp_path / "home"
+    _plant(h)
+    (h / ROOT_MARKER).write_text("")  # planted: the folder is treated as fbo's, its files are still not
+    r = runner.invoke(app, ["clean", "--out-dir", str(h), "--yes"])
+    assert r.exit_code == 0, r.output
+    assert all((h / n).read_text() == "mine" for n in LOOKALIKES)
+    assert leftovers(h) == []
+
+
+def test_what_fbo_made_carries_its_token_and_clean_removes_it(tmp_path):
+    root = tmp_path / "out"
+    claim_root(root)
+    d = root / "hyperrep" / "aggitd" / "run"
+    d.mkdir(parents=True)
+    (d / ".lock").write_bytes(LOCK_TOKEN)
+    (d / ".metrics.csv.ab12cd34.fbo-tmp").write_text("half")
+    _plant(root)
+    assert sorted(leftovers(root)) == sorted([d / ".lock", d / ".metrics.csv.ab12cd34.fbo-tmp", d, d.parent,
+                                              d.parent.parent])
+    # a run's own lock and temporary files are written with the token
+    cfg = _cfg(tmp_path / "o2")
+    execute(cfg)
+    assert (cfg.run_dir / ".lock").read_bytes() == LOCK_TOKEN
+
+
+def test_run_into_a_folder_of_another_tools_runs_does_not_mark_it(tmp_path):
+    other = tmp_path / "other"
+    _plant(other, ("x/y/z/summary.json", "compare/q/.spec", ".env.template"))
+    r = runner.invoke(app, ["run", "hyperrep", "--algo", "aggitd", "--dataset", "digits", "--rounds", "2",
+                            "--set", "clients=4", "--out-dir", str(other)])
+    assert r.exit_code == 0, r.output
+    assert not (other / ROOT_MARKER).exists()
+    r = runner.invoke(app, ["clean", "--out-dir", str(other), "--yes"])
+    assert r.exit_code == 2 and (other / ".env.template").exists()
+    claim_root(tmp_path / "empty")  # created (or found empty) by fbo: marked
+    assert (tmp_path / "empty" / ROOT_MARKER).is_file()
+
+
+def test_prune_from_a_folder_without_the_specs_removes_nothing(tmp_path, monkeypatch):
+    ev = tmp_path / "evidence"
+    execute(_cfg(ev))
+    runs = sorted(ev.glob("*/*/*/summary.json"))
+    assert runs and (ev / ROOT_MARKER).is_file()
+    here = tmp_path / "elsewhere"  # no experiments/: every run would look referred to by no spec
+    here.mkdir()
+    monkeypatch.chdir(here)
+    r = runner.invoke(app, ["report", "--from", str(ev), "--prune", "--yes", "--md", "x.md", "--html", "x.html"])
+    assert r.exit_code == 2 and "cannot read the reproduction specs" in " ".join(r.output.split()), r.output
+    assert all(p.is_file() for p in runs) and not os.path.exists("x.md")
