@@ -25,9 +25,12 @@ What batches, and how close a batched run is to the same run alone: docs/fidelit
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
+import inspect
 import json
+import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,7 +59,76 @@ AUTO_MAX = 16  # --batch auto: at most this many runs in one batch
 
 def batchable(cfg: RunConfig) -> bool:
     cls = cfg.entry.cls
-    return bool(getattr(cls, "batches", False)) and cls.can_batch(cfg.hp)
+    return bool(getattr(cls, "batches", False)) and cls.can_batch(cfg.hp) and state_refusal(cls) is None
+
+
+def _self_writes(node: ast.AST) -> set[str]:
+    """The attributes of ``self`` that one statement or call writes: ``self.a = ...``, ``self.a += ...``,
+    ``self.a[i] = ...``, ``self.a.mul_(...)`` (an in-place op); ``setattr(self, ...)``: ``'?'``."""
+    def attr(t):
+        if isinstance(t, ast.Subscript):
+            t = t.value
+        if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+            return t.attr
+        return None
+
+    targets: list = []
+    if isinstance(node, ast.Assign):
+        targets = node.targets
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        targets = [node.target]
+    elif isinstance(node, ast.Call):
+        f = node.func
+        if isinstance(f, ast.Name) and f.id == "setattr" and node.args and isinstance(node.args[0], ast.Name) \
+                and node.args[0].id == "self":
+            return {"?"}
+        if isinstance(f, ast.Attribute) and f.attr.endswith("_") and not f.attr.endswith("__"):
+            targets = [f.value]
+    flat = []
+    for t in targets:
+        flat.extend(t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t])
+    return {a for a in map(attr, flat) if a}
+
+
+@functools.lru_cache(maxsize=64)
+def state_refusal(cls: type) -> str | None:
+    """Why runs of a user's algorithm (a class outside fbo) may not step in a run batch, or None. A batch carries
+    per run only the attributes ``batch_state`` names (:func:`fbo_cli.batched.stacked`; a checkpoint of a batched
+    run holds them and nothing else of its own), so a user's class batches only when every attribute its own
+    methods write after ``__init__`` is declared there, and when it writes attributes at all, its class declares
+    ``batch_state`` itself (what ``__init__`` computes from a float hyperparameter would be the first run's in
+    every run). A class that writes none (a changed step rule, ``outer_lr``) batches as its parent does. What is
+    found by reading the source of the user's classes (``self.a = ...``, ``self.a += ...``, ``self.a[i] = ...``,
+    ``self.a.mul_(...)``, ``setattr``)."""
+    user = [c for c in cls.__mro__ if c is not object and not c.__module__.startswith("fbo_cli")]
+    if not user or not getattr(cls, "batches", False):
+        return None
+    writes: dict[str, set[str]] = {}
+    for c in user:
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(c)))
+        except (OSError, TypeError, SyntaxError):
+            return f"the source of {c.__name__} cannot be read, so its per-run state cannot be checked"
+        for fn in ast.walk(tree):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for node in ast.walk(fn):
+                    for a in _self_writes(node):
+                        writes.setdefault(a, set()).add(fn.name)
+    if not writes:
+        return None
+    if "?" in writes:
+        return "it sets attributes with setattr(self, ...), so its per-run state cannot be checked"
+    declared = set(cls.batch_state)
+    if not any("batch_state" in vars(c) for c in user):
+        names = ", ".join(f"self.{a}" for a in sorted(writes))
+        return (f"it keeps state of its own ({names}) and declares no batch_state; a run batch carries per run "
+                f"only batch_state (declare it, e.g. batch_state = {cls.__mro__[len(user)].__name__}.batch_state "
+                f"+ (\"{sorted(writes)[0]}\",), to batch it)")
+    missing = sorted(a for a, where in writes.items() if where - {"__init__"} and a not in declared)
+    if missing:
+        return (f"its methods write {', '.join(f'self.{a}' for a in missing)}, which its batch_state "
+                f"({', '.join(cls.batch_state)}) does not declare")
+    return None
 
 
 def _key(cfg: RunConfig) -> str:
@@ -179,14 +251,17 @@ class _Run:
 def execute_batch(cfgs: Sequence[RunConfig], reuse: bool = True, fresh: bool = False, wait: bool = True,
                   log: Callable[[str], None] | None = None,
                   on_eval: Callable[[int, dict], None] | None = None) -> list[dict]:
-    """Run ``cfgs`` (runs of one batch, :func:`group_batches`) and return their summaries, in order. A run that
-    fails, or is interrupted, raises as :func:`fbo_cli.runner.execute` does once the batch has written every
-    run's record (a bug: each run's ``summary.json`` says ``failed``)."""
+    """Run ``cfgs`` (runs of one batch, :func:`group_batches`) and return their summaries, in order. One run's
+    failure never fails its partners: when a batched step raises, the runs still in the batch run again alone
+    from round 0, where each fails or finishes on its own; a run that fails alone is a ``failed`` summary (with
+    its ``error``; its ``summary.json`` records it) and the others go on. An interruption raises
+    (:class:`fbo_cli.runner.Interrupted`) once every run's checkpoint is written."""
     from .provenance import stale_reason
     from .runner import RunBusy, _run_log, execute
 
     out: list[dict | None] = [None] * len(cfgs)
     alone: list[int] = []
+    again: set[int] = set()  # runs of a batch that failed, run again alone
     if len(cfgs) == 1 or not all(batchable(c) for c in cfgs):
         alone = list(range(len(cfgs)))
     with contextlib.ExitStack() as held:
@@ -223,18 +298,27 @@ def execute_batch(cfgs: Sequence[RunConfig], reuse: bool = True, fresh: bool = F
                 runs.append(_Run(cfgs[i], note))
             emit = (lambda k, row, idx=idx: on_eval(idx[k], row)) if on_eval else None
             for i, s in zip(idx, _run_group(runs, emit), strict=True):
-                out[i] = s
+                if s is None:  # the batch failed: this run again alone, from round 0 (its failure is its own)
+                    alone.append(i)
+                    again.add(i)
+                else:
+                    out[i] = s
     for i in sorted(alone):
         try:
-            out[i] = execute(cfgs[i], reuse=reuse, fresh=fresh, wait=wait, log=log)
+            out[i] = execute(cfgs[i], reuse=reuse, fresh=fresh or i in again, wait=wait, log=log)
         except RunBusy:
             out[i] = {"status": "busy"}
+        except UsageError as e:
+            out[i] = {"status": "failed", "error": str(e)}
+        except Exception as e:  # recorded in its summary.json (failed); the other runs go on
+            out[i] = {"status": "failed", "error": f"{type(e).__name__}: {e}"}
     return out  # type: ignore[return-value]
 
 
-def _run_group(runs: list[_Run], on_eval) -> list[dict]:
-    """Step the runs of one seed to the end of their budget (:func:`fbo_cli.runner._loop`, run by run)."""
-    from .runner import Interrupted, _save_checkpoint, _Stop, _StopNow, build, diverged, finish
+def _run_group(runs: list[_Run], on_eval) -> list[dict | None]:
+    """Step the runs of one seed to the end of their budget (:func:`fbo_cli.runner._loop`, run by run); a run
+    still in the batch when a step raised is ``None`` (to run again alone)."""
+    from .runner import Interrupted, _save_checkpoint, _Stop, _StopNow, build, check_rounds, diverged, finish
 
     cfg0 = runs[0].cfg
     r = cfg0.run
@@ -294,9 +378,10 @@ def _run_group(runs: list[_Run], on_eval) -> list[dict]:
                     break
                 if r.time_limit is not None and runs[active[0]].train_time >= r.time_limit:
                     break
-                t0 = time.perf_counter()
+                t0, before = time.perf_counter(), led.rounds
                 algo.step()
                 led.iterations += 1
+                check_rounds(view, led, before)
                 ok = finite_runs(algo)
                 dt = (time.perf_counter() - t0) / len(active)  # each run's share of the batch's time
                 for k in active:
@@ -322,9 +407,9 @@ def _run_group(runs: list[_Run], on_eval) -> list[dict]:
             raise
         except _StopNow:
             raise Interrupted(cfg0.run_dir, led.iterations, now=True) from None
-        except Exception as e:  # a bug: every run still in the batch records it, then it propagates
+        except Exception as e:  # one run's bug or all runs': each run still in the batch runs again alone
             for k in active:
-                if runs[k].summary is None:
-                    end(k, "failed", failure=e)
-            raise
+                runs[k].note(f"the batch failed ({type(e).__name__}: {e}); this run runs again alone", show=False)
+                (runs[k].cfg.run_dir / CHECKPOINT).unlink(missing_ok=True)
+            return [None if k in active else run.summary for k, run in enumerate(runs)]
     return [run.summary for run in runs]  # type: ignore[misc]

@@ -20,13 +20,19 @@ def show(
     and where they differ on this task, the task's), with the common names (local_steps, lower_lr, ...)
     each key answers to."""
     from ..algorithms.base import VOCABULARY
+    from ..batch import state_refusal
+    from ..config import lookup
     from ..describe import describe
 
     with user_errors():
         d = describe(algo, task)
+        _, entry, source = lookup(algo)
     view = wide_console()
-    view.print(Text.assemble((d.name, "bold"), f" ({d.label}) on ", (d.task, "bold"), f": {d.paper}; "
+    view.print(Text.assemble((d.name, "bold"), f" ({d.label}) on ", (d.task, "bold"),
+                             f": {credit(entry.cls) if source else d.paper}; "
                              f"rounds per outer iteration: {d.rounds}"), highlight=False)
+    if source and (why := state_refusal(entry.cls)):
+        view.print(f"run batches: its runs run alone, never in a batch: {why}", highlight=False)
     for sec in d.sections:
         t = Table(title=sec.title, title_justify="left")
         for c, kw in (("key", {"no_wrap": True}), ("default", {"no_wrap": True}), ("bounds", {}),
@@ -36,6 +42,17 @@ def show(
             t.add_row(st.name + (f" (= {st.common})" if st.common else ""), repr(st.default), st.bounds_text(),
                       " ".join(x for x in (st.note, st.meaning) if x))
         view.print(t)
-    if d.common:
+    aliases = {k: c for k, c in d.common.items() if k != c}  # "lower_lr = lower_lr" says nothing
+    if aliases:
         view.print("common names (--set NAME=value on any algorithm that has the quantity): " + "; ".join(
-            f"{c} = {k}: {VOCABULARY[c]}" for k, c in d.common.items()), highlight=False)
+            f"{c} = {k}: {VOCABULARY[c]}" for k, c in aliases.items()), highlight=False)
+
+
+def credit(cls: type) -> str:
+    """What a user's class is credited with: its own ``paper``, else the first line of its own docstring, else
+    "your algorithm (subclass of FedNest)" (never the paper of the built-in class it derives from)."""
+    own = cls.__dict__.get("paper") or (cls.__dict__.get("__doc__") or "").strip().split("\n")[0].strip()
+    if own:
+        return own
+    parent = next((c for c in cls.__mro__[1:] if c.__module__.startswith("fbo_cli")), None)
+    return f"your algorithm (subclass of {parent.__name__})" if parent else "your algorithm"
