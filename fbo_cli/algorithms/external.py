@@ -20,9 +20,12 @@ records as ``algo_source`` so that a rerun from it, and a grid's worker process,
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -35,6 +38,43 @@ _FILES: dict[tuple[str, int, int], object] = {}  # (path, mtime_ns, size) -> mod
 def is_reference(ref: str) -> bool:
     """``file.py:Class`` or ``module:Class`` (anything with a ':'), as opposed to a plain name."""
     return ":" in ref
+
+
+@contextlib.contextmanager
+def _user_code(where: str):
+    """Contain the import of a user's code: ``sys.exit``, a ``KeyboardInterrupt`` it raises and any exception
+    become a UsageError (exit 2) naming ``where`` and the error; ``sys.argv`` is the file alone while it runs
+    (an ``argparse`` at import sees no fbo arguments) and fbo's again after. A real Ctrl-C (SIGINT) meanwhile
+    stops fbo with 130 (a second one even when the code swallows the first)."""
+    hit = []
+
+    def interrupt(signum, frame):
+        if hit:
+            os.write(2, b"interrupted while importing a user's algorithm\n")
+            os._exit(130)
+        hit.append(signum)
+        raise KeyboardInterrupt
+
+    argv, sys.argv = sys.argv, [where]
+    try:
+        old = signal.signal(signal.SIGINT, interrupt)
+    except ValueError:  # not the main thread: no handler of ours
+        old = None
+    try:
+        yield
+    except UsageError:
+        raise
+    except BaseException as e:
+        if hit:  # whatever the code made of the interrupt
+            print(f"interrupted while importing {where}: nothing was run", file=sys.stderr)
+            raise SystemExit(130) from None
+        what = (f"it called sys.exit({e.code!r})" if isinstance(e, SystemExit) else
+                f"loading it failed: {type(e).__name__}: {e}")
+        raise UsageError(f"{where}: {what}") from None
+    finally:
+        sys.argv = argv
+        if old is not None:
+            signal.signal(signal.SIGINT, old)
 
 
 def _load_file(path: Path):
@@ -55,15 +95,14 @@ def _load_file(path: Path):
     sys.modules[name] = mod
     sys.path.insert(0, str(path.parent))
     try:
-        spec.loader.exec_module(mod)
-    except UsageError:
-        raise
-    except Exception as e:
+        with _user_code(str(path)):
+            spec.loader.exec_module(mod)
+    except BaseException:
         if old is not None:
             sys.modules[name] = old
         else:
             sys.modules.pop(name, None)
-        raise UsageError(f"{path}: loading it failed: {type(e).__name__}: {e}") from None
+        raise
     finally:
         sys.path.remove(str(path.parent))
     _FILES[key] = mod
@@ -107,10 +146,8 @@ def load_reference(ref: str, base: Path | None = None):
         if not path.is_file():
             raise UsageError(f"'{ref}': no file {path}")
         return _algorithm_class(_load_file(path), cls_name, str(path)), f"{path}:{cls_name}"
-    try:
+    with _user_code(f"'{ref}': module '{target}'"):
         mod = importlib.import_module(target)
-    except ImportError as e:
-        raise UsageError(f"'{ref}': cannot import module '{target}' ({e})") from None
     return _algorithm_class(mod, cls_name, target), f"{target}:{cls_name}"
 
 
