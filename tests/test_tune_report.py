@@ -38,6 +38,7 @@ claims:
   - {{text: "AggITD beats FedNest", metric: final, better: AggITD, than: FedNest, mode: max}}
 reference:
   AggITD: {{iid: {{final: 0.5}}}}
+  FedNest: {{iid: {{final: 0.5}}}}
 {extra}
 """)
     return p
@@ -304,8 +305,8 @@ def test_claim_verdict_is_a_paired_interval_against_the_margin():
     v = claim_verdict(runs, equal, "s")
     assert v.verdict == "holds" and "within 0.005 in 3/3" in v.detail
     assert claim_verdict(runs, {**equal, "margin": 0.0001}, "s").verdict == "inconclusive"
-    runs.loc[runs.algorithm == "B", "final"] = [0.8, 0.81, 0.8]
-    assert claim_verdict(runs, {**equal, "margin": 0.01}, "s").verdict == "does not hold"  # d = 0.1 > 0.01
+    runs.loc[runs.algorithm == "B", "final"] = [0.8, 0.8, 0.81]
+    assert claim_verdict(runs, {**equal, "margin": 0.01}, "s").verdict == "does not hold"  # d ~ 0.1 > 0.01
     for status in ("diverged", "collapsed"):  # the method's worst outcome: a sign test over -inf
         runs.loc[(runs.algorithm == "A") & (runs.seed == 2), "status"] = status
         v = claim_verdict(runs, claim, "s")
@@ -345,21 +346,27 @@ def test_imax_per_seed_is_the_largest_tolerated_window_and_needs_every_window():
     exp = windows([{"set": {"clients": 4, "I": i}} for i in I])
     t = imax_per_seed(runs, exp).set_index(["algorithm", "seed"]).I_max
     # within 0.01 of the seed's own I = 1: A0 tolerates 8 (not 32); A1's I = 8 falls 0.02 short and its
-    # I = 32 diverged (not tolerated); B0 all; B1 up to 8
-    assert t.to_dict() == {("A", 0): 8, ("A", 1): 1, ("B", 0): 32, ("B", 1): 8}
+    # I = 32 diverged (not tolerated); B0 all: at the grid's top, censored (+inf: at least 32); B1 up to 8
+    assert t.to_dict() == {("A", 0): 8, ("A", 1): 1, ("B", 0): math.inf, ("B", 1): 8}
     claim = {"text": "", "metric": "I_max", "better": "B", "than": "A", "mode": "max"}
     v = claim_verdict(imax_per_seed(runs, exp), claim, "K=4")  # wins 2/2; 2 pairs: the t interval is wide
     assert v.verdict == "inconclusive" and "wins 2/2" in v.detail
     assert imax_per_seed(runs[runs.setting != "K=4, I=32"], exp).empty  # a missing window: no I_max
 
 
-def test_match_paper_is_an_interval_widened_by_the_tolerance():
-    assert match_paper(pd.Series([0.81, 0.815, 0.82]), 0.83, 0.02)[0] == "consistent with"  # [0.798, 0.822] + 0.02
-    assert match_paper(pd.Series([0.80, 0.82, 0.81]), 0.83, 0.02)[0] == "inconclusive"  # half-width 0.025 > 0.02
+def test_match_paper_is_an_equivalence_test_against_the_tolerance():
+    # 90% t interval of ours - paper: [-0.0234, -0.0066], not inside +-0.02 (the old rule: 0.83 inside the 95%
+    # interval [0.803, 0.827] widened by 0.02, "consistent with")
+    assert match_paper(pd.Series([0.81, 0.815, 0.82]), 0.83, 0.02)[0] == "inconclusive"
+    assert match_paper(pd.Series([0.82, 0.825, 0.83]), 0.83, 0.02)[0] == "consistent with"  # [-0.0134, +0.0034]
+    assert match_paper(pd.Series([0.82, 0.825, 0.83]), 0.83, 0.01)[0] == "inconclusive"  # a tighter tolerance
+    assert match_paper(pd.Series([0.80, 0.82, 0.81]), 0.83, 0.02)[0] == "inconclusive"
     assert match_paper(pd.Series([0.70, 0.71, 0.70]), 0.83, 0.02)[0] == "below"
     assert match_paper(pd.Series([0.5, 0.9]), 0.83, 0.02)[0] == "inconclusive"  # a wide spread is never favourable
     assert match_paper(pd.Series([0.85]), 0.85, 0.02)[0] == "inconclusive"  # one seed: no interval
-    assert match_paper(pd.Series([900.0, 950, 920]), 1000.0, 0.02, counts=True)[0] == "consistent with"  # 10%
+    assert match_paper(pd.Series([0.85] * 3), 0.85, 0.02)[0] == "inconclusive"  # no zero-variance t interval
+    assert match_paper(pd.Series([960.0, 1000, 980]), 1000.0, 0.02, counts=True)[0] == "consistent with"  # 10%
+    assert match_paper(pd.Series([900.0, 950, 920]), 1000.0, 0.02, counts=True)[0] == "inconclusive"  # 90%: -119
     never = pd.Series([np.nan] * 6)  # six seeds that never reach the target: the median's interval is [inf, inf]
     assert match_paper(never, 1630.0, 0.02, counts=True)[0] == "above"
     assert match_paper(never[:3], 1630.0, 0.02, counts=True)[0] == "inconclusive"  # three cannot decide at 95%
@@ -402,7 +409,8 @@ def test_report_from_evidence_shows_verdicts_paper_numbers_and_missing_runs(tmp_
     assert "AggITD beats FedNest" in md and any(f"**{v}**" in md for v in ("holds", "does not hold", "inconclusive"))
     assert "paired t interval" in md and "95% interval of the paired difference" in md
     # no reference_on: the paper's number stands as context, never with a verdict
-    assert "| AggITD | iid | final | 0.5 |" in md and "context: the spec does not name the paper's dataset" in md
+    assert "| FedNest | iid | final | 0.5 |" in md and "context: the spec does not name the paper's dataset" in md
+    assert re.search(r"\| AggITD \| iid \| final \| 0.5 \| [^|]* \| context: a tuned row", md)  # tuned: context
     assert "## Summary: the papers' claims and their verdicts" in md and "[t](#" in md
     html = (tmp_path / "r.html").read_text()  # the index: the summary; the experiments on their own page
     page = (tmp_path / "r-specs.html").read_text()
@@ -413,7 +421,7 @@ def test_report_from_evidence_shows_verdicts_paper_numbers_and_missing_runs(tmp_
     assert not re.search(r"<h[1-3][^>]*>[^<]*`", html)  # headings render code, not backticks
     # like with like: on the paper's dataset a verdict; on another dataset context
     verdicts = r"[0-9.]+;? ?[^|]* \| (consistent with|above|below|inconclusive) \|"
-    for on, expect in (("{dataset: digits}", r"\| AggITD \| iid \| final \| 0.5 \| " + verdicts),
+    for on, expect in (("{dataset: digits}", r"\| FedNest \| iid \| final \| 0.5 \| " + verdicts),
                        ("{dataset: mnist}", r"context: the paper's number is on mnist, ours on digits")):
         p3 = spec(tmp_path, seeds="[0]", extra=f"reference_on: {on}")
         build_report(ev, tmp_path / "r.md", tmp_path / "r.html", specs=[str(p3)])

@@ -20,6 +20,7 @@ records as ``algo_source`` so that a rerun from it, and a grid's worker process,
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import hashlib
 import importlib
@@ -60,21 +61,24 @@ def _user_code(where: str):
         old = signal.signal(signal.SIGINT, interrupt)
     except ValueError:  # not the main thread: no handler of ours
         old = None
+    error = None
     try:
         yield
-    except UsageError:
-        raise
     except BaseException as e:
-        if hit:  # whatever the code made of the interrupt
-            print(f"interrupted while importing {where}: nothing was run", file=sys.stderr)
-            raise SystemExit(130) from None
-        what = (f"it called sys.exit({e.code!r})" if isinstance(e, SystemExit) else
-                f"loading it failed: {type(e).__name__}: {e}")
-        raise UsageError(f"{where}: {what}") from None
+        error = e
     finally:
         sys.argv = argv
         if old is not None:
             signal.signal(signal.SIGINT, old)
+    if hit:  # whatever the code made of the interrupt (it may have swallowed it)
+        print(f"interrupted while importing {where}: nothing was run", file=sys.stderr)
+        raise SystemExit(130)
+    if isinstance(error, UsageError):
+        raise error
+    if error is not None:
+        what = (f"it called sys.exit({error.code!r})" if isinstance(error, SystemExit) else
+                f"loading it failed: {type(error).__name__}: {error}")
+        raise UsageError(f"{where}: {what}") from None
 
 
 def _load_file(path: Path):
@@ -151,23 +155,63 @@ def load_reference(ref: str, base: Path | None = None):
     return _algorithm_class(mod, cls_name, target), f"{target}:{cls_name}"
 
 
-def folder_algorithms(folder: Path) -> dict[str, str]:
-    """``{name: 'file.py:Class'}`` of the algorithms in a folder (benchopt's solvers folder): every
-    Algorithm subclass that a ``*.py`` there defines (not the ones it imports)."""
-    from .base import Algorithm
-
-    out: dict[str, str] = {}
-    if not folder.is_dir():
-        return out
-    for f in sorted(folder.glob("*.py")):
+def read_folder(folder: Path) -> tuple[list[dict], dict[str, str]]:
+    """Read, never run, the ``*.py`` of ``folder`` (names starting with ``_`` are helpers): ``(classes,
+    broken)``, every top-level class that has a base as ``{ref: 'file.py:Class', names: [its literal
+    ``name``, its class name], tasks: its literal ``tasks`` or None, bases: its bases' names}``, and
+    ``{file: why}`` of the files that do not parse."""
+    classes: list[dict] = []
+    broken: dict[str, str] = {}
+    for f in sorted(folder.glob("*.py")) if folder.is_dir() else []:
         if f.name.startswith("_"):
             continue
-        mod = _load_file(f.resolve())
-        for n, v in vars(mod).items():
-            if isinstance(v, type) and issubclass(v, Algorithm) and v.__module__ == mod.__name__ and v.tasks:
-                out.setdefault(algo_name(v), f"{f.resolve()}:{n}")
-                out.setdefault(n, f"{f.resolve()}:{n}")
-    return out
+        f = f.resolve()
+        try:
+            tree = ast.parse(f.read_bytes(), str(f))
+        except (SyntaxError, ValueError, OSError) as e:
+            broken[str(f)] = f"{type(e).__name__}: {e}"
+            continue
+        for c in tree.body:
+            if not isinstance(c, ast.ClassDef) or not c.bases:
+                continue
+            attrs = {t.id: n.value for n in c.body if isinstance(n, ast.Assign) for t in n.targets
+                     if isinstance(t, ast.Name)}
+            literal = {}
+            for k in ("name", "tasks"):
+                with contextlib.suppress(ValueError, TypeError, SyntaxError, KeyError, RecursionError):
+                    literal[k] = ast.literal_eval(attrs[k])
+            name = literal.get("name") if isinstance(literal.get("name"), str) else None
+            classes.append({"ref": f"{f}:{c.name}", "names": list(dict.fromkeys(n for n in (name, c.name) if n)),
+                            "tasks": literal.get("tasks"),
+                            "bases": [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in c.bases]})
+    return classes, broken
+
+
+def folder_algorithms(folder: Path) -> tuple[list[dict], dict[str, str]]:
+    """``(classes, broken)``: :func:`read_folder`'s classes that derive, as far as their source says, from
+    :class:`Algorithm` or a built-in algorithm (directly or through another class of the folder): what
+    ``fbo list`` shows, without running any of it."""
+    from . import REGISTRY
+
+    classes, broken = read_folder(folder)
+    known = {"Algorithm"} | {e.cls.__name__ for e in REGISTRY.values()}
+    found: dict[str, dict] = {}
+    while grew := [c for c in classes if c["ref"] not in found and set(c["bases"]) & known]:
+        for c in grew:
+            found[c["ref"]] = c
+            known.add(c["ref"].rpartition(":")[2])
+    return list(found.values()), broken
+
+
+def _in_folder(folder: Path, name: str, broken: dict[str, str]) -> str | None:
+    """The ``file.py:Class`` of the class named ``name`` (class name or literal ``name``) in ``folder``,
+    read from the sources (the files that do not parse go to ``broken``); a UsageError when two define one."""
+    classes, bad = read_folder(folder)
+    broken.update(bad)
+    refs = [c["ref"] for c in classes if name in c["names"]]
+    if len(refs) > 1:
+        raise UsageError(f"two classes named '{name}' in {folder}: {refs[0]} and {refs[1]} (rename one)")
+    return refs[0] if refs else None
 
 
 def entry_points() -> dict[str, str]:
@@ -182,11 +226,15 @@ def find(name: str, base: Path | None = None):
     ``base`` or the working folder, then the entry points); ``None`` when the name is unknown."""
     if is_reference(name):
         return load_reference(name, base)
+    broken: dict[str, str] = {}
     for folder in dict.fromkeys([(base or Path.cwd()) / "algorithms", Path.cwd() / "algorithms"]):
-        ref = folder_algorithms(folder).get(name)
+        ref = _in_folder(folder, name, broken)
         if ref:
             return load_reference(ref)
     ref = entry_points().get(name)
     if ref:
         return load_reference(ref)
+    if broken:  # the name may be in a file that does not parse
+        f, why = next(iter(broken.items()))
+        raise UsageError(f"unknown algorithm '{name}'; {f} could not be read ({why})")
     return None

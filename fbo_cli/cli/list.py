@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich.markup import escape
 from rich.table import Table
 
 from ..errors import UsageError
@@ -33,13 +34,26 @@ def list_() -> None:
         from ..algorithms.external import entry_points, folder_algorithms
         from ..config import lookup
 
-        mine = {**entry_points(), **folder_algorithms(Path("algorithms"))}
-        if mine:
-            t = Table(title="Your algorithms (./algorithms/*.py and entry points fbo.algorithms)", title_justify="left")
+        rows = []  # ./algorithms/*.py read from their source, never run; entry points loaded, a broken one named
+        classes, broken = folder_algorithms(Path("algorithms"))
+        for c in classes:
+            twins = [d["ref"] for d in classes if d is not c and set(d["names"]) & set(c["names"])]
+            tasks = c["tasks"]
+            tasks = ", ".join(map(str, tasks)) if isinstance(tasks, (tuple, list)) else f"those of {c['bases'][0]}"
+            rows.append((c["names"][0], c["ref"] + (f" (error: {twins[0]} has the same name)" if twins else ""), tasks))
+        rows += [(Path(f).name, f"broken: {why}", "") for f, why in broken.items()]
+        for name, ref in entry_points().items():
+            try:
+                rows.append((name, ref, ", ".join(lookup(ref)[1].tasks)))
+            except UsageError as e:
+                rows.append((name, f"broken: {e}", ""))
+        if rows:
+            t = Table(title="Your algorithms (./algorithms/*.py, read without running them, and entry points "
+                      "fbo.algorithms)", title_justify="left")
             for c in ("algorithm", "source", "tasks"):
                 t.add_column(c, no_wrap=c == "algorithm", overflow="fold")
-            for name, ref in mine.items():
-                t.add_row(name, ref, ", ".join(lookup(ref)[1].tasks))
+            for row in rows:
+                t.add_row(*map(escape, row))
             out.print(t)
     t = Table(title="Datasets", title_justify="left")
     t.add_column("dataset", no_wrap=True)

@@ -16,7 +16,7 @@ from .heldout import heldout_md, pairs
 from .papers import PAPERS, Paper, fidelity_anchor
 from .sections import Section
 from .tuning import tuning_md
-from .verdicts import VERDICTS
+from .verdicts import SEE, VERDICTS, one_verdict_per_comparison
 
 
 def render_markdown(sections: dict[str, list[Section]], root: Path, command: str,
@@ -47,17 +47,34 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
            "10 seeds at 97.5% (Bonferroni: at most 7.5% false verdicts over both looks); no look past the cap. "
            "Each verdict names the interval, its test and the seeds that decided it; the wins per seed are "
            "shown beside it, as information, not as the verdict. *no data*: a side has no finished run. "
+           "**Grid-valued and censored quantities** (CODASCA's I_max, a window from a grid) are tested by the "
+           "exact sign test (its interval of the median from order statistics), never by t: their differences "
+           "take a few values, and a zero-variance t interval (every seed the same difference) is no interval; "
+           "so is any all-equal set of differences, which the sign test decides instead. An I_max at the grid's "
+           "top is censored (≥ the largest window run), counted above every window run, never as that window. "
+           "**One verdict per comparison**: where the runs behind a verdict are part of another section's runs "
+           "for the same comparison (e.g. Table 2's non-IID tau = 1 runs inside Fig. 3's, which add seeds), the "
+           "larger sample decides and the smaller one's row says *see* that section. **Tuning**: a verdict with a "
+           "tuned side rests on that tuning's choice; one tuned on the split x is fitted on (`val_loss`, "
+           "`upper_loss`) is marked *(fit-split tuning)*, and the summary counts the favourable verdicts by what "
+           "they rest on. "
            "**Paper numbers** get a verdict only like with like: when our runs are on the paper's dataset and "
-           "model and, for rounds to a target, with the paper's target; elsewhere they stand as *context*. Ours "
-           "are **consistent with** the paper's number when it lies inside our 95% interval (the t interval of "
-           "our mean; for rounds to a target with seeds that never reach it, the order-statistics interval of "
-           "our median) widened on each side by the spec's tolerance (0.02 for fractions, 10% of the paper's "
-           "value for round counts); **above** or **below** (for round counts: slower or faster) when it lies "
-           "outside; **inconclusive** when it lies inside but our interval alone is wider than the tolerance, "
-           "or we have one seed. **Collapsed**: a run whose headline metric fell to chance level (accuracy at "
+           "model, for rounds to a target with the paper's target, and at the values the spec fixes (a tuned "
+           "row's number stands as *context*: its steps are ours, not the paper's); elsewhere they stand as "
+           "*context*. The test is one of **equivalence** (two one-sided tests): the verdict **consistent** (with "
+           "the paper's number) needs the 90% interval of ours − paper lies inside ± the tolerance; **above** or "
+           "**below** (for round counts: slower or faster) when the 95% interval of ours − paper lies beyond it; "
+           "**inconclusive** otherwise, or with one seed. The interval is the t interval of our mean; for rounds "
+           "to a target with seeds that never reach it, or equal values, the order-statistics interval of our "
+           "median. The tolerance is stated in each section, no wider than the effect the paper's claims are "
+           "about: half the smallest gap between two of the paper's numbers that one of the spec's claims "
+           "compares (so that no result can match both sides), at most the spec's `tolerance` (0.02); "
+           "for round counts 10% of the paper's value (the claims on rounds are 2-3x). "
+           "**Collapsed**: a run whose headline metric fell to chance level (accuracy at "
            "most 1/classes + 0.05, AUC at most 0.52) after rising above it, and stayed there at every "
            "evaluation to its end; like a diverged run it is counted in its own column, left out of means and "
            "losing its pair. Failed runs are left out.", ""]
+    one_verdict_per_comparison([sec for secs in sections.values() for sec in secs])
     out += summary_md(sections, papers)
     for paper in papers:
         out += [f"## {paper.title}", ""]
@@ -191,10 +208,14 @@ def summary_md(sections: dict[str, list[Section]], papers: tuple[Paper, ...]) ->
                 continue
             for claim in dict.fromkeys(c for c, *_ in sec.verdicts):
                 vs = [(st, v) for c, st, v in sec.verdicts if c == claim]
-                counts = ", ".join(f"**{k}** {n}" for k in VERDICTS if (n := sum(v.verdict == k for _, v in vs)))
+                counts = ", ".join(f"**{k}** {n}" + (f" ({fit} on a fit-split tuning)" if (
+                    fit := sum(v.verdict == k and v.tuning == "fit split" for _, v in vs)) else "")
+                    for k in VERDICTS if (n := sum(v.verdict == k for _, v in vs)))
+                counts += "".join(f", **{k}** {n}" for k in dict.fromkeys(v.verdict for _, v in vs)
+                                  if k.startswith(SEE) and (n := sum(v.verdict == k for _, v in vs)))
                 cis = "; ".join(f"{st}: {v.interval.split(' (')[0]} ({v.n})" for st, v in vs if v.interval)
                 out.append(md_row((paper.title, link, claim, counts, cis)))
-    out += ["", COUNT_MARK]
+    out += ["", COUNT_MARK, "", basis_line(built)]
     out += tuning_md(built)
     out += heldout_md(built)
     rest = [(paper.title, claim, why) for paper in papers for claim, why in paper.unchecked]
@@ -203,6 +224,22 @@ def summary_md(sections: dict[str, list[Section]], papers: tuple[Paper, ...]) ->
                 "| paper | claim | why it gets no verdict |", "|---|---|---|"]
         out += [md_row(r) for r in rest]
     return out + [""]
+
+
+def basis_line(sections: list[Section]) -> str:
+    """The head's count of the favourable verdicts (holds) by what they rest on: a tuning scored on data
+    neither level trains on, a tuning scored on the split x is fitted on (marked in the sections), or no
+    tuned side (the paper's steps, fixed values)."""
+    held = [v.tuning for sec in sections for _, _, v in sec.verdicts or [] if v.verdict == "holds"]
+    fit = [f"`{sec.exp.name}`" for sec in sections if any(v.verdict == "holds" and v.tuning == "fit split"
+                                                         for _, _, v in sec.verdicts or [])]
+    return (f"**What the favourable verdicts rest on.** Of {len(held)} claim verdicts that hold, "
+            f"{held.count('held-out')} rest on a choice scored on held-out data (a split the tuned level is not fitted "
+            f"on), "
+            f"{held.count('fit split')} on a step chosen on the split x is fitted on (marked *fit-split tuning* in "
+            f"their sections; a held-out re-tuning may change them)"
+            + (f": {', '.join(fit)}" if fit else "")
+            + f"; {held.count('')} compare rows with no tuned side (fixed steps).")
 
 
 def _budget(exp: Experiment) -> str:
@@ -245,7 +282,8 @@ def _render_section_md(sec: Section) -> list[str]:
     if sec.verdicts:
         lines += ["| claim | setting | verdict | paired difference, 95% interval (test) | seeds | ours vs theirs "
                   "(mean; median for rounds) and seeds won |", "|---|---|---|---|---|---|"]
-        lines += [md_row((c, s, f"**{v.verdict}**", v.interval, v.n, v.detail)) for c, s, v in sec.verdicts]
+        lines += [md_row((c, s, f"**{v.verdict}**" + (" (fit-split tuning)" if v.tuning == "fit split" else ""),
+                          v.interval, v.n, v.detail)) for c, s, v in sec.verdicts]
         lines.append("")
     if sec.witness_md:
         lines += [sec.witness_md.strip(), ""]
@@ -253,6 +291,9 @@ def _render_section_md(sec: Section) -> list[str]:
         on = exp.reference_on or {}
         ds = on.get("dataset")
         ds = ", ".join(ds) if isinstance(ds, list) else (ds or "dataset not named")
+        tol, why = sec.tolerance
+        lines += [f"Tolerance for the paper's fractions here: ±{tol:.4g} ({why}); for round counts ±10% of the "
+                  "paper's value.", ""]
         lines += [f"| algorithm | setting | quantity | paper ({ds}) | ours ({_datasets(exp)}; mean ± std, done runs) "
                   f"| verdict |", "|---|---|---|---|---|---|"]
         lines += [md_row(r) for r in sec.paper_rows]

@@ -12,7 +12,7 @@ import pandas as pd
 from ..compare import write_report
 from ..errors import UsageError
 from ..spec import Experiment
-from .verdicts import Verdict, claim_verdict, paper_rows, run_summaries
+from .verdicts import Verdict, claim_verdict, paper_rows, paper_tolerance, run_summaries, tuning_basis
 
 
 @dataclass
@@ -28,6 +28,7 @@ class Section:
     error: str = ""
     derived_md: str = ""  # tables derived from the runs (``derived:`` in the spec)
     witness_md: str = ""  # the paper's own code beside ours (``witness:`` in the spec)
+    tolerance: tuple[float, str] = (0.02, "")  # the paper's numbers' tolerance and why (:func:`paper_tolerance`)
 
 
 def compute_line(runs: pd.DataFrame, tuning_csv: Path) -> str:
@@ -83,15 +84,14 @@ def build_section(spec: str, root: Path, work: Path, figdir: Path | None = None,
                             [f"K={k}" for k in sorted(windows(exp.settings), reverse=True)])
     for claim in exp.claims:
         table, names = derived.get(claim.metric, (runs, [s.name for s in exp.settings]))
-        if claim.across:  # one setting against another, seed by seed
-            for s, t in claim.across:
-                sec.verdicts.append((claim.text, f"{s} vs {t}", claim_verdict(table, claim, s, t, len(exp.seeds))))
-            continue
-        for s in names:
-            if claim.settings and s not in claim.settings:
-                continue
-            sec.verdicts.append((claim.text, s, claim_verdict(table, claim, s, first=len(exp.seeds))))
-    sec.paper_rows = paper_rows(exp, runs, exp.tolerance)
+        exact = claim.metric in derived  # a derived quantity is grid-valued (I_max): the exact test
+        basis = tuning_basis(exp, claim)
+        pairs = claim.across or [[s, None] for s in names if not claim.settings or s in claim.settings]
+        for s, t in pairs:  # across: one setting against another, seed by seed
+            v = claim_verdict(table, claim, s, t, len(exp.seeds), exact)._replace(tuning=basis)
+            sec.verdicts.append((claim.text, s if t is None else f"{s} vs {t}", v))
+    sec.tolerance = paper_tolerance(exp)
+    sec.paper_rows = paper_rows(exp, runs, sec.tolerance[0])
     if exp.witness:
         from .witness import witness_md
 

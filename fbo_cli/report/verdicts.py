@@ -24,6 +24,8 @@ class Verdict(NamedTuple):
     detail: str  # means, wins over pairs
     interval: str  # "+0.0123 [+0.0041, +0.0205], paired t" (the claim's direction is +)
     n: int  # seed pairs
+    runs: tuple = (frozenset(), frozenset())  # the run ids behind the pairs: better's, than's (one verdict each)
+    tuning: str = ""  # what a tuned side's choice rests on: "held-out", "fit split" ("": no tuned side)
 
 
 def t_interval(d: np.ndarray, alpha: float = 1 - CONFIDENCE) -> tuple[float, float, float]:
@@ -50,15 +52,24 @@ def sign_interval(d: np.ndarray, alpha: float = 1 - CONFIDENCE) -> tuple[float, 
     return (med, -math.inf, math.inf) if k == 0 else (med, float(x[k - 1]), float(x[n - k]))
 
 
-def paired_interval(d: np.ndarray, alpha: float = 1 - CONFIDENCE) -> tuple[float, float, float, str]:
-    """The interval of the paired differences ``d``: paired t when every difference is finite, the sign
-    test's interval of the median when one is infinite (a run that never reached the target, or diverged
-    or collapsed: the worst value)."""
+def paired_interval(d: np.ndarray, alpha: float = 1 - CONFIDENCE, exact: bool = False
+                    ) -> tuple[float, float, float, str]:
+    """The interval of the paired differences ``d``: paired t when every difference is finite and they
+    vary, the sign test's interval of the median otherwise: when one is infinite (a run that never reached
+    the target, diverged or collapsed: the worst value; a value censored at the top of its grid), when all
+    are equal (a zero-variance t interval is no interval), and always with ``exact`` (a grid-valued
+    quantity, e.g. CODASCA's I_max: its differences take a few values, so the t test's normal model
+    does not hold and the exact, distribution-free test decides)."""
     if len(d) < 2:
         return (float(d[0]) if len(d) else math.nan), -math.inf, math.inf, "1 pair: no interval"
-    if np.isfinite(d).all():
+    if not exact and np.isfinite(d).all() and _vary(d):
         return (*t_interval(d, alpha), "paired t")
     return (*sign_interval(d, alpha), "sign test, median")
+
+
+def _vary(v: np.ndarray) -> bool:
+    """Whether finite values differ beyond float rounding (else a t interval would have zero width)."""
+    return bool(np.ptp(v) > 1e-9 * max(1.0, float(np.abs(v).max())))
 
 
 def decide(lo: float, hi: float, margin: float, equal: bool = False) -> str:
@@ -71,11 +82,12 @@ def decide(lo: float, hi: float, margin: float, equal: bool = False) -> str:
 
 
 def claim_verdict(runs: pd.DataFrame, claim: Claim | dict, setting: str, than_setting: str | None = None,
-                  first: int = 3) -> Verdict:
+                  first: int = 3, exact: bool = False) -> Verdict:
     """The verdict of one claim in one setting, by the rule in the module doc. With ``than_setting`` (a
     claim's ``across`` pair) the ``than`` side's runs come from that setting: the same seeds are paired
     across the two settings. The interval's level is that of the look at which the pairs were compared
-    (:func:`look_alpha`; ``first``: the spec's number of seeds)."""
+    (:func:`look_alpha`; ``first``: the spec's number of seeds). ``exact``: the quantity is grid-valued
+    (:func:`paired_interval`); +∞ in it is a value censored at the grid's top ("≥ top")."""
     claim = Claim.of(claim)
     metric, mode = claim.metric, claim.mode
     sign = -1.0 if mode == "min" else 1.0
@@ -93,6 +105,10 @@ def claim_verdict(runs: pd.DataFrame, claim: Claim | dict, setting: str, than_se
     common = a.index.intersection(b.index)
     if a.empty or b.empty or common.empty:
         return Verdict("no data", "", "", 0)
+    ids = []  # the runs of the pairs, by run id (the same run under two specs has one id)
+    for name, where in ((claim.better, setting), (claim.than, than_setting or setting)):
+        g = runs[(runs.algorithm == name) & (runs.setting == where) & runs.seed.isin(common)]
+        ids.append(frozenset(Path(str(d)).name for d in g.run_dir.dropna()) if "run_dir" in g else frozenset())
     counts = metric.endswith("to_target")
     margin = float(claim.margin if claim.margin is not None else 0.0 if counts else MARGIN)
     a, b = a[common].to_numpy(), b[common].to_numpy()
@@ -107,10 +123,11 @@ def claim_verdict(runs: pd.DataFrame, claim: Claim | dict, setting: str, than_se
         d = a - b
         d[np.isnan(d)] = 0.0
     alpha = look_alpha(len(d), first)
-    m, lo, hi, test = paired_interval(d, alpha)
-    center = (lambda v: float(np.median(v))) if counts else (lambda v: float(np.mean(v)))
+    m, lo, hi, test = paired_interval(d, alpha, exact)
+    center = (lambda v: float(np.median(v))) if counts or exact else (lambda v: float(np.mean(v)))
     wins = int(sum(abs(x) <= margin for x in d)) if equal else int(sum(x > margin for x in d))
-    detail = (f"{_fmt(center(a))} vs {_fmt(center(b))}; "
+    show = (lambda v: "≥ the grid's top (censored)" if v == math.inf else _fmt(v)) if exact else _fmt
+    detail = (f"{show(center(a))} vs {show(center(b))}; "
               + (f"within {margin:g} in {wins}/{len(d)} seeds" if equal else f"wins {wins}/{len(d)} seeds"))
     level = f"{1 - alpha:.1%}".replace(".0%", "%")
     if factor is not None:  # d is log(than / better): shown as the ratio
@@ -119,7 +136,7 @@ def claim_verdict(runs: pd.DataFrame, claim: Claim | dict, setting: str, than_se
         interval = f"{ratio(m)} [{ratio(lo)}, {ratio(hi)}] ({level}, {test}, of than / better)"
     else:
         interval = f"{_fmt_d(m)} [{_fmt_d(lo)}, {_fmt_d(hi)}] ({level}, {test})"
-    return Verdict(decide(lo, hi, margin, equal), detail, interval, len(d))
+    return Verdict(decide(lo, hi, margin, equal), detail, interval, len(d), tuple(ids))
 
 
 def look_alpha(n: int, first: int = 3) -> float:
@@ -148,33 +165,80 @@ def _fmt_d(v: float) -> str:
     return f"{v:+.4g}".replace("-", "−")
 
 
+EQUIVALENCE = 0.90  # the interval of the equivalence test (two one-sided tests at 5% each)
+
+
+def _interval(v: np.ndarray, alpha: float) -> tuple[float, float, float, str]:
+    """(centre, low, high, test): the t interval of the mean of ``v``, or where a value is infinite or all are
+    equal, the order-statistics (sign test's) interval of its median."""
+    if np.isfinite(v).all() and _vary(v):
+        return (*t_interval(v, alpha), "t")
+    return (*sign_interval(v, alpha), "order statistics, median")
+
+
 def match_paper(ours: pd.Series, paper: float, tolerance: float, counts: bool = False) -> tuple[str, str]:
-    """(verdict, our interval) for one number of the paper. Ours is **consistent with** the paper's when the
-    paper's value lies inside our 95% interval widened by the tolerance on each side, **above** or **below**
-    when it lies outside, and **inconclusive** when it lies inside but our interval alone is wider than the
-    tolerance (its half-width exceeds it: a wide spread never makes a favourable verdict) or there is one
-    seed only. The interval is the t interval of our mean; for rounds to a target with seeds that never reach
-    it, the order-statistics interval of our median (never = +∞). Tolerance: the spec's (default 0.02) for
-    fractions, at least 10% of the paper's value for counts."""
+    """(verdict, our intervals) for one number of the paper, by an equivalence test (TOST). Ours is
+    **consistent with** the paper's when the 90% interval of ours − paper lies inside ± the tolerance (two
+    one-sided tests at 5%: equivalence shown, not a failure to reject); **above** or **below** when the 95%
+    interval of ours − paper lies beyond + or − the tolerance; **inconclusive** otherwise, and with one seed.
+    The interval is the t interval of our mean; for rounds to a target with seeds that never reach it (never
+    = +∞), or values that are all equal (a zero-variance t interval is no interval), the order-statistics
+    interval of our median. Tolerance: the section's (:func:`paper_tolerance`) for fractions, 10% of the
+    paper's value for round counts."""
     v = ours.astype(float).to_numpy()
     v = v[~np.isnan(v)] if not counts else np.where(np.isnan(v), math.inf, v)
     if len(v) == 0:
         return "no data", ""
-    tol = max(tolerance, 0.1 * abs(paper)) if counts or paper > 1 else tolerance
+    tol = 0.1 * abs(paper) if counts or paper > 1 else tolerance
     if len(v) == 1:
-        m, lo, hi, test = float(v[0]), -math.inf, math.inf, "1 seed: no interval"
-    elif np.isfinite(v).all():
-        (m, lo, hi), test = t_interval(v), "t"
-    else:
-        (m, lo, hi), test = sign_interval(v), "order statistics, median"
-    text = f"{_fmt(m)} [{_fmt(lo)}, {_fmt(hi)}] ({test})".replace("−∞ (a run diverged or collapsed)", "−∞")
-    if lo - tol > paper:
+        return "inconclusive", f"{_fmt(float(v[0]))} (1 seed: no interval)"
+    m, lo, hi, test = _interval(v, 1 - CONFIDENCE)
+    _, elo, ehi, _ = _interval(v, 1 - EQUIVALENCE)
+    d = lambda x: _fmt_d(x - paper)  # noqa: E731
+    text = (f"{_fmt(m)} [{_fmt(lo)}, {_fmt(hi)}] (95%, {test}); ours − paper, 90%: [{d(elo)}, {d(ehi)}] "
+            f"against ±{tol:.4g}").replace("−∞ (a run diverged or collapsed)", "−∞")
+    if lo - paper > tol:
         return "above", text
-    if hi + tol < paper:
+    if hi - paper < -tol:
         return "below", text
-    if (hi - lo) / 2 > tol:
-        return "inconclusive", text
-    return "consistent with", text
+    if -tol <= elo - paper and ehi - paper <= tol:
+        return "consistent with", text
+    return "inconclusive", text
+
+
+def paper_tolerance(exp: Experiment) -> tuple[float, str]:
+    """(tolerance, why) for the paper's fractions in one experiment: no wider than the effect the paper's claims
+    are about. Where a claim of the spec compares two algorithms (or two settings) whose numbers the paper
+    gives, the tolerance is half the smallest such gap in the paper's own numbers (a gap below the claim's
+    margin is no effect a claim is about), so that no result can be consistent with both sides of a
+    comparison; never wider than the spec's ``tolerance`` (default 0.02), which holds where no claim compares
+    two of the paper's numbers."""
+    ref = exp.reference or {}
+
+    def number(algo, setting, metric):
+        vals = (ref.get(algo) or {}).get(setting) or {}
+        hit = [v for k, v in vals.items() if PAPER_KEYS.get(k, k) == metric and isinstance(v, (int, float))]
+        return float(hit[0]) if hit else None
+
+    gaps = []
+    for c in exp.claims:
+        if c.mode == "equal" or c.factor is not None or c.metric.endswith("to_target"):
+            continue
+        margin = c.margin if c.margin is not None else MARGIN
+        pairs = c.across or [[s.name, s.name] for s in exp.settings if not c.settings or s.name in c.settings]
+        for s, t in pairs:
+            a, b = number(c.better, s, c.metric), number(c.than, t, c.metric)
+            if a is not None and b is not None and a <= 1 and b <= 1 and abs(a - b) >= margin:
+                where = s if s == t else f"{s} vs {t}"
+                gaps.append((abs(a - b), f"{c.better} − {c.than}, {where}: {a:g} − {b:g}"))
+    if gaps:
+        gap, what = min(gaps)
+        if gap / 2 < exp.tolerance:
+            return gap / 2, (f"half the smallest gap between two of the paper's numbers that a claim compares "
+                             f"({what} = {gap:.4g})")
+    return exp.tolerance, ("the spec's tolerance" if not gaps else "the spec's tolerance, below half the smallest "
+                           "gap between two of the paper's numbers that a claim compares") \
+        + (": no claim compares two of the paper's numbers" if not gaps else "")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -187,12 +251,14 @@ PAPER_KEYS = {"final": "final", "rounds_to_90": "rounds_to_target", "rounds_to_t
 def paper_rows(exp: Experiment, runs: pd.DataFrame, tol: float) -> list[tuple[str, ...]]:
     """(algorithm, setting, quantity, paper's value, ours, verdict) per number of the spec's ``reference``.
     A number gets a verdict (:func:`match_paper`) only when our runs of that setting are on the paper's
-    dataset (``reference_on.dataset``) and, for rounds to a target, with the paper's target; otherwise
-    it stands as context."""
+    dataset (``reference_on.dataset``), for rounds to a target with the paper's target, and at the values
+    the spec fixes: a row whose algorithm entry has a tuning grid (``tune:``) ran at values we chose, not
+    the paper's configuration, so its number stands as context, never a verdict."""
     on = exp.reference_on or {}
     paper_sets = on.get("dataset")
     paper_sets = [paper_sets] if isinstance(paper_sets, str) else list(paper_sets or [])
     datasets = {(c.algorithm, c.setting): c.cfg.run.dataset for c in exp.cells}
+    tuned = {a.name for a in exp.algorithms if a.tune}
     rows = []
     for a, per in (exp.reference or {}).items():
         for s, vals in (per or {}).items():
@@ -219,8 +285,10 @@ def paper_rows(exp: Experiment, runs: pd.DataFrame, tol: float) -> list[tuple[st
                             if len(hit) else "never") + f" ({len(hit)}/{len(ours)} reached)"
                 else:
                     text = f"{ours.mean():.4f}" + (f" ± {ours.std(ddof=1):.4f}" if len(ours) > 1 else "")
-                text += f"; 95% interval {interval}" if interval else ""
-                if not paper_sets:
+                text += f"; {interval}" if interval else ""
+                if a in tuned:
+                    verdict = "context: a tuned row (values chosen by `fbo tune`, not the paper's), never a verdict"
+                elif not paper_sets:
                     verdict = "context: the spec does not name the paper's dataset"
                 elif ours_ds not in paper_sets:
                     verdict = f"context: the paper's number is on {', '.join(paper_sets)}, ours on {ours_ds}"
@@ -230,6 +298,53 @@ def paper_rows(exp: Experiment, runs: pd.DataFrame, tol: float) -> list[tuple[st
                     verdict = {"above": "above (slower)", "below": "below (faster)"}.get(verdict, verdict)
                 rows.append((a, s, what, f"{v:g}", text + (f"; {lost}, left out" if lost else ""), verdict))
     return rows
+
+
+FIT_SPLIT_SCORES = ("val_loss", "upper_loss")  # the upper loss on the split x is fitted on
+
+
+def tuning_basis(exp: Experiment, claim: Claim) -> str:
+    """What a claim's verdict rests on where a side of it is a tuned row (an algorithm entry with ``tune:``):
+    "fit split" when the tuning scored the upper loss on the split x is fitted on (``val_loss``,
+    ``upper_loss``), "held-out" when it scored data neither level trains on; "" when no side is tuned."""
+    tuned = {a.name for a in exp.algorithms if a.tune}
+    if not {claim.better, claim.than} & tuned or exp.tune is None:
+        return ""
+    score = exp.tuned.get("score") if exp.tuned is not None and exp.tuned.get("score") else exp.tune.score
+    return "fit split" if score in FIT_SPLIT_SCORES else "held-out"
+
+
+SEE = "see "  # a verdict decided in another section: "see <experiment>"
+
+
+def one_verdict_per_comparison(sections: list) -> int:
+    """One verdict per comparison: where the runs behind a verdict (both sides) are part of the runs behind
+    another section's verdict of the same quantity, test and margin, and fewer, the larger sample decides;
+    the smaller one's verdict becomes "see <that experiment>" with both verdicts named in its detail (e.g.
+    Table 2's non-IID tau = 1 runs inside Fig. 3's, which add seeds). Changes ``sections`` in place; returns
+    how many verdicts point elsewhere."""
+    entries = []
+    for sec in sections:
+        if sec.exp is None:
+            continue
+        claims = {c.text: c for c in sec.exp.claims}
+        for i, (text, _, v) in enumerate(sec.verdicts or []):
+            c = claims.get(text)
+            if c is not None and all(v.runs) and v.verdict != "no data":
+                entries.append((sec, i, (c.metric, c.mode, c.margin, c.factor), v))
+    n = 0
+    for sec, i, key, v in entries:
+        larger = [(o, ov) for o, _, ok, ov in entries if o is not sec and ok == key and v.runs[0] <= ov.runs[0]
+                  and v.runs[1] <= ov.runs[1] and len(v.runs[0]) + len(v.runs[1]) < len(ov.runs[0]) + len(ov.runs[1])]
+        if not larger:
+            continue
+        o, ov = max(larger, key=lambda e: len(e[1].runs[0]) + len(e[1].runs[1]))
+        text, setting, _ = sec.verdicts[i]
+        detail = (f"these {v.n} seed pairs are among the {ov.n} of `{o.exp.name}`, whose verdict counts: "
+                  f"{ov.verdict}; here alone: {v.verdict} ({v.detail})")
+        sec.verdicts[i] = (text, setting, v._replace(verdict=SEE + o.exp.name, detail=detail))
+        n += 1
+    return n
 
 
 VERDICTS = ("holds", "does not hold", "inconclusive", "no data")

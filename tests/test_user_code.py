@@ -1,0 +1,80 @@
+"""Issue 55: a user's algorithm file cannot take over fbo, and `fbo list` reads ./algorithms/ without running it."""
+
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+import fbo_cli.algorithms.external as external
+from fbo_cli.cli import app
+
+runner = CliRunner()
+ALGO = "from fbo_cli.algorithms.fednest import FedNest\n\n\nclass Mine(FedNest):\n    name = 'mine'\n"
+
+
+def _dry_run(algo: str):
+    return runner.invoke(app, ["run", "hyperrep", "--algo", algo, "--dataset", "digits", "--dry-run"])
+
+
+@pytest.mark.parametrize("code, says", [("import sys\nsys.exit(0)\n", "it called sys.exit(0)"),
+                                        ("import sys\nsys.exit(3)\n", "it called sys.exit(3)"),
+                                        ("raise KeyboardInterrupt\n", "KeyboardInterrupt"),
+                                        ("1 / 0\n", "ZeroDivisionError")])
+def test_a_user_file_that_exits_or_raises_at_import_is_exit_2_naming_it(tmp_path, monkeypatch, code, says):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.py").write_text(code + ALGO)
+    r = _dry_run("bad.py:Mine")
+    text = " ".join(r.output.split())
+    assert r.exit_code == 2 and "bad.py" in text and says in text and "Traceback" not in r.output, r.output
+
+
+def test_sys_argv_is_the_files_own_while_it_loads_and_fbos_again_after(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ap.py").write_text("import argparse\nargparse.ArgumentParser().parse_args()\n" + ALGO)
+    argv = list(sys.argv)
+    r = _dry_run("ap.py:Mine")
+    assert r.exit_code == 0 and "nothing was run" in r.output, r.output
+    assert sys.argv == argv
+
+
+def test_a_module_reference_whose_import_raises_is_exit_2(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "boom_mod_55.py").write_text("raise RuntimeError('boom')\n")
+    r = _dry_run("boom_mod_55:Mine")
+    assert r.exit_code == 2 and "RuntimeError: boom" in " ".join(r.output.split()), r.output
+    assert "Traceback" not in r.output
+
+
+def test_ctrl_c_while_a_user_file_loads_stops_fbo_with_130(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    # the file's import receives SIGINT, and swallows the KeyboardInterrupt as a careless loop would
+    (tmp_path / "slow.py").write_text("import os, signal\ntry:\n    os.kill(os.getpid(), signal.SIGINT)\n"
+                                      "    import time; time.sleep(5)\nexcept KeyboardInterrupt:\n    pass\n" + ALGO)
+    r = _dry_run("slow.py:Mine")
+    assert r.exit_code == 130 and "interrupted while importing" in r.output, r.output
+
+
+def test_fbo_list_reads_algorithms_without_running_them_and_survives_a_broken_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "algorithms").mkdir()
+    ran = tmp_path / "RAN"
+    (tmp_path / "algorithms" / "mine.py").write_text(f"open({str(ran)!r}, 'w')\n" + ALGO)
+    (tmp_path / "algorithms" / "loops.py").write_text("while True:\n    pass\n")
+    (tmp_path / "algorithms" / "broken.py").write_text("def (\n")
+    monkeypatch.setattr(external, "entry_points", lambda: {"ep-bad": "no_such_module_55:X"})
+    r = runner.invoke(app, ["list"], env={"COLUMNS": "250"})
+    text = " ".join(r.output.split())
+    assert r.exit_code == 0, r.output
+    assert "mine.py:Mine" in text and "broken.py" in text and "SyntaxError" in text and not ran.exists()
+    assert "ep-bad" in text and "broken: 'no_such_module_55:X'" in text
+
+
+def test_two_classes_of_one_name_in_algorithms_are_an_error_naming_both(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "algorithms").mkdir()
+    for f in ("a.py", "b.py"):
+        (tmp_path / "algorithms" / f).write_text(ALGO)
+    r = _dry_run("Mine")
+    text = "".join(r.output.split())  # the message wraps anywhere
+    assert r.exit_code == 2 and "twoclassesnamed'Mine'" in text and "a.py:Mine" in text and "b.py:Mine" in text
