@@ -84,7 +84,16 @@ def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFram
     """Draw the figure into ``path`` (and the other ``formats`` beside it). ``tail``: only the last part of
     the x axis (from that share of its end), each panel's y axis fitted to it. Returns how squeezed the
     ends are: the smallest, over panels with two or more lines, of the spread of the lines' last values
-    over the panel's y range (1.0 when there is nothing to compare)."""
+    over the panel's y range (1.0 when there is nothing to compare). In a report, a figure drawn from the
+    same inputs before is reused (:mod:`fbo_cli.report.reuse`)."""
+    from .report.reuse import reuse
+
+    return reuse(path, (repr(exp), curves, runs, tail, formats, title),
+                 lambda: _plot_experiment(exp, curves, path, runs, tail, formats, title))
+
+
+def _plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFrame | None,
+                     tail: float | None, formats, title: bool) -> float:
     settings = [s.name for s in exp.settings]
     n = len(settings)
     ncol = n if n <= 4 else 3

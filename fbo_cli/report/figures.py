@@ -61,16 +61,27 @@ def draw(name: str, root: Path, out_dir: Path, formats=ps.FORMATS, evidence: Evi
     ev = evidence or Evidence(root)
     path = Path(out_dir) / f"{name}.png"
     if fig.kind == "partition":
-        return _partition(fig, Path(root), path, formats)
-    for s in fig.specs:
-        if not Path(s).is_file():
-            raise UsageError(f"{name}: spec not found: {s}")
-    loaded = [ev(s) for s in fig.specs]
-    if not any((runs.status == "done").any() for _, runs, _ in loaded):
-        raise UsageError(f"{name}: no finished runs under {root} for {', '.join(fig.specs)}")
-    kinds: dict[str, Callable] = {"curves": _curves, "codasca": codasca_fig1, "dots": table_dots,
-                                  "noise": noise_figure}
-    return kinds[fig.kind](fig, loaded, path, formats)
+        inputs: tuple = tuple(Path(root) / c for c in COUNTS)
+        produce = lambda: _partition(fig, Path(root), path, formats)  # noqa: E731
+    else:
+        for s in fig.specs:
+            if not Path(s).is_file():
+                raise UsageError(f"{name}: spec not found: {s}")
+        loaded = [ev(s) for s in fig.specs]
+        if not any((runs.status == "done").any() for _, runs, _ in loaded):
+            raise UsageError(f"{name}: no finished runs under {root} for {', '.join(fig.specs)}")
+        kinds: dict[str, Callable] = {"curves": _curves, "codasca": codasca_fig1, "dots": table_dots,
+                                      "noise": noise_figure}
+        inputs = tuple((repr(exp), runs, curves) for exp, runs, curves in loaded)
+        produce = lambda: kinds[fig.kind](fig, loaded, path, formats)  # noqa: E731
+    from .reuse import reuse
+
+    def named():  # the result as the report keeps it: file names, caption
+        files, cap = produce()
+        return [p.name for p in files], cap
+
+    names, cap = reuse(path, (fig, formats, inputs), named)
+    return [path.parent / f for f in names], cap
 
 
 def _curves(fig: PaperFigure, loaded, path: Path, formats):

@@ -12,8 +12,10 @@ import pandas as pd
 from ..results import md_row
 from ..spec import Experiment
 from .evidence import BENCH_FILES, CHECK_FILES
+from .fold import html_folds
 from .heldout import heldout_md, pairs
 from .papers import PAPERS, Paper, fidelity_anchor
+from .scorecard import with_scorecards
 from .sections import Section
 from .tuning import tuning_md
 from .verdicts import SEE, VERDICTS, one_verdict_per_comparison
@@ -132,7 +134,7 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
                 ["Not measured: no GPU was available to the sessions that wrote this report, so the CUDA tests "
                  "(`tests/test_cuda.py`) skipped and `make bench DEVICE=cuda` has not run. On a machine with "
                  "CUDA it writes `results/bench/cuda/`, which `fbo report --collect results` picks up.", ""])
-    return count_inconclusive("\n".join(out) + "\n", sections)
+    return count_inconclusive(with_scorecards("\n".join(out) + "\n", sections, papers), sections)
 
 
 COUNT_MARK = "<!-- inconclusive count -->"
@@ -147,8 +149,10 @@ def count_inconclusive(md: str, sections: dict[str, list[Section]]) -> str:
     total = sum("inconclusive" in line for line in md.splitlines())  # this line is among them
     line = (f"**Inconclusive, counted.** {total} lines of this report say inconclusive: {claims} claim verdicts "
             f"(one line per claim and setting, in the sections), {papers} verdicts on the papers' numbers, and "
-            f"{total - claims - papers} more (the summary's rows that count them, the rule, the findings' tables "
-            f"and this line). More seeds decide them: `fbo compare SPEC --until-settled`.")
+            f"{total - claims - papers} more (the scorecards' and the summary's rows that count them, the rule, the "
+            f"findings' tables and this line). More seeds decide them: `fbo compare SPEC --until-settled`.")
+    if not claims + papers:  # the report's own wording is no verdict to count
+        line = "**Inconclusive, counted.** None of this report's verdicts is inconclusive."
     return md.replace(COUNT_MARK, line, 1)
 
 
@@ -352,11 +356,15 @@ def render_html(markdown: str, figs: dict[str, list[tuple[str, str, int]]] | Non
             seen.add(anchor)
             t.attrSet("id", anchor)
             toc.append((t.tag, anchor, tokens[i + 1]))
-    body = md.renderer.render(tokens, md.options, {})
-    for tag, anchor, inline in toc:  # figures right after their section's heading
+    body = html_folds(md.renderer.render(tokens, md.options, {}))
+    for tag, anchor, inline in toc:  # figures right after their section's heading, inside its first fold
         items = "".join(_figure_html(*f) for f in figs.get(inline.content, []))
         if items:
             close = body.index(f"</{tag}>", body.index(f'<{tag} id="{anchor}">')) + len(f"</{tag}>")
+            heads = [i for i in (body.find("<h2", close), body.find("<h3", close)) if i >= 0]
+            opened = body.find("</summary>", close)
+            if opened >= 0 and opened < min(heads, default=len(body)):
+                close = opened + len("</summary>")
             body = body[:close] + items + body[close:]
     items = "".join(f'<li class="{tag}"><a href="#{anchor}">{md.renderInline(inline.content)}</a></li>'
                     for tag, anchor, inline in toc)
@@ -370,7 +378,8 @@ def render_html(markdown: str, figs: dict[str, list[tuple[str, str, int]]] | Non
            "figcaption{font-size:13px;color:#444;max-width:900px}"
            "h2{border-bottom:2px solid #444;margin-top:2em}code{background:#f5f5f5;padding:0 3px}"
            "nav{background:#fafafa;border:1px solid #ddd;padding:.5em 1em;margin:1em 0}nav ul{margin:.3em 0}"
-           "nav li.h3{margin-left:1.5em;font-size:13px}nav.pages{font-size:14px}")
+           "nav li.h3{margin-left:1.5em;font-size:13px}nav.pages{font-size:14px}"
+           "details{margin:.5em 0 1em}summary{cursor:pointer;color:#0645ad;font-size:14px}")
     cut = body.find("</h1>") + len("</h1>") if "</h1>" in body else 0  # the title, then the contents
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>fbo results</title><style>{css}</style>"
             f"</head><body>{body[:cut]}{nav}{body[cut:]}<script>addEventListener('load',()=>document.body.dataset."
