@@ -118,7 +118,8 @@ def test_tune_rejects_divergence_chooses_on_validation_and_compare_uses_it(tmp_p
     assert r.exit_code == 0, r.output
     out = tmp_path / "compare" / "t"
     grid = pd.read_csv(out / "tuning.csv")
-    confirmation, grid = grid[grid.grid == "confirmation"], grid[grid.grid != "confirmation"]
+    confirmation, margin = grid[grid.grid == "confirmation"], grid[grid.grid == "margin"]
+    grid = grid[~grid.grid.isin(["confirmation", "margin"])]  # veto runs: they never score nor become a choice
     assert len(grid[grid.grid == "spec"]) == 3 and set(grid.seed) == {100}
     huge = grid[grid.outer_lr == 1000.0].iloc[0]
     assert huge.rejected and huge.reason in ("diverged", "oscillates", "non-finite score")

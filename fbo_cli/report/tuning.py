@@ -15,7 +15,8 @@ def tuning_md(sections: list[Section]) -> list[str]:
     """The tuned choices of every section counted by how they relate to their grid (interior, the largest
     or smallest stable value, at an edge not resolved, none accepted), and each tuned spec's budget."""
     kinds = {"interior": 0, "stable": 0, "valid": 0, "edge": 0, "none": 0}
-    unresolved, budget, ranked, neither = [], [], [], []
+    unresolved, budget, ranked, neither, fragile = [], [], [], [], []
+    margins = 0  # choices beside an unstable value whose margin was shown (the margin rule)
     for sec in sections:
         if not sec.exp.tuned:
             continue
@@ -27,6 +28,11 @@ def tuning_md(sections: list[Section]) -> list[str]:
                 kinds[kind] += 1
                 if kind == "edge":
                     unresolved.append(f"{sec.exp.name}: {algo}, {setting}" + (f" ({why})" if why else ""))
+                margin = Choice.of(vals).notes.get("margin", "")
+                if margin.endswith("is stable on every tuning seed"):
+                    margins += 1
+                elif margin or (kind == "stable" and _beside_unstable(Choice.of(vals))):
+                    fragile.append(f"{sec.exp.name}: {algo}, {setting}")
         rounds = tuned.get("rounds")
         at_budget = rounds == "budget" or all(c.cfg.run.rounds <= rounds for c in sec.exp.cells)
         (budget if at_budget else ranked if tuned.get("ranking_check") else neither).append(sec.exp.name)
@@ -43,12 +49,24 @@ def tuning_md(sections: list[Section]) -> list[str]:
                f"c alpha^2 <= 1), the invalid value beyond it named; " if kinds["valid"] else "")
             + f"{kinds['edge']} at a grid's edge, not resolved (no value run beyond it)"
             + (f" ({'; '.join(unresolved)})" if unresolved else "")
-            + f"; {kinds['none']} with every grid point rejected. Tuned at the evaluation budget: "
+            + f"; {kinds['none']} with every grid point rejected. Beside a larger value that diverged, oscillated "
+            f"or collapsed: {margins + len(fragile)} choices, {margins} with their margin shown (the step between "
+            f"them stable), {len(fragile)} without (tuned before the margin rule; fragile: a change of seed or "
+            f"hardware can push them over)" + (f" ({'; '.join(fragile)})" if fragile else "")
+            + ". Tuned at the evaluation budget: "
             f"{len(budget)} experiments; at a shorter budget with the ranking check: {len(ranked)}"
             + (f" ({', '.join(ranked)})" if ranked else "")
             + f"; at a shorter budget without it: {len(neither)}"
             + (f" ({', '.join(neither)})" if neither else "") + ".")
     return ["", line]
+
+
+def _beside_unstable(choice: Choice) -> bool:
+    """Whether the tuner's note names a larger neighbour that was unstable (the margin rule's case)."""
+    from ..tune.rules import UNSTABLE
+
+    note = choice.notes.get("stable_edge", "")
+    return "largest stable value" in note and any(f" {w}" in note.split(";")[0] for w in UNSTABLE)
 
 
 def tuning_records(exp: Experiment) -> pd.DataFrame | None:
@@ -76,7 +94,7 @@ def choice_kind(vals: Choice | dict, records: pd.DataFrame | None, algo: str, se
         return flags, ""
     r = records[(records.algorithm == algo) & (records.setting == setting)]
     if "grid" in r:
-        r = r[r.grid.fillna("grid") != "confirmation"]
+        r = r[~r.grid.fillna("grid").isin(["confirmation", "margin"])]
     worst, why = "interior", ""
     rank = {"interior": 0, "stable": 1, "valid": 1, "edge": 2}
     tied = {k: set(g.split(",")) for g in (grids or {}) for k in g.split(",")}

@@ -54,9 +54,11 @@ def _layers(exp: Experiment, ts: TuneSpec, a: AlgorithmEntry, s: SettingEntry, p
 
 def tune_cells(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any],
                extended: dict[tuple[str, str], list[dict]] | None = None,
-               confirm: dict[tuple[str, str], list[dict]] | None = None) -> list[tuple[Cell, dict]]:
-    """The tuning runs: every grid point, plus the points ``extended`` beyond a grid's edge, per
-    (algorithm, setting), on every tuning seed; and the points to ``confirm`` on the confirmation seeds."""
+               confirm: dict[tuple[str, str], list[dict]] | None = None,
+               margin: dict[tuple[str, str], list[dict]] | None = None) -> list[tuple[Cell, dict]]:
+    """The tuning runs: every grid point, plus the points ``extended`` beyond a grid's edge and the
+    ``margin`` probes (:func:`fbo_cli.tune.rules.margin_probe`), per (algorithm, setting), on every tuning
+    seed; and the points to ``confirm`` on the confirmation seeds."""
     settings = [s for s in exp.settings if ts.setting is None or s.name == ts.setting]
     cells = []
     confirming = [(seed, True) for seed in confirm_seeds(exp, ts)] if confirm else []
@@ -67,7 +69,8 @@ def tune_cells(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any],
                     continue
                 key = (a.name, s.name)
                 points = ((confirm or {}).get(key, []) if is_confirmation
-                          else grid_points(ts.grids[a.name]) + (extended or {}).get(key, []))
+                          else grid_points(ts.grids[a.name]) + (extended or {}).get(key, [])
+                          + (margin or {}).get(key, []))
                 for point in points:
                     layers = _layers(exp, ts, a, s, point, seed, overrides)
                     try:
@@ -95,8 +98,10 @@ def point_error(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], key: t
 def tuning_todo(cells: list[tuple[Cell, dict]], recorded: dict[str, dict], rerun: bool = False,
                 accept: bool = False, stale: dict | None = None) -> list[Cell]:
     """The tuning runs still to run: unfinished (or stale: their user algorithm's code changed, unless
-    ``accept``), and not in the recorded tuning (unless ``rerun``)."""
+    ``accept``), and not in the recorded tuning (unless ``rerun``, or stale: a recorded score of code that
+    changed since is not kept)."""
     from ..results import todo_runs
 
+    stale = {} if stale is None else stale
     todo = todo_runs([c for c, _ in cells], rerun, accept, stale)
-    return todo if rerun else [c for c in todo if str(c.cfg.run_dir) not in recorded]
+    return todo if rerun else [c for c in todo if str(c.cfg.run_dir) not in recorded or c.cfg.run_dir in stale]

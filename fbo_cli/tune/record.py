@@ -61,7 +61,8 @@ def write_partial(outdir: Path, ts: TuneSpec, table: pd.DataFrame) -> None:
 
 def write_record(exp: Experiment, spec_path: str | Path, ts: TuneSpec, outdir: Path, table: pd.DataFrame,
                  chosen: dict[str, dict[str, Choice]], extended: dict[tuple[str, str], list[dict]],
-                 confirm: dict[tuple[str, str], list[dict]], extra_seeds: list[int], ranking) -> None:
+                 confirm: dict[tuple[str, str], list[dict]], extra_seeds: list[int], ranking,
+                 margin: dict[tuple[str, str], list[dict]] | None = None) -> None:
     """A finished tuning's record: ``tuning.csv``, ``ranking.csv`` (when the ranking was checked),
     ``tuned.yaml`` and ``tuning.png``; the unfinished tuning's record goes."""
     atomic_write(outdir / "tuning.csv", table.to_csv(index=False))
@@ -76,9 +77,36 @@ def write_record(exp: Experiment, spec_path: str | Path, ts: TuneSpec, outdir: P
         "setting": ts.setting, "grids": ts.grids,
         "extended": {f"{a} | {s}": pts for (a, s), pts in extended.items()},
         "confirmed": {f"{a} | {s}": {"points": pts, "seeds": extra_seeds} for (a, s), pts in confirm.items()},
+        "margin": {f"{a} | {s}": pts for (a, s), pts in (margin or {}).items()},
         "chosen": chosen_on_disk(chosen),
+        **({"code": user_code(exp)} if user_code(exp) else {}),
         **({"ranking_check": ranking[1]} if ranking is not None else {})})
     plot_tuning(table, ts, outdir / "tuning.png", exp.title or exp.name, {a.name: a.algo for a in exp.algorithms})
+
+
+def user_code(exp: Experiment) -> dict[str, dict[str, str]]:
+    """``{algorithm: {module.Class: hash}}`` of the spec's users' algorithms (:mod:`fbo_cli.provenance`): the code
+    a tuning was made with, which ``fbo compare`` checks ``tuned.yaml`` against."""
+    from ..provenance import class_hashes, is_user
+
+    out = {}
+    for c in exp.cells:
+        if c.cfg.source and c.algorithm not in out:
+            out[c.algorithm] = {k: v for k, v in class_hashes(c.cfg.entry.cls).items() if is_user(k)}
+    return out
+
+
+def tuned_code_notes(exp: Experiment) -> list[str]:
+    """A warning per user's algorithm whose code changed since ``tuned.yaml`` chose its values."""
+    then = (exp.tuned or {}).get("code") or {}
+    now = user_code(exp)
+    out = []
+    for a, h in then.items():
+        if isinstance(h, dict) and a in now and h != now[a]:
+            what = ", ".join(sorted(k for k in set(h) | set(now[a]) if h.get(k) != now[a].get(k)))
+            out.append(f"tuned.yaml's choices for {a} were made by other code ({what} changed since the tuning): "
+                       "run `fbo tune` again")
+    return out
 
 
 def recorded_tuning(exp: Experiment) -> tuple[Path, dict, pd.DataFrame]:
@@ -133,7 +161,10 @@ def procedure_text(ts: TuneSpec) -> str:
             f"the tuning seeds; rejected: failed or diverged runs, non-finite scores, no progress over the first "
             f"evaluation{oscillation}; a choice at a grid's edge is extended geometrically, one value at a time "
             f"(at most {MAX_EXTENSIONS}), until it is interior or the value beyond it is rejected (a grid whose every "
-            f"point diverged or oscillated goes on below its smallest values); a choice next to a "
+            f"point diverged or oscillated goes on below its smallest values); a run whose accuracy collapsed to "
+            f"chance level is rejected like one that diverged; a choice next to a larger value that diverged, "
+            f"oscillated or collapsed stands only if the geometric midpoint between them is stable on every tuning "
+            f"seed (its margin), else the next value inside the stable band is chosen; and a choice next to a "
             f"rejected value must also survive {CONFIRM_SEEDS} more seeds, else the next best is chosen")
 
 
@@ -144,7 +175,7 @@ def plot_tuning(df: pd.DataFrame, ts: TuneSpec, path: Path, title: str, algo_of:
 
     from .. import plotstyle as ps
 
-    df = df[df.grid != "confirmation"]  # their verdicts are in "rejected" already; their scores do not count
+    df = df[~df.grid.isin(("confirmation", "margin"))]  # their verdicts are in "rejected"; their scores do not count
     keys = list(dict.fromkeys(k for g in ts.grids.values() for k in g))
     settings = list(dict.fromkeys(df.setting))
     ncol = min(3, len(keys))  # panels wrap after 3 keys; one block of rows per setting

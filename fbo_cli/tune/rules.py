@@ -22,7 +22,10 @@ CONFIRM_SEEDS = 2  # more seeds that a choice next to a rejected value must surv
 RANKING_TOP = 3  # the accepted points per (algorithm, setting) that the ranking check runs at the full budget
 
 
-UNSTABLE = ("diverged", "oscillates", "non-finite score")  # rejections that say "the step is too large"
+UNSTABLE = ("diverged", "oscillates", "non-finite score", "collapsed")  # rejections: "the step is too large"
+
+
+VETO_GRIDS = ("confirmation", "margin")  # runs that can veto a choice but never score or become one
 
 
 def score_run(m: pd.DataFrame, score: str, tail: float, budget: int) -> tuple[float, float]:
@@ -40,16 +43,31 @@ def score_run(m: pd.DataFrame, score: str, tail: float, budget: int) -> tuple[fl
     return float(np.mean(w)), osc
 
 
+def collapse_reason(m: pd.DataFrame, score: str, metric: str | None, dataset: str) -> str | None:
+    """Why a tuning run collapsed (:mod:`fbo_cli.collapse`: its accuracy or AUC fell to chance level and
+    stayed there), judged on the score's own split where it has an accuracy twin (``heldout_loss`` ->
+    ``heldout_acc``, ``val_loss`` -> ``val_acc``), else on the run's headline metric; None when it did not."""
+    from ..collapse import chance_level, collapsed
+
+    for col in (score.replace("_loss", "_acc"), score, metric):
+        if col and col in m and chance_level(col, dataset) is not None:
+            return collapsed(m[col], col, dataset)
+    return None
+
+
 def collect_tuning(cells: list[tuple[Cell, dict]], ts: TuneSpec,
                    extended: dict[tuple[str, str], list[dict]] | None = None,
-                   recorded: dict[str, dict] | None = None) -> pd.DataFrame:
+                   recorded: dict[str, dict] | None = None,
+                   margin: dict[tuple[str, str], list[dict]] | None = None) -> pd.DataFrame:
     """Every tuning run's score and verdict; a run absent here but in ``recorded`` (see
-    :func:`recorded_runs`) stands as recorded."""
+    :func:`recorded_runs`) stands as recorded. A run whose accuracy collapsed (:func:`collapse_reason`)
+    is rejected as ``collapsed``, like one that diverged."""
     from ..results import run_status
 
     rows = []
     for c, point in cells:
         extra = point in (extended or {}).get((c.algorithm, c.setting), [])
+        probe = point in (margin or {}).get((c.algorithm, c.setting), [])
         state, s, _ = run_status(c.cfg.run_dir)
         status = (s or {}).get("status", "missing") if state == "finished" else "not run"
         mpath = c.cfg.run_dir / "metrics.csv"
@@ -63,9 +81,12 @@ def collect_tuning(cells: list[tuple[Cell, dict]], ts: TuneSpec,
             m = pd.read_csv(mpath)
             sc, osc = score_run(m, ts.score, ts.tail, ts.rounds or c.cfg.run.rounds)
             start = float(m[ts.score].iloc[0]) if ts.score in m and len(m) else float("nan")
+            if status == "done" and collapse_reason(m, ts.score, (s or {}).get("metric"), c.cfg.run.dataset):
+                status = "collapsed"
         rows.append({"algorithm": c.algorithm, "setting": c.setting, "seed": c.seed,
                      "point": point_name(point), **point,
-                     "grid": ("confirmation" if c.seed not in ts.seeds else "extension" if extra else "spec"),
+                     "grid": ("confirmation" if c.seed not in ts.seeds else "margin" if probe
+                              else "extension" if extra else "spec"),
                      "status": status, "score": sc, "start": start, "oscillation": osc,
                      "run_dir": str(c.cfg.run_dir), "recorded": old is not None,
                      # what the run cost (the report sums them into its section's compute, tuning included)
@@ -100,23 +121,36 @@ def choose(df: pd.DataFrame, ts: TuneSpec, invalid: dict[tuple[str, str], list[t
     """The best accepted point of each (algorithm, setting), with notes on how it sits in its grid:
     ``stable_edge`` (next to a rejected value, named), ``valid_edge`` (the last value of the key's
     valid range: the value beyond is not a valid configuration, named with the reason), ``at_grid_edge``
-    (beyond the edge not tried yet), ``none`` (every point rejected)."""
+    (beyond the edge not tried yet), ``none`` (every point rejected), and ``margin`` (:func:`margin_probe`):
+    a choice whose next larger value is unstable stands only when the step between them is stable too;
+    otherwise it is rejected for want of margin and the next best is chosen."""
     chosen: dict[str, dict[str, Choice]] = {}
     for (algo, setting), g in df.groupby(["algorithm", "setting"], sort=False):
-        scored = g[g.grid != "confirmation"]  # confirmation runs veto a point; they do not score it
-        agg = scored.groupby("point", sort=False).agg(score=("score", "mean"), rejected=("rejected", "any"))
-        ok = agg[~agg.rejected]
+        g = g.copy()
+        while True:  # reject a choice whose margin probe failed, then choose again
+            scored = g[~g.grid.isin(VETO_GRIDS)]  # confirmation and margin runs veto a point; they never score
+            agg = scored.groupby("point", sort=False).agg(score=("score", "mean"), rejected=("rejected", "any"))
+            ok = agg[~agg.rejected]
+            if ok.empty:
+                break
+            best = ok.score.idxmin() if ts.mode == "min" else ok.score.idxmax()
+            row = scored[scored.point == best].iloc[0]
+            vals = {k: plain(row[k]) for k in scored.columns if k not in _NOT_PARAMS and not pd.isna(row[k])}
+            tried = g[g.grid != "margin"]  # the points tried and the runs that vetoed them
+            probe = margin_probe(tried, ts.grids[algo], vals)
+            runs = _rows_at(g[g.grid == "margin"], probe[0]) if probe else g.iloc[0:0]
+            if not (len(runs) and runs.rejected.any()):
+                break
+            why = next(r for r in runs.reason if r)
+            at = point_name(probe[0])
+            g.loc[g.point == best, ["rejected", "reason"]] = [True, f"has no margin ({at}, {probe[1]}: {why})"]
         if ok.empty:
             chosen.setdefault(algo, {})[setting] = Choice(notes={"none": "every grid point was rejected"})
             continue
-        best = ok.score.idxmin() if ts.mode == "min" else ok.score.idxmax()
-        row = g[g.point == best].iloc[0]
-        keys = [k for k in g.columns if k not in _NOT_PARAMS and not pd.isna(row[k])]
-        vals = {k: plain(row[k]) for k in keys}
         notes: dict[str, list[str]] = {}
-        for key, v, nxt, side in _edges(g, ts.grids[algo], vals):
+        for key, v, nxt, side in _edges(tried, ts.grids[algo], vals):
             col = key.split(",")[0].strip()
-            beyond = g[g[col] == nxt] if nxt is not None else g.iloc[0:0]
+            beyond = tried[tried[col] == nxt] if nxt is not None else tried.iloc[0:0]
             for k in key_values(ts.grids[algo]):
                 if k not in [p.strip() for p in key.split(",")] and k in beyond:
                     beyond = beyond[beyond[k] == vals[k]]
@@ -132,9 +166,66 @@ def choose(df: pd.DataFrame, ts: TuneSpec, invalid: dict[tuple[str, str], list[t
                                                           f"{key}={fmt_num(nxt)} is not valid ({bad[0]})")
             else:  # beyond the edge: not tried yet (or the extension limit, or no next value)
                 notes.setdefault("at_grid_edge", []).append(key)
+        if probe:
+            state = "stable on every tuning seed" if len(runs) else "not run yet"
+            notes["margin"] = [f"{point_name(probe[0])} ({probe[1]}) is {state}"]
         chosen.setdefault(algo, {})[setting] = Choice(vals, {k: (", " if k == "at_grid_edge" else "; ").join(v)
                                                              for k, v in notes.items()})
     return chosen
+
+
+def margin_probe(g: pd.DataFrame, grid: dict[str, list], best: dict[str, Any]) -> tuple[dict, str] | None:
+    """The **margin rule**. A choice whose next larger value along a key was rejected as unstable
+    (:data:`UNSTABLE`: diverged, oscillates, non-finite, collapsed) sits at the edge of stability, where
+    a change of seed or hardware can push it over. It stands only if the geometric midpoint between it
+    and that value (every such key moved at once, three significant digits) is stable on every tuning
+    seed; and, as every choice next to a rejected value, on :data:`CONFIRM_SEEDS` more seeds (an integer
+    key's midpoint is rounded, and not probed where it rounds onto an end). Returns
+    (the probe point, what it is) or None when no key's larger neighbour is unstable."""
+    point, what = dict(best), []
+    for key, v, nxt, side in _edges(g, grid, best):
+        parts = [p.strip() for p in key.split(",")]
+        if side != "largest" or not _is_positive(v) or not _is_positive(nxt):
+            continue
+        beyond = _rows_at(g, {**best, **{p: nxt for p in parts}})
+        reasons = [r.split(" on seed")[0] for r in beyond.reason if r]
+        if not reasons or reasons[0] not in UNSTABLE:
+            continue
+        mid = plain(float(f"{math.sqrt(v * nxt):.3g}"))
+        if all(isinstance(u, int) for u in key_values(grid)[parts[0]]):  # an integer key stays an integer
+            mid = int(round(mid))
+            if mid in (v, nxt):
+                continue
+        point.update({p: mid for p in parts})
+        what.append(f"between the choice and {key}={fmt_num(nxt)}, which {reasons[0]}")
+    return (point, "; ".join(what)) if what else None
+
+
+def margin_probes(df: pd.DataFrame, chosen: dict[str, dict[str, Choice]], ts: TuneSpec,
+                  margin: dict[tuple[str, str], list[dict]]) -> list[tuple[tuple[str, str], dict]]:
+    """The margin probes still to run (:func:`margin_probe`), as ((algorithm, setting), point)."""
+    out = []
+    for algo, per in chosen.items():
+        for setting, c in per.items():
+            c = Choice.of(c)
+            if not c.values:
+                continue
+            g = df[(df.algorithm == algo) & (df.setting == setting) & (df.grid != "margin")]
+            probe = margin_probe(g, ts.grids[algo], dict(c.values))
+            if probe and probe[0] not in margin.get((algo, setting), []):
+                out.append(((algo, setting), probe[0]))
+    return out
+
+
+def _rows_at(g: pd.DataFrame, point: dict) -> pd.DataFrame:
+    """The rows of ``g`` at ``point`` (every key of the point that ``g`` has, equal)."""
+    keys = [k for k in point if k in g]
+    return g[(g[keys].apply(lambda c: c.map(plain)) == pd.Series({k: point[k] for k in keys})).all(axis=1)] \
+        if keys and len(g) else g.iloc[0:0]
+
+
+def _is_positive(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
 
 
 def unconfirmed(chosen: dict[str, dict[str, Choice]]) -> list[tuple[tuple[str, str], dict]]:
@@ -155,7 +246,7 @@ def extensions(df: pd.DataFrame, chosen: dict, ts: TuneSpec, extended: dict[tupl
             c = Choice.of(c)  # a tuned.yaml's mapping, too
             if len(extended.get((algo, setting), [])) >= MAX_EXTENSIONS:
                 continue
-            g = df[(df.algorithm == algo) & (df.setting == setting)]
+            g = df[(df.algorithm == algo) & (df.setting == setting) & ~df.grid.isin(VETO_GRIDS)]
             known = [p for p, _ in (invalid or {}).get((algo, setting), [])]  # not valid configurations
             if "none" in c.notes:  # every point rejected: below the grid, if every rejection was instability
                 point = _below_unstable(g, ts.grids[algo])
@@ -226,7 +317,7 @@ def _below_unstable(g: pd.DataFrame, grid: dict[str, list]) -> dict | None:
     (diverged, oscillates, non-finite), the point with every key one geometric step below its smallest
     value tried; None otherwise (e.g. "no progress", which a too-small or a too-large step can cause), or
     when that point was tried already."""
-    g = g[g.grid != "confirmation"] if "grid" in g else g
+    g = g[~g.grid.isin(VETO_GRIDS)] if "grid" in g else g
     if g.empty or not g.rejected.all() or not g.reason.str.split(" on seed").str[0].isin(UNSTABLE).all():
         return None
     point = {}

@@ -17,7 +17,18 @@ from ..spec import Cell, Experiment, TuneSpec, check_metrics, claim_folder, load
 from ..spec_types import Choice, chosen_on_disk
 from .grid import confirm_seeds, point_error, tune_cells, tune_spec, tuning_todo
 from .record import recorded_runs, recorded_tuning, stale_records, write_partial, write_record
-from .rules import RANKING_TOP, choose, collect_tuning, extensions, key_values, plain, point_name, unconfirmed
+from .rules import (
+    RANKING_TOP,
+    VETO_GRIDS,
+    choose,
+    collect_tuning,
+    extensions,
+    key_values,
+    margin_probes,
+    plain,
+    point_name,
+    unconfirmed,
+)
 
 
 def run_tuning(spec_path: str | Path, overrides: dict[str, Any], grid: GridOptions | None = None,
@@ -33,11 +44,12 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], grid: GridOptio
     recorded = {} if rerun else recorded_runs(exp, ts)
     extended: dict[tuple[str, str], list[dict]] = {}
     confirm: dict[tuple[str, str], list[dict]] = {}  # choices next to a rejected value, run on more seeds
+    margin: dict[tuple[str, str], list[dict]] = {}  # the steps between a choice and an unstable value
     invalid: dict[tuple[str, str], list[tuple[dict, str]]] = {}  # extensions outside a key's valid range
     grid = grid or GridOptions()
     checked = False
     while True:  # run the grid; while a choice sits at an edge, run one more point beyond it
-        cells = tune_cells(exp, ts, overrides, extended, confirm)
+        cells = tune_cells(exp, ts, overrides, extended, confirm, margin)
         stale: dict = {}
         todo = tuning_todo(cells, recorded, rerun, accept_code_change, stale)
         if console is not None:
@@ -53,11 +65,11 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], grid: GridOptio
                 checked = True
             # what has run so far, before each batch: a tuning stopped in it resumes from here elsewhere
             claim_folder(exp, outdir)
-            write_partial(outdir, ts, collect_tuning(cells, ts, extended, recorded))
+            write_partial(outdir, ts, collect_tuning(cells, ts, extended, recorded, margin))
             run_cells(todo, grid, console=console, rerun=rerun,
                       title=f"{exp.name}: tuning runs" + (" (grid extensions)" if extended else ""))
         rerun = False  # a rerun redoes the spec's grid once, not the extensions' earlier runs
-        table = collect_tuning(cells, ts, extended, recorded)
+        table = collect_tuning(cells, ts, extended, recorded, margin)
         chosen = choose(table, ts, invalid)
         more = []
         for key, point in extensions(table, chosen, ts, extended, invalid):
@@ -68,7 +80,15 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], grid: GridOptio
                 more.append((key, point))
         if not more and any(invalid.values()):
             chosen = choose(table, ts, invalid)
-        if not more:
+        if not more:  # then the margin of a choice next to an unstable value, then its confirmation
+            probes = margin_probes(table, chosen, ts, margin)
+            for key, point in probes:
+                margin.setdefault(key, []).append(point)
+                if console is not None:
+                    console.print(f"{exp.name}: {key[0]}, {key[1]}: the choice is next to an unstable value; "
+                                  f"checking its margin at {point_name(point)}", highlight=False)
+            if probes:
+                continue
             to_confirm = [(k, p) for k, p in unconfirmed(chosen) if p not in confirm.get(k, [])]
             if not to_confirm:
                 break
@@ -83,6 +103,8 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], grid: GridOptio
             if console is not None:
                 console.print(f"{exp.name}: {key[0]}, {key[1]}: the choice is at the grid's edge; trying "
                               + ", ".join(f"{k}={fmt_num(v)}" for k, v in point.items()), highlight=False)
+    if why := failed_tuning(table, chosen):
+        raise UsageError(f"{exp.name}: {why}")
     if console is not None:
         for line in stale_records(table, recorded):
             console.print(f"{exp.name}: warning: {line}", highlight=False)
@@ -91,11 +113,31 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], grid: GridOptio
         c = chosen[a][st]
         if c.values in pts:
             c.notes["stable_edge"] += f" (and the choice is stable on seeds {', '.join(map(str, extra_seeds))})"
-    ranking = (check_ranking(exp, ts, overrides, [c for c in cells if c[0].seed in ts.seeds],
-                             table[table.grid != "confirmation"], extended, grid, console) if ranking_check else None)
+    probed = lambda c, p: p in margin.get((c.algorithm, c.setting), [])  # noqa: E731
+    ranking = (check_ranking(exp, ts, overrides, [(c, p) for c, p in cells if c.seed in ts.seeds and not probed(c, p)],
+                             table[~table.grid.isin(VETO_GRIDS)], extended, grid, console) if ranking_check else None)
     claim_folder(exp, outdir)
-    write_record(exp, spec_path, ts, outdir, table, chosen, extended, confirm, extra_seeds, ranking)
+    write_record(exp, spec_path, ts, outdir, table, chosen, extended, confirm, extra_seeds, ranking, margin)
     return outdir
+
+
+def failed_tuning(table: pd.DataFrame, chosen: dict) -> str | None:
+    """Why nothing could be chosen for an (algorithm, setting) whose every grid point was rejected because its
+    runs failed with an error (a bug, not a divergence), naming the first error; None when there is none."""
+    import json
+
+    for a, per in chosen.items():
+        for st, c in per.items():
+            g = table[(table.algorithm == a) & (table.setting == st)]
+            if "none" not in c.notes or not len(g) or not (g.status == "failed").all():
+                continue
+            try:
+                err = json.loads((Path(g.run_dir.iloc[0]) / "summary.json").read_text()).get("error")
+            except (OSError, ValueError):
+                err = None
+            return (f"{a}, setting {st}: every grid point was rejected because its runs failed with an error, "
+                    f"not a divergence: {err or 'see run.log'} (in {g.run_dir.iloc[0]}); nothing was chosen")
+    return None
 
 
 def check_ranking(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], cells: list[tuple[Cell, dict]],
@@ -184,7 +226,7 @@ def ranking_only(spec_path: str | Path, overrides: dict[str, Any], grid: GridOpt
     extended = {tuple(k.split(" | ")): pts for k, pts in (tuned.get("extended") or {}).items()}
     cells = tune_cells(exp, ts, overrides, extended)
     ranking = check_ranking(exp, ts, overrides, [c for c in cells if c[0].seed in ts.seeds],
-                            table[table.grid != "confirmation"], extended, grid or GridOptions(), console)
+                            table[~table.grid.isin(VETO_GRIDS)], extended, grid or GridOptions(), console)
     if ranking is None:
         raise UsageError(f"{exp.name} was tuned at its evaluation budget: there is no ranking to check")
     atomic_write(outdir / "ranking.csv", ranking[0].to_csv(index=False))
