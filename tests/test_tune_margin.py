@@ -54,8 +54,9 @@ def _run(root, name, acc, status="done"):
     d = root / "hyperrep" / "aggitd" / name
     d.mkdir(parents=True)
     n = len(acc)
-    pd.DataFrame({"rounds": range(0, 5 * n, 5), "iterations": range(n), "heldout_loss": [2.3 - 0.1 * i for i in range(n)],
-                  "heldout_acc": acc, "test_acc": acc}).to_csv(d / "metrics.csv", index=False)
+    pd.DataFrame({"rounds": range(0, 5 * n, 5), "iterations": range(n),
+                  "heldout_loss": [2.3 - 0.1 * i for i in range(n)], "heldout_acc": acc,
+                  "test_acc": acc}).to_csv(d / "metrics.csv", index=False)
     s = {"run_id": name, "algo": "aggitd", "task": "hyperrep", "status": status, "metric": "test_acc",
          "metrics_sha256": file_sha256(d / "metrics.csv")}
     (d / "summary.json").write_text(json.dumps(s))

@@ -133,6 +133,7 @@ def test_tune_rejects_divergence_chooses_on_validation_and_compare_uses_it(tmp_p
     best = ok.loc[ok.score.idxmin()]  # heldout_loss (the bilevel default), minimized
     chosen = tuned["chosen"]["AggITD"]["iid"]
     assert chosen["outer_lr"] == float(best.outer_lr)
+    assert margin.empty or "_margin" in chosen  # a margin probe ran only for a choice beside an unstable value
     # an edge choice was extended until interior or its neighbour beyond was rejected (named in the note)
     ext = grid[grid.grid == "extension"]
     assert (best.outer_lr in (ok.outer_lr.min(), ok.outer_lr.max())) == bool(chosen.get("_stable_edge")
