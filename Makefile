@@ -37,15 +37,14 @@ data:   ## Fashion-MNIST from Debian's dataset-fashion-mnist (root with apt) and
 run:    ## the main job: FBO-AggITD vs FedNest on bundled MNIST digits (no network needed, < 2 min)
 	$(FBO) compare experiments/quick_mnist5k.yaml --jobs $(JOBS)
 
-report:  ## docs/results.md and the HTML report (results/report/report.html, a page per paper, figures/ as SVG, PDF, PNG) from the committed evidence (docs/results/); runs nothing
+report:  ## docs/results.md and the HTML report (results/report/report.html, a page per paper, figures/ as SVG, PDF, PNG) from the committed evidence (docs/results/); runs nothing; reuses the figures whose runs did not change (about 20 s then) and prints its estimate first
 	$(FBO) report
 
 report-collect:  ## copy the finished reproduction runs from results/ into docs/results/, then write the report
 	$(FBO) report --collect results --prune
 
-report-check:  ## write the report, then a full-height screenshot of every page in headless Chromium (results/report/screens/)
+report-check:  ## a screenshot of every page of the report that is there (make report writes it) in headless Chromium, as the reader first sees it and at full height (results/report/screens/)
 	@command -v chromium >/dev/null || { echo "make report-check needs Chromium: make browser (Debian: apt-get install chromium) installs it"; exit 2; }
-	$(FBO) report
 	$(PY) -m fbo_cli.report.screens results/report
 
 reproduce: reproduce-all  ## the same as reproduce-all

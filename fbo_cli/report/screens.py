@@ -1,4 +1,6 @@
-"""``make report-check``: a full-height screenshot of every page of the HTML report in headless Chromium.
+"""``make report-check``: screenshots of every page of the HTML report that is there, in headless Chromium:
+its first screen (``<page>-screen.png``, what a reader sees before scrolling: the index's scorecards) and its
+full height with every fold closed (``<page>.png``), the height also counted in screens.
 
 Each page is first loaded once with ``--dump-dom`` to read its height (the page writes its scroll height into
 ``data-height`` of its body when loaded), then captured at that height (capped at ``MAX_H``)::
@@ -14,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-WIDTH, MAX_H = 1280, 60000
+WIDTH, MAX_H, SCREEN_H = 1280, 60000, 900
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--virtual-time-budget=15000"]
 
 
@@ -25,8 +27,9 @@ def height(browser: str, page: Path) -> int:
     return min(int(m.group(1)) if m else 4000, MAX_H)
 
 
-def screenshot(browser: str, page: Path, out: Path) -> tuple[Path, int]:
-    h = height(browser, page)
+def screenshot(browser: str, page: Path, out: Path, h: int | None = None) -> tuple[Path, int]:
+    """``page`` captured at height ``h`` (default: its full height) into ``out``."""
+    h = h or height(browser, page)
     out.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run([browser, *FLAGS, f"--window-size={WIDTH},{h}", f"--screenshot={out.resolve()}",
                     page.resolve().as_uri()], capture_output=True, timeout=300, check=True)
@@ -49,7 +52,9 @@ def main(argv: list[str]) -> int:
         return 2
     for page in pages:
         png, h = screenshot(browser, page, dest / f"{page.stem}.png")
-        print(f"screenshot: {png} ({WIDTH} x {h} px, {page.stat().st_size / 1e3:.0f} kB of HTML)")
+        first, _ = screenshot(browser, page, dest / f"{page.stem}-screen.png", SCREEN_H)
+        print(f"screenshot: {png} ({WIDTH} x {h} px, {h / SCREEN_H:.1f} screens of {SCREEN_H} px with the folds "
+              f"closed; {page.stat().st_size / 1e3:.0f} kB of HTML); its first screen: {first}")
     total = sum(p.stat().st_size for p in pages)
     print(f"{len(pages)} pages, {total / 1e6:.2f} MB of HTML in all")
     return 0
