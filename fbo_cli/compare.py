@@ -79,7 +79,9 @@ def dry_run_lines(exp: Experiment, rerun: bool, jobs: int, batch: str | int = "a
     they cost; runs nothing."""
     stale: dict = {}
     todo = todo_runs(exp.cells, rerun, False, stale)
-    return ([f"{exp.name}: {line}" for line in code_notes(exp.cells, stale)]
+    from .tune.record import tuned_code_notes
+
+    return ([f"{exp.name}: {line}" for line in code_notes(exp.cells, stale) + tuned_code_notes(exp)]
             + [f"{exp.name}: {len(exp.cells)} cells; {cost_line(todo, jobs, cost_shares(todo, batch))}"])
 
 
@@ -99,7 +101,9 @@ def run_experiment(exp: Experiment, grid: GridOptions | None = None, rerun: bool
         stale: dict = {}
         todo = todo_runs(exp.cells, rerun, accept_code_change, stale)
         if console is not None:
-            for line in code_notes(exp.cells, stale):
+            from .tune.record import tuned_code_notes
+
+            for line in code_notes(exp.cells, stale) + tuned_code_notes(exp):
                 console.print(f"{exp.name}: {line}", highlight=False)
         if todo and console is not None:
             console.print(f"{exp.name}: {cost_line(todo, grid.jobs, cost_shares(todo, grid.batch))}", highlight=False)

@@ -71,11 +71,15 @@ _RUN_IDENTITY_UNLESS_DEFAULT = {"heldout_frac": 0.0}
 _HP_IDENTITY_UNLESS_DEFAULT = {"outer_lr_schedule": "constant", "outer_lr_t0": 1.0}
 
 
-def comparable(d: dict[str, Any]) -> dict[str, Any]:
+def comparable(data: dict[str, Any]) -> dict[str, Any]:
     """A resolved config (``RunConfig.as_dict()``, or a run's config.yaml) with only what enters a run's
     identity: its hash is the run id's last part."""
-    d = {k: v for k, v in d.items() if k not in _NOT_IDENTITY and k != "device_used"
+    d = {k: v for k, v in data.items() if k not in _NOT_IDENTITY and k != "device_used"
          and not (k in _RUN_IDENTITY_UNLESS_DEFAULT and v == _RUN_IDENTITY_UNLESS_DEFAULT[k])}
+    if data.get("algo_source"):  # a user's algorithm: which version of it (its folder and file, not where it lies)
+        from .provenance import source_key
+
+        d["algo_version"] = source_key(data["algo_source"])
     tp = {k: v for k, v in (d.get("task_params") or {}).items() if k not in _NOT_IDENTITY_TASK}
     for (task, k), default in _IDENTITY_UNLESS_DEFAULT.items():
         if task == d.get("task") and tp.get(k, default) == default:

@@ -3,7 +3,10 @@
 Every run's ``summary.json`` records ``code``: the fbo version, the git commit of the checkout (when
 there is one), and a hash of the source (``inspect.getsource``) of every class of its algorithm's MRO
 but ``object`` (the class, the built-in algorithm it derives from, ``BilevelAlgorithm``, ``Algorithm``)
-and of its task class's, each under ``module.Class``.
+and of its task class's, each under ``module.Class``. A user's class (outside the package) is hashed
+by the code its runs execute: its whole file and the local modules that file imports (a helper that
+``step`` calls, a sibling file), :func:`user_code_hash`; fbo's own classes keep their class source hash,
+so the committed evidence keeps its record.
 
 **Staleness** (the rule, docs/fidelity.md#evidence): a finished run is *stale*, and
 ``compare``/``tune`` redo it, when the source of a class *outside the package* (a user's algorithm)
@@ -23,6 +26,9 @@ import datetime
 import functools
 import hashlib
 import inspect
+import sys
+from pathlib import Path
+from types import FunctionType, ModuleType
 from typing import Any
 
 from . import __version__
@@ -38,8 +44,66 @@ def _source_hash(cls: type) -> str:
 
 
 def class_hashes(cls: type) -> dict[str, str]:
-    """``{module.Class: hash of its source}`` over ``cls.__mro__`` but ``object``."""
-    return {f"{_module(c)}.{c.__qualname__}": _source_hash(c) for c in cls.__mro__ if c is not object}
+    """``{module.Class: hash of its source}`` over ``cls.__mro__`` but ``object``; a class outside fbo (a user's):
+    the hash of the code its runs execute, :func:`user_code_hash`."""
+    return {f"{_module(c)}.{c.__qualname__}": _source_hash(c) if c.__module__.startswith("fbo_cli")
+            else user_code_hash(c) for c in cls.__mro__ if c is not object}
+
+
+def source_key(source: str) -> str:
+    """What of a user's algorithm's source (its absolute ``file.py:Class``, or ``module:Class``) enters its runs'
+    identity (:func:`fbo_cli.config.comparable`): the file's folder, the file and the class, ``va/ln.py:LocalNeumann``.
+    Two versions of one class in two files are so two algorithms with their own runs, while moving the folder
+    that holds them keeps their runs, and an edit of the file keeps its run ids (the runs are then stale,
+    :func:`stale_reason`, and rerun, or kept with ``--accept-code-change``)."""
+    target, _, cls = str(source).rpartition(":")
+    if not target.endswith(".py"):
+        return str(source)
+    p = Path(target)
+    return f"{p.parent.name}/{p.name}:{cls}"
+
+
+def local_files(mod: ModuleType) -> list[Path]:
+    """The files of a user's module and of the local modules it imports, at any depth: those under the module's
+    folder (``import helper`` or ``from helper import f`` of a file beside it, a package below it), found from
+    what the module holds (modules, and the modules of its functions and classes); never an installed package's
+    (``site-packages``) or fbo's."""
+    root = Path(mod.__file__).resolve().parent
+    seen: set[Path] = set()
+    todo = [vars(mod)]  # module namespaces: a function's own (its __globals__), else its module's
+    while todo:
+        ns = todo.pop()
+        f = ns.get("__file__")
+        path = Path(f).resolve() if isinstance(f, str) else None
+        if path is None or path in seen or not path.is_relative_to(root) or "site-packages" in path.parts \
+                or str(ns.get("__name__", "")).startswith("fbo_cli"):
+            continue
+        seen.add(path)
+        for v in list(ns.values()):
+            if isinstance(v, ModuleType):
+                todo.append(vars(v))
+            elif isinstance(v, FunctionType):
+                todo.append(v.__globals__)
+            elif isinstance(v, type) and (m := sys.modules.get(v.__module__)) is not None:
+                todo.append(vars(m))
+    return sorted(seen)
+
+
+def user_code_hash(cls: type) -> str:
+    """The hash of the code a run of a user's class executes: its file, and the local modules the file imports
+    (:func:`local_files`: a helper function beside ``step`` or in a sibling file counts), by their paths relative
+    to the file's folder (moving the folder keeps the hash); the class's own source where it has no file."""
+    mod = sys.modules.get(cls.__module__)
+    if mod is None or not getattr(mod, "__file__", None):
+        return _source_hash(cls)
+    root = Path(mod.__file__).resolve().parent
+    h = hashlib.sha256()
+    for f in local_files(mod):
+        try:
+            h.update(f"{f.relative_to(root)}\0".encode() + f.read_bytes() + b"\0")
+        except OSError:
+            return _source_hash(cls)
+    return h.hexdigest()[:16]
 
 
 def _module(c: type) -> str:

@@ -161,3 +161,121 @@ def test_the_ledger_contract_is_checked(tmp_path):
             execute(cfg)
         assert msg in str(e.value)
         assert json.loads((cfg.run_dir / "summary.json").read_text())["status"] == "failed"
+
+
+# a method whose step reaches a module-level helper and a sibling file's function
+LN = textwrap.dedent('''
+    from fbo_cli.algorithms.fednest import FedNest
+    from {helper} import shrink
+
+
+    def factor():
+        return 1.0
+
+
+    class LocalNeumann(FedNest):
+        def step(self):
+            super().step()
+            self.x = shrink(self.x) * factor()
+''')
+HELPER = "def shrink(x):\n    return x * 0.99\n"
+SPEC = textwrap.dedent('''
+    name: mine
+    task: hyperrep
+    metric: test_acc
+    seeds: [0]
+    base: {dataset: digits, clients: 4, participation: 0.5, rounds: 40, eval_every: 1, threads: 1}
+    algorithms:
+      - {name: FedNest, algo: fednest}
+      - {name: Mine, algo: ./va/ln.py:LocalNeumann, tune: {outer_lr: [0.005, 0.01, 0.02]}}
+    tune: {seeds: [100], rounds: 20}
+''')
+
+
+def cli(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    for v, helper in (("va", "help52a"), ("vb", "help52b")):
+        (tmp_path / v).mkdir()
+        (tmp_path / v / "ln.py").write_text(LN.format(helper=helper))
+        (tmp_path / v / f"{helper}.py").write_text(HELPER)
+    (tmp_path / "mine.yaml").write_text(SPEC)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_an_edit_of_a_helper_or_a_sibling_file_makes_the_run_stale(project):
+    from fbo_cli.provenance import stale_reason
+    from fbo_cli.runner import execute
+
+    keys = {**KEYS, "out_dir": str(project / "r")}
+    cfg = resolve("hyperrep", "./va/ln.py:LocalNeumann", keys)
+    s = execute(cfg)
+    assert stale_reason(cfg, s) is None
+    ln, helper = project / "va" / "ln.py", project / "va" / "help52a.py"
+    for f, old, new in ((ln, "return 1.0", "return 0.995"), (helper, "0.99", "0.985")):
+        text = f.read_text()
+        f.write_text(text.replace(old, new))
+        why = stale_reason(resolve("hyperrep", "./va/ln.py:LocalNeumann", keys), s)
+        assert why and "LocalNeumann" in why, f
+        f.write_text(text)
+    assert stale_reason(resolve("hyperrep", "./va/ln.py:LocalNeumann", keys), s) is None
+    # built-in classes keep their class-source hash: the evidence's record stands
+    from fbo_cli.provenance import class_hashes
+
+    assert class_hashes(resolve("hyperrep", "fednest", {}).entry.cls) == {
+        k: v for k, v in class_hashes(cfg.entry.cls).items() if k.startswith("fbo_cli.")}
+
+
+def test_two_versions_of_one_class_are_two_algorithms_and_moving_the_folder_keeps_the_runs(project, tmp_path_factory):
+    import shutil
+
+    from fbo_cli.spec import load_spec
+
+    (project / "vb" / "ln.py").write_text(LN.format(helper="help52b").replace("return 1.0", "return 0.9"))
+    (project / "two.yaml").write_text(SPEC.replace("tune: {outer_lr: [0.005, 0.01, 0.02]}", "")
+                                      .replace("tune: {seeds: [100], rounds: 20}\n", "")
+                                      .replace("{name: FedNest, algo: fednest}",
+                                               "{name: B, algo: ./vb/ln.py:LocalNeumann}"))
+    exp = load_spec(project / "two.yaml")
+    dirs = {c.algorithm: c.cfg.run_dir for c in exp.cells}
+    assert dirs["Mine"] != dirs["B"] and dirs["Mine"].parent == dirs["B"].parent
+    r = cli("compare", "two.yaml")
+    assert r.exit_code == 0, r.output
+    assert (dirs["Mine"] / "summary.json").is_file() and (dirs["B"] / "summary.json").is_file()
+    moved = tmp_path_factory.mktemp("moved") / "p"
+    shutil.copytree(project, moved)
+    again = resolve("hyperrep", str(moved / "va" / "ln.py") + ":LocalNeumann", exp.cells[0].layers[0])
+    assert again.run_id == next(c for c in exp.cells if c.algorithm == "Mine").cfg.run_id
+
+
+def test_a_tuning_reruns_its_stale_points_and_compare_warns_of_a_tuning_of_other_code(project):
+    from fbo_cli.tune import run_tuning
+
+    out = run_tuning(project / "mine.yaml", {}, ranking_check=False)
+    tuned = (out / "tuned.yaml").read_text()
+    assert "ln.LocalNeumann" in tuned  # the code the choice was made with
+    runs = sorted((project / "results" / "hyperrep" / "LocalNeumann").iterdir())
+    before = {d: json.loads((d / "summary.json").read_text())["code"]["algorithm"]["ln.LocalNeumann"] for d in runs}
+    helper = project / "va" / "help52a.py"
+    helper.write_text(helper.read_text().replace("0.99", "0.985"))
+    r = cli("compare", "mine.yaml", "--dry-run")
+    out_text = " ".join(r.output.split())
+    assert "tuned.yaml's choices for Mine were made by other code" in out_text, out_text
+    run_tuning(project / "mine.yaml", {}, ranking_check=False)
+    after = {d: json.loads((d / "summary.json").read_text())["code"]["algorithm"]["ln.LocalNeumann"] for d in runs}
+    assert all(after[d] != before[d] for d in runs)  # every recorded point ran again
+    assert "made by other code" not in " ".join(cli("compare", "mine.yaml", "--dry-run").output.split())
+
+
+def test_a_tuning_whose_every_point_failed_with_an_error_exits_non_zero_naming_it(project):
+    (project / "boom.py").write_text(FAILING)
+    (project / "boom.yaml").write_text(SPEC.replace("./va/ln.py:LocalNeumann", "./boom.py:Boom")
+                                       .replace("tune: {outer_lr:", "set: {boom: 1.0}, tune: {outer_lr:"))
+    r = cli("tune", "boom.yaml")
+    out = " ".join(r.output.split())
+    assert r.exit_code != 0 and "failed with an error" in out and "RuntimeError: boom" in out, out
+    assert not (project / "results" / "compare" / "mine" / "tuned.yaml").exists()

@@ -34,6 +34,9 @@ from ..errors import UsageError
 
 ENTRY_POINT_GROUP = "fbo.algorithms"
 _FILES: dict[tuple[str, int, int], object] = {}  # (path, mtime_ns, size) -> module
+# the modules a user's file imported from its folder (``import helper``): name -> file. Before another folder's file
+# loads, they leave sys.modules, so that two versions side by side (va/ln.py, vb/ln.py) import each its own helper
+_LOCAL: dict[str, Path] = {}
 
 
 def is_reference(ref: str) -> bool:
@@ -97,10 +100,14 @@ def _load_file(path: Path):
     mod = importlib.util.module_from_spec(spec)
     old = sys.modules.get(name)
     sys.modules[name] = mod
+    for m in [m for m, f in _LOCAL.items() if f.parent != path.parent]:  # another folder's helper of that name
+        sys.modules.pop(m, None)
     sys.path.insert(0, str(path.parent))
     try:
         with _user_code(str(path)):
             spec.loader.exec_module(mod)
+        _LOCAL.update({m: Path(v.__file__) for m, v in list(sys.modules.items()) if m != name
+                       and getattr(v, "__file__", None) and Path(v.__file__).parent == path.parent})
     except BaseException:
         if old is not None:
             sys.modules[name] = old
