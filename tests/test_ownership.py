@@ -77,3 +77,27 @@ def test_prune_from_a_folder_without_the_specs_removes_nothing(tmp_path, monkeyp
     r = runner.invoke(app, ["report", "--from", str(ev), "--prune", "--yes", "--md", "x.md", "--html", "x.html"])
     assert r.exit_code == 2 and "cannot read the reproduction specs" in " ".join(r.output.split()), r.output
     assert all(p.is_file() for p in runs) and not os.path.exists("x.md")
+
+
+def test_clean_sweeps_the_scratch_folders_of_killed_commands_only(tmp_path, monkeypatch):
+    import tempfile
+
+    from fbo_cli.results import temp_folder
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    root = tmp_path / "out"
+    claim_root(root)
+    dead = 2**22 + 1  # above any pid_max: no such process
+    gone = [root / "report" / f".fbo-figures-{dead}-abcd1234", tmp_path / "tmp" / f"fbo-report-{dead}-abcd1234",
+            tmp_path / "tmp" / f"fbo-mnist-{dead}-abcd1234"]
+    for d in gone:
+        (d / "sub").mkdir(parents=True)
+        (d / "sub" / "fig.png").write_text("x")
+    live = [temp_folder("figures", root / "report"), temp_folder("report")]  # this process uses them
+    theirs = [tmp_path / "tmp" / f"fbo-report-{dead}", root / "report" / f".figures-{dead}-abcd1234"]
+    for d in theirs:
+        d.mkdir(parents=True)
+    r = runner.invoke(app, ["clean", "--out-dir", str(root), "--yes"])
+    assert r.exit_code == 0, r.output
+    assert not any(d.exists() for d in gone) and all(d.is_dir() for d in live + theirs)

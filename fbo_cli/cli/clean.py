@@ -17,14 +17,17 @@ def clean(
                                  "without --yes)."),
 ) -> None:
     """List, then with --yes remove, what interrupted work left behind and nothing else: temporary files of
-    atomic writes (.NAME.XXXXXXXX), .lock files nobody holds and the folders removing them leaves empty,
-    inside a results root fbo made; the temporary folders of killed Ray workers (fbo-ray-PID-*); and the Ray
+    atomic writes (.NAME.XXXXXXXX.fbo-tmp), .lock files of fbo's nobody holds, the scratch folders of killed
+    commands (.fbo-figures-PID-*) and the folders removing them leaves empty, inside a results root fbo made;
+    the temporary folders of killed Ray workers (fbo-ray-PID-*) and commands (fbo-report-PID-*,
+    fbo-mnist-PID-*); and the Ray
     processes of a local Ray that fbo started and whose driver was killed (never a `ray start` cluster).
     Finished and partial runs (checkpoints), links and every file fbo did not make stay."""
     import shutil
 
     from ..executors import orphaned_ray, reap_orphaned_ray, stale_temp_folders
     from ..results import ROOT_MARKER, is_fbo_root, leftovers, remove_leftover
+    from ..results import stale_temp_folders as stale_scratch
 
     go = yes and not dry_run
     with user_errors():
@@ -35,7 +38,7 @@ def clean(
                              f"removed. A results root of an older fbo: create {out_dir / ROOT_MARKER} by hand "
                              f"once you are sure every file in it is fbo's")
         found = leftovers(out_dir)
-    found += stale_temp_folders()
+    found += stale_temp_folders() + stale_scratch()
     for p in found:
         typer.echo(f"{'removed' if go else 'would remove'} {p}{'/' if p.is_dir() else ''}")
         if go:

@@ -31,11 +31,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 from ..errors import UsageError
-from ..results import atomic_write, make_dirs
+from ..results import atomic_write, make_dirs, temp_folder
 from .evidence import BENCH_FILES, CHECK_FILES, EVIDENCE_FILES, SPEC_FILES, collect_evidence, prune_evidence  # noqa: F401
 from .pages import paper_figures, write_pages
 from .papers import PAPERS, Paper, fidelity_anchor  # noqa: F401
@@ -68,9 +67,9 @@ def build_report(root: Path, md_path: Path, html_path: Path, command: str = "fbo
     if figdir.is_symlink() or (figdir.exists() and not (figdir / FIGURES_MARK).is_file()):
         raise UsageError(f"{figdir} exists and is not a figures folder fbo wrote (no {FIGURES_MARK} in it): the "
                          f"report replaces that folder, so move it away or write the report elsewhere (--html)")
-    work = Path(tempfile.mkdtemp(prefix="fbo-report-"))
+    work = temp_folder("report")  # a killed report leaves these to `fbo clean`
     make_dirs(html_path.parent)
-    fresh = Path(tempfile.mkdtemp(prefix=".figures-", dir=html_path.parent))
+    fresh = temp_folder("figures", html_path.parent)
     mask = os.umask(0)
     os.umask(mask)
     os.chmod(fresh, 0o777 & ~mask)  # mkdtemp's folder is private; the report's is not

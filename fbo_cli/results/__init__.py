@@ -156,6 +156,39 @@ _TEMP = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}\.fbo-tmp(\.png)?")
 RUN_FILES = frozenset({"config.yaml", "metrics.csv", "summary.json", CHECKPOINT, "curves.png", "run.log"})
 
 
+# one command's scratch folder (temp_folder): its name is fbo's token and the process that uses it
+_TEMP_DIR = re.compile(r"\.?fbo-(?:report|mnist|figures)-(?P<pid>\d+)-[a-z0-9_]{8}")
+
+
+def temp_folder(kind: str, parent: Path | None = None) -> Path:
+    """A new private scratch folder ``fbo-KIND-PID-XXXXXXXX`` (``.fbo-...`` inside ``parent``, default the
+    system's temporary folder): the name is fbo's token and says which process uses it, so that what a killed
+    command left is removed by ``fbo clean`` once that process is gone (:func:`stale_temp_folders`)."""
+    return Path(tempfile.mkdtemp(prefix=f"{'.' if parent else ''}fbo-{kind}-{os.getpid()}-", dir=parent))
+
+
+def _stale_temp_folder(p: Path) -> bool:
+    """``p`` is a :func:`temp_folder` of ours whose process is gone (a pid in use, even another process's
+    that reuses it, keeps it)."""
+    m = _TEMP_DIR.fullmatch(p.name)
+    if not m or p.is_symlink() or not p.is_dir() or p.lstat().st_uid != os.getuid():
+        return False
+    try:
+        os.kill(int(m["pid"]), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):
+        return False
+    return False
+
+
+def stale_temp_folders(parent: Path | None = None) -> list[Path]:
+    """The :func:`temp_folder` folders in ``parent`` (default the system's temporary folder) that killed
+    commands left (``fbo-report-*``, ``fbo-mnist-*``)."""
+    parent = Path(parent or tempfile.gettempdir())
+    return sorted(p for p in parent.glob("*fbo-*-*-*") if _stale_temp_folder(p))
+
+
 def is_fbo_root(root: Path) -> bool:
     """A results root fbo made: it holds the marker ``.fbo-results`` (a regular file)."""
     m = Path(root) / ROOT_MARKER
@@ -218,15 +251,17 @@ def leftovers(root: Path) -> list[Path]:
     """What interrupted work left under a results root fbo made (:func:`is_fbo_root`; any other folder:
     nothing), each proven fbo's by a token only fbo writes: temporary files of atomic writes (exactly
     ``.<name>.<8 random characters>.fbo-tmp``), ``.lock`` files holding :data:`LOCK_TOKEN` that nobody holds,
-    and the directories that removing them leaves empty (never the root). Symbolic links are neither followed
-    nor removed; every other file (``.spec`` marks, held locks, the user's own, however named) stays."""
+    the scratch folders of killed commands (:func:`temp_folder`, e.g. the report's figures), and the
+    directories that removing them leaves empty (never the root). Symbolic links are neither followed nor
+    removed; every other file (``.spec`` marks, held locks, the user's own, however named) stays."""
     root = Path(root)
     if not root.is_dir() or not is_fbo_root(root):
         return []
     found: list[Path] = []
     for here, dirs, files in os.walk(root):  # does not descend into linked folders
         d = Path(here)
-        dirs[:] = sorted(x for x in dirs if not (d / x).is_symlink())
+        found += [d / x for x in sorted(dirs) if _stale_temp_folder(d / x)]  # removed whole
+        dirs[:] = sorted(x for x in dirs if not (d / x).is_symlink() and d / x not in found)
         for f in sorted(files):
             p = d / f
             if p.is_symlink():
@@ -244,7 +279,12 @@ def leftovers(root: Path) -> list[Path]:
 
 def remove_leftover(p: Path) -> None:
     """Remove one of :func:`leftovers`: a file by ``unlink`` (a link itself, never its target), a folder by
-    ``rmdir`` (only when empty)."""
+    ``rmdir`` (only when empty), a killed command's :func:`temp_folder` whole."""
+    import shutil
+
+    if _stale_temp_folder(p):
+        shutil.rmtree(p, ignore_errors=True)
+        return
     with contextlib.suppress(FileNotFoundError):
         os.rmdir(p) if p.is_dir() and not p.is_symlink() else os.unlink(p)
 
