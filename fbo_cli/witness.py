@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -72,12 +73,19 @@ runpy.run_path("main_hr.py", run_name="__main__")
 '''
 
 
+UNRECORDED = "unrecorded"  # the checkout has no commit git can name (a copy without .git, an empty repository)
+
+
 def checkout_commit(checkout: Path) -> str:
+    """The commit the public code's checkout is at (40 hex digits), or ``unrecorded`` where git cannot name
+    one: never what ``rev-parse`` echoes on failure (in a repository without commits it prints ``HEAD``)."""
     try:
-        return subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=10).stdout.strip()
+        r = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--verify", "--quiet", "HEAD^{commit}"],
+                           capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
-        return ""
+        return UNRECORDED
+    sha = r.stdout.strip()
+    return sha if r.returncode == 0 and re.fullmatch(r"[0-9a-f]{40}", sha) else UNRECORDED
 
 
 def prepared(checkout: Path, mnist_raw: Path, root: Path) -> Path:
@@ -130,11 +138,12 @@ def run_public_fednest(checkout: Path, mnist_raw: Path, setting: str, seed: int,
     df = df[df.rounds <= rounds] if (df.rounds <= rounds).any() else df
     hit = df[df.test_acc >= target]
     atomic_write(out / "metrics.csv", df.to_csv(index=False))
-    config = {"code": "ucr-optml/FedNest main_hr.py (public code, unedited)", "commit": checkout_commit(checkout),
+    commit = checkout_commit(checkout)
+    config = {"code": "ucr-optml/FedNest main_hr.py (public code, unedited)", "commit": commit,
               "setting": name, "seed": seed, "rounds": rounds, "args": " ".join(args),
               "driver": "fbo_cli/witness.py: seeds random/numpy/torch, 1 thread, skips the training-set evaluation"}
     atomic_write(out / "config.yaml", yaml.safe_dump(config, sort_keys=False))
-    summary = {"status": "done", "setting": name, "seed": seed, "inner_lr": inner_lr,
+    summary = {"status": "done", "setting": name, "seed": seed, "inner_lr": inner_lr, "commit": commit,
                "final": float(df.test_acc.iloc[-1]),
                "rounds": int(df.rounds.iloc[-1]), "iterations": int(df.iterations.iloc[-1]), "target": target,
                "rounds_to_target": int(hit.rounds.iloc[0]) if len(hit) else None,

@@ -54,6 +54,7 @@ witness: {{algorithm: FedNest, settings: {{"IID, tau=1": iid-tau1}}}}
     build_report(tmp_path, tmp_path / "r.md", tmp_path / "r.html", specs=[str(p)])
     md = (tmp_path / "r.md").read_text()
     assert "The paper's own code beside ours" in md and "make witness-fednest" in md and "--inner-lr 0.01" in md
+    assert "`main_hr.py`, commit 13b5e20;" in md
     row = next(line for line in md.splitlines() if line.startswith("| IID, tau=1 | 2 / 2 |"))
     assert "30 ± 0 (2/2 reached)" in row and "never (0/2 reached)" in row and "**differ**" in row
     assert (tmp_path / "r-figures" / "w_witness.svg").is_file()
@@ -75,3 +76,30 @@ def test_the_report_never_replaces_a_figures_folder_it_did_not_write(tmp_path):
     with pytest.raises(UsageError, match="not a figures folder fbo wrote"):
         build_report(tmp_path, tmp_path / "r.md", tmp_path / "r.html", specs=["experiments/quick_mnist5k.yaml"])
     assert (mine / "thesis.pdf").read_text() == "mine"
+
+
+def test_the_witness_records_the_checkouts_commit_or_says_unrecorded(tmp_path):
+    import subprocess
+
+    from fbo_cli.witness import checkout_commit
+
+    assert checkout_commit(tmp_path / "nowhere") == "unrecorded"
+    repo = tmp_path / "FedNest"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    assert checkout_commit(repo) == "unrecorded"  # no commit yet: rev-parse HEAD echoes "HEAD" (the old record)
+    (repo / "main_hr.py").write_text("")
+    subprocess.run([*git, "add", "main_hr.py"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "c"], check=True)
+    sha = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert checkout_commit(repo) == sha and len(sha) == 40
+
+
+def test_the_committed_witness_evidence_names_no_commit_it_cannot_know():
+    from pathlib import Path
+
+    import yaml
+
+    configs = sorted(Path("docs/results/witness").glob("fednest-*/config.yaml"))
+    assert configs and all(yaml.safe_load(c.read_text())["commit"] == "unrecorded" for c in configs)

@@ -11,6 +11,7 @@ counter: 10 rounds per outer iteration in both at these settings).
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -74,9 +75,12 @@ def witness_md(exp, runs: pd.DataFrame, curves: dict, root: Path, png: Path | No
         return ""
     if png is not None:
         _plot(panels, exp, png)
-    commits = sorted(set(str(c)[:7] for c in pub.get("commit", pd.Series(dtype=str)).dropna()))
-    head = (f"**The paper's own code beside ours.** The public FedNest code (`ucr-optml/FedNest`, `main_hr.py`"
-            f"{', commit ' + ', '.join(commits) if commits else ''}; unedited, seeded by fbo's driver) at the "
+    commits = sorted(set(str(c)[:7] if re.fullmatch(r"[0-9a-f]{7,40}", str(c)) else "unrecorded"
+                         for c in pub.get("commit", pd.Series(dtype=str)).fillna("unrecorded")))
+    commits = [c if c != "unrecorded" else "not recorded (the checkout those runs used had no commit git could name)"
+               for c in commits]
+    head = (f"**The paper's own code beside ours.** The public FedNest code (`ucr-optml/FedNest`, `main_hr.py`, "
+            f"commit {', '.join(commits) or 'not recorded'}; unedited, seeded by fbo's driver) at the "
             f"steps of its own `reproduce/fig2.sh` (inner {lr:g} in its SVRG lower solver, outer 0.01), against "
             f"our row *{algo}* at the same steps. Reproduce: `make witness-fednest FEDNEST=<checkout>` (`fbo "
             f"witness fednest --checkout DIR --out-dir docs/results --inner-lr {lr:g}`; 10-45 minutes a run on "
