@@ -136,3 +136,10 @@ def test_a_verdict_with_a_tuned_side_says_what_its_tuning_scored(tmp_path):
     line = basis_line(secs)
     assert "Of 3 claim verdicts that hold, 1 rest on a choice scored on held-out data" in line
     assert "1 on a step chosen on the split x is fitted on" in line and ": `x`;" in line
+
+
+def test_the_zohfl_x0_zero_twins_treat_the_papers_numbers_alike():
+    # Table I starts every method from the server's pre-trained model: from x0 = 0 the paper has no number,
+    # on MNIST as on Fashion-MNIST (the Fashion-MNIST twin used to match ours against the pre-trained numbers)
+    twins = [load_spec(f"experiments/zohfl_table1_{d}_x0zero.yaml", use_tuned=False) for d in ("mnist", "fmnist")]
+    assert [t.reference for t in twins] == [{}, {}] and [t.reference_on for t in twins] == [{}, {}]
