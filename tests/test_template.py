@@ -48,3 +48,56 @@ def test_the_variant_template_is_fednest_with_a_decaying_outer_step():
         made[cls] = (a.x.clone(), a.outer_lr())
     torch.testing.assert_close(made[FedNest][0], made[TemplateDecayFedNest][0])
     assert made[FedNest][1] == 0.01 and made[TemplateDecayFedNest][1] == 0.005
+
+
+def test_the_bilevel_template_hypergradient_is_the_dense_oracles():
+    from fbo_cli.algorithms.template_bilevel import TemplateBilevel
+
+    b = build(resolve("hyperrep", "fednest", {"dataset": "digits", "clients": 4, "participation": 1.0, "hidden": 8,
+                                              "dropout": 0.0, "threads": 1}))
+    task, M, T, lam = b.task, 4, 6, 0.05
+    fed = FederationView(task.data, 1.0, torch.Generator().manual_seed(0), Ledger())
+    algo = TemplateBilevel(task, TemplateBilevel.HP(T=T, lam=lam), fed)
+    x, y = algo.x.double(), algo.y.double()
+    task.data.X = task.data.X.double()  # float64: the closed forms and autograd agree to the last digits
+    S = torch.arange(M)
+    train, val = task.data.split("train", S), task.data.split("val", S)
+    h = algo.hypergrad(x, y, train, val)
+    assert algo.ledger.rounds == T + 2  # p_0, T Neumann terms, the clients' h_i
+
+    def mean_loss(fn, split, x, y):  # mean_i fn_i(x, y) on each client's whole split, one client at a time
+        bt = split.full()
+        return sum(fn(x, y, {k: t[i] for k, t in bt.items()}) for i in range(M)) / M
+
+    xr, yr = x.clone().requires_grad_(), y.clone().requires_grad_()
+    fx, fy = torch.autograd.grad(mean_loss(task.f, val, xr, yr), (xr, yr))
+    H = torch.autograd.functional.hessian(lambda v: mean_loss(task.g, train, x, v), y)  # [dy, dy]
+    p, acc = fy, fy
+    for _ in range(T):
+        p = p - lam * H @ p
+        acc = acc + p
+    gy = torch.autograd.grad(mean_loss(task.g, train, xr, yr), yr, create_graph=True)[0]
+    cross = torch.autograd.grad(gy @ (lam * acc), xr)[0]
+    torch.testing.assert_close(h, fx - cross, rtol=1e-7, atol=1e-10)
+
+
+def test_the_bilevel_template_runs_in_a_compare_beside_fednest(tmp_path, monkeypatch):
+    import shutil
+
+    from typer.testing import CliRunner
+
+    import fbo_cli.algorithms.template_bilevel as tb
+    from fbo_cli.cli import app
+
+    shutil.copy(tb.__file__, tmp_path / "mine.py")  # as a user copies it
+    (tmp_path / "t.yaml").write_text(
+        "name: mine\ntask: hyperrep\nmetric: test_acc\nseeds: [0]\n"
+        "base: {dataset: digits, clients: 4, participation: 0.5, rounds: 30, threads: 1}\n"
+        "algorithms:\n  - {name: FedNest, algo: fednest}\n  - {name: Mine, algo: ./mine.py:TemplateBilevel}\n")
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(app, ["compare", "t.yaml"])
+    assert r.exit_code == 0, r.output
+    table = (tmp_path / "results" / "compare" / "mine" / "table.csv").read_text()
+    assert "Mine" in table and "FedNest" in table
+    r = CliRunner().invoke(app, ["show", "./mine.py:TemplateBilevel"])
+    assert r.exit_code == 0 and "the bilevel template" in r.output and "N + T + 3" in r.output, r.output
