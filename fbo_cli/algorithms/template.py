@@ -1,5 +1,7 @@
 """Template of an algorithm: copy this file to add one (as benchopt's ``template_solver.py``), or derive a
-variant of a built-in one (``TemplateDecayFedNest`` below).
+variant of a built-in one (``TemplateDecayFedNest`` below). A federated *bilevel* method from scratch (the
+oracles of ``BilevelAlgorithm``, their shapes, the ledger, ``batch_state``) has its own template,
+``template_bilevel.py``, which runs as it is when copied into a folder of your own.
 
 **Your own method needs no fork.** A class in any file is named by file and class, ``fbo run hyperrep --algo
 ./decay.py:DecayFedNest``, ``algo: ./my_algos/decay.py:DecayFedNest`` in a spec (relative to the spec), or by
@@ -45,8 +47,12 @@ The contract (``base.Algorithm``):
   tensors): a Python loop over clients is a bug.
 * ``step()``: one outer iteration. Charge every communication to ``self.ledger.comm(clients, floats)``
   (one call per round) and every oracle call to ``self.ledger.oracle(kind, clients, samples)``.
-* ``rounds_per_iteration()``: the rounds the paper gives for one outer iteration (tests check the
-  ledger against it).
+* ``rounds_per_iteration()``: the rounds the paper gives for one outer iteration (None where it varies);
+  the runner checks every outer iteration's charged rounds against it and stops the run with an error on a
+  mismatch, or when an iteration charges no round at all.
+* ``batches``/``batch_state``: a subclass of a method that batches (FedNest) batches too only when every
+  attribute its own methods write is named in ``batch_state`` (``batch_state = FedNest.batch_state +
+  ("mom",)``); otherwise its runs run alone, and ``fbo show`` says why.
 * ``evaluate()``: the task's metrics at the current iterate.
 * ``state()``: the tensors that define the iterate (checkpoints and the divergence rule).
 
