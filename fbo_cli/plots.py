@@ -80,20 +80,23 @@ def _mean_band(exp: Experiment, done: list[pd.DataFrame]):
 
 
 def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFrame | None = None,
-                    tail: float | None = None, formats=ps.FORMATS, title: bool = True) -> float:
+                    tail: float | None = None, formats=ps.FORMATS, title: bool = True, inset: bool = False) -> float:
     """Draw the figure into ``path`` (and the other ``formats`` beside it). ``tail``: only the last part of
     the x axis (from that share of its end), each panel's y axis fitted to it. Returns how squeezed the
     ends are: the smallest, over panels with two or more lines, of the spread of the lines' last values
-    over the panel's y range (1.0 when there is nothing to compare). In a report, a figure drawn from the
-    same inputs before is reused (:mod:`fbo_cli.report.reuse`)."""
+    over the panel's y range (1.0 when there is nothing to compare). ``inset``: a panel whose lines end squeezed
+    together gets an inset of the last half of its x axis, y fitted to it (one figure that shows both). In a
+    report, a figure drawn from the same inputs before is reused (:mod:`fbo_cli.report.reuse`)."""
     from .report.reuse import reuse
 
-    return reuse(path, (repr(exp), curves, runs, tail, formats, title),
-                 lambda: _plot_experiment(exp, curves, path, runs, tail, formats, title))
+    return reuse(path, (repr(exp), curves, runs, tail, formats, title, inset),
+                 lambda: _plot_experiment(exp, curves, path, runs, tail, formats, title, inset))
 
 
 def _plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFrame | None,
-                     tail: float | None, formats, title: bool) -> float:
+                     tail: float | None, formats, title: bool, inset: bool) -> float:
+    from .compare import ZOOM_BELOW
+
     settings = [s.name for s in exp.settings]
     n = len(settings)
     ncol = n if n <= 4 else 3
@@ -106,6 +109,7 @@ def _plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFra
         ax = axes[k // ncol][k % ncol]
         drawn, notes, same, shown = False, [], {}, {}
         lines: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # (x, mean, lo, hi)
+        styled: list[tuple[np.ndarray, np.ndarray, dict, int]] = []  # (x, mean, style, row) of each line drawn
         for j, a in enumerate(exp.algorithms):
             name, st_ = a.name, styles[a.name]
             mine_runs = pd.DataFrame() if runs is None or runs.empty else runs[
@@ -143,15 +147,18 @@ def _plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFra
                 notes.append(same_runs(name, twin) if twin is not None else f"{name} = {equal}, identical curves")
             else:
                 ps.line(ax, grid, mean, st_, name, k=j)
+                styled.append((grid, mean, st_, j))
                 if len(done) > 1:
                     ps.band(ax, grid, lo, hi, st_["color"], exp.metric)
             has_paper |= _paper_marks(ax, exp, name, s, st_["color"], grid)
         if not drawn:
-            ax.text(0.5, 0.5, "no finished runs", transform=ax.transAxes, ha="center", va="center", color="0.4")
+            ps.empty(ax)
         ends = [m[np.isfinite(m)][-1] for _, m, _, _ in lines if np.isfinite(m).any()]
         if len(ends) > 1:
             span = np.ptp(np.concatenate([np.r_[lo[np.isfinite(lo)], hi[np.isfinite(hi)]] for _, _, lo, hi in lines]))
             squeeze = min(squeeze, float(np.ptp(ends) / span) if span > 0 else 1.0)
+            if inset and tail is None and span > 0 and np.ptp(ends) / span < ZOOM_BELOW:
+                _inset(ax, styled, exp.metric, upper=float(np.mean(ends)) > float(np.mean(ax.get_ylim())))
         if exp.x in LOG_X:
             ax.set_xscale("log")
         if exp.metric in LOG_Y:
@@ -197,6 +204,26 @@ def _plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFra
         ps.suptitle(fig, (exp.title or exp.name) + zoom + (f"; overridden: {over}" if over else ""))
     ps.save(fig, path, formats)
     return squeeze
+
+
+def _inset(ax, styled: list, metric: str, upper: bool) -> None:
+    """An inset of the panel's lines over the last half of its x axis, y fitted to them, placed away from where
+    they end (below them when they end high)."""
+    top = max(float(np.nanmax(x)) for x, *_ in styled)
+    ins = ax.inset_axes([0.4, 0.1, 0.57, 0.42] if upper else [0.4, 0.5, 0.57, 0.42])
+    seen = []
+    for x, m, st, k in styled:
+        keep = x >= top / 2
+        ps.line(ins, x[keep], m[keep], st, "_inset", k=k, n_marks=3)
+        seen.append(m[keep])
+    v = np.concatenate(seen)
+    v = v[np.isfinite(v)]
+    if len(v):
+        pad = 0.1 * max(float(np.ptp(v)), 1e-4)
+        ins.set_ylim(float(v.min()) - pad, float(v.max()) + pad)
+    ins.set_title("last half, zoomed", fontsize=ps.FONT_PT, pad=2)
+    ins.grid(True, alpha=0.3)
+    ps.limit_y(ins, metric)
 
 
 def _paper_marks(ax, exp: Experiment, name: str, setting: str, color: str, grid: np.ndarray) -> bool:

@@ -35,6 +35,7 @@ METHODS: dict[str, tuple[str, str]] = {
     "codaplus": ("blue", "s"), "codasca": ("vermillion", "o"),
 }
 DASHES = ["-", "--", "-.", ":"]  # rows of one method in one figure, in order
+MARKERS = "os^DvP<>X"  # a further row of one method's colour takes the next one not its own: grey scale tells it apart
 # the range a metric can take: bands are clipped to it and the y axis never shows beyond it
 METRIC_RANGE = {m: (0.0, 1.0) for m in ("test_acc", "train_acc", "val_acc", "test_acc_pooled", "test_auc",
                                         "val_auc", "f1")}
@@ -79,13 +80,23 @@ def row_styles(rows: list[tuple[str, str]]) -> dict[str, dict]:
     out, seen = {}, {}
     if len(rows) > 1 and len({a for _, a in rows}) == 1:  # one method, several parameters: a colour per row
         cols = [OI[c] for c in ("vermillion", "blue", "green", "orange", "sky", "purple", "black", "grey")]
-        return {name: {"color": cols[k % len(cols)], "marker": "os^Dv<>P"[k % 8], "ls": "-"}
+        return {name: {"color": cols[k % len(cols)], "marker": "os^Dv<>P"[k % 8], "ls": DASHES[k % len(DASHES)]}
                 for k, (name, _) in enumerate(rows)}
+    used: dict[str, set] = {}
     for name, algo in rows:
         c, m = method_style(algo)
-        k = seen[c] = seen.get(c, -1) + 1  # a second row in one colour gets the next dash
+        k = seen[c] = seen.get(c, -1) + 1  # a second row in one colour gets the next dash and a marker of its own
+        taken = used.setdefault(c, set())
+        if m in taken:
+            m = next((x for x in MARKERS if x not in taken), m)
+        taken.add(m)
         out[name] = {"color": c, "marker": m, "ls": DASHES[k % len(DASHES)]}
     return out
+
+
+def empty(ax, text: str = "no finished runs") -> None:
+    """Say in the panel why it shows nothing (never an empty frame with a bare 0-1 axis)."""
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="0.4")
 
 
 def line(ax, x, y, style: dict, label: str, k: int = 0, n_marks: int = 6, **kw):

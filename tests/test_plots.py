@@ -192,3 +192,34 @@ def test_the_ci95_band_uses_the_t_quantile_at_any_number_of_seeds():
         sd = np.std([d.test_acc.to_numpy() for d in done], axis=0, ddof=1)
         t = {3: 4.302653, 10: 2.262157, 30: 2.045230}[n]  # t_{0.975, n-1}; 1.96 would be 13% too narrow at 10
         assert np.allclose(hi - mean, t * sd / np.sqrt(n), rtol=1e-5) and np.allclose(mean - lo, hi - mean)
+
+
+def test_an_empty_panel_says_so_and_a_base_noise_rate_is_drawn(tmp_path, captured):
+    from fbo_cli.report.figures import noise_figure
+
+    algos = [{"name": "FedAvg", "algo": "fedavg"}, {"name": "FedProx", "algo": "fedprox"}]
+    one = _exp(algorithms=algos, settings=[{"name": "default"}], base={"noise": 0.4})  # the rate in the base
+    two = _exp(name="u", algorithms=algos, settings=[{"name": "p=0.2", "set": {"noise": 0.2}}])
+    runs, curves = _evidence(one)
+    none, _ = _evidence(two)
+    noise_figure(PaperFigure("x", "adafbio", "a figure", ()), [(one, runs, curves), (two, none.assign(
+        status="not run"), {})], tmp_path / "n.png", ("png",))
+    drawn, empty = captured[-1].axes
+    assert [t.get_text() for t in empty.texts] == ["no finished runs"] and not empty.lines
+    assert not drawn.texts and len(drawn.lines) >= 2 and list(drawn.get_xticks()) == [0.4]
+
+
+def test_rows_of_one_colour_differ_in_marker_and_dash_and_squeezed_ends_get_an_inset(tmp_path, captured):
+    from fbo_cli.plots import plot_experiment
+
+    st = ps.row_styles([("FedNest", "fednest"), ("FedNest (tuned)", "fednest"), ("FedNest-SGD", "fednest-sgd")])
+    assert len({s["color"] for s in st.values()}) == 1  # one method's colour, told apart in grey scale too
+    assert len({s["marker"] for s in st.values()}) == 3 and len({s["ls"] for s in st.values()}) == 3
+    exp = _exp()
+    runs, curves = _evidence(exp)
+    curves = {k: v.assign(test_acc=np.minimum(v.test_acc, 0.9 + 0.001 * len(k[0]))) for k, v in curves.items()}
+    plot_experiment(exp, curves, tmp_path / "i.png", runs, formats=("png",), inset=True)
+    insets = [c for ax in captured[-1].axes for c in ax.child_axes]
+    assert insets and all(i.get_title() == "last half, zoomed" for i in insets)
+    lo, hi = insets[0].get_ylim()
+    assert hi - lo < 0.2  # fitted to the ends, not 0-1

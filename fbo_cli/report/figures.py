@@ -88,8 +88,12 @@ def _curves(fig: PaperFigure, loaded, path: Path, formats):
     from ..plots import caption, plot_experiment
 
     exp, runs, curves = loaded[0]
-    plot_experiment(exp, curves, path, runs, formats=formats, title=False)
-    return [path.with_suffix("." + f) for f in formats], f"{fig.title}. {caption(exp)}"
+    squeeze = plot_experiment(exp, curves, path, runs, formats=formats, title=False, inset=True)
+    from ..compare import ZOOM_BELOW
+
+    zoom = (" Where a panel's lines end close together, its inset shows the last half of the x axis with the y "
+            "axis fitted to it.") if squeeze < ZOOM_BELOW else ""
+    return [path.with_suffix("." + f) for f in formats], f"{fig.title}. {caption(exp)}{zoom}"
 
 
 def _final(runs: pd.DataFrame) -> pd.DataFrame:
@@ -140,8 +144,9 @@ def table_dots(fig: PaperFigure, loaded, path: Path, formats):
         "by the axis); hollow diamonds: the paper's Table I values, in the method's colour.")
 
 
-def _noise(setting: dict) -> float | None:
-    v = setting.set.get("noise")
+def _noise(exp, setting) -> float | None:
+    """The setting's label-noise rate: its own, else the spec's base value (one rate for every setting)."""
+    v = setting.set.get("noise", exp.base.get("noise"))
     return float(v) if v is not None else None
 
 
@@ -151,7 +156,7 @@ def noise_figure(fig: PaperFigure, loaded, path: Path, formats):
     f, axes = ps.subplots(1, len(loaded), panel_h=2.4)
     for ax, (exp, runs, _) in zip(axes[0], loaded, strict=True):
         agg, styles = _final(runs), _styles(exp)
-        p_of = {s.name: _noise(s) for s in exp.settings}
+        p_of = {s.name: _noise(exp, s) for s in exp.settings}
         for k, a in enumerate(exp.algorithms):
             g = agg[agg.algorithm == a.name]
             g = g.assign(p=g.setting.map(p_of)).dropna(subset=["p"]).sort_values("p")
@@ -162,9 +167,12 @@ def noise_figure(fig: PaperFigure, loaded, path: Path, formats):
             lo, hi = np.clip(g["mean"] - g["std"].fillna(0), 0, 1), np.clip(g["mean"] + g["std"].fillna(0), 0, 1)
             ax.errorbar(x, g["mean"], yerr=[g["mean"] - lo, hi - g["mean"]], color=st["color"], ls=st["ls"],
                         marker=st["marker"], ms=4, capsize=2, label=a.name)
-        ax.set_xticks(sorted({p for p in p_of.values() if p is not None}))
         ax.set_xlabel("noise rate p (share of training labels flipped)")
         ax.set_title(_dataset(exp))
+        if not ax.lines:
+            ps.empty(ax)
+            continue
+        ax.set_xticks(sorted({p for p in p_of.values() if p is not None}))
         ps.limit_y(ax, "test_acc")
     axes[0][0].set_ylabel("final test accuracy")
     ps.shared_legend(f)
@@ -192,9 +200,11 @@ def codasca_fig1(fig: PaperFigure, loaded, path: Path, formats, delta: float = 0
     Is = sorted({int(i) for i in runs.I.dropna()})
     algos = [a.name for a in exp.algorithms][::-1]  # the paper's method first
     f, axes = ps.subplots(len(algos) + 1, len(Ks), panel_h=1.75, sharey="row")
+    zoomed = False
     cmap = mpl.colormaps["cividis"]
     icol = {I: cmap(0.9 * k / max(len(Is) - 1, 1)) for k, I in enumerate(Is)}
     for r, a in enumerate(algos):
+        seen = []  # the row's curves after their first tenth: the row's y range (the lines differ by little)
         for c, K in enumerate(Ks):
             ax = axes[r][c]
             for I in Is:
@@ -204,11 +214,23 @@ def codasca_fig1(fig: PaperFigure, loaded, path: Path, formats, delta: float = 0
                 if not ms:
                     continue
                 df = pd.concat([m.set_index("local_iters")[exp.metric] for m in ms], axis=1).sort_index()
-                ax.plot(df.index, df.mean(axis=1), color=icol[I], lw=1.1, label=f"I = {I}")
+                mean = df.mean(axis=1)
+                ax.plot(df.index, mean, color=icol[I], lw=1.1, ls=ps.DASHES[Is.index(I) % len(ps.DASHES)],
+                        marker=ps.MARKERS[Is.index(I) % len(ps.MARKERS)], markevery=max(len(mean) // 5, 1), ms=3,
+                        label=f"I = {I}")
+                seen.append(mean[mean.index >= 0.1 * mean.index.max()].to_numpy(float))
+            if not ax.lines:
+                ps.empty(ax)
             ax.set_title(f"{a}, K = {K}")
             ax.set_xlabel("iterations per client")
             ax.tick_params(labelleft=True)
         axes[r][0].set_ylabel("test AUC")
+        vals = np.concatenate(seen) if seen else np.array([])
+        vals = vals[np.isfinite(vals)]
+        if len(vals):
+            pad = 0.08 * max(float(np.ptp(vals)), 1e-3)
+            axes[r][0].set_ylim(float(vals.min()) - pad, float(vals.max()) + pad)
+            zoomed = True
     done = runs[runs.status == "done"]
     agg = done.groupby(["algorithm", "K", "I"])["final"].agg(["mean", "std"]).reset_index()
     styles, marked = _styles(exp), False
@@ -247,7 +269,9 @@ def codasca_fig1(fig: PaperFigure, loaded, path: Path, formats, delta: float = 0
     ps.save(f, path, formats)
     return [path.with_suffix("." + x) for x in formats], (
         f"{fig.title}. Top rows: test AUC (mean over seeds) against the local iterations each client ran, one "
-        "panel per method and client count K, one line per window I (dark: small I, light: large I). Bottom row: "
+        "panel per method and client count K, one line per window I (dark: small I, light: large I; a marker and "
+        "dash each)" + (", the y axis of each row fitted to the curves after their first tenth of the iterations "
+                        "(their start lies below it)" if zoomed else "") + ". Bottom row: "
         "final test AUC against I (mean ± one std over seeds, clipped to [0, 1]); dotted vertical lines: each "
         f"method's I_max, the largest I whose mean AUC is within {delta:g} of its I = 1 AUC; hollow diamonds at the "
         "foot (at the paper's K only): the paper's I_max on ImageNet-IH (context only: another dataset).")
