@@ -159,6 +159,8 @@ def coerce(key: str, value: Any, tp: Any) -> Any:
     if tp is bool:
         if isinstance(value, bool):
             return value
+        if isinstance(value, str) and value.lower() in ("yes", "no", "on", "off", "y", "n"):  # YAML 1.1's booleans
+            return value.lower() in ("yes", "on", "y")
         raise bad
     if tp in (int, float) and isinstance(value, str):  # YAML 1.1 reads 1e30 as a string
         try:
@@ -229,15 +231,31 @@ def _yaml_size(node, depth: int = 0, memo: dict | None = None, busy: frozenset =
     return n
 
 
+def _yaml12_bools(loader):
+    """``loader`` with YAML 1.2's booleans: only true/false (any case) are; ``no``, ``on``, ``off``, ``y``
+    stay strings (a folder named ``no`` is a folder, not False)."""
+    import re
+
+    bool_tag = "tag:yaml.org,2002:bool"
+    cls = type(loader.__name__, (loader,), {})
+    cls.yaml_implicit_resolvers = {k: [r for r in v if r[0] != bool_tag]
+                                   for k, v in loader.yaml_implicit_resolvers.items()}
+    cls.add_implicit_resolver(bool_tag, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+    return cls
+
+
+_SAFE = _yaml12_bools(yaml.SafeLoader)
+_CSAFE = _yaml12_bools(yaml.CSafeLoader) if hasattr(yaml, "CSafeLoader") else None
+
+
 def _loader(text: str):
     """libyaml's safe loader (the same constructor and resolver, about 20x faster: the cost model reads the
     evidence's 800 config.yaml) where the text cannot nest deeper than its composer's C recursion takes: a
     small text with few flow brackets (block nesting in 100 kB stays under 450 levels); else PyYAML's own,
     whose RecursionError is caught below."""
-    fast = getattr(yaml, "CSafeLoader", None)
-    if fast is not None and len(text) <= 100_000 and text.count("[") + text.count("{") <= 1000:
-        return fast
-    return yaml.SafeLoader
+    if _CSAFE is not None and len(text) <= 100_000 and text.count("[") + text.count("{") <= 1000:
+        return _CSAFE
+    return _SAFE
 
 
 def load_yaml(text: str | bytes, what: str) -> Any:
