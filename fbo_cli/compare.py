@@ -75,8 +75,10 @@ def code_notes(cells: list, stale: dict) -> list[str]:
 
 
 def dry_run_lines(exp: Experiment, rerun: bool, jobs: int, batch: str | int = "auto") -> list[str]:
-    """``fbo compare --dry-run``: what the reuse check found about code, and how many runs are left and what
-    they cost; runs nothing."""
+    """``fbo compare --dry-run``: the spec's checks the real run makes before it runs (its metrics are the runs'
+    columns, every (algorithm, setting) builds: :func:`~fbo_cli.spec.check_metrics`), what the reuse check found
+    about code, and how many runs are left and what they cost; runs nothing."""
+    check_metrics(exp)
     stale: dict = {}
     todo = todo_runs(exp.cells, rerun, False, stale)
     from .tune.record import tuned_code_notes

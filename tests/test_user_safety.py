@@ -279,3 +279,11 @@ def test_a_tuning_whose_every_point_failed_with_an_error_exits_non_zero_naming_i
     out = " ".join(r.output.split())
     assert r.exit_code != 0 and "failed with an error" in out and "RuntimeError: boom" in out, out
     assert not (project / "results" / "compare" / "mine" / "tuned.yaml").exists()
+
+
+def test_compare_dry_run_checks_the_metric_as_the_real_run_does(project):
+    (project / "bad.yaml").write_text(SPEC.replace("metric: test_acc", "metric: test_acc_typo"))
+    r = cli("compare", "bad.yaml", "--dry-run")
+    out = " ".join(r.output.split())
+    assert r.exit_code == 2 and "metric 'test_acc_typo' is not a metric" in out, out
+    assert not (project / "results").exists()  # nothing half-written
