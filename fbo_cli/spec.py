@@ -28,6 +28,7 @@ from .spec_checks import (  # noqa: F401  (parse_tune, MAX_*: spec's API)
     DERIVED,
     MAX_CELLS,
     MAX_SEEDS,
+    check_attribution,
     check_claims,
     check_reference,
     check_reference_on,
@@ -35,7 +36,7 @@ from .spec_checks import (  # noqa: F401  (parse_tune, MAX_*: spec's API)
     nonneg_number,
     parse_tune,
 )
-from .spec_types import AlgorithmEntry, Choice, Claim, SettingEntry, Tuned, TuneSpec, Witness  # noqa: F401
+from .spec_types import AlgorithmEntry, Attribution, Choice, Claim, SettingEntry, Tuned, TuneSpec, Witness  # noqa: F401
 from .tasks import TASKS
 
 BANDS = {"minmax": "min to max over those seeds", "std": "mean ± one standard deviation over those seeds",
@@ -82,6 +83,7 @@ class Experiment:
     outcomes: dict[Path, dict] = field(default_factory=dict)  # run_dir -> what run_cells returned this time
     settled: dict | None = None  # settled.yaml: the seeds `compare --until-settled` added
     witness: Witness | None = None  # the paper's own code beside a row (its settings: {setting: witness's})
+    attribution: Attribution | None = None  # the share of each row's gap to the paper that one change explains
     overrides: dict[str, Any] = field(default_factory=dict)  # the command line's --set keys
     seeds_given: bool = False  # --seeds replaced the spec's seeds
     ignored: dict[str, list[str]] = field(default_factory=dict)  # --set key -> the algorithms without it
@@ -139,7 +141,7 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
     where = str(path)
     known = {"name", "title", "task", "metric", "metrics", "target", "x", "seeds", "base", "algorithms", "settings",
              "reference", "reference_on", "description", "tune", "claims", "tolerance", "x_also", "derived", "band",
-             "paper", "order", "witness"}
+             "paper", "order", "witness", "attribution"}
     unknown = set(spec) - known
     if unknown:
         raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(known))}")
@@ -216,6 +218,7 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
     check_path("out_dir", exp.out_root)
     exp.claims = [Claim.of(c) for c in spec.get("claims") or []]
     exp.witness = check_witness(where, spec.get("witness"), algos, settings)
+    exp.attribution = check_attribution(where, spec.get("attribution"), algos)
     exp.derived = list(derived)
     exp.tolerance = nonneg_number(spec.get("tolerance", 0.02), f"{where}: 'tolerance'")
     if spec.get("tune") is not None:

@@ -9,7 +9,7 @@ import math
 from typing import Any
 
 from .errors import UsageError
-from .spec_types import AlgorithmEntry, SettingEntry, TuneSpec, Witness
+from .spec_types import AlgorithmEntry, Attribution, SettingEntry, TuneSpec, Witness
 from .tasks import TASKS
 
 
@@ -88,6 +88,19 @@ def check_witness(where: str, w: Any, algos: list[AlgorithmEntry], settings: lis
         raise UsageError(f"{where}: 'witness' must be {{algorithm: <an algorithm of the spec>, settings: {{<setting>: "
                          f"one of {', '.join(SETTINGS)}}}, inner_lr: <the public code's --lr>}}; got {w!r:.200}")
     return Witness(w["algorithm"], dict(w["settings"]), float(w.get("inner_lr", 0.01)))
+
+
+def check_attribution(where: str, a: Any, algos: list[AlgorithmEntry]) -> Attribution | None:
+    """``attribution: {change: <words>, pairs: {<row before the change>: <row after it>}}``."""
+    if a is None:
+        return None
+    names = {x.name for x in algos}
+    if not (isinstance(a, dict) and set(a) == {"change", "pairs"} and isinstance(a["change"], str)
+            and isinstance(a["pairs"], dict) and a["pairs"]
+            and all(k in names and v in names for k, v in a["pairs"].items())):
+        raise UsageError(f"{where}: 'attribution' must be {{change: <what differs, in words>, pairs: {{<an algorithm "
+                         f"row of the spec>: <the row after the change>}}}}; got {a!r:.200}")
+    return Attribution(a["change"], dict(a["pairs"]))
 
 
 def check_reference(where: str, ref: Any, algos: list[AlgorithmEntry], settings: list[SettingEntry]) -> None:

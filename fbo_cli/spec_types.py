@@ -101,6 +101,15 @@ class Witness(_Keys):
 
 
 @dataclass
+class Attribution(_Keys):
+    """``attribution:``: how much of each row's gap to the paper one change explains (``pairs``: the row
+    before the change -> the row after it, same settings and seeds)."""
+
+    change: str  # what differs between the two rows, in words
+    pairs: dict[str, str]
+
+
+@dataclass
 class TuneSpec:
     seeds: list[int]
     rounds: int | None  # None ("budget" in the spec): each setting's own evaluation budget

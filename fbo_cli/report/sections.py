@@ -90,6 +90,10 @@ def build_section(spec: str, root: Path, work: Path, figdir: Path | None = None,
         for s, t in pairs:  # across: one setting against another, seed by seed
             v = claim_verdict(table, claim, s, t, len(exp.seeds), exact)._replace(tuning=basis)
             sec.verdicts.append((claim.text, s if t is None else f"{s} vs {t}", v))
+    if exp.attribution:
+        from .attribution import attribution_md
+
+        sec.derived_md = "\n".join(x for x in (sec.derived_md, attribution_md(exp, runs)) if x)
     sec.tolerance = paper_tolerance(exp)
     sec.paper_rows = paper_rows(exp, runs, sec.tolerance[0])
     if exp.witness:
