@@ -64,7 +64,7 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
            "model, for rounds to a target with the paper's target, and at the values the spec fixes (a tuned "
            "row's number stands as *context*: its steps are ours, not the paper's); elsewhere they stand as "
            "*context*. The test is one of **equivalence** (two one-sided tests): the verdict **consistent** (with "
-           "the paper's number) needs the 90% interval of ours − paper lies inside ± the tolerance; **above** or "
+           "the paper's number) needs the 90% interval of ours − paper inside ± the tolerance; **above** or "
            "**below** (for round counts: slower or faster) when the 95% interval of ours − paper lies beyond it; "
            "**inconclusive** otherwise, or with one seed. The interval is the t interval of our mean; for rounds "
            "to a target with seeds that never reach it, or equal values, the order-statistics interval of our "

@@ -238,7 +238,7 @@ def paper_tolerance(exp: Experiment) -> tuple[float, str]:
                              f"({what} = {gap:.4g})")
     return exp.tolerance, ("the spec's tolerance" if not gaps else "the spec's tolerance, below half the smallest "
                            "gap between two of the paper's numbers that a claim compares") \
-        + (": no claim compares two of the paper's numbers" if not gaps else "")
+        + (": no claim compares two of the paper's numbers that differ by its margin" if not gaps else "")
 
 
 # --------------------------------------------------------------------------------------------------
