@@ -16,9 +16,10 @@ from ..results import md_row
 from ..spec_types import Choice
 from .sections import Section
 from .tuning import choice_kind, tuning_records
+from .verdicts import FIT_SPLIT_SCORES
 
 SUFFIX = "_heldout"
-VALIDATION_SCORES = ("val_loss", "upper_loss")  # the upper loss on the split x is fitted on
+VALIDATION_SCORES = FIT_SPLIT_SCORES  # the upper loss on the split x is fitted on
 
 
 def _fmt(c: Choice) -> str:
