@@ -17,3 +17,20 @@ def test_yaml_1_1_boolean_words_are_folder_names(tmp_path, monkeypatch, word):
     r = runner.invoke(app, ["run", "hyperrep", "--algo", "aggitd", "--dataset", "digits", "--out-dir", word,
                             "--data-dir", word, "--dry-run"])
     assert r.exit_code == 0 and f"run directory {word}/hyperrep" in r.output, r.output
+
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
+    f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
+    for i in range(8))
+
+
+@pytest.mark.parametrize("text, says", [(BOMB, "alias bomb"), ("[" * 20000 + "]" * 20000, "levels deep"),
+                                        ("\x00\x01 {{ :", "not"), ("cases: 5\n", "'cases' must be a list"),
+                                        ("- 1\n", "must hold a mapping"),
+                                        ("cases: [{name: a}]\nreference: b\n", "'reference' must name")])
+def test_bench_cases_that_are_not_a_cases_file_are_exit_2(tmp_path, text, says):
+    f = tmp_path / "cases.yaml"
+    f.write_text(text)
+    r = runner.invoke(app, ["bench", "--cases", str(f)])
+    assert r.exit_code == 2 and says in " ".join(r.output.split()) and "Traceback" not in r.output, r.output

