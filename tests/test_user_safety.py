@@ -269,6 +269,8 @@ def test_a_tuning_reruns_its_stale_points_and_compare_warns_of_a_tuning_of_other
     after = {d: json.loads((d / "summary.json").read_text())["code"]["algorithm"]["ln.LocalNeumann"] for d in runs}
     assert all(after[d] != before[d] for d in runs)  # every recorded point ran again
     assert "made by other code" not in " ".join(cli("compare", "mine.yaml", "--dry-run").output.split())
+    out_text = " ".join(cli("tune", "mine.yaml", "--dry-run").output.split())  # finished: it warns of no runs
+    assert "finished" in out_text and "nothing left to run" in out_text and "up to" not in out_text, out_text
 
 
 def test_a_tuning_whose_every_point_failed_with_an_error_exits_non_zero_naming_it(project):

@@ -77,4 +77,8 @@ def dry_run_text(spec_path: str | Path, overrides: dict[str, Any], rerun: bool, 
     ts = tune_spec(exp)
     cells = tune_cells(exp, ts, overrides)
     todo = tuning_todo(cells, {} if rerun else recorded_runs(exp, ts), rerun)
+    done = exp.out_root / "compare" / exp.name / "tuned.yaml"
+    if not todo and not rerun and done.is_file():  # a finished tuning adds no run: its extensions are recorded
+        return (f"{exp.name} tuning: finished ({done}); nothing left to run (--rerun runs it again; an edit of a "
+                "user's algorithm makes its runs stale and they run again)")
     return f"{exp.name} tuning: {estimate_text(tuning_estimate(exp, ts, overrides, cells, todo, jobs, batch), jobs)}"
