@@ -34,6 +34,22 @@ app = typer.Typer(
          "[bold]fbo compare SPEC.yaml[/bold] runs a paper's grid and writes its table and plots; "
          "[bold]fbo list[/bold] shows tasks, algorithms, datasets and experiment specs.")
 
+def _version(value: bool) -> None:
+    if value:
+        from .. import __version__
+        from ..provenance import git_commit
+
+        commit = git_commit()
+        typer.echo(f"fbo {__version__} (commit {commit or 'unknown: not a git checkout'})")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print fbo's version and the commit of its checkout, then exit.")) -> None:
+    pass
+
+
 # in the order `fbo --help` lists them
 app.command(no_args_is_help=True)(run.run)
 app.command(no_args_is_help=True)(compare.compare)
@@ -51,6 +67,28 @@ app.command()(bench.bench)
 app.command(no_args_is_help=True)(witness.witness)
 app.add_typer(diagnose.diagnose_app, name="diagnose")
 app.command("list")(list.list_)
+
+
+def _unwrap(doc: str | None) -> str | None:
+    """A help text as paragraphs: the source's line breaks inside a paragraph are spaces (the terminal wraps it,
+    never mid-sentence where the source did)."""
+    if not doc:
+        return doc
+    import inspect
+    import re
+
+    return "\n\n".join(" ".join(p.split()) for p in re.split(r"\n\s*\n", inspect.cleandoc(doc)))
+
+
+def _unwrap_helps(t: typer.Typer) -> None:
+    for c in t.registered_commands:
+        c.help = _unwrap(c.help or (c.callback.__doc__ if c.callback else None))
+    for g in t.registered_groups:
+        g.typer_instance.info.help = _unwrap(g.typer_instance.info.help)
+        _unwrap_helps(g.typer_instance)
+
+
+_unwrap_helps(app)
 
 
 def main() -> None:

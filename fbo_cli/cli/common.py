@@ -24,6 +24,21 @@ def wide_console() -> Console:
     return out if out.is_terminal else Console(width=100_000, markup=False)
 
 
+def print_table(t, console: Console | None = None) -> None:
+    """A table on stdout: drawn to fit the terminal; in a pipe or a file, plain rows instead (the title, then the
+    header and one line per row, cells separated by tabs), so that no name is wrapped or cut (fbo cost | cat,
+    fbo list | grep)."""
+    con = console or out
+    if con.is_terminal:
+        con.print(t)
+        return
+    cols = [[str(c) for c in col.cells] for col in t.columns]
+    lines = [str(t.title)] if t.title else []
+    lines.append("\t".join(str(col.header) for col in t.columns))
+    lines += ["\t".join(" ".join(cell.split()) for cell in row) for row in zip(*cols)]
+    con.file.write("\n".join(lines) + "\n")  # as written: a console would expand the tabs
+
+
 @contextlib.contextmanager
 def user_errors():
     """Turn a :class:`UsageError` into a one-line message and exit code 2."""

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from ..errors import UsageError
-from .common import BatchOpt, Jobs, OutDir, grid_overrides, out, user_errors
+from .common import BatchOpt, Jobs, OutDir, grid_overrides, out, print_table, user_errors
 
 
 def cost(
@@ -44,7 +44,7 @@ def print_cost(specs: list, jobs: int, overrides: dict, todo: bool = False, batc
     t = Table(title="What the reproduction costs (estimated core-minutes, start-up included)", title_justify="left")
     for h in ("spec", "tuning runs: grid / expected / at most", "compared runs", "core-minutes: expected / at most",
               "one GPU (est.): minutes expected", "no estimate"):
-        t.add_column(h, justify="left" if h == "spec" else "right", overflow="fold")
+        t.add_column(h, justify="left" if h == "spec" else "right", overflow="fold", no_wrap=h == "spec")
     total = largest = unknown = gpu = 0.0
     gpu_none = []
     for spec in specs:
@@ -58,7 +58,7 @@ def print_cost(specs: list, jobs: int, overrides: dict, todo: bool = False, batc
                   "" if g is None else f"{g / 60:.0f}", str(c["unknown"]) if c["unknown"] else "")
     t.add_row("total", "", "", f"{total / 60:.0f} / {largest / 60:.0f}", f"{gpu / 60:.0f}",
               str(int(unknown)) if unknown else "")
-    out.print(t)
+    print_table(t)
     none = f"; {int(unknown)} run(s) of a kind never run on this kind of device have no estimate"
     out.print(f"about {total / 3600:.1f} core-hours expected, at most {largest / 3600:.1f}: "
               f"{total / 3600 / max(jobs, 1):.1f} to {largest / 3600 / max(jobs, 1):.1f} h of wall time with "

@@ -16,7 +16,7 @@ def export(
                                      help="Write TensorBoard scalars into <run>/tensorboard/."),
 ) -> None:
     """Export finished runs' metrics for other tools: TensorBoard scalars per metric, stepped by rounds
-    (`tensorboard --logdir results`; needs pip install -e '.[tensorboard]')."""
+    (`tensorboard --logdir results`; needs pip install -e '.\\[tensorboard]')."""
     from ..export import to_tensorboard
 
     with user_errors():

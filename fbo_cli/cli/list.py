@@ -8,7 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import UsageError
-from .common import user_errors, wide_console
+from .common import print_table, user_errors
 
 
 def list_() -> None:
@@ -17,19 +17,18 @@ def list_() -> None:
     from ..data import LOADERS
     from ..tasks import TASKS
 
-    out = wide_console()
     t = Table(title="Tasks", title_justify="left")
     for c in ("task", "kind", "metric", "datasets"):
         t.add_column(c, no_wrap=c == "task", overflow="fold")
     for name, cls in TASKS.items():
         t.add_row(name, cls.kind, cls.metric, ", ".join(cls.datasets))
-    out.print(t)
+    print_table(t)
     t = Table(title="Algorithms", title_justify="left")
     for c in ("algorithm", "label", "tasks", "rounds / iteration", "paper"):
         t.add_column(c, no_wrap=c == "algorithm", overflow="fold")
     for name, e in REGISTRY.items():
         t.add_row(name, e.label, ", ".join(e.tasks), e.cls.rounds, e.cls.paper)
-    out.print(t)
+    print_table(t)
     with user_errors():
         from ..algorithms.external import entry_points, folder_algorithms
         from ..config import lookup
@@ -54,13 +53,13 @@ def list_() -> None:
                 t.add_column(c, no_wrap=c == "algorithm", overflow="fold")
             for row in rows:
                 t.add_row(*map(escape, row))
-            out.print(t)
+            print_table(t)
     t = Table(title="Datasets", title_justify="left")
     t.add_column("dataset", no_wrap=True)
     t.add_column("source", overflow="fold")
     for name, fn in LOADERS.items():
-        t.add_row(name, (fn.__doc__ or "torchvision (data dir or download)").strip().splitlines()[0])
-    out.print(t)
+        t.add_row(name, " ".join((fn.__doc__ or "torchvision (data dir or download)").strip().split("\n\n")[0].split()))
+    print_table(t)
     specs = sorted(Path("experiments").glob("*.yaml"))
     if specs:
         from ..config import load_yaml
@@ -75,4 +74,4 @@ def list_() -> None:
                 d = {}
             if isinstance(d, dict) and "algorithms" in d:
                 t.add_row(str(p), str(d.get("title", "")))
-        out.print(t)
+        print_table(t)

@@ -109,8 +109,7 @@ def run(
 
             try:
                 summary = execute(cfg, on_eval=on_eval, wait=False, log=lambda m: err.print(m, highlight=False))
-            except Interrupted as e:
-                err.print(str(e), style="yellow", highlight=False)
+            except Interrupted:  # the runner said where it stopped (its log line): once
                 raise typer.Exit(130) from None
     if tensorboard:
         from ..export import to_tensorboard
