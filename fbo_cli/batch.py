@@ -257,7 +257,7 @@ def execute_batch(cfgs: Sequence[RunConfig], reuse: bool = True, fresh: bool = F
     its ``error``; its ``summary.json`` records it) and the others go on. An interruption raises
     (:class:`fbo_cli.runner.Interrupted`) once every run's checkpoint is written."""
     from .provenance import stale_reason
-    from .runner import RunBusy, _run_log, execute
+    from .runner import Interrupted, RunBusy, _run_log, execute
 
     out: list[dict | None] = [None] * len(cfgs)
     alone: list[int] = []
@@ -308,6 +308,8 @@ def execute_batch(cfgs: Sequence[RunConfig], reuse: bool = True, fresh: bool = F
             out[i] = execute(cfgs[i], reuse=reuse, fresh=fresh or i in again, wait=wait, log=log)
         except RunBusy:
             out[i] = {"status": "busy"}
+        except Interrupted:
+            raise
         except UsageError as e:
             out[i] = {"status": "failed", "error": str(e)}
         except Exception as e:  # recorded in its summary.json (failed); the other runs go on

@@ -289,3 +289,20 @@ def test_compare_dry_run_checks_the_metric_as_the_real_run_does(project):
     out = " ".join(r.output.split())
     assert r.exit_code == 2 and "metric 'test_acc_typo' is not a metric" in out, out
     assert not (project / "results").exists()  # nothing half-written
+
+
+def test_an_interrupted_run_alone_stops_the_batch(tmp_path, monkeypatch):
+    import fbo_cli.runner as rn
+    from fbo_cli.batch import execute_batch
+
+    calls = []
+
+    def interrupted(cfg, **kw):
+        calls.append(cfg)
+        raise rn.Interrupted(cfg.run_dir, 3)
+
+    monkeypatch.setattr(rn, "execute", interrupted)
+    cfgs = [resolve("hyperrep", user(tmp_path, MOM), {**KEYS, "outer_lr": lr}) for lr in (0.01, 0.02)]
+    with pytest.raises(rn.Interrupted):
+        execute_batch(cfgs)  # alone (undeclared state): the first run's Ctrl-C is not a failure to go past
+    assert len(calls) == 1
