@@ -269,18 +269,21 @@ def load_yaml(text: str | bytes, what: str) -> Any:
             text = text.decode()
         except UnicodeDecodeError:
             raise UsageError(f"{what} is not a text (YAML) file") from None
+    loader = _loader(text)(text)  # a safe loader: SafeLoader or libyaml's CSafeLoader
     try:
-        loader = _loader(text)
-        node = yaml.compose(text, Loader=loader)
-        if node is not None:
-            _yaml_size(node)
-        return yaml.load(text, Loader=loader)  # noqa: S506  (a safe loader: SafeLoader or libyaml's CSafeLoader)
+        node = loader.get_single_node()  # parsed once: composed, measured, then built
+        if node is None:
+            return None
+        _yaml_size(node)
+        return loader.construct_document(node)
     except ValueError as e:
         raise UsageError(f"{what}: {e}") from None
     except RecursionError:
         raise UsageError(f"{what}: nested more than {MAX_YAML_DEPTH} levels deep") from None
     except yaml.YAMLError as e:
         raise UsageError(f"{what} is not valid YAML: {str(e).splitlines()[0]}") from None
+    finally:
+        loader.dispose()
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:

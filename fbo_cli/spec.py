@@ -411,7 +411,8 @@ def settled_path(exp: Experiment) -> Path:
 
 def load_settled(p: Path) -> dict | None:
     """A ``settled.yaml`` (written by ``compare --until-settled``, :mod:`fbo_cli.settle`), checked: ``added``
-    is a list of ``{setting, algorithms, seeds}``."""
+    is a list of ``{setting, algorithms, seeds}``, a setting at most once, and no more seeds in all than a
+    spec may have (``MAX_SEEDS``, the bound of ``--cap``)."""
     if not p.is_file():
         return None
     d = load_config_file(p)
@@ -423,6 +424,10 @@ def load_settled(p: Path) -> dict | None:
     if not ok:
         raise UsageError(f"{p}: 'added' must be a list of {{setting, algorithms, seeds}}; run "
                          f"`fbo compare --until-settled` again to rewrite it (or delete the file)")
+    seeds = {k for e in added for k in e["seeds"]}
+    if len(seeds) > MAX_SEEDS or len({e["setting"] for e in added}) < len(added):
+        raise UsageError(f"{p}: {len(seeds):,} seeds in {len(added):,} entries; a settled.yaml adds at most "
+                         f"{MAX_SEEDS:,} seeds, each setting once (`fbo compare --until-settled` rewrites it)")
     return d
 
 

@@ -34,3 +34,24 @@ def test_bench_cases_that_are_not_a_cases_file_are_exit_2(tmp_path, text, says):
     f.write_text(text)
     r = runner.invoke(app, ["bench", "--cases", str(f)])
     assert r.exit_code == 2 and says in " ".join(r.output.split()) and "Traceback" not in r.output, r.output
+
+
+SPEC = ("name: s55\ntask: hyperrep\nseeds: [0]\nalgorithms: [{name: A, algo: aggitd}]\n"
+        "base: {dataset: digits, clients: 4, rounds: 2}\n")
+
+
+@pytest.mark.parametrize("added, says", [
+    ("[{setting: default, algorithms: [A], seeds: [%s]}]" % ", ".join(map(str, range(1, 1_502))), "1,501 seeds"),
+    ("[{setting: default, algorithms: [A], seeds: [1]}, {setting: default, algorithms: [A], seeds: [2]}]",
+     "each setting once")])
+def test_a_settled_yaml_cannot_carry_more_seeds_than_a_spec_may(tmp_path, added, says):
+    import time
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(SPEC)
+    (tmp_path / "out" / "compare" / "s55").mkdir(parents=True)
+    (tmp_path / "out" / "compare" / "s55" / "settled.yaml").write_text(f"cap: 10\nadded: {added}\n")
+    t = time.monotonic()
+    r = runner.invoke(app, ["compare", str(spec), "--dry-run", "--out-dir", str(tmp_path / "out")])
+    assert r.exit_code == 2 and says in " ".join(r.output.split()), r.output
+    assert time.monotonic() - t < 10
