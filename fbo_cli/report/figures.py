@@ -59,7 +59,7 @@ def draw(name: str, root: Path, out_dir: Path, formats=ps.FORMATS, evidence: Evi
         raise UsageError(f"unknown figure '{name}'; choose one of: {', '.join(BY_NAME)}")
     fig = BY_NAME[name]
     ev = evidence or Evidence(root)
-    path = Path(out_dir) / f"{name}.png"
+    path = Path(out_dir) / f"{file_stem(name)}.png"
     if fig.kind == "partition":
         inputs: tuple = tuple(Path(root) / c for c in COUNTS)
         produce = lambda: _partition(fig, Path(root), path, formats)  # noqa: E731
@@ -82,6 +82,12 @@ def draw(name: str, root: Path, out_dir: Path, formats=ps.FORMATS, evidence: Evi
 
     names, cap = reuse(path, (fig, formats, inputs), named)
     return [path.parent / f for f in names], cap
+
+
+def file_stem(name: str) -> str:
+    """A figure's file name, in the one scheme of every file the report writes (its specs' names, the counts
+    tables): words joined by underscores, ``aggitd-fig2`` -> ``aggitd_fig2``."""
+    return name.replace("-", "_")
 
 
 def _curves(fig: PaperFigure, loaded, path: Path, formats):

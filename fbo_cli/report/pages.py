@@ -28,7 +28,7 @@ def paper_figures(paper: Paper, sections: list[Section], root: Path, figdir: Pat
             files, cap = draw(f.name, root, figdir, evidence=evidence)
         except UsageError:  # e.g. no counts tables in the evidence: the figure is left out
             continue
-        out.append((figdir / f"{f.name}.svg", f"{cap} (`fbo figure {f.name}`)"))
+        out.append((files[0].with_suffix(".svg"), f"{cap} (`fbo figure {f.name}`)"))
     return out
 
 
