@@ -140,6 +140,8 @@ def table_dots(fig: PaperFigure, loaded, path: Path, formats):
         ax.set_ylim(len(settings) - 0.5, -0.5)
         ax.set_xlabel("final test accuracy")
         ax.set_title(_dataset(exp))
+        if not ax.lines:
+            ps.empty(ax)
         ax.tick_params(labelleft=True)
         lo, hi = ax.get_xlim()
         ax.set_xlim(max(lo, 0.0), min(hi, 1.0))

@@ -1,7 +1,7 @@
 """A scorecard per paper: what reproduces, on one screen. It is computed from the sections' verdicts (the
 claims' by :func:`.verdicts.claim_verdict`, the paper's numbers' by :func:`.verdicts.paper_rows`), never
 typed: the claims counted by verdict, the paper's headline numbers against ours on its own data (reached,
-not reached, inconclusive, or not testable here and why), and what differs from the paper, one line each,
+not reached, inconclusive, or context only and why), and what differs from the paper, one line each,
 linked to the detail. Each paper's page opens with its card; the index shows every card's counts in one
 table.
 """
@@ -21,7 +21,9 @@ REACHED = {"consistent with": "reached", "consistent": "reached", "above": "reac
            "below (faster)": "reached (faster)",
            "below": "not reached", "above (slower)": "not reached (slower)", "inconclusive": "inconclusive",
            "no data": "not run yet"}
-NUMBER_KINDS = ("reached", "not reached", "inconclusive", "not run yet", "not testable here")
+# context only: no verdict by the rule (another dataset or target, or a tuned row: ours at our steps; the reason is
+# on the paper's page)
+NUMBER_KINDS = ("reached", "not reached", "inconclusive", "not run yet", "context only")
 
 
 @dataclass
@@ -42,7 +44,7 @@ def section_link(sec: Section) -> str:
 
 def kind(outcome: str) -> str:
     """The scorecard's column of a number's outcome."""
-    return "not testable here" if outcome.startswith("context") else outcome.split(" (")[0]
+    return "context only" if outcome.startswith("context") else outcome.split(" (")[0]
 
 
 def scorecard(paper: Paper, sections: list[Section]) -> Scorecard:
@@ -61,7 +63,7 @@ def scorecard(paper: Paper, sections: list[Section]) -> Scorecard:
             if verdict.startswith("context"):
                 key = (link, verdict.removeprefix("context: "))
                 context[key] = context.get(key, 0) + 1
-                card.tally["not testable here"] += 1
+                card.tally["context only"] += 1
                 continue
             outcome = REACHED.get(verdict, verdict)
             card.tally[kind(outcome)] += 1
@@ -111,16 +113,15 @@ def scorecards_md(cards: list[Scorecard]) -> list[str]:
 
     out = ["## Scorecards: what reproduces", "",
            "Per paper: its claims checked, counted by verdict over settings (the rule below); its own numbers "
-           "against ours on its own data (\"reached\": the paper's value lies within our 95% interval widened by "
-           "the tolerance, or ours beats it); and the claims we could not test, with the reason on the paper's "
-           "page. Follow a paper for its card.", "",
-           "| paper | claims: verdicts | the paper's numbers on its data | not tested here |", "|---|---|---|---|"]
+           "against ours on its own data (\"reached\": consistent with the paper's value by the rule below, or ours "
+           "beats it; \"context only\": no verdict, e.g. another dataset or a tuned row); and how many of its claims "
+           "we could not test. Follow a paper for its card: each claim, each number, and why each difference.", "",
+           "| paper | claims: verdicts | the paper's numbers on its data | claims not tested here |",
+           "|---|---|---|---|"]
     for c in cards:
         short = c.paper.title.split(":")[0]
         out.append(md_row((f"[{short}](#{slug(c.paper.title.replace('`', ''))})", claims_line(c).split(": ", 1)[-1],
-                           numbers_line(c), (f"{len(c.paper.unchecked)} claims" if c.paper.unchecked else "none")
-                           + (f"; {c.tally['not testable here']} numbers as context" if c.tally["not testable here"]
-                              else ""))))
+                           numbers_line(c), str(len(c.paper.unchecked)))))
     return out + [""]
 
 
