@@ -37,6 +37,8 @@ from pathlib import Path
 
 import yaml
 
+from .errors import UsageError
+
 # reproduce/fig2.sh of the public code, FedNest (SVRG lower solver, global-batch HVPs); the inner (lower) step
 # --lr is the run's: 0.01 in that script, 0.003 in Xiao & Ji's App. A.3
 COMMON = ["--hlr", "0.01", "--local_bs", "64", "--round", "10000000", "--gpu", "-1"]
@@ -131,10 +133,17 @@ def run_public_fednest(checkout: Path, mnist_raw: Path, setting: str, seed: int,
                     echo(f"{setting} seed {seed}: {line.strip()}")
         wall = time.time() - t0
         if proc.returncode or not log.is_file():
-            raise RuntimeError(f"the public FedNest code failed (exit {proc.returncode}):\n{''.join(tail)}")
-        logs = yaml.safe_load(log.read_text())
-    df = pd.DataFrame({"iterations": range(1, len(logs["round"]) + 1), "rounds": logs["round"],
-                       "test_acc": [a / 100 for a in logs["test_acc"]], "test_loss": logs["test_loss"]})
+            raise UsageError(f"the public FedNest code in {checkout} failed (exit {proc.returncode}"
+                             f"{'' if log.is_file() else ', no log written'}); its last lines:\n{''.join(tail)}")
+        try:
+            logs = yaml.safe_load(log.read_text())
+            df = pd.DataFrame({"iterations": range(1, len(logs["round"]) + 1), "rounds": logs["round"],
+                               "test_acc": [a / 100 for a in logs["test_acc"]], "test_loss": logs["test_loss"]})
+        except (yaml.YAMLError, UnicodeDecodeError, KeyError, TypeError, ValueError) as e:
+            raise UsageError(f"the public FedNest code in {checkout} wrote a log fbo cannot read (round, test_acc "
+                             f"and test_loss per iteration): {type(e).__name__}: {e}") from None
+        if df.empty:
+            raise UsageError(f"the public FedNest code in {checkout} logged no iteration")
     df = df[df.rounds <= rounds] if (df.rounds <= rounds).any() else df
     hit = df[df.test_acc >= target]
     atomic_write(out / "metrics.csv", df.to_csv(index=False))

@@ -55,3 +55,40 @@ def test_a_settled_yaml_cannot_carry_more_seeds_than_a_spec_may(tmp_path, added,
     r = runner.invoke(app, ["compare", str(spec), "--dry-run", "--out-dir", str(tmp_path / "out")])
     assert r.exit_code == 2 and says in " ".join(r.output.split()), r.output
     assert time.monotonic() - t < 10
+
+
+@pytest.mark.parametrize("args, says", [(["aggitd-fig2", "--out", "FILE"], "a part of that path is a regular file"),
+                                        (["aggitd-fig2", "--out", "/proc/x"], "cannot create directory /proc/x"),
+                                        (["zohfl-fig1", "mnist", "--seed", "-1"], "--seed in [0, 2^32)"),
+                                        (["zohfl-fig1", "mnist", "--seed", "99999999999999999999"], "--seed in")])
+def test_figure_with_a_bad_out_or_seed_is_exit_2(tmp_path, args, says):
+    (tmp_path / "FILE").write_text("mine")
+    args = [str(tmp_path / a) if a == "FILE" else a for a in args]
+    r = runner.invoke(app, ["figure", *args] + ([] if "--out" in args else ["--out", str(tmp_path / "o")]))
+    assert r.exit_code == 2 and says in " ".join(r.output.split()) and "Traceback" not in r.output, r.output
+    assert (tmp_path / "FILE").read_text() == "mine" and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("main, says", [("raise SystemExit(3)\n", "failed (exit 3"),
+                                        ("import sys, yaml\nout = sys.argv[sys.argv.index('--output') + 1]\n"
+                                         "yaml.safe_dump({'round': [10]}, open(out, 'w'))\n", "KeyError: 'test_acc'"),
+                                        (None, "cannot create directory")])
+def test_witness_when_the_code_fails_or_its_log_is_short_or_out_dir_unwritable_is_exit_2(tmp_path, monkeypatch,
+                                                                                         main, says):
+    import fbo_cli.witness as w
+
+    # the driver without its torch set-up (seconds to import): it runs main_hr.py as the real one does
+    monkeypatch.setattr(w, "DRIVER", "import runpy, sys\nsys.argv = ['main_hr.py', *sys.argv[1:]]\n"
+                                     "runpy.run_path('main_hr.py', run_name='__main__')\n")
+    co, raw = tmp_path / "FedNest", tmp_path / "raw"
+    (co / "core").mkdir(parents=True)
+    (co / "core" / "test.py").write_text("def test_img(net, data, args):\n    return 0, 0\n")
+    (co / "main_hr.py").write_text(main or "")
+    raw.mkdir()
+    (raw / "train-images-idx3-ubyte").write_text("")
+    (tmp_path / "FILE").write_text("mine")
+    out = tmp_path / ("FILE" if main is None else "out")
+    r = runner.invoke(app, ["witness", "fednest", "--checkout", str(co), "--mnist-raw", str(raw), "--seeds", "0",
+                            "--settings", "iid-tau1", "--rounds", "10", "--out-dir", str(out)])
+    assert r.exit_code == 2 and says in " ".join(r.output.split()) and "Traceback" not in r.output, r.output
+    assert not list(tmp_path.glob("out/witness/*/*"))

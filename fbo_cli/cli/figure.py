@@ -28,6 +28,20 @@ FORMAT = typer.Option(None, "--format", help="Output formats: png, pdf, svg (rep
 out = Console()
 
 
+def _out_folder(out_dir: Path) -> None:
+    """``--out`` made (or found) as a writable folder: a regular file or an unwritable place is bad input."""
+    import os
+
+    from ..results import make_dirs
+
+    try:
+        make_dirs(out_dir)
+    except UsageError as e:
+        raise UsageError(f"--out: {e}") from None
+    if not os.access(out_dir, os.W_OK | os.X_OK):
+        raise UsageError(f"--out: cannot write into {out_dir}")
+
+
 def _draw(name: str, root: Path, out_dir: Path, formats: list[str] | None) -> None:
     from ..plotstyle import parse_formats
     from ..report.figures import draw
@@ -36,6 +50,7 @@ def _draw(name: str, root: Path, out_dir: Path, formats: list[str] | None) -> No
         fmts = parse_formats(formats)
         if not root.is_dir():
             raise UsageError(f"--from: no results folder at {root}")
+        _out_folder(out_dir)
         files, caption = draw(name, root, out_dir, fmts)
     out.print(f"written: {', '.join(str(f) for f in files)}", highlight=False, markup=False)
     out.print(caption, highlight=False, markup=False)
@@ -75,8 +90,10 @@ def figure_zohfl_fig1(
 
     with user_errors():
         fmts = parse_formats(formats)
-        if not alpha > 0 or clients < 1:
-            raise UsageError(f"--alpha must be > 0 and --clients >= 1, got {alpha}, {clients}")
+        if not alpha > 0 or clients < 1 or not 0 <= seed < 2**32:
+            raise UsageError(f"--alpha must be > 0, --clients >= 1 and --seed in [0, 2^32), got {alpha}, {clients}, "
+                             f"{seed}")
+        _out_folder(out_dir)
         png = fig1(dataset, alpha, clients, seed, str(data_dir), out_dir, fmts)
     out.print(f"written: {png.with_suffix('')}.{{{','.join(fmts)}}} and its .csv", highlight=False, markup=False)
 

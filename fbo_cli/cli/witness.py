@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
@@ -25,8 +26,8 @@ def witness(
     """The paper's own code as a witness: run the public FedNest code at Table 2's settings and record its
     curves as runs beside ours (fbo report shows them in Table 2's section). Finished runs are kept; one run
     takes 10-45 minutes on one core, by the machine's load."""
-    from ..results import read_summary
-    from ..witness import SETTINGS, run_name, run_public_fednest
+    from ..results import make_dirs
+    from ..witness import SETTINGS
 
     with user_errors():
         if code != "fednest":
@@ -45,9 +46,20 @@ def witness(
         if not seed_list or any(not 0 <= k < 2**31 for k in seed_list) or not 10 <= rounds <= 100_000 \
                 or not 0 < inner_lr < 10:
             raise UsageError("--seeds must be integers in [0, 2^31), --rounds in [10, 100000], --inner-lr in (0, 10)")
+        make_dirs(out_dir / "witness")  # an unwritable --out-dir fails now, not after a run of 10-45 minutes
+        if not os.access(out_dir / "witness", os.W_OK | os.X_OK):
+            raise UsageError(f"--out-dir: cannot write into {out_dir / 'witness'}")
     import torch
 
     torch.set_num_threads(1)
+    with user_errors():
+        _runs(names, seed_list, rounds, out_dir, checkout, mnist_raw, inner_lr)
+
+
+def _runs(names, seed_list, rounds, out_dir, checkout, mnist_raw, inner_lr) -> None:
+    from ..results import read_summary
+    from ..witness import run_name, run_public_fednest
+
     for name in names:
         for k in seed_list:
             d = out_dir / "witness" / run_name(name, inner_lr, k)
