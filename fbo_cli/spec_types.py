@@ -158,7 +158,7 @@ class Choice(Mapping):
         """How the chosen value relates to its grid's edge, in words ('' when interior)."""
         n, out = self.notes, []
         if n.get("stable_edge"):
-            out.append(f"at the grid's edge: {n['stable_edge']}")
+            out.append(f"beside a rejected value: {n['stable_edge']}")  # interior to the grid as extended
         if n.get("valid_edge"):
             out.append(f"at the end of the valid range: {n['valid_edge']}")
         if n.get("at_grid_edge"):

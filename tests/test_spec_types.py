@@ -45,7 +45,7 @@ def test_a_tuned_choice_keeps_values_and_notes_apart_and_its_file_unchanged():
     assert c.notes == {"stable_edge": "lr=0.1 is the largest stable value", "at_grid_edge": "mom"}
     assert c.on_disk() == on_disk and list(c.on_disk()) == list(on_disk) and c == on_disk
     assert "_at_grid_edge" in c and "_none" not in c and c["lr"] == 0.1
-    assert "at the grid's edge: lr=0.1" in c.edge_note() and "unresolved edge" in c.edge_note()
+    assert "beside a rejected value: lr=0.1" in c.edge_note() and "unresolved edge" in c.edge_note()
     record = {"score": "val_loss", "setting": "s", "chosen": {"A": {"s": on_disk}}, "seeds": [100]}
     t = Tuned.of(record)
     assert t.entry("A", "other") is t.chosen["A"]["s"]  # one tuned setting serves every setting

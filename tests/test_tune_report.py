@@ -604,13 +604,14 @@ algorithms: [{{name: A, algo: aggitd, tune: {{outer_lr: [0.003, 0.01, 0.03]}}}}]
     assert np.allclose(again.score, first.score)  # today's files, not the doctored record
 
 
-def test_only_a_resolved_edge_note_says_at_the_grids_edge():
+def test_only_an_unresolved_edge_note_says_edge():
     from fbo_cli.spec import edge_note
 
+    # a value beside a rejected one is interior to the grid as extended: no "edge" (issue 53)
     resolved = edge_note({"_stable_edge": "outer_lr=0.9 is the largest stable value: outer_lr=2.7 diverged"})
     unresolved = edge_note({"_at_grid_edge": "outer_lr"})
-    assert "at the grid's edge" in resolved and "largest stable value" in resolved
-    assert "at the grid's edge" not in unresolved and "unresolved edge" in unresolved and "outer_lr" in unresolved
+    assert "edge" not in resolved and "beside a rejected value" in resolved and "largest stable value" in resolved
+    assert "unresolved edge" in unresolved and "outer_lr" in unresolved
 
 
 def test_a_factor_claim_tests_the_ratio_of_the_paired_values():
