@@ -123,7 +123,8 @@ def run_experiment(exp: Experiment, grid: GridOptions | None = None, rerun: bool
 
 def collect(exp: Experiment, warn=None) -> tuple[pd.DataFrame, dict[tuple[str, str, int], pd.DataFrame]]:
     """One row per cell (``status``: done, diverged, collapsed (:mod:`fbo_cli.collapse`, derived from the
-    metrics), failed, or ``not run`` for a run without a finished, consistent run directory), and the
+    metrics), failed, or ``not run`` for a run without a finished, consistent run directory, with ``corrupt``:
+    why, when its files fail their completion record), and the
     metrics of the finished runs. Only a run whose
     ``summary.json`` is the completion record of its ``metrics.csv`` is aggregated; a corrupt run
     directory is reported through ``warn`` and counted as not run."""
@@ -141,7 +142,7 @@ def collect(exp: Experiment, warn=None) -> tuple[pd.DataFrame, dict[tuple[str, s
             continue
         if state != "finished" or (m is None and s.get("status") != "failed") or (
                 m is not None and exp.metric not in m):
-            rows.append({**base, "status": "not run"})
+            rows.append({**base, "status": "not run", **({"corrupt": why} if state == "corrupt" else {})})
             continue
         if s.get("status") == "failed" or m is None or m.empty:
             rows.append({**base, "status": "failed", "error": s.get("error")})

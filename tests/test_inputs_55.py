@@ -92,3 +92,20 @@ def test_witness_when_the_code_fails_or_its_log_is_short_or_out_dir_unwritable_i
                             "--settings", "iid-tau1", "--rounds", "10", "--out-dir", str(out)])
     assert r.exit_code == 2 and says in " ".join(r.output.split()) and "Traceback" not in r.output, r.output
     assert not list(tmp_path.glob("out/witness/*/*"))
+
+
+def test_the_report_names_a_run_whose_metrics_fail_their_hash_as_tampered(tmp_path):
+    from fbo_cli.report.sections import build_section
+    from fbo_cli.runner import execute
+    from fbo_cli.spec import load_spec
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(SPEC.replace("seeds: [0]", "seeds: [0, 1]"))
+    ev = tmp_path / "ev"
+    for c in load_spec(spec, {"out_dir": str(ev)}).cells:  # the runs, without compare's tables and figures
+        execute(c.cfg)
+    m = sorted(ev.glob("hyperrep/aggitd/*/metrics.csv"))[0]
+    m.write_text(m.read_text().replace("0.", "0.9", 1))  # an edited number, the hash left as it was
+    (tmp_path / "work").mkdir()
+    sec = build_section(str(spec), ev, tmp_path / "work", None)
+    assert len(sec.missing) == 1 and "tampered or damaged: metrics.csv does not match the hash" in sec.missing[0]

@@ -65,7 +65,9 @@ def build_section(spec: str, root: Path, work: Path, figdir: Path | None = None,
         return sec
     sec.exp = exp
     gone = runs[runs.status == "not run"]
-    sec.missing = [f"{a} · {s} · seed {k}" for a, s, k in zip(gone.algorithm, gone.setting, gone.seed)]
+    bad = gone["corrupt"] if "corrupt" in gone else [None] * len(gone)  # present, but failing its record
+    sec.missing = [f"{a} · {s} · seed {k}" + (f" (tampered or damaged: {w})" if isinstance(w, str) else "")
+                   for a, s, k, w in zip(gone.algorithm, gone.setting, gone.seed, bad)]
     runs = runs[runs.status != "not run"]
     if runs.empty:
         return sec
