@@ -288,7 +288,11 @@ def load_yaml(text: str | bytes, what: str) -> Any:
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
     p = Path(path)
-    if not p.is_file():
+    try:
+        found = p.is_file()
+    except OSError as e:  # a name longer than the file system allows
+        raise UsageError(f"cannot read {str(p)[:300]}: {e.strerror or e}") from None
+    if not found:
         raise UsageError(f"config file not found: {p}")
     try:
         if p.stat().st_size > MAX_YAML_BYTES:

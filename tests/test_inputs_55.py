@@ -109,3 +109,10 @@ def test_the_report_names_a_run_whose_metrics_fail_their_hash_as_tampered(tmp_pa
     (tmp_path / "work").mkdir()
     sec = build_section(str(spec), ev, tmp_path / "work", None)
     assert len(sec.missing) == 1 and "tampered or damaged: metrics.csv does not match the hash" in sec.missing[0]
+
+
+@pytest.mark.parametrize("cmd", [["compare", "{p}"], ["run", "--config", "{p}", "hyperrep", "--algo", "aggitd"]])
+def test_a_spec_path_component_over_255_bytes_is_exit_2(tmp_path, cmd):
+    p = str(tmp_path / ("s" * 300) / "x.yaml")
+    r = runner.invoke(app, [a.replace("{p}", p) for a in cmd])
+    assert r.exit_code == 2 and "File name too long" in " ".join(r.output.split()), r.output
