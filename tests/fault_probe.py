@@ -194,13 +194,14 @@ def main() -> int:
     k.send_signal(signal.SIGKILL)
     k.wait()
     kd = next((o / "kill").glob("hyperrep/aggitd/*"))
-    (kd / ".metrics.csv.abc123_x").write_text("half")
+    (kd / ".metrics.csv.abc123_x.fbo-tmp").write_text("half")
     r = CliRunner().invoke(app, ["clean", "--out-dir", str(o / "kill"), "--yes"])
     check("temp file of a SIGKILLed run removed by fbo clean --yes",
-          r.exit_code == 0 and not (kd / ".metrics.csv.abc123_x").exists(), r.output[-200:])
+          r.exit_code == 0 and not (kd / ".metrics.csv.abc123_x.fbo-tmp").exists(), r.output[-200:])
     removal(o)
     ray_probe(env)
     more_inputs(o, env)
+    issue55(o, env)
     for f, text in KEPT.items():
         check(f"the user's file {f.relative_to(ROOT)} stays", f.is_file() and f.read_bytes() == text,
               "removed or changed")
@@ -228,14 +229,14 @@ def removal(o: Path) -> None:
     keep(root / "notes" / ".hidden")
     (root / "hyperrep" / "elsewhere").symlink_to(h)  # a link to a folder full of the user's files
     run = next(root.glob("hyperrep/aggitd/*"))
-    (run / ".config.yaml.k9x2m4q7").write_text("half")  # a killed atomic write's temporary file
+    (run / ".config.yaml.k9x2m4q7.fbo-tmp").write_text("half")  # a killed atomic write's temporary file
     r = CliRunner().invoke(app, ["clean", "--out-dir", str(root)])
     check("fbo clean without --yes lists only", r.exit_code == 0 and "--yes" in r.output
-          and (run / ".config.yaml.k9x2m4q7").exists(), r.output[-200:])
+          and (run / ".config.yaml.k9x2m4q7.fbo-tmp").exists(), r.output[-200:])
     r = CliRunner().invoke(app, ["clean", "--out-dir", str(root), "--yes"])
     check("fbo clean --yes in a root fbo made: its temporary file goes; dotfiles, the user's folders and links stay",
           r.exit_code == 0 and (root / "hyperrep" / "elsewhere").is_symlink()
-          and not (run / ".config.yaml.k9x2m4q7").exists(), r.output[-200:])
+          and not (run / ".config.yaml.k9x2m4q7.fbo-tmp").exists(), r.output[-200:])
     from fbo_cli.results import remove_temp_files
 
     (ROOT / "linked-run").symlink_to(h)
@@ -634,6 +635,166 @@ def more_inputs(o: Path, env: dict) -> None:
     check("a SIGKILLed --jobs 2 worker: the grid goes on, no traceback", victim is not None and rc in (0, 1)
           and "BrokenProcessPool" not in text and "worker process died" in text and "| A " in text,
           f"victim {victim}, rc {rc}: {text[-300:]}")
+
+
+def issue55(o: Path, env: dict) -> None:
+    """Issue 55: removal proves ownership per file, --prune refuses when it cannot tell, a user's file cannot
+    take over fbo, and the remaining tracebacks."""
+    import fbo_cli.algorithms.external as external
+    from fbo_cli.report import Paper, prune_evidence
+    from fbo_cli.results import temp_folder
+
+    # 1. --prune from a folder without experiments/ (nothing removed), and a cut past 20% without --yes
+    ev = o / "ev55"
+    CliRunner().invoke(app, ["compare", str(spec("ev55", extra="seeds: [0, 1, 2]\n")), "--out-dir", str(ev)])
+    runs = sorted(ev.glob("hyperrep/aggitd/*/summary.json"))
+    bare, here = ROOT / "bare", os.getcwd()
+    bare.mkdir()
+    os.chdir(bare)
+    try:
+        case("report --prune from a folder without experiments/", ["report", "--from", str(ev), "--prune", "--md",
+             "x.md", "--html", "x.html"], says="cannot read the reproduction specs")
+    finally:
+        os.chdir(here)
+    check("... removes nothing (3 runs stay)", len(runs) == 3 and all(p.is_file() for p in runs), f"{runs}")
+    one = spec("ev55", extra="seeds: [0]\n")
+    try:
+        prune_evidence(ev, papers=(Paper("e", "E", "", given=(str(one),)),), remove=True)
+        cut = "removed"
+    except Exception as e:  # noqa: BLE001
+        cut = str(e)
+    check("--prune that would remove 2 of 3 runs without --yes: refused", "would remove 2 of the 3" in cut
+          and all(p.is_file() for p in runs), cut)
+    # 2. ownership per file: a planted marker in a home, a foreign folder of runs
+    home = ROOT / "home55"
+    looks = [".config/app/.lock", ".env.template", "proj/.vimrc.original", "notes/.draft.abcdefgh",
+             "sub/only/.lock", "photos/.thumb.a1b2c3d4.png"]
+    for f in looks:
+        keep(home / f)
+    (home / ".fbo-results").write_text("")
+    case("fbo clean --yes in a home with a planted .fbo-results", ["clean", "--out-dir", str(home), "--yes"], code=0)
+    other = ROOT / "other55"
+    keep(other / "x" / "y" / "z" / "summary.json", "{}")
+    case("fbo run into a folder of another tool's runs", ["run", "hyperrep", "--algo", "aggitd", "--dataset", "digits",
+         "--rounds", "2", "--set", "clients=4", "--out-dir", str(other)], code=0)
+    check("... does not mark it .fbo-results", not (other / ".fbo-results").exists(), "marked")
+    dead = 2**22 + 1
+    left = [Path(tempfile.gettempdir()) / f"fbo-report-{dead}-probe55a", Path(tempfile.gettempdir()) /
+            f"fbo-mnist-{dead}-probe55b", o / "kill" / "report" / f".fbo-figures-{dead}-probe55c"]
+    for d in left:
+        (d / "f").mkdir(parents=True, exist_ok=True)
+    live = temp_folder("report")
+    r = CliRunner().invoke(app, ["clean", "--out-dir", str(o / "kill"), "--yes"])
+    check("fbo clean sweeps killed commands' scratch folders (fbo-report/-mnist/.fbo-figures), not a live one's",
+          r.exit_code == 0 and not any(d.exists() for d in left) and live.is_dir(), r.output[-200:])
+    shutil.rmtree(live, ignore_errors=True)
+    # 3. a user's file at import
+    u = ROOT / "user55"
+    (u / "algorithms").mkdir(parents=True)
+    algo = "from fbo_cli.algorithms.fednest import FedNest\nclass Mine(FedNest):\n    name = 'mine55'\n"
+    dry = ["run", "hyperrep", "--dataset", "digits", "--dry-run", "--algo"]
+    for what, code, want, says in [("sys.exit(0)", "import sys\nsys.exit(0)\n", 2, "sys.exit(0)"),
+                                   ("sys.exit(3)", "import sys\nsys.exit(3)\n", 2, "sys.exit(3)"),
+                                   ("an argparse", "import argparse\nargparse.ArgumentParser().parse_args()\n", 0, ""),
+                                   ("raise KeyboardInterrupt", "raise KeyboardInterrupt\n", 2, "KeyboardInterrupt")]:
+        f = u / f"f{next(made)}.py"
+        f.write_text(code + algo)
+        case(f"a user file calling {what} at import", [*dry, f"{f}:Mine"], code=want, says=says)
+    (u / "boom55.py").write_text("raise RuntimeError('boom55')\n")
+    sys.path.insert(0, str(u))
+    case("module:Class whose import raises", [*dry, "boom55:Mine"], says="RuntimeError: boom55")
+    sys.path.remove(str(u))
+    looping = ROOT / "looping55"
+    (u / "loop.py").write_text(f"open({str(looping)!r}, 'w')\n"
+                               "while True:\n    try:\n        pass\n    except BaseException:\n        pass\n")
+    k = subprocess.Popen([*FBO, *dry, f"{u / 'loop.py'}:Mine"], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not looping.exists():  # fbo's start-up, then the file's loop
+        time.sleep(0.2)
+    time.sleep(1)
+    k.send_signal(signal.SIGINT)
+    time.sleep(2)
+    if k.poll() is None:
+        k.send_signal(signal.SIGINT)
+    try:
+        rc = k.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        k.kill()
+        rc = None
+    check("SIGINT while a user file loops at import (swallowing KeyboardInterrupt): exit 130", rc == 130, f"rc {rc}")
+    # 4. fbo list reads ./algorithms/ without running it
+    ran = ROOT / "ran55"
+    (u / "algorithms" / "a.py").write_text(f"open({str(ran)!r}, 'w')\n" + algo.replace("mine55", "Decay"))
+    (u / "algorithms" / "b.py").write_text(algo.replace("mine55", "Decay"))
+    (u / "algorithms" / "broken.py").write_text("def (\n")
+    (u / "algorithms" / "loops.py").write_text("while True:\n    pass\n")
+    real_eps = external.entry_points
+    external.entry_points = lambda: {"ep55": "no_such_module_55:X"}
+    os.chdir(u)
+    try:
+        case("fbo list with a broken, a looping and a two-of-one-name ./algorithms/ and a broken entry point",
+             ["list"], code=0, says="broken.py")
+        r = CliRunner().invoke(app, ["list"], env={"COLUMNS": "250"})
+        check("... runs none of them, lists the entry point as broken", not ran.exists() and "ep55" in r.output
+              and "broken: 'no_such_module_55:X'" in " ".join(r.output.split()), r.output[-300:])
+        case("two classes named Decay in ./algorithms/", [*dry, "Decay"], says="two classes named 'Decay'")
+    finally:
+        os.chdir(here)
+        external.entry_points = real_eps
+    # 5. tracebacks and wrong exits
+    keep(ROOT / "afile55")
+    for args, says in [(["aggitd-fig2", "--out", str(ROOT / "afile55")], "regular file"),
+                       (["aggitd-fig2", "--out", "/proc/x"], "cannot create directory"),
+                       (["zohfl-fig1", "mnist", "--seed", "-1", "--out", str(o / "zf")], "--seed in"),
+                       (["zohfl-fig1", "mnist", "--seed", str(10**20), "--out", str(o / "zf")], "--seed in")]:
+        case(f"fbo figure {' '.join(args)[:50]}", ["figure", *args], says=says)
+    co = ROOT / "FedNest55"
+    (co / "core").mkdir(parents=True)
+    (co / "core" / "test.py").write_text("def test_img(net, data, args):\n    return 0, 0\n")
+    raw = ROOT / "raw55"
+    keep(raw / "train-images-idx3-ubyte", "")
+    wit = ["witness", "fednest", "--checkout", str(co), "--mnist-raw", str(raw), "--seeds", "0", "--settings",
+           "iid-tau1", "--rounds", "10", "--out-dir"]
+    (co / "main_hr.py").write_text("raise SystemExit(3)\n")
+    case("fbo witness when the checkout's code fails", [*wit, str(o / "w55")], says="failed (exit 3")
+    (co / "main_hr.py").write_text("import sys, yaml\nyaml.safe_dump({'round': [10]}, "
+                                   "open(sys.argv[sys.argv.index('--output') + 1], 'w'))\n")
+    case("fbo witness when the log has no test_acc", [*wit, str(o / "w55")], says="test_acc")
+    case("fbo witness with an unwritable --out-dir", [*wit, "/proc/w55"], says="cannot create directory")
+    deep = ROOT / "deep55.yaml"
+    deep.write_text("[" * 20000 + "]" * 20000)
+    bomb = ROOT / "bomb55.yaml"
+    bomb.write_text("a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 + i)}"] * 10) + "]\n" for i in range(8)))
+    notyaml, five = ROOT / "notyaml55.yaml", ROOT / "five55.yaml"
+    notyaml.write_bytes(b"\x00\x01{{ :")
+    five.write_text("cases: 5\n")
+    for f, says in [(deep, "levels deep"), (bomb, "alias bomb"), (notyaml, "not"), (five, "'cases' must be a list")]:
+        case(f"fbo bench --cases {f.name}", ["bench", "--cases", str(f)], says=says)
+    long = str(ROOT / ("s" * 300) / "x.yaml")
+    case("a spec path component over 255 bytes", ["compare", long], says="File name too long")
+    # 6. smaller
+    for word in ("no", "on", "off"):
+        case(f"--out-dir {word} and --data-dir {word} (YAML 1.1 booleans)", ["run", "hyperrep", "--algo", "aggitd",
+             "--dataset", "digits", "--out-dir", str(o / word), "--data-dir", word, "--dry-run"], code=0,
+             says=f"{word}/hyperrep")
+    sp = spec("set55")
+    (o / "s55" / "compare" / "set55").mkdir(parents=True)
+    (o / "s55" / "compare" / "set55" / "settled.yaml").write_text(
+        "cap: 10\nadded: [{setting: default, algorithms: [A], seeds: [%s]}]\n" % ", ".join(map(str, range(1, 90001))))
+    t = time.time()
+    case("a settled.yaml with 90,000 seeds (compare --dry-run)", ["compare", str(sp), "--dry-run", "--out-dir",
+         str(o / "s55")], says="90,000 seeds")
+    check("... refused within 90 s", time.time() - t < 90, f"{time.time() - t:.0f} s")
+    m = sorted(ev.glob("hyperrep/aggitd/*/metrics.csv"))[0]
+    m.write_text(m.read_text().replace("0.", "0.9", 1))
+    sp3 = spec("ev55", extra="seeds: [0, 1, 2]\n")
+    r = CliRunner().invoke(app, ["report", "--from", str(ev), "--spec", str(sp3), "--md", str(ROOT / "t55.md"),
+                                 "--html", str(ROOT / "t55.html")])
+    md = (ROOT / "t55.md").read_text() if (ROOT / "t55.md").is_file() else ""
+    check("fbo report names a run whose metrics.csv fails its hash as tampered", r.exit_code == 0
+          and "tampered or damaged: metrics.csv does not match the hash" in md, r.output[-300:])
 
 
 if __name__ == "__main__":
