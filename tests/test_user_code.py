@@ -62,11 +62,13 @@ def test_fbo_list_reads_algorithms_without_running_them_and_survives_a_broken_fi
     (tmp_path / "algorithms" / "mine.py").write_text(f"open({str(ran)!r}, 'w')\n" + ALGO)
     (tmp_path / "algorithms" / "loops.py").write_text("while True:\n    pass\n")
     (tmp_path / "algorithms" / "broken.py").write_text("def (\n")
+    (tmp_path / "algorithms" / "deep.py").write_text("x = " + "-" * 100_000 + "1\n")  # the parser gives up
     monkeypatch.setattr(external, "entry_points", lambda: {"ep-bad": "no_such_module_55:X"})
     r = runner.invoke(app, ["list"], env={"COLUMNS": "250"})
     text = " ".join(r.output.split())
     assert r.exit_code == 0, r.output
     assert "mine.py:Mine" in text and "broken.py" in text and "SyntaxError" in text and not ran.exists()
+    assert "deep.py" in text
     assert "ep-bad" in text and "broken: 'no_such_module_55:X'" in text
 
 

@@ -175,7 +175,7 @@ def read_folder(folder: Path) -> tuple[list[dict], dict[str, str]]:
         f = f.resolve()
         try:
             tree = ast.parse(f.read_bytes(), str(f))
-        except (SyntaxError, ValueError, OSError) as e:
+        except (SyntaxError, ValueError, OSError, RecursionError, MemoryError) as e:
             broken[str(f)] = f"{type(e).__name__}: {e}"
             continue
         for c in tree.body:
@@ -215,7 +215,7 @@ def _in_folder(folder: Path, name: str, broken: dict[str, str]) -> str | None:
     read from the sources (the files that do not parse go to ``broken``); a UsageError when two define one."""
     classes, bad = read_folder(folder)
     broken.update(bad)
-    refs = [c["ref"] for c in classes if name in c["names"]]
+    refs = list(dict.fromkeys(c["ref"] for c in classes if name in c["names"]))  # a class redefined in one file
     if len(refs) > 1:
         raise UsageError(f"two classes named '{name}' in {folder}: {refs[0]} and {refs[1]} (rename one)")
     return refs[0] if refs else None
