@@ -223,3 +223,21 @@ def test_rows_of_one_colour_differ_in_marker_and_dash_and_squeezed_ends_get_an_i
     assert insets and all(i.get_title() == "last half, zoomed" for i in insets)
     lo, hi = insets[0].get_ylim()
     assert hi - lo < 0.2  # fitted to the ends, not 0-1
+
+
+def test_the_tuning_plot_shows_each_methods_rejected_values_apart_with_one_legend_entry(tmp_path, captured):
+    from fbo_cli.spec_types import TuneSpec
+    from fbo_cli.tune.record import plot_tuning
+
+    ts = TuneSpec(seeds=[100], rounds=5, score="val_loss", mode="min", setting=None, tail=0.2,
+                  tolerance=0.1, extra={}, grids={"A": {"lr": [0.01, 0.1, 1.0]}, "B": {"lr": [0.01, 0.1, 1.0]}})
+    df = pd.DataFrame([{"algorithm": a, "setting": "s", "point": f"lr={v}", "lr": v, "score": 0.5 + v,
+                        "rejected": v == 1.0, "grid": "grid"} for a in "AB" for v in (0.01, 0.1, 1.0)])
+    plot_tuning(df, ts, tmp_path / "tuning.png", "t", {"A": "aggitd", "B": "fednest"})
+    fig = captured[-1]
+    xs = [ln for ln in fig.axes[0].lines if ln.get_label() == "_rejected"]
+    assert len(xs) == 2 and len({ln.get_ydata()[0] for ln in xs}) == 2  # each method's x on its own row
+    assert {ln.get_markeredgecolor() for ln in xs} == {ps.OI["vermillion"], ps.OI["blue"]}
+    assert {ln.get_marker() for ln in xs} == {"o", "s"} and all(ln.get_markerfacecolor() == "none" for ln in xs)
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert sum("rejected" in t for t in labels) == 1 and {"A", "B"} <= set(labels)

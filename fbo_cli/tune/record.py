@@ -170,7 +170,8 @@ def procedure_text(ts: TuneSpec) -> str:
 
 def plot_tuning(df: pd.DataFrame, ts: TuneSpec, path: Path, title: str, algo_of: dict | None = None) -> None:
     """The tuning grid: per key, the best score over the other keys at each value, a line per algorithm; a
-    value whose every point was rejected is an x at the foot of the panel (it has no score)."""
+    value whose every point was rejected is the algorithm's marker, hollow, at the foot of the panel (it has no
+    score), each algorithm of the panel on its own row there, so that no algorithm's mark hides another's."""
     from matplotlib.ticker import LogLocator
 
     from .. import plotstyle as ps
@@ -189,9 +190,7 @@ def plot_tuning(df: pd.DataFrame, ts: TuneSpec, path: Path, title: str, algo_of:
         for j, key in enumerate(keys):
             ax = axes[i * rows + j // ncol][j % ncol]
             col = key.split(",")[0].strip()
-            for a in algos:
-                if key not in ts.grids[a]:
-                    continue
+            for k, a in enumerate(a for a in algos if key in ts.grids[a]):
                 st = styles[a]
                 g = df[(df.algorithm == a) & (df.setting == s)]
                 per = g.groupby("point", sort=False).agg(v=(col, "first"), score=("score", "mean"),
@@ -202,8 +201,9 @@ def plot_tuning(df: pd.DataFrame, ts: TuneSpec, path: Path, title: str, algo_of:
                     ax.plot(best.index, best.values, color=st["color"], marker=st["marker"], ls=st["ls"], label=a)
                 rej = sorted(set(per[per.rejected].v) - set(best.index))
                 if rej:
-                    ax.plot(rej, [0.04] * len(rej), "x", color=st["color"], ms=6, mew=1.5, clip_on=False,
-                            transform=ax.get_xaxis_transform(), label=f"{a}: every point rejected")
+                    ax.plot(rej, [0.04 + 0.07 * k] * len(rej), ls="none", marker=st["marker"], mfc="none",
+                            mec=st["color"], ms=6, mew=1.3, clip_on=False, transform=ax.get_xaxis_transform(),
+                            label="_rejected")
             vals = [v for a in algos for v in ts.grids[a].get(key, [])]
             if vals and min(vals) > 0 and max(vals) / min(vals) >= 10:
                 ax.set_xscale("log")
@@ -212,7 +212,12 @@ def plot_tuning(df: pd.DataFrame, ts: TuneSpec, path: Path, title: str, algo_of:
             ax.set_xlabel(key)
             ax.set_ylabel(f"{ts.score} ({ts.mode}; validation)")
             ax.set_title(s if len(settings) > 1 or ts.setting else key)
-    ps.shared_legend(fig)
-    ps.suptitle(fig, f"Tuning: {title}. Best {ts.score} over the other keys at each value; x at the foot: every "
-                f"point at that value rejected")
+    from matplotlib.lines import Line2D
+
+    rejected = [Line2D([], [], ls="none", marker="o", mfc="none", mec="0.3", ms=6, mew=1.3,
+                       label="hollow, at the foot: every point at that value rejected (a row per method, its marker)")]
+    ps.shared_legend(fig, rejected if any(ln.get_label() == "_rejected" for ax in fig.axes for ln in ax.lines)
+                     else None)
+    ps.suptitle(fig, f"Tuning: {title}. Best {ts.score} over the other keys at each value; a hollow marker at the "
+                f"foot: every point at that value rejected, one row per method")
     ps.save(fig, path)
