@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from . import checkpoint as ckpt
-from .batched import evaluate_runs, finite_runs, keep_runs, show, stacked
+from .batched import SeedsDiffer, evaluate_runs, finite_runs, keep_runs, show, stacked, stacked_seeds
 from .config import RunConfig
 from .errors import UsageError
 from .results import (
@@ -131,11 +131,25 @@ def state_refusal(cls: type) -> str | None:
     return None
 
 
+def seeds_batch(cfg: RunConfig) -> bool:
+    """Whether runs like ``cfg`` of other seeds may step in its batch (a seed batch: each run its own data,
+    generator and ledger, :func:`fbo_cli.batched.stacked_seeds`). A user's subclass batches seeds only where it
+    says so itself (``batch_seeds`` in its class body): its step may read the seed's data some other way."""
+    cls = cfg.entry.cls
+    user = [c for c in cls.__mro__ if c is not object and not c.__module__.startswith("fbo_cli")]
+    if user and not any("batch_seeds" in vars(c) for c in user):
+        return False
+    return batchable(cfg) and cls.can_batch_seeds(cfg.hp, cfg.run)
+
+
 def _key(cfg: RunConfig) -> str:
-    """What the runs of one batch share: everything but the free float hyperparameters."""
+    """What the runs of one batch share: everything but the free float hyperparameters (and the seed, where the
+    algorithm batches seeds: :func:`seeds_batch`)."""
     d = cfg.as_dict()
     fixed = set(cfg.entry.cls.batch_fixed)
     d["hp"] = {k: (v if (k in fixed or not isinstance(v, float)) else "<float>") for k, v in d["hp"].items()}
+    if seeds_batch(cfg):
+        d["seed"] = "<seed>"
     return json.dumps(d, sort_keys=True, default=str)
 
 
@@ -157,9 +171,10 @@ def group_batches(configs: Sequence[RunConfig], batch: str | int = "auto") -> li
     """The indices of ``configs`` in batches: runs of an algorithm that batches, with the same seed, task, data
     settings and integer/string hyperparameters (differing only in float hyperparameters) go together, at most
     R per batch (``auto``: :data:`AUTO_MAX`, and only runs whose algorithm gains from it, ``auto_batch``;
-    ``off`` or 1: every run alone). A batch holds one seed: the runs
-    of a seed share their draws, those of two seeds nothing (their data differ), so two seeds are two tasks
-    an executor may run in parallel (:func:`execute_batch` itself takes runs of several seeds, one seed group
+    ``off`` or 1: every run alone). A batch holds one seed, but where the algorithm batches seeds
+    (:func:`seeds_batch`: then the seeds of a cell step together, each run with its own data and draws): the runs
+    of a seed share their draws, those of two seeds nothing (their data differ), so two seeds are otherwise two
+    tasks an executor may run in parallel (:func:`execute_batch` itself takes runs of several seeds, one seed group
     after the other). The batches come in the order of their first run."""
     batch = parse_batch(batch)
     cap = 1 if batch == "off" else AUTO_MAX if batch == "auto" else batch
@@ -185,10 +200,11 @@ BATCH_BENCH = Path("bench") / "batch.csv"
 
 
 @functools.lru_cache(maxsize=8)
-def batch_speedups(roots: tuple[str, ...]) -> dict[tuple[str, str], tuple[int, float, float]]:
+def batch_speedups(roots: tuple[str, ...]) -> dict[tuple[str, str], tuple[int, float, float, float | None]]:
     """(task, algorithm) -> (R, the ratio of the training step of R runs one by one to the same R runs as one
-    batch, the same ratio of their evaluations) of the batch bench's CPU cases (``batch.csv`` under ``roots``, the
-    first that has one; a table without the batch's evaluation times: evaluations as alone)."""
+    batch, the same ratio of their evaluations, the step ratio of R seeds in one batch or None where not measured)
+    of the batch bench's CPU cases (``batch.csv`` under ``roots``, the first that has one; a table without the
+    batch's evaluation times: evaluations as alone)."""
     import csv
 
     for root in roots:
@@ -199,7 +215,8 @@ def batch_speedups(roots: tuple[str, ...]) -> dict[tuple[str, str], tuple[int, f
                 try:
                     ev = float(row["s_eval"]) / float(row["s_eval_batched_per_run"]) \
                         if row.get("s_eval_batched_per_run") else 1.0
-                    out.setdefault((row["task"], row["algo"]), (int(row["R"]), float(row["step_ratio"]), ev))
+                    seeds = float(row["seeds_step_ratio"]) if row.get("seeds_step_ratio") else None
+                    out.setdefault((row["task"], row["algo"]), (int(row["R"]), float(row["step_ratio"]), ev, seeds))
                 except (KeyError, ValueError, TypeError, ZeroDivisionError):
                     continue
             return out
@@ -220,7 +237,9 @@ def batch_share(n: int, R: int, ratio: float) -> float:
 def cost_shares(cells: Sequence, batch: str | int, roots: tuple[Path, ...] | None = None) -> list[tuple[float, float]]:
     """Per cell, the shares of its training and of its evaluation time alone that it costs when ``cells`` run with
     ``--batch batch`` (grouped as the executors group them, :func:`group_batches`): on a CPU, :func:`batch_share`
-    from the batch bench of its (task, algorithm) (none measured: no gain); elsewhere 1 (no batch measured there)."""
+    from the batch bench of its (task, algorithm) (none measured: no gain); elsewhere 1 (no batch measured there).
+    A batch of several seeds is priced by the bench's seeds column (its evaluations run by run), or where that was
+    not measured as its seeds' groups one after the other."""
     import torch
 
     shares = [(1.0, 1.0)] * len(cells)
@@ -228,9 +247,17 @@ def cost_shares(cells: Sequence, batch: str | int, roots: tuple[Path, ...] | Non
         return shares
     speed = batch_speedups(tuple(str(r) for r in (evidence_roots() if roots is None else roots)))
     for g in group_batches([c.cfg for c in cells], batch):
-        R, step, ev = speed.get((cells[g[0]].cfg.task, cells[g[0]].cfg.algo), (1, 1.0, 1.0))
+        R, step, ev, seeds = speed.get((cells[g[0]].cfg.task, cells[g[0]].cfg.algo), (1, 1.0, 1.0, None))
+        by_seed: dict[int, list[int]] = {}
         for i in g:
-            shares[i] = (batch_share(len(g), R, step), batch_share(len(g), R, ev))
+            by_seed.setdefault(cells[i].cfg.run.seed, []).append(i)
+        if len(by_seed) > 1 and seeds:
+            for i in g:
+                shares[i] = (batch_share(len(g), R, seeds), 1.0)
+            continue
+        for part in by_seed.values():
+            for i in part:
+                shares[i] = (batch_share(len(part), R, step), batch_share(len(part), R, ev))
     return shares
 
 
@@ -282,27 +309,43 @@ def execute_batch(cfgs: Sequence[RunConfig], reuse: bool = True, fresh: bool = F
                 alone.append(i)  # resumes from its checkpoint, alone
                 continue
             todo.append(i)
-        by_seed: dict[int, list[int]] = {}
-        for i in todo:
-            by_seed.setdefault(cfgs[i].run.seed, []).append(i)
+        by_seed: dict[int | str, list[int]] = {}
+        for i in todo:  # a seed group: the runs of one seed, or of every seed where the algorithm batches seeds
+            by_seed.setdefault("seeds" if seeds_batch(cfgs[i]) else cfgs[i].run.seed, []).append(i)
         for idx in by_seed.values():
             if len(idx) == 1:  # nothing to share: the run alone
                 alone.append(idx[0])
                 continue
             runs = []
+            seeds = sorted({cfgs[i].run.seed for i in idx})
+            which = f"of seed {seeds[0]}" if len(seeds) == 1 else f"of seeds {', '.join(map(str, seeds))}"
             for i in idx:
                 note = held.enter_context(_run_log(cfgs[i].run_dir, log))
                 (cfgs[i].run_dir / CHECKPOINT).unlink(missing_ok=True)
                 note(f"start: {cfgs[i].task}/{cfgs[i].algo} {cfgs[i].run_id} (in a batch of {len(todo)} runs, "
-                     f"{len(idx)} of seed {cfgs[i].run.seed} stepped together)", show=False)
+                     f"{len(idx)} {which} stepped together)", show=False)
                 runs.append(_Run(cfgs[i], note))
-            emit = (lambda k, row, idx=idx: on_eval(idx[k], row)) if on_eval else None
-            for i, s in zip(idx, _run_group(runs, emit), strict=True):
-                if s is None:  # the batch failed: this run again alone, from round 0 (its failure is its own)
-                    alone.append(i)
-                    again.add(i)
-                else:
-                    out[i] = s
+            groups = [(idx, runs)]
+            while groups:
+                idx, runs = groups.pop(0)
+                emit = (lambda k, row, idx=idx: on_eval(idx[k], row)) if on_eval else None
+                try:
+                    done = _run_group(runs, emit)
+                except SeedsDiffer as e:  # one seed after the other
+                    by = {}
+                    for i, run in zip(idx, runs):
+                        by.setdefault(run.cfg.run.seed, []).append((i, run))
+                    for run in runs:
+                        run.note(f"its seeds step one after the other ({e})", show=False)
+                    groups[:0] = [([i for i, _ in g], [run for _, run in g]) for g in by.values() if len(g) > 1]
+                    alone.extend(g[0][0] for g in by.values() if len(g) == 1)
+                    continue
+                for i, s in zip(idx, done, strict=True):
+                    if s is None:  # the batch failed: this run again alone, from round 0 (its failure is its own)
+                        alone.append(i)
+                        again.add(i)
+                    else:
+                        out[i] = s
     for i in sorted(alone):
         try:
             out[i] = execute(cfgs[i], reuse=reuse, fresh=fresh or i in again, wait=wait, log=log)
@@ -318,8 +361,10 @@ def execute_batch(cfgs: Sequence[RunConfig], reuse: bool = True, fresh: bool = F
 
 
 def _run_group(runs: list[_Run], on_eval) -> list[dict | None]:
-    """Step the runs of one seed to the end of their budget (:func:`fbo_cli.runner._loop`, run by run); a run
-    still in the batch when a step raised is ``None`` (to run again alone)."""
+    """Step the runs of one seed group to the end of their budget (:func:`fbo_cli.runner._loop`, run by run); a run
+    still in the batch when a step raised is ``None`` (to run again alone). Runs of one seed share one build (its
+    data, generator and ledger); runs of several seeds (a seed batch) are each built as alone and evaluated each
+    by its own build."""
     from .runner import Interrupted, _save_checkpoint, _Stop, _StopNow, build, check_rounds, diverged, finish
 
     cfg0 = runs[0].cfg
@@ -327,23 +372,30 @@ def _run_group(runs: list[_Run], on_eval) -> list[dict | None]:
     for run in runs:
         remove_temp_files(run.cfg.run_dir)
         (run.cfg.run_dir / "summary.json").unlink(missing_ok=True)
-    bt = build(cfg0)
-    view, led = bt.algo, bt.ledger
-    base = ckpt.baseline(view)
-    algo = stacked(view, [run.cfg.hp for run in runs])
+        run.rows, run.train_time, run.eval_time = [], 0.0, 0.0
+    seeds = len({run.cfg.run.seed for run in runs}) > 1
+    bts = [build(run.cfg) for run in runs] if seeds else [build(cfg0)] * len(runs)
+    bt, view = bts[0], bts[0].algo
+    bases = [ckpt.baseline(b.algo) for b in bts] if seeds else [ckpt.baseline(view)] * len(runs)
+    hps = [run.cfg.hp for run in runs]
+    algo = stacked_seeds([b.algo for b in bts], hps) if seeds else stacked(view, hps)
+    led = algo.ledger if seeds else bt.ledger  # the runs' rounds and iterations
     for run in runs:
         write_yaml(run.cfg.run_dir / "config.yaml", {**run.cfg.as_dict(), "device_used": str(bt.device)})
     active = list(range(len(runs)))  # the runs still in the batch; position p holds run active[p]
 
     def evaluate(ks: list[int]) -> dict[int, dict]:
         t0 = time.perf_counter()
-        ms = evaluate_runs(algo, view, [active.index(k) for k in ks], [runs[k].cfg.hp for k in ks])
+        if seeds:  # each run by its own build (its data)
+            ms = [evaluate_runs(algo, bts[k].algo, [active.index(k)], [runs[k].cfg.hp])[0] for k in ks]
+        else:
+            ms = evaluate_runs(algo, view, [active.index(k) for k in ks], [runs[k].cfg.hp for k in ks])
         dt = (time.perf_counter() - t0) / max(len(ks), 1)  # each run's share of the pass
         rows = {}
         for k, m in zip(ks, ms, strict=True):
             run = runs[k]
             run.eval_time += dt
-            rows[k] = row = {**led.as_dict(), "train_time": round(run.train_time, 4), **m}
+            rows[k] = row = {**bts[k].ledger.as_dict(), "train_time": round(run.train_time, 4), **m}
             run.rows.append(row)
             write_csv(run.cfg.run_dir / "metrics.csv", run.rows)
             if on_eval:
@@ -352,14 +404,16 @@ def _run_group(runs: list[_Run], on_eval) -> list[dict | None]:
 
     def save(k: int) -> None:
         run = runs[k]
-        show(algo, view, active.index(k), run.cfg.hp)
-        _save_checkpoint(run.cfg.run_dir / CHECKPOINT, run.cfg, bt, base, run.rows, run.train_time, run.eval_time)
+        show(algo, bts[k].algo, active.index(k), run.cfg.hp)
+        _save_checkpoint(run.cfg.run_dir / CHECKPOINT, run.cfg, bts[k], bases[k], run.rows, run.train_time,
+                         run.eval_time)
 
     def end(k: int, status: str, why: str | None = None, failure: Exception | None = None) -> None:
         run = runs[k]
         try:
-            run.summary = finish(run.cfg, run.rows, status, why, failure, led, view.rounds_per_iteration(),
-                                 run.train_time, run.eval_time, bt.device, True, batch_runs=len(runs))
+            run.summary = finish(run.cfg, run.rows, status, why, failure, bts[k].ledger,
+                                 view.rounds_per_iteration(), run.train_time, run.eval_time, bt.device, True,
+                                 batch_runs=len(runs))
         except Exception:  # the failure, raised again after its record is written
             run.summary = {"status": "failed", "error": f"{type(failure).__name__}: {failure}"}
         run.note(f"end: {status}" + (f" ({why})" if why else "") + f", {led.rounds} rounds", show=False)
@@ -405,7 +459,7 @@ def _run_group(runs: list[_Run], on_eval) -> list[dict | None]:
             evaluate([k for k in active if runs[k].rows[-1]["iterations"] != led.iterations])
             for k in list(active):
                 end(k, "done")
-        except Interrupted:
+        except (Interrupted, SeedsDiffer):
             raise
         except _StopNow:
             raise Interrupted(cfg0.run_dir, led.iterations, now=True) from None

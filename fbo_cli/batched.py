@@ -130,6 +130,8 @@ class _RunOracles:
     def _call(self, name: str, batch, ts: list, put: Callable, mean: bool = False):
         """``put(ts, batch)`` -> the inner call's arguments; ``ts`` the tensor arguments in order."""
         R, M = self.algo.runs, batch["w"].shape[0]
+        if self.algo.seed_runs is not None:  # a seed batch's draws: each run's own rows, stacked run-major
+            M //= R
         N = R * M
         blocks = any(isinstance(t, BlockStack) for t in ts)  # FedBiO's copies of x: stacked, always folded
         rows = (N, R) if M > 1 and name in getattr(self.o, "run_globals", ()) else (N,)  # per-run globals it takes
@@ -270,6 +272,215 @@ def stacked(algo, hps: Sequence[Any]):
     return b
 
 
+# --------------------------------------------------------------------------------------------------
+# a seed batch: runs of several seeds, each with its own data, task, generator and ledger
+
+
+class SeedsDiffer(ValueError):
+    """The runs of several seeds cannot share a batch (their states' shapes do not pad alike): their seeds step
+    one after the other."""
+
+
+class _Seeds:
+    """The runs of a seed batch, each its algorithm as built alone (``views``: its data, task, generator and
+    ledger); the wrappers below read them through this one list, so a run that leaves the batch leaves them all.
+    ``sizes[r]``: the padded size -> run r's own size of each state dimension that differs by seed (hyper-cleaning's
+    x has one coordinate per training example, a number the seed's partition sets)."""
+
+    def __init__(self, views: Sequence[Any]):
+        self.views = list(views)
+        self.sizes: list[dict[int, int]] = [{} for _ in self.views]
+
+    def keep(self, keep: Sequence[int]) -> None:
+        self.views[:] = [self.views[i] for i in keep]
+        self.sizes[:] = [self.sizes[i] for i in keep]
+
+    def pad(self, vs: list[torch.Tensor]) -> torch.Tensor:
+        """The runs' values stacked ``[R, ...]``, each zero-padded at the end of every dimension to the largest."""
+        if len({v.dim() for v in vs}) > 1:
+            raise SeedsDiffer("states of different ranks")
+        top = [max(n) for n in zip(*(v.shape for v in vs))]
+        for sizes, v in zip(self.sizes, vs):
+            for n, m in zip(v.shape, top):
+                if n != m and sizes.setdefault(m, n) != n:
+                    raise SeedsDiffer(f"two sizes of one run padded to {m}")
+        return torch.stack([torch.nn.functional.pad(v, [p for n, m in zip(reversed(v.shape), reversed(top))
+                                                       for p in (0, m - n)]) for v in vs])
+
+    def own(self, r: int, v: torch.Tensor) -> torch.Tensor:
+        """Run r's own part of its padded value ``v``."""
+        sizes = self.sizes[r]
+        return v[tuple(slice(0, sizes.get(n, n)) for n in v.shape)] if sizes else v
+
+
+class SeedGens:
+    """The runs' own generators (``fed.gen`` of a seed batch): a sampler of a seed batch draws each run's rows
+    from its run's generator, as the run alone draws them."""
+
+    def __init__(self, s: _Seeds):
+        self.s = s
+
+    @property
+    def device(self):
+        return self.s.views[0].fed.gen.device
+
+    def __iter__(self):
+        return (v.fed.gen for v in self.s.views)
+
+
+class SeedLedger:
+    """The runs' own ledgers: a round is charged to each; an oracle charge per client row (``charge_rows``) to
+    the run that owns the rows (run-major). Rounds and iterations are the runs' common counts."""
+
+    def __init__(self, s: _Seeds):
+        self.s = s
+
+    @property
+    def ledgers(self) -> list:
+        return [v.ledger for v in self.s.views]
+
+    @property
+    def rounds(self) -> int:
+        return self.s.views[0].ledger.rounds
+
+    @property
+    def iterations(self) -> int:
+        return self.s.views[0].ledger.iterations
+
+    @iterations.setter
+    def iterations(self, n: int) -> None:
+        for led in self.ledgers:
+            led.iterations = n
+
+    def comm(self, clients: int, up, down=None, rounds: int = 1) -> None:
+        """``Ledger.comm`` of each run; ``up`` and ``down`` may be the runs' own numbers (a :class:`Rate`)."""
+        at = lambda v, r: int(v.v[r]) if isinstance(v, Rate) else v  # noqa: E731
+        for r, led in enumerate(self.ledgers):
+            led.comm(clients, at(up, r), at(down, r), rounds)
+
+    def charge_rows(self, kind: str, used: torch.Tensor, times: int = 1) -> None:
+        leds = self.ledgers
+        for led, u in zip(leds, used.unflatten(0, (len(leds), -1)), strict=True):
+            led.charge_rows(kind, u, times)
+
+    def oracle(self, *a, **k) -> None:  # a bulk charge names no run: such a step runs its seeds alone
+        raise NotImplementedError("a bulk oracle charge in a seed batch")
+
+    def as_dict(self) -> dict[str, int]:
+        raise NotImplementedError("a seed batch's ledgers are the runs' own")
+
+
+class SeedRows:
+    """The minibatch samplers of the runs of a seed batch (``RowSampler.of`` on a seed batch's data): each run's
+    minibatch drawn from its own rows with its own generator, the runs' batches stacked run-major (``[R*M, b]``)."""
+
+    def __init__(self, samplers: list):
+        self.samplers = samplers
+
+    @property
+    def M(self) -> int:
+        return self.samplers[0].M
+
+    def sample(self, gens: SeedGens, batch_size: int) -> dict[str, torch.Tensor]:
+        bs = [s.sample(g, batch_size) for s, g in zip(self.samplers, gens, strict=True)]
+        if len({b["w"].shape for b in bs}) > 1:  # a minibatch larger than some seed's smallest split
+            raise SeedsDiffer("minibatches of different sizes")
+        return {k: torch.cat([b[k] for b in bs]) for k in bs[0]}
+
+
+class SeedData:
+    """The data of a seed batch as its algorithm sees it: what the runs share (the number of clients) and their
+    samplers (:class:`SeedRows`); anything else differs by seed and is read from each run's own data."""
+
+    def __init__(self, s: _Seeds):
+        self.s = s
+
+    @property
+    def num_clients(self) -> int:
+        return self.s.views[0].fed.data.num_clients
+
+    def seed_rows(self, which: str, clients, drop: str | None) -> SeedRows:
+        from .algorithms.pool_sampler import RowSampler
+
+        return SeedRows([RowSampler.of(v.fed.data, which, clients, drop) for v in self.s.views])
+
+
+class SeedFed:
+    """``fed`` of a seed batch: its data (:class:`SeedData`), the runs' generators and ledgers. Every client takes
+    part in every round (:meth:`fbo_cli.algorithms.base.Algorithm.can_batch_seeds`): no client set is drawn."""
+
+    def __init__(self, s: _Seeds, participation: float):
+        self.s, self.participation = s, participation
+        self.data, self.gen, self.ledger = SeedData(s), SeedGens(s), SeedLedger(s)
+
+    def sample(self) -> torch.Tensor:
+        v = self.s.views[0].fed
+        S = v.sample() if v.participation >= 1 else None  # all clients: no draw
+        if S is None or len(S) != v.data.num_clients:
+            raise NotImplementedError("a client draw in a seed batch")
+        return S
+
+
+class _SeedTaskView(_TaskView):
+    """The task of a seed batch: the first run's for its losses and oracles (their data come in the batches),
+    each run's own for what differs by seed (x's owners; the random masks, drawn from each run's generator)."""
+
+    def __init__(self, task, algo, s: _Seeds):
+        super().__init__(task, algo)
+        self._s = s
+
+    @property
+    def x_owner(self):
+        owners = [v.task.x_owner for v in self._s.views]
+        return None if owners[0] is None else self._s.pad(owners)
+
+    def _sizes(self, k: str):
+        n = [getattr(v.task, k) for v in self._s.views]
+        return n[0] if len(set(n)) == 1 else Rate(n)
+
+    @property
+    def dx(self):  # the runs' own dimensions (what a round sends: Ledger.comm)
+        return self._sizes("dx")
+
+    @property
+    def dy(self):
+        return self._sizes("dy")
+
+    def noise(self, gens, batch):
+        from .tasks.base import BilevelTask
+
+        if type(self._task).noise is BilevelTask.noise:
+            return batch
+        views = self._s.views
+        parts = [{k: v.chunk(len(views))[r] for k, v in batch.items()} for r in range(len(views))]
+        outs = [v.task.noise(g, p) for v, g, p in zip(views, gens, parts, strict=True)]
+        return {k: torch.cat([o[k] for o in outs]) for k in outs[0]}
+
+    def lower_view(self, x, split):
+        raise NotImplementedError("a task's lower view in a seed batch")
+
+
+def stacked_seeds(views: Sequence[Any], hps: Sequence[Any]):
+    """The batched algorithm of runs of several seeds, ``views`` each run's freshly built algorithm (its own data,
+    task, generator and ledger), ``hps`` their hyperparameters: :func:`stacked` with each run's own initial
+    ``batch_state``, its draws from each run's generator and its charges to each run's ledger."""
+    b = stacked(views[0], hps)
+    s = _Seeds(views)
+    b.seed_runs = s
+    for k in type(b).batch_state:
+        if getattr(views[0], k, None) is not None:
+            setattr(b, k, s.pad([getattr(v, k) for v in views]))
+    padded = {m for sizes in s.sizes for m in sizes}
+    for k in type(b).batch_state:  # a padded size may not be a size all runs share (show could not tell them apart)
+        if getattr(views[0], k, None) is not None and any(
+                len(set(ns)) == 1 and ns[0] in padded for ns in zip(*(getattr(v, k).shape for v in views))):
+            raise SeedsDiffer(f"{k} has a size all runs share that is also another state's padded size")
+    b.fed = SeedFed(s, views[0].fed.participation)
+    b.ledger = b.fed.ledger
+    b.task = _SeedTaskView(views[0].task, b, s)
+    return b
+
+
 def run_hp(hp, r: int):
     """Run ``r``'s own hyperparameters from a batch's ``hp`` (each Rate read at r); a run alone's are ``hp``."""
     return replace(hp, **{f.name: v.v[r] for f in fields(hp) if isinstance(v := getattr(hp, f.name), Rate)})
@@ -285,6 +496,8 @@ def keep_runs(b, keep: list[int]) -> None:
     b.hp = replace(b.hp, **{f.name: getattr(b.hp, f.name).select(keep) for f in fields(b.hp)
                             if isinstance(getattr(b.hp, f.name), Rate)})
     b.runs = len(keep)
+    if b.seed_runs is not None:
+        b.seed_runs.keep(keep)
     b._batch_cache.clear()
     b._rows_cache.clear()
 
@@ -303,7 +516,8 @@ def show(b, view, pos: int, hp) -> None:
     ``evaluate()`` and a checkpoint of it are that run's."""
     for k in type(b).batch_state:
         v = getattr(b, k, None)
-        setattr(view, k, None if v is None else v[pos].clone())
+        setattr(view, k, None if v is None else v[pos].clone() if b.seed_runs is None else
+                b.seed_runs.own(pos, v[pos]).clone())
     for k, v in vars(b).items():
         if k not in ckpt.REBUILT and k not in ("runs", "batched") and isinstance(v, (bool, int, float)):
             setattr(view, k, v)

@@ -21,7 +21,8 @@ import torch
 class BlockStack:
     """``[R*M, d]`` client copies (run-major; R = 1 for a run alone) as ``base`` and ``own`` ``[R, d]``;
     ``row [d]``: the row (among the M clients) of each coordinate's owner, 0 where the owner is not among them
-    (no client's update touches such a coordinate, so ``own`` equals ``base`` there)."""
+    (no client's update touches such a coordinate, so ``own`` equals ``base`` there); in a seed batch ``[R, d]``, each
+    run's own owners."""
 
     __slots__ = ("base", "own", "M", "row")
 
@@ -88,7 +89,7 @@ class BlockStack:
         """``[R*M, d]``: the dense stack (run-major)."""
         R, d = self.base.shape
         D = self.base.repeat_interleave(self.M, 0).view(R, self.M, d)
-        D.scatter_(1, self.row.view(1, 1, d).expand(R, 1, d), self.own.unsqueeze(1))
+        D.scatter_(1, self.row.view(-1, 1, d).expand(R, 1, d), self.own.unsqueeze(1))
         return D.view(R * self.M, d)
 
     def first_rows(self) -> torch.Tensor:

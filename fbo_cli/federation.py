@@ -72,6 +72,11 @@ class Ledger:
         setattr(self, kind, getattr(self, kind) + int(calls))
         self.samples += int(samples)
 
+    def charge_rows(self, kind: str, used: torch.Tensor, times: int = 1) -> None:
+        """Charge one ``kind`` call per client row of ``used [M, n]`` (the rows a client's oracle reads) that reads
+        any, ``times`` over, and the rows it reads (a seed batch charges each run's rows to its own ledger)."""
+        self.oracle(kind, used.any(1).sum() * times, used.sum() * times)
+
     def settle(self) -> None:
         pending, self._pending = self._pending, {}
         for k, v in pending.items():

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from fbo_cli.batch import execute_batch, group_batches, parse_batch
+from fbo_cli.batch import execute_batch, group_batches, parse_batch, seeds_batch
 from fbo_cli.batched import Rate
 from fbo_cli.check import compare_run
 from fbo_cli.config import resolve
@@ -58,7 +58,8 @@ def _cfgs(task, algo, key, base, out, factors=(0.5, 1.0), seeds=(0, 1), **run):
 @pytest.mark.parametrize("task,algo,key,base", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
 def test_batch_of_two_seeds_by_two_steps_is_each_run_alone(tmp_path, task, algo, key, base):
     batched = _cfgs(task, algo, key, base, tmp_path / "batch")
-    assert group_batches(batched, 4) == [[0, 1], [2, 3]]  # a batch per seed (execute_batch takes both)
+    # a batch per seed (execute_batch takes both), or one where the algorithm batches seeds (test_seed_batch.py)
+    assert group_batches(batched, 4) == ([[0, 1, 2, 3]] if seeds_batch(batched[0]) else [[0, 1], [2, 3]])
     out = execute_batch(batched)
     assert [s["status"] for s in out] == ["done"] * 4
     for cb, ca in zip(batched, _cfgs(task, algo, key, base, tmp_path / "alone"), strict=True):
@@ -86,14 +87,16 @@ def test_a_diverging_run_leaves_the_batch_and_the_others_go_on(tmp_path):
 
 def test_grouping():
     c = lambda algo="fedbio", **kw: resolve("hyperclean", algo, {**HC, **kw})  # noqa: E731
-    cfgs = [c(upper_lr=1.0), c(upper_lr=2.0, seed=1), c(local_steps=3), c("fedavg-noisy"), c(upper_lr=3.0),
-            c("fedbioacc"), c(delta=0.5)]
-    # float steps of one seed group; another seed, an integer setting, another algorithm (fedavg-noisy,
-    # fedbioacc: each its own group) or a batch_fixed float (delta) do not
+    cfgs = [c(upper_lr=1.0), c(upper_lr=2.0, seed=1, participation=0.5), c(local_steps=3), c("fedavg-noisy"),
+            c(upper_lr=3.0), c("fedbioacc"), c(delta=0.5)]
+    # float steps of one seed group; another seed with a client draw, an integer setting, another algorithm
+    # (fedavg-noisy, fedbioacc: each its own group) or a batch_fixed float (delta) do not
     cfgs.append(c(upper_lr=4.0))
     assert group_batches(cfgs, "auto") == [[0, 4, 7], [1], [2], [3], [5], [6]]
     assert group_batches(cfgs, "off") == [[i] for i in range(8)]
     assert group_batches(cfgs, 2) == [[0, 4], [1], [2], [3], [5], [6], [7]]
+    # another seed where every client takes part joins (a seed batch, test_seed_batch.py)
+    assert group_batches([*cfgs, c(upper_lr=2.0, seed=1)], "auto") == [[0, 4, 7, 8], [1], [2], [3], [5], [6]]
     fn = lambda **kw: resolve("hyperrep", "fednest", {**HR, **kw})  # noqa: E731
     assert group_batches([fn(tau=3), fn(tau=3, outer_lr=0.1)], 2) == [[0, 1]]  # local upper steps batch too,
     assert group_batches([fn(tau=3), fn(tau=3, outer_lr=0.1)]) == [[0], [1]]  # but auto runs them alone (no gain)
@@ -192,7 +195,7 @@ CASES_BOUNDS_AUC = [
                          ids=[f"{c[1]}-{c[2]}" + ("-cnn" if c[3].get("model") else "") for c in CASES_BOUNDS_AUC])
 def test_bounds_and_auc_batch_of_two_seeds_by_two_settings_is_each_run_alone(tmp_path, task, algo, key, base):
     batched = _cfgs(task, algo, key, base, tmp_path / "batch")
-    assert group_batches(batched) == [[0, 1], [2, 3]]
+    assert group_batches(batched) == ([[0, 1, 2, 3]] if seeds_batch(batched[0]) else [[0, 1], [2, 3]])
     out = execute_batch(batched)
     assert [s["status"] for s in out] == ["done"] * 4
     assert all("stepped together" in (c.run_dir / "run.log").read_text() for c in batched)

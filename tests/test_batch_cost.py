@@ -79,6 +79,19 @@ def test_a_tuning_of_a_kind_never_run_here_has_no_estimate_not_nan(tmp_path):
     assert c["unknown"] > 3  # the grid's 3 runs, the compared run and what the tuning adds
 
 
+def test_a_seed_batch_is_priced_by_the_seeds_column_or_as_its_seeds_one_after_the_other(tmp_path):
+    cells = [SimpleNamespace(cfg=resolve("hyperclean", "fedbio", {**HC, "seed": s, "upper_lr": lr}))
+             for s in (0, 1, 2) for lr in (1.0, 2.0)]
+    _bench(tmp_path, [("c", "hyperclean", "fedbio", 8, 2.0, 0.03, 0.01)])  # no seeds column: each seed's pair
+    pair = pytest.approx((batch_share(2, 8, 2.0), batch_share(2, 8, 3.0)))
+    assert cost_shares(cells, "auto", (tmp_path,)) == [pair] * 6
+    (tmp_path / "bench" / "batch.csv").write_text("case,task,algo,R,step_ratio,s_eval,s_eval_batched_per_run,"
+                                                  "seeds_step_ratio\nc,hyperclean,fedbio,8,2.0,0.03,0.01,4.0\n")
+    batch_speedups.cache_clear()
+    assert cost_shares(cells, "auto", (tmp_path,)) == [pytest.approx((batch_share(6, 8, 4.0), 1.0))] * 6
+    batch_speedups.cache_clear()
+
+
 def test_the_batch_bench_writes_the_table_fbo_cost_reads(tmp_path, monkeypatch):
     from fbo_cli.bench import batch as bb
 
@@ -91,7 +104,10 @@ def test_the_batch_bench_writes_the_table_fbo_cost_reads(tmp_path, monkeypatch):
     assert rows[0]["ceiling_products"] >= rows[0]["step_ratio"] > 0
     batch_speedups.cache_clear()
     ev = rows[0]["s_eval"] / rows[0]["s_eval_batched_per_run"]  # hyper-cleaning's batch evaluates in one pass
-    assert batch_speedups((str(tmp_path),)) == {("hyperclean", "fedbio"): (3, rows[0]["step_ratio"], ev)}
+    assert rows[0]["seeds_step_ratio"] > 0 and rows[0]["seeds_ratio"] > 0 and not rows[0]["seeds_note"]
+    assert batch_speedups((str(tmp_path),)) == {("hyperclean", "fedbio"): (3, rows[0]["step_ratio"], ev,
+                                                                           rows[0]["seeds_step_ratio"])}
+    assert "seeds_step_ratio" in (tmp_path / "bench" / "batch.md").read_text()
     assert "R = 3 step sizes" in (tmp_path / "bench" / "batch.md").read_text()
     assert len(bb.factors(64)) == 64 and sorted(bb.factors(64)) == bb.factors(64)
     assert bb.factors(8) == list(bb.FACTORS[:8])

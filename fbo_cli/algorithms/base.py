@@ -57,6 +57,11 @@ class Algorithm:
     batch_fixed: ClassVar[tuple[str, ...]] = ()  # float hyperparameters the runs of a batch must share
     batched: bool = False  # stepped in a run batch: the run dimension leads (fbo_cli/batch.py)
     runs: int = 1  # the runs of the batch (a run alone: 1)
+    # runs of several seeds may step in one batch, each with its own data, generator and ledger (a seed batch,
+    # fbo_cli/batched.py): its step reads per-seed data only through ``fed`` (minibatches from ``RowSampler.of``
+    # drawn with ``fed.gen``, oracle charges through ``_charge``, rounds through ``ledger.comm``)
+    batch_seeds: ClassVar[bool] = False
+    seed_runs: Any = None  # in a seed batch, its runs (fbo_cli.batched._Seeds)
 
     @dataclass
     class HP:
@@ -74,6 +79,13 @@ class Algorithm:
     def can_batch(cls, hp: Any) -> bool:
         """Whether a run with these hyperparameters may step in a run batch (``batches`` True)."""
         return cls.batches
+
+    @classmethod
+    def can_batch_seeds(cls, hp: Any, run: Any) -> bool:
+        """Whether runs of several seeds with these hyperparameters and run settings may step in one batch: the
+        algorithm batches seeds (``batch_seeds``) and every client takes part in every round (no client set is
+        drawn: a seed batch's clients are the same rows of each run's own data)."""
+        return cls.batch_seeds and cls.can_batch(hp) and round(run.participation * run.clients, 9) >= run.clients
 
     @classmethod
     def auto_batch(cls, hp: Any, task: str) -> bool:
@@ -115,6 +127,14 @@ class Algorithm:
     def cmean(self, X: torch.Tensor) -> torch.Tensor:
         """The server's mean over the clients: ``[d]`` of ``[M, d]``; in a batch ``[R, d]`` of ``[R*M, d]``."""
         return X.unflatten(0, (self.runs, -1)).mean(1) if self.batched else mean(X)
+
+    def per_row(self, t: torch.Tensor) -> torch.Tensor:
+        """A per-client tensor of a draw (``[M, ...]``) for the client rows of the state: alone as it is, in a batch
+        of one seed repeated for its R runs (``[R*M, ...]``, they share the draw); a seed batch's draws are the runs'
+        own rows already."""
+        if not self.batched or self.seed_runs is not None:
+            return t
+        return t.repeat(self.runs, *[1] * (t.dim() - 1))
 
     def first_row(self, X: torch.Tensor) -> torch.Tensor:
         """The common value of identical client rows (after averaging): ``X[0]``; in a batch each run's."""
@@ -188,7 +208,7 @@ class BilevelAlgorithm(Algorithm):
         used = batch["w"] > 0
         if active is not None:
             used = used & active[:, None]
-        self.ledger.oracle(kind, used.any(1).sum() * times, used.sum() * times)
+        self.ledger.charge_rows(kind, used, times)
 
     # The oracles are the task's (``task.oracles(fn)``: closed forms where it has them, else the generic
     # vectorized ``torch.func`` ones); these methods charge the ledger, one call per client that uses

@@ -49,6 +49,7 @@ class FedAvgBound(BilevelAlgorithm):
     tasks: ClassVar[tuple[str, ...]] = ("hyperclean",)
     batches: ClassVar[bool] = True  # fbo_cli/batch.py: x is fixed, y carries the run dimension
     batch_state: ClassVar[tuple[str, ...]] = ("y",)
+    batch_seeds: ClassVar[bool] = True  # each seed's minibatches its own rows: one folded call all the same
 
     @dataclass
     class HP:
@@ -71,15 +72,13 @@ class FedAvgBound(BilevelAlgorithm):
     def step(self) -> None:
         hp = self.hp
         S = self.fed.sample()
-        train = RowSampler.of(self.fed.data, "train", S)
-        if hp.data == "clean":
-            train = train.restrict(~self.fed.data.extra["noisy"])
+        train = RowSampler.of(self.fed.data, "train", S, drop="noisy" if hp.data == "clean" else None)
         Y = self.spread(self.y, len(S))
         x = self.x.new_zeros(len(Y), 0)  # g_fixed does not read x: empty client rows (in a batch the call folds)
         for _ in range(hp.local_steps):
             batch = train.sample(self.fed.gen, hp.batch_size)
             has = batch["w"].sum(1) > 0  # a client with no clean example sits out
             d = self.grad(self.task.g_fixed, 1, x, Y, batch, has)
-            Y = Y - hp.lower_lr * d * has.repeat(self.runs)[:, None].to(d.dtype)
+            Y = Y - hp.lower_lr * d * self.per_row(has)[:, None].to(d.dtype)
         self.y = self.cmean(Y)
         self.ledger.comm(len(S), self.y.shape[-1])

@@ -98,6 +98,7 @@ class _GlobalLowerBase(BilevelAlgorithm):
     batches: ClassVar[bool] = True  # fbo_cli/batch.py
     batch_state: ClassVar[tuple[str, ...]] = ("x", "y", "u")
     batch_fixed: ClassVar[tuple[str, ...]] = ("delta", "u0")  # α_t is one number per iteration
+    batch_seeds: ClassVar[bool] = True  # each seed's minibatches and x's owners its own (fbo_cli/batched.py)
 
     def __init__(self, task, hp, fed):
         check_schedule(hp.schedule, hp.delta, hp.u0)
@@ -199,7 +200,7 @@ class FedBiO(_GlobalLowerBase):
             X, Y, U = X - hp.upper_lr * a * nu, Y - hp.lower_lr * a * w, U - hp.aux_lr * a * q  # lines 7, 13
             self.t += 1
         self.x, self.y, self.u = self.cmean(X), self.cmean(Y), self.cmean(U)  # lines 9, 15
-        self.ledger.comm(M, self.x.shape[-1] + 2 * self.y.shape[-1])
+        self.ledger.comm(M, self.task.dx + 2 * self.task.dy)
 
 
 class FedBiOAcc(_GlobalLowerBase):
@@ -270,4 +271,4 @@ class FedBiOAcc(_GlobalLowerBase):
             self.t += 1
         self.x, self.y, self.u = self.first_row(X), self.first_row(Y), self.first_row(U)  # identical after line 6
         self.om, self.nu, self.q = self.cmean(W), self.cmean(N), self.cmean(Q)  # line 14
-        self.ledger.comm(M, 2 * self.x.shape[-1] + 4 * self.y.shape[-1])
+        self.ledger.comm(M, 2 * self.task.dx + 4 * self.task.dy)

@@ -28,7 +28,17 @@ class RowSampler:
         self.pad = ~self.mask
 
     @classmethod
-    def of(cls, data: FederatedData, which: str, clients: torch.Tensor | None = None) -> "RowSampler":
+    def of(cls, data: FederatedData, which: str, clients: torch.Tensor | None = None,
+           drop: str | None = None) -> "RowSampler":
+        """The ``which`` split's rows of ``clients`` (all: None), without the pool rows where the boolean
+        ``data.extra[drop]`` holds; a seed batch's data give each run's own (``fbo_cli.batched.SeedRows``)."""
+        if hasattr(data, "seed_rows"):
+            return data.seed_rows(which, clients, drop)
+        s = cls._of(data, which, clients)
+        return s.restrict(~data.extra[drop]) if drop else s
+
+    @classmethod
+    def _of(cls, data: FederatedData, which: str, clients: torch.Tensor | None = None) -> "RowSampler":
         idx, mask = (data.train_idx, data.train_mask) if which == "train" else (data.val_idx, data.val_mask)
         if clients is not None:
             idx, mask = idx[clients], mask[clients]

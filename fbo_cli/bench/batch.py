@@ -28,7 +28,8 @@ from typing import Any
 
 import torch
 
-from ..batched import evaluate_runs, stacked
+from ..batch import seeds_batch
+from ..batched import SeedsDiffer, evaluate_runs, stacked, stacked_seeds
 from ..config import resolve
 from ..runner import build
 from .timing import Sgemm, _flops, product_share
@@ -115,6 +116,19 @@ def bench_case(case: dict[str, Any], R: int = 8, iters: int = 3, reps: int = 3, 
     alone = [build(c) for c in cfgs]
     b0 = build(cfgs[0])
     batch = stacked(b0.algo, [c.hp for c in cfgs])
+    # the seeds column: R seeds at the default, one by one and as one seed batch (each run its own build: the
+    # batch steps the builds' generators and ledgers, the runs alone their iterates: the same work either way)
+    seeds, why = [], ""
+    if seeds_batch(base):
+        seeds = [build(resolve(case["task"], case["algo"], {**case["set"], "device": device, "seed": s}))
+                 for s in range(R)]
+        try:
+            batch_s = stacked_seeds([b.algo for b in seeds], [b.cfg.hp for b in seeds])
+            batch_s.step()  # a seed whose minibatches do not pad alike fails here (SeedsDiffer)
+        except SeedsDiffer as e:
+            seeds, why = [], f"seeds differ: {e}"
+    else:
+        why = "does not batch seeds"
 
     def one_by_one():
         for b in alone:
@@ -128,11 +142,19 @@ def bench_case(case: dict[str, Any], R: int = 8, iters: int = 3, reps: int = 3, 
     def batch_eval():
         evaluate_runs(batch, b0.algo, range(R), [c.hp for c in cfgs])
 
-    # the R runs one by one, the batch, one run's evaluation and the batch's
+    def seeds_one_by_one():
+        for b in seeds:
+            b.algo.step()
+
+    def seeds_batched():
+        batch_s.step()
+
+    # the R runs one by one, the batch, one run's evaluation and the batch's (and R seeds both ways), in one window
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     sg = Sgemm(torch.device(device))
-    t_alone, t_batch, t_eval, t_eval_b, _ = _times([one_by_one, batched, alone[0].algo.evaluate, batch_eval,
-                                                    sg.tick], iters, reps, sync)
+    fns = [one_by_one, batched, alone[0].algo.evaluate, batch_eval, sg.tick]
+    t_alone, t_batch, t_eval, t_eval_b, _, *t_seeds = _times(fns + ([seeds_one_by_one, seeds_batched] if seeds
+                                                                     else []), iters, reps, sync)
     # the products of the next iteration, one run's and the batch's per run (hfl's grow with the round: a little
     # more than the timed iterations', for both ways alike)
     gflop, gflop_b = _flops(alone[0].algo) / 1e9, _flops(batch) / R / 1e9
@@ -143,6 +165,12 @@ def bench_case(case: dict[str, Any], R: int = 8, iters: int = 3, reps: int = 3, 
     per_alone = t_alone + R * t_eval / every  # R runs' outer iteration with their share of evaluations
     per_batch = t_batch + t_eval_b / every
     iters_run = cfgs[0].run.rounds / (alone[0].algo.rounds_per_iteration() or 1)
+    seed_cols = {"seeds_step_ratio": "", "runs_per_hour_seeds_batched": "", "seeds_ratio": "", "seeds_note": why}
+    if t_seeds:  # a seed batch evaluates each run by its own build: R evaluations alone
+        per_alone_s, per_batch_s = t_seeds[0] + R * t_eval / every, t_seeds[1] + R * t_eval / every
+        seed_cols.update(seeds_step_ratio=round(t_seeds[0] / t_seeds[1], 2),
+                         runs_per_hour_seeds_batched=round(3600 * R / (per_batch_s * iters_run), 2),
+                         seeds_ratio=round(per_alone_s / per_batch_s, 2))
     return {"case": case["name"], "task": case["task"], "algo": case["algo"], "R": R,
             "s_iter_one_by_one": round(t_alone / R, 5),
             "s_iter_batched_per_run": round(t_batch / R, 5), "step_ratio": round(t_alone / t_batch, 2),
@@ -153,7 +181,7 @@ def bench_case(case: dict[str, Any], R: int = 8, iters: int = 3, reps: int = 3, 
             "s_eval": round(t_eval, 5), "s_eval_batched_per_run": round(t_eval_b / R, 5), "eval_every": every,
             "runs_per_hour_one_by_one": round(3600 * R / (per_alone * iters_run), 2),
             "runs_per_hour_batched": round(3600 * R / (per_batch * iters_run), 2),
-            "ratio": round(per_alone / per_batch, 2)}
+            "ratio": round(per_alone / per_batch, 2), **seed_cols}
 
 
 def main(runs: int = 8, iters: int = 3, reps: int = 3, threads: int = 1, only: str = "",
@@ -182,7 +210,10 @@ def main(runs: int = 8, iters: int = 3, reps: int = 3, threads: int = 1, only: s
                 f"eff_*: their rate against this machine's sgemm in the same window (2048² fp32, the same threads); "
                 f"ceiling: the step ratio at which the batch would do nothing but its products at the sgemm rate; "
                 f"ceiling_products: the same at the speed its products run in it (their share of a batched step: a "
-                f"small product runs far below the sgemm rate, batched or not).\n\n"
+                f"small product runs far below the sgemm rate, batched or not). seeds_*: R seeds at the default "
+                f"step, one by one against one seed batch (each run its own data and draws, evaluated run by run) "
+                f"in the same window: seeds_step_ratio the steps alone, runs_per_hour_seeds_batched and seeds_ratio "
+                f"with the evaluations (one by one: runs_per_hour_one_by_one); seeds_note: why a case has none.\n\n"
                 + "\n".join([md_row(head), md_row(["---"] * len(head)), *(md_row([r[k] for k in head]) for r in rows)])
                 + "\n")
         atomic_write(Path(out) / "batch.md", text.encode())

@@ -1,0 +1,90 @@
+"""Seed batches (issue 54): runs of one cell that differ in their seed (and in float steps) step in one batch, each
+run with its own data, generator and ledger (fbo_cli/batched.py, ``stacked_seeds``): every run's metrics.csv is
+the run alone's bit for bit on the CPU (evaluated by its own build, so every column but the wall times), an
+interrupted seed batch resumes bit for bit, and seeds whose states or minibatches do not pad alike step one after
+the other."""
+
+import csv
+
+import pytest
+from test_batch import HC, _cfgs, same_as_alone
+
+from fbo_cli.batch import execute_batch, group_batches, seeds_batch
+from fbo_cli.config import resolve
+from fbo_cli.runner import execute
+
+SEEDS = (0, 1, 2)
+# every algorithm that batches seeds, with a float hyperparameter its grid varies
+CASES = [("hyperclean", "fedavg-noisy", "lower_lr", HC), ("hyperclean", "fedavg-clean", "lower_lr", HC),
+         ("hyperclean", "fedbio", "upper_lr", HC),
+         ("hyperclean", "fedbioacc", "lower_lr", {**HC, "first_batch": 16})]
+
+
+def metrics(c) -> list[dict]:
+    rows = list(csv.DictReader((c.run_dir / "metrics.csv").read_text().splitlines()))
+    return [{k: v for k, v in r.items() if k != "train_time"} for r in rows]
+
+
+def same_bits(batched, alone) -> None:
+    for cb, ca in zip(batched, alone, strict=True):
+        execute(ca)
+        assert metrics(cb) == metrics(ca), cb.run_id
+
+
+@pytest.mark.parametrize("task,algo,key,base", CASES, ids=[c[1] for c in CASES])
+def test_three_seeds_in_one_batch_are_each_run_alone_bit_for_bit(tmp_path, task, algo, key, base):
+    batched = _cfgs(task, algo, key, base, tmp_path / "batch", factors=(1.0,), seeds=SEEDS)
+    assert all(seeds_batch(c) for c in batched) and group_batches(batched) == [[0, 1, 2]]
+    assert [s["status"] for s in execute_batch(batched)] == ["done"] * 3
+    assert "3 of seeds 0, 1, 2 stepped together" in (batched[0].run_dir / "run.log").read_text()
+    assert "again alone" not in (batched[0].run_dir / "run.log").read_text()
+    same_bits(batched, _cfgs(task, algo, key, base, tmp_path / "alone", factors=(1.0,), seeds=SEEDS))
+    assert metrics(batched[0]) != metrics(batched[1])  # the seeds differ
+
+
+def test_seeds_by_steps_in_one_batch(tmp_path):
+    batched = _cfgs("hyperclean", "fedbio", "upper_lr", HC, tmp_path / "batch", seeds=(0, 1))
+    assert group_batches(batched) == [[0, 1, 2, 3]]
+    assert [s["status"] for s in execute_batch(batched)] == ["done"] * 4
+    same_bits(batched, _cfgs("hyperclean", "fedbio", "upper_lr", HC, tmp_path / "alone", seeds=(0, 1)))
+
+
+def test_an_interrupted_seed_batch_resumes_bit_for_bit(tmp_path):
+    from fbo_cli import runner
+
+    cfg = dict(factors=(1.0,), seeds=SEEDS, eval_every=1, rounds=8)
+    batched = _cfgs("hyperclean", "fedbio", "upper_lr", HC, tmp_path / "batch", **cfg)
+    seen = []
+
+    def stop(k, row):
+        seen.append(k)
+        if len(seen) == 9:  # each run evaluated at 0, 1 and 2
+            runner.STOP.set()
+
+    with pytest.raises(runner.Interrupted):
+        execute_batch(batched, on_eval=stop)
+    assert all((c.run_dir / "checkpoint.pt").is_file() for c in batched)
+    out = execute_batch(batched)  # each resumes from its checkpoint
+    assert [s.get("resumed_from_iteration") for s in out] == [2] * 3
+    same_bits(batched, _cfgs("hyperclean", "fedbio", "upper_lr", HC, tmp_path / "alone", **cfg))
+
+
+def test_seeds_whose_minibatches_do_not_pad_alike_step_one_after_the_other(tmp_path):
+    # FedBiOAcc's first batch (4 b = 64) is larger than some seeds' validation splits: they differ in size
+    batched = _cfgs("hyperclean", "fedbioacc", "lower_lr", HC, tmp_path / "batch", seeds=(0, 1))
+    assert [s["status"] for s in execute_batch(batched)] == ["done"] * 4
+    log = (batched[0].run_dir / "run.log").read_text()
+    assert "its seeds step one after the other (minibatches of different sizes)" in log
+    # a seed's float steps as today (one pass evaluates them: within float rounding)
+    for cb, ca in zip(batched, _cfgs("hyperclean", "fedbioacc", "lower_lr", HC, tmp_path / "alone", seeds=(0, 1))):
+        execute(ca)
+        same_as_alone(ca, cb)
+
+
+def test_which_runs_batch_seeds():
+    h = lambda algo="fedbio", **kw: resolve("hyperclean", algo, {**HC, **kw})  # noqa: E731
+    assert seeds_batch(h()) and seeds_batch(h("fedavg-clean"))
+    assert not seeds_batch(h(participation=0.5))  # a client draw: the seeds' client sets differ
+    assert not seeds_batch(h("fednest"))  # its bulk charges and lower views are the seed's
+    assert group_batches([h(seed=0), h(seed=1), h(seed=0, participation=0.5), h(seed=1, participation=0.5)]) == \
+        [[0, 1], [2], [3]]
