@@ -17,7 +17,10 @@ SEEDS = (0, 1, 2)
 # every algorithm that batches seeds, with a float hyperparameter its grid varies
 CASES = [("hyperclean", "fedavg-noisy", "lower_lr", HC), ("hyperclean", "fedavg-clean", "lower_lr", HC),
          ("hyperclean", "fedbio", "upper_lr", HC),
-         ("hyperclean", "fedbioacc", "lower_lr", {**HC, "first_batch": 16})]
+         ("hyperclean", "fedbioacc", "lower_lr", {**HC, "first_batch": 16}),
+         # a representation (hyperrep): each seed its own initial iterate, data and dropout masks
+         ("hyperrep", "fedbio", "upper_lr", {"dataset": "digits", "clients": 4, "participation": 1.0, "hidden": 16,
+                                              "batch_size": 16, "local_steps": 2, "dropout": 0.5})]
 
 
 def metrics(c) -> list[dict]:
@@ -31,7 +34,7 @@ def same_bits(batched, alone) -> None:
         assert metrics(cb) == metrics(ca), cb.run_id
 
 
-@pytest.mark.parametrize("task,algo,key,base", CASES, ids=[c[1] for c in CASES])
+@pytest.mark.parametrize("task,algo,key,base", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
 def test_three_seeds_in_one_batch_are_each_run_alone_bit_for_bit(tmp_path, task, algo, key, base):
     batched = _cfgs(task, algo, key, base, tmp_path / "batch", factors=(1.0,), seeds=SEEDS)
     assert all(seeds_batch(c) for c in batched) and group_batches(batched) == [[0, 1, 2]]
