@@ -294,6 +294,10 @@ def write_report(exp: Experiment, outdir: Path, no_run: bool = False, warn=None,
         raise UsageError(f"no finished runs for experiment '{exp.name}' (run it without --no-run)")
     table, numbers = summarize(exp, runs)
     md = table_markdown(exp, table)
+    if plots:  # the figures beside the table: what their lines and bands are
+        from .plots import caption
+
+        md = md.rstrip("\n") + f"\n\nThe figures beside this table (curves.png): {caption(exp)}\n"
     atomic_write(outdir / "table.md", f"# {exp.title or exp.name}\n\n" + md)
     atomic_write(outdir / "table.csv", numbers.to_csv(index=False))
     atomic_write(outdir / "runs.csv", runs.to_csv(index=False))

@@ -37,6 +37,7 @@ reference:
 def test_scorecards_first_detail_folded_and_unchanged_figures_reused(tmp_path):
     p = tiny(tmp_path)
     assert runner.invoke(app, ["compare", str(p)]).exit_code == 0
+    assert "shaded bands: min to max over those seeds" in (tmp_path / "compare" / "t" / "table.md").read_text()
     ev = tmp_path / "evidence"
     assert collect_evidence(tmp_path, ev, papers=(Paper("t", "T", "", given=(str(p),)),)) == 4
     md_path, html_path = tmp_path / "r.md", tmp_path / "r.html"
