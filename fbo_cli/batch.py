@@ -195,12 +195,15 @@ def group_batches(configs: Sequence[RunConfig], batch: str | int = "auto") -> li
 # --------------------------------------------------------------------------------------------------
 # what a batch costs (``fbo cost``, the cost lines of tune and compare)
 
-# the batch bench's table (`fbo bench --batch R --out docs/results/bench`), under the evidence roots
+# the batch bench's table (`fbo bench --batch R --out docs/results/bench`), under the evidence roots; on a GPU its
+# CUDA table (`fbo bench --batch 64 --device cuda --out docs/results/bench/cuda`: an H100, tests/gpu_batch_check.sh)
 BATCH_BENCH = Path("bench") / "batch.csv"
+BATCH_BENCH_CUDA = Path("bench") / "cuda" / "batch.csv"
 
 
 @functools.lru_cache(maxsize=8)
-def batch_speedups(roots: tuple[str, ...]) -> dict[tuple[str, str], tuple[int, float, float, float | None]]:
+def batch_speedups(roots: tuple[str, ...], table: Path = BATCH_BENCH
+                   ) -> dict[tuple[str, str], tuple[int, float, float, float | None]]:
     """(task, algorithm) -> (R, the ratio of the training step of R runs one by one to the same R runs as one
     batch, the same ratio of their evaluations, the step ratio of R seeds in one batch or None where not measured)
     of the batch bench's CPU cases (``batch.csv`` under ``roots``, the first that has one; a table without the
@@ -208,7 +211,7 @@ def batch_speedups(roots: tuple[str, ...]) -> dict[tuple[str, str], tuple[int, f
     import csv
 
     for root in roots:
-        f = Path(root) / BATCH_BENCH
+        f = Path(root) / table
         if f.is_file():
             out = {}
             for row in csv.DictReader(f.read_text().splitlines()):
@@ -234,18 +237,21 @@ def batch_share(n: int, R: int, ratio: float) -> float:
     return s / min(n, R) + (1 - s)
 
 
-def cost_shares(cells: Sequence, batch: str | int, roots: tuple[Path, ...] | None = None) -> list[tuple[float, float]]:
+def cost_shares(cells: Sequence, batch: str | int, roots: tuple[Path, ...] | None = None,
+                device: str | None = None) -> list[tuple[float, float]]:
     """Per cell, the shares of its training and of its evaluation time alone that it costs when ``cells`` run with
-    ``--batch batch`` (grouped as the executors group them, :func:`group_batches`): on a CPU, :func:`batch_share`
-    from the batch bench of its (task, algorithm) (none measured: no gain); elsewhere 1 (no batch measured there).
-    A batch of several seeds is priced by the bench's seeds column (its evaluations run by run), or where that was
-    not measured as its seeds' groups one after the other."""
+    ``--batch batch`` (grouped as the executors group them, :func:`group_batches`): :func:`batch_share` from the
+    batch bench of its (task, algorithm) on ``device`` (cpu or cuda; default: this machine's), none measured: no
+    gain. A batch of several seeds is priced by the bench's seeds column (its evaluations run by run), or where that
+    was not measured as its seeds' groups one after the other."""
     import torch
 
     shares = [(1.0, 1.0)] * len(cells)
-    if not cells or parse_batch(batch) == "off" or torch.cuda.is_available():
+    if not cells or parse_batch(batch) == "off":
         return shares
-    speed = batch_speedups(tuple(str(r) for r in (evidence_roots() if roots is None else roots)))
+    cuda = (device or ("cuda" if torch.cuda.is_available() else "cpu")) == "cuda"
+    speed = batch_speedups(tuple(str(r) for r in (evidence_roots() if roots is None else roots)),
+                           BATCH_BENCH_CUDA if cuda else BATCH_BENCH)
     for g in group_batches([c.cfg for c in cells], batch):
         R, step, ev, seeds = speed.get((cells[g[0]].cfg.task, cells[g[0]].cfg.algo), (1, 1.0, 1.0, None))
         by_seed: dict[int, list[int]] = {}

@@ -28,13 +28,15 @@ def plan(paper: str | None = None) -> list[Step]:
 
 
 def spec_cost(spec: str | Path, overrides: dict[str, Any], todo: bool = False,
-              batch: str | int = "auto") -> dict[str, Any]:
+              batch: str | int = "auto", lanes: int | None = None) -> dict[str, Any]:
     """What regenerating ``spec`` costs: its tuning runs (the grid, and what a tuning adds, expected and at
     most; :func:`fbo_cli.tune.tuning_estimate`) and its compared runs at the tuned values, in core-seconds
     estimated from finished runs of their kind plus each run's start-up. With ``todo``, only the runs not
     finished under the results folder count. ``batch``: the runs in run batches as ``--batch`` groups them
     (:func:`fbo_cli.batch.cost_shares`). ``gpu_s``: the expected cost of its runs one by one on one GPU
-    (:func:`gpu_ratio`; None where no bench case stands for them)."""
+    (:func:`gpu_ratio`; None where no bench case stands for them); ``gpu_lanes_s``: the wall time of the same on one
+    GPU shared by ``lanes`` processes (default: the measured fit's, :data:`fbo_cli.results.cost.GPU_LANES_FIT`) with
+    their run batches priced by the CUDA batch bench (:func:`gpu_lanes_time`)."""
     from .batch import cost_shares
     from .results import RUN_STARTUP_S, estimate_cost, todo_runs
     from .tune import tune_cells, tune_spec, tuning_estimate
@@ -57,9 +59,26 @@ def spec_cost(spec: str | Path, overrides: dict[str, Any], todo: bool = False,
     solo = estimate_cost(cells)[0] + len(cells) * RUN_STARTUP_S + (est["expected_alone_core_s"] if est else 0.0)
     ratio = gpu_ratio([*tcells, *cells])
     t_exp, t_max = (est["expected_core_s"], est["largest_core_s"]) if est else (0.0, 0.0)
+    gpu = None if ratio is None else solo * ratio
+    lanes_s = None if gpu is None else gpu_lanes_time(gpu, [*tcells, *cells], batch, lanes)
     return {"name": exp.name, "compared": len(cells), "tuning": f"{len(tcells)} / {est['expected']} / "
             f"{est['largest']}" if est else "0", "expected_s": secs + t_exp, "largest_s": secs + t_max,
-            "unknown": unknown + (est["unknown"] if est else 0), "gpu_s": None if ratio is None else solo * ratio}
+            "unknown": unknown + (est["unknown"] if est else 0), "gpu_s": gpu, "gpu_lanes_s": lanes_s}
+
+
+def gpu_lanes_time(gpu_s: float, cells: list, batch: str | int, lanes: int | None = None) -> float:
+    """The wall time on one GPU of runs whose one-by-one GPU price is ``gpu_s`` (:func:`gpu_ratio`), run by ``lanes``
+    processes sharing it (:func:`fbo_cli.results.cost.lane_gain`) with ``--batch batch``: the price times the share
+    the batches leave of it (:func:`fbo_cli.batch.cost_shares` from the CUDA batch bench; none measured: as alone),
+    divided by the lanes' gain."""
+    from .batch import cost_shares
+    from .results import estimate_cost
+    from .results.cost import GPU_LANES_FIT, lane_gain
+
+    cells = list({c.cfg.run_dir: c for c in cells}.values())
+    alone = estimate_cost(cells)[0]
+    share = estimate_cost(cells, shares=cost_shares(cells, batch, device="cuda"))[0] / alone if alone > 0 else 1.0
+    return gpu_s * share / lane_gain(lanes or GPU_LANES_FIT[0])
 
 
 BENCH_CPU, BENCH_GPU = Path("docs/results/bench/bench.md"), Path("docs/results/bench/cuda/bench.md")

@@ -43,20 +43,23 @@ def print_cost(specs: list, jobs: int, overrides: dict, todo: bool = False, batc
 
     t = Table(title="What the reproduction costs (estimated core-minutes, start-up included)", title_justify="left")
     for h in ("spec", "tuning runs: grid / expected / at most", "compared runs", "core-minutes: expected / at most",
-              "one GPU (est.): minutes expected", "no estimate"):
+              "one GPU (est.): minutes one by one / with lanes and batches", "no estimate"):
         t.add_column(h, justify="left" if h == "spec" else "right", overflow="fold", no_wrap=h == "spec")
-    total = largest = unknown = gpu = 0.0
+    from ..results.cost import GPU_LANES_FIT
+
+    lanes = GPU_LANES_FIT[0]
+    total = largest = unknown = gpu = gpu_lanes = 0.0
     gpu_none = []
     for spec in specs:
-        c = spec_cost(spec, overrides, todo, batch)
+        c = spec_cost(spec, overrides, todo, batch, lanes)
         total, largest, unknown = total + c["expected_s"], largest + c["largest_s"], unknown + c["unknown"]
-        g = c["gpu_s"]
-        gpu += g or 0.0
+        g, gl = c["gpu_s"], c["gpu_lanes_s"]
+        gpu, gpu_lanes = gpu + (g or 0.0), gpu_lanes + (gl or 0.0)
         if g is None and c["expected_s"]:
             gpu_none.append(c["name"])
         t.add_row(c["name"], c["tuning"], str(c["compared"]), f"{c['expected_s'] / 60:.0f} / {c['largest_s'] / 60:.0f}",
-                  "" if g is None else f"{g / 60:.0f}", str(c["unknown"]) if c["unknown"] else "")
-    t.add_row("total", "", "", f"{total / 60:.0f} / {largest / 60:.0f}", f"{gpu / 60:.0f}",
+                  "" if g is None else f"{g / 60:.0f} / {gl / 60:.1f}", str(c["unknown"]) if c["unknown"] else "")
+    t.add_row("total", "", "", f"{total / 60:.0f} / {largest / 60:.0f}", f"{gpu / 60:.0f} / {gpu_lanes / 60:.0f}",
               str(int(unknown)) if unknown else "")
     print_table(t)
     none = f"; {int(unknown)} run(s) of a kind never run on this kind of device have no estimate"
@@ -64,6 +67,8 @@ def print_cost(specs: list, jobs: int, overrides: dict, todo: bool = False, batc
               f"{total / 3600 / max(jobs, 1):.1f} to {largest / 3600 / max(jobs, 1):.1f} h of wall time with "
               f"{jobs} job{'s' if jobs > 1 else ''}" + (none if unknown else "")
               + ("" if batch == "off" else f" (run batches: --batch {batch})"), highlight=False)
-    out.print(f"one GPU, runs one by one: about {gpu / 3600:.1f} h, estimated from the committed CUDA bench (an H100) "
-              "against the CPU bench of the same cases (no batch has been timed on a GPU)"
+    out.print(f"one GPU: about {gpu_lanes / 3600:.1f} h with {lanes} processes sharing it (--jobs {lanes}) and run "
+              f"batches (--batch {batch}), {gpu / 3600:.1f} h runs one by one: the committed CUDA bench (an H100) "
+              "against the CPU bench of the same cases, the lanes fitted on Table 2's compared runs measured on an "
+              "H100 (fbo_cli/results/cost.py), the batches priced by the CUDA batch bench (docs/results/bench/cuda)"
               + (f"; no estimate for {', '.join(gpu_none)}" if gpu_none else ""), highlight=False)

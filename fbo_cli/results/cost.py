@@ -146,6 +146,30 @@ def estimate_cost(cells: list, roots: tuple[Path, ...] | None = None, shares: Se
     return total, unknown
 
 
+# One GPU shared by processes (lanes: --jobs on CUDA) and run batches, fitted on one measurement (an NVIDIA H100 at
+# commit 545066e, 16 cores; docs/results/bench/cuda/README.md): Table 2's 60 compared runs (2,000 rounds each, the
+# FedNest family on hyperrep) took 159 s of wall time with 8 processes and --batch off (148 s with --batch auto),
+# where this model prices the same runs one by one at 2,123 GPU-seconds (fbo_cli.reproduce.gpu_ratio: the CUDA
+# bench's seconds per iteration against the CPU bench's, applied to the CPU evidence): 8 lanes finish 13.4x sooner
+# than that price (the processes overlap their launch-bound steps; the price itself is pessimistic for these runs)
+GPU_LANES_FIT = (8, 2123.0 / 159.0)
+GPU_LANE_BYTES = 1.75e9  # GPU memory one such process holds (14 GB for the 8: nvidia-smi during that run)
+
+
+def lane_gain(lanes: int) -> float:
+    """How many times sooner than the model's runs one by one (:func:`fbo_cli.reproduce.gpu_ratio`) ``lanes``
+    processes sharing one GPU finish: the fit's gain at its lanes (:data:`GPU_LANES_FIT`), proportionally less with
+    fewer, and no more with more (the GPU was busy all the time at 8: nothing beyond is assumed)."""
+    fit_lanes, gain = GPU_LANES_FIT
+    return gain * min(max(lanes, 1), fit_lanes) / fit_lanes
+
+
+def gpu_lanes(total_bytes: float, cpus: int, per_lane: float = GPU_LANE_BYTES) -> int:
+    """``--jobs auto`` on CUDA: the processes that share one GPU, as many as 90% of its memory (``total_bytes``) holds
+    at ``per_lane`` each, at most one per CPU core (each process drives its runs from one)."""
+    return max(1, min(int(0.9 * total_bytes // per_lane), cpus))
+
+
 # the fixed cost of a run beyond its rounds, measured on this machine (2 cores; docs/fidelity.md#defaults): per run in a
 # grid (build, its files, its curves.png), and per process (the CLI, each --jobs worker: importing torch)
 RUN_STARTUP_S = 1.0
