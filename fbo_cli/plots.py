@@ -80,12 +80,12 @@ def _mean_band(exp: Experiment, done: list[pd.DataFrame]):
 
 
 def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFrame | None = None,
-                    tail: float | None = None, formats=ps.FORMATS, title: bool = True, inset: bool = False) -> float:
+                    tail: float | None = None, formats=ps.FORMATS, title: bool = True, inset: float = 0.0) -> float:
     """Draw the figure into ``path`` (and the other ``formats`` beside it). ``tail``: only the last part of
     the x axis (from that share of its end), each panel's y axis fitted to it. Returns how squeezed the
     ends are: the smallest, over panels with two or more lines, of the spread of the lines' last values
-    over the panel's y range (1.0 when there is nothing to compare). ``inset``: a panel whose lines end squeezed
-    together gets an inset of the last half of its x axis, y fitted to it (one figure that shows both). In a
+    over the panel's y range (1.0 when there is nothing to compare). ``inset``: a panel whose lines' ends span less
+    than that share of it gets an inset of the last half of its x axis, y fitted to it (one figure shows both). In a
     report, a figure drawn from the same inputs before is reused (:mod:`fbo_cli.report.reuse`)."""
     from .report.reuse import reuse
 
@@ -94,8 +94,7 @@ def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFram
 
 
 def _plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFrame | None,
-                     tail: float | None, formats, title: bool, inset: bool) -> float:
-    from .compare import ZOOM_BELOW
+                     tail: float | None, formats, title: bool, inset: float) -> float:
 
     settings = [s.name for s in exp.settings]
     n = len(settings)
@@ -157,7 +156,7 @@ def _plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFra
         if len(ends) > 1:
             span = np.ptp(np.concatenate([np.r_[lo[np.isfinite(lo)], hi[np.isfinite(hi)]] for _, _, lo, hi in lines]))
             squeeze = min(squeeze, float(np.ptp(ends) / span) if span > 0 else 1.0)
-            if inset and tail is None and span > 0 and np.ptp(ends) / span < ZOOM_BELOW:
+            if tail is None and span > 0 and np.ptp(ends) / span < inset:
                 _inset(ax, styled, exp.metric, upper=float(np.mean(ends)) > float(np.mean(ax.get_ylim())))
         if exp.x in LOG_X:
             ax.set_xscale("log")

@@ -218,7 +218,7 @@ def test_rows_of_one_colour_differ_in_marker_and_dash_and_squeezed_ends_get_an_i
     exp = _exp()
     runs, curves = _evidence(exp)
     curves = {k: v.assign(test_acc=np.minimum(v.test_acc, 0.9 + 0.001 * len(k[0]))) for k, v in curves.items()}
-    plot_experiment(exp, curves, tmp_path / "i.png", runs, formats=("png",), inset=True)
+    plot_experiment(exp, curves, tmp_path / "i.png", runs, formats=("png",), inset=0.15)
     insets = [c for ax in captured[-1].axes for c in ax.child_axes]
     assert insets and all(i.get_title() == "last half, zoomed" for i in insets)
     lo, hi = insets[0].get_ylim()

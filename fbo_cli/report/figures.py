@@ -94,8 +94,9 @@ def _curves(fig: PaperFigure, loaded, path: Path, formats):
     from ..plots import caption, plot_experiment
 
     exp, runs, curves = loaded[0]
-    squeeze = plot_experiment(exp, curves, path, runs, formats=formats, title=False, inset=True)
     from ..compare import ZOOM_BELOW
+
+    squeeze = plot_experiment(exp, curves, path, runs, formats=formats, title=False, inset=ZOOM_BELOW)
 
     zoom = (" Where a panel's lines end close together, its inset shows the last half of the x axis with the y "
             "axis fitted to it.") if squeeze < ZOOM_BELOW else ""

@@ -16,6 +16,11 @@ import re
 OPEN, CLOSE = "<!-- fold: {} -->", "<!-- /fold -->"
 
 
+def slug(text: str) -> str:
+    """GitHub's heading anchor: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
+
+
 def fold(summary: str, lines: list[str]) -> list[str]:
     """``lines`` behind a fold titled ``summary`` (nothing when there are no lines)."""
     while lines and not lines[-1].strip():

@@ -12,7 +12,7 @@ import pandas as pd
 from ..results import md_row
 from ..spec import Experiment
 from .evidence import BENCH_FILES, CHECK_FILES
-from .fold import html_folds
+from .fold import html_folds, slug
 from .heldout import heldout_md, pairs
 from .papers import PAPERS, Paper, fidelity_anchor
 from .scorecard import with_scorecards
@@ -329,11 +329,6 @@ def _render_counts_md(path: Path) -> list[str]:
 
 def _datasets(exp: Experiment) -> str:
     return ", ".join(dict.fromkeys(c.cfg.run.dataset for c in exp.cells))
-
-
-def slug(text: str) -> str:
-    """GitHub's heading anchor: lower case, punctuation dropped, spaces to hyphens."""
-    return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
 
 
 def render_html(markdown: str, figs: dict[str, list[tuple[str, str, int]]] | None = None,

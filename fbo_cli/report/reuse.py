@@ -29,13 +29,18 @@ CODE = ("plots.py", "plotstyle.py", "paper_figures.py", "report/figures.py", "re
 _active: Reuse | None = None
 
 
-def digest(*parts: Any) -> str:
+def digest(*parts: Any, memo: dict | None = None) -> str:
     """A content hash of ``parts``: data frames by their values and index, mappings by their sorted items,
-    files (existing paths) by their bytes, anything else by its ``repr``."""
+    files (existing paths) by their bytes, anything else by its ``repr``. ``memo``: the digests of the frames
+    and mappings hashed before (by identity; they must not change in between), so that each is hashed once."""
     h = hashlib.sha256()
 
     def feed(x: Any) -> None:
-        if isinstance(x, pd.DataFrame | pd.Series):
+        if memo is not None and isinstance(x, pd.DataFrame | pd.Series | dict):
+            if id(x) not in memo:
+                memo[id(x)] = (x, digest(x))  # the object kept, so that its id is not reused
+            h.update(memo[id(x)][1].encode())
+        elif isinstance(x, pd.DataFrame | pd.Series):
             h.update(repr(list(x.columns) if isinstance(x, pd.DataFrame) else x.name).encode())
             h.update(pd.util.hash_pandas_object(x, index=True).to_numpy().tobytes())
         elif isinstance(x, dict):
@@ -82,13 +87,14 @@ class Reuse:
         self.evidence = digest(self.code, _stats(root)) if root is not None else ""
         self.unchanged = bool(self.evidence) and manifest.get("evidence") == self.evidence
         self.reused = self.drawn = self.depth = 0
+        self.memo: dict[int, tuple] = {}  # the evidence's frames and curves are hashed once per report
         self.drawn_s = 0.0
 
     def __call__(self, path: Path, inputs: tuple, produce: Callable[[], Any]) -> Any:
         if self.depth:  # drawn inside a figure being drawn: that figure's record holds it
             return produce()
         path = Path(path)
-        key = digest(self.code, path.name, inputs)
+        key = digest(self.code, path.name, inputs, memo=self.memo)
         hit = self.before.get(key)
         if hit and path.parent.resolve() == self.new.resolve() and all((self.old / f).is_file() for f in hit["files"]):
             for f in hit["files"]:

@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..results import md_row
+from .fold import slug
 from .papers import Paper, fidelity_anchor
 from .sections import Section
 from .verdicts import VERDICTS
@@ -37,8 +38,6 @@ class Scorecard:
 
 
 def section_link(sec: Section) -> str:
-    from .render import slug
-
     return f"[{sec.exp.name}](#{slug((sec.exp.title or sec.exp.name).replace('`', ''))})"
 
 
@@ -109,8 +108,6 @@ def scorecard_md(card: Scorecard) -> list[str]:
 
 def scorecards_md(cards: list[Scorecard]) -> list[str]:
     """Every paper's card in one table (the index): claims by verdict, numbers reached, what is not tested."""
-    from .render import slug
-
     out = ["## Scorecards: what reproduces", "",
            "Per paper: its claims checked, counted by verdict over settings (the rule below); its own numbers "
            "against ours on its own data (\"reached\": consistent with the paper's value by the rule below, or ours "
