@@ -26,6 +26,6 @@ def test_cost_in_a_pipe_keeps_each_spec_name_on_one_line():
     r = runner.invoke(app, ["cost", *specs])  # CliRunner's stdout is no terminal, as in `fbo cost | cat`
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
-    assert lines[1].startswith("spec\ttuning runs: grid / expected / at most\t")
+    assert lines[1].startswith("spec\ttuning\tcompared\tcore-min\t") and "core-min: expected / at most" in r.output
     for name in ("aggitd_table2_heldout", "zohfl_table1_fmnist_x0zero", "total"):
         assert sum(line.split("\t")[0] == name for line in lines) == 1, name

@@ -36,6 +36,7 @@ def print_table(t, console: Console | None = None) -> None:
     lines = [str(t.title)] if t.title else []
     lines.append("\t".join(str(col.header) for col in t.columns))
     lines += ["\t".join(" ".join(cell.split()) for cell in row) for row in zip(*cols)]
+    lines += [str(t.caption)] if t.caption else []
     con.file.write("\n".join(lines) + "\n")  # as written: a console would expand the tabs
 
 

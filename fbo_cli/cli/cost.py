@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich import box
 from rich.table import Table
 
 from ..errors import UsageError
@@ -41,10 +42,13 @@ def print_cost(specs: list, jobs: int, overrides: dict, todo: bool = False, batc
     """The cost table of ``specs`` and its total line (``fbo cost``; ``fbo reproduce`` first)."""
     from ..reproduce import spec_cost
 
-    t = Table(title="What the reproduction costs (estimated core-minutes, start-up included)", title_justify="left")
-    for h in ("spec", "tuning runs: grid / expected / at most", "compared runs", "core-minutes: expected / at most",
-              "one GPU (est.): minutes one by one / with lanes and batches", "no estimate"):
-        t.add_column(h, justify="left" if h == "spec" else "right", overflow="fold", no_wrap=h == "spec")
+    t = Table(title="What the reproduction costs (estimated core-minutes, start-up included)", title_justify="left",
+              caption="tuning: grid / expected / at most runs; compared: runs; core-min: expected / at most; GPU min: "
+                      "one GPU (est.), minutes one by one / with lanes and batches; no est.: runs without an estimate",
+              caption_justify="left", box=box.SIMPLE_HEAD)  # no vertical rules: room for the names at 80 columns
+    for h in ("spec", "tuning", "compared", "core-min", "GPU min", "no est."):  # one word each: never broken
+        t.add_column(h, justify="left" if h == "spec" else "right", no_wrap=h == "spec", overflow="fold",
+                     min_width=len(h))
     from ..results.cost import GPU_LANES_FIT
 
     lanes = GPU_LANES_FIT[0]
@@ -61,6 +65,7 @@ def print_cost(specs: list, jobs: int, overrides: dict, todo: bool = False, batc
                   "" if g is None else f"{g / 60:.0f} / {gl / 60:.1f}", str(c["unknown"]) if c["unknown"] else "")
     t.add_row("total", "", "", f"{total / 60:.0f} / {largest / 60:.0f}", f"{gpu / 60:.0f} / {gpu_lanes / 60:.0f}",
               str(int(unknown)) if unknown else "")
+    t.columns[0].min_width = max(len(str(c)) for c in t.columns[0].cells)  # a spec's name is never cut
     print_table(t)
     none = f"; {int(unknown)} run(s) of a kind never run on this kind of device have no estimate"
     out.print(f"about {total / 3600:.1f} core-hours expected, at most {largest / 3600:.1f}: "
