@@ -21,7 +21,7 @@ def tiny(tmp_path, claims=True):
 name: t
 title: Tiny
 task: hyperrep
-seeds: [0, 1]
+seeds: [0]
 base: {{dataset: digits, clients: 4, participation: 0.5, rounds: 3, threads: 1, out_dir: {tmp_path}}}
 algorithms:
   - {{name: AggITD, algo: aggitd}}
@@ -39,7 +39,7 @@ def test_scorecards_first_detail_folded_and_unchanged_figures_reused(tmp_path):
     assert runner.invoke(app, ["compare", str(p)]).exit_code == 0
     assert "shaded bands: min to max over those seeds" in (tmp_path / "compare" / "t" / "table.md").read_text()
     ev = tmp_path / "evidence"
-    assert collect_evidence(tmp_path, ev, papers=(Paper("t", "T", "", given=(str(p),)),)) == 4
+    assert collect_evidence(tmp_path, ev, papers=(Paper("t", "T", "", given=(str(p),)),)) == 2
     md_path, html_path = tmp_path / "r.md", tmp_path / "r.html"
     said = []
     first = build_report(ev, md_path, html_path, specs=[str(p)], say=said.append)
