@@ -142,13 +142,39 @@ def seeds_batch(cfg: RunConfig) -> bool:
     return batchable(cfg) and cls.can_batch_seeds(cfg.hp, cfg.run)
 
 
-def _key(cfg: RunConfig) -> str:
-    """What the runs of one batch share: everything but the free float hyperparameters (and the seed, where the
-    algorithm batches seeds: :func:`seeds_batch`)."""
+AUTO_SEEDS_MIN = 1.2  # --batch auto: seeds share a batch where the batch bench measured at least this step ratio
+
+
+def seeds_gain(cfg: RunConfig, roots: tuple | None = None) -> tuple[bool, str]:
+    """Whether ``--batch auto`` steps runs like ``cfg`` of several seeds in one batch, and why: where the batch bench
+    of the run's device (docs/results/bench/batch.csv, its cuda/ table on a GPU) measured R seeds in one batch at
+    least :data:`AUTO_SEEDS_MIN` times faster than one by one. On a CPU a seed batch shares no work between its
+    runs (each run draws and gathers its own minibatches; the products fold but do not shrink), so it gains only
+    the calls' overhead, and two seeds alone are two tasks ``--jobs`` runs in parallel; on a GPU, whose small steps
+    are launch-bound, the folded step is the gain (not measured there yet: batched, tests/gpu_batch_check.sh)."""
+    import torch
+
+    if not seeds_batch(cfg):
+        return False, "the algorithm does not batch seeds here"
+    dev = cfg.run.device
+    cuda = dev.startswith("cuda") or (dev == "auto" and torch.cuda.is_available())
+    speed = batch_speedups(tuple(str(r) for r in (evidence_roots() if roots is None else roots)),
+                           BATCH_BENCH_CUDA if cuda else BATCH_BENCH)
+    ratio = speed.get((cfg.task, cfg.algo), (0, 0.0, 0.0, None))[3]
+    if ratio is None:
+        return cuda, ("no seed batch measured on a GPU: batched (launch-bound steps)" if cuda else
+                      "no seed batch measured on a CPU: seeds one after the other or in parallel")
+    where = "GPU" if cuda else "CPU"
+    return ratio >= AUTO_SEEDS_MIN, f"the batch bench measured {ratio:g}x for a seed batch on a {where}"
+
+
+def _key(cfg: RunConfig, seeds: bool = False) -> str:
+    """What the runs of one batch share: everything but the free float hyperparameters (and with ``seeds``, the
+    seed: :func:`seeds_batch`)."""
     d = cfg.as_dict()
     fixed = set(cfg.entry.cls.batch_fixed)
     d["hp"] = {k: (v if (k in fixed or not isinstance(v, float)) else "<float>") for k, v in d["hp"].items()}
-    if seeds_batch(cfg):
+    if seeds:
         d["seed"] = "<seed>"
     return json.dumps(d, sort_keys=True, default=str)
 
@@ -167,12 +193,15 @@ def parse_batch(batch: str | int) -> str | int:
     return r
 
 
-def group_batches(configs: Sequence[RunConfig], batch: str | int = "auto") -> list[list[int]]:
+def group_batches(configs: Sequence[RunConfig], batch: str | int = "auto", roots: tuple | None = None
+                  ) -> list[list[int]]:
     """The indices of ``configs`` in batches: runs of an algorithm that batches, with the same seed, task, data
     settings and integer/string hyperparameters (differing only in float hyperparameters) go together, at most
     R per batch (``auto``: :data:`AUTO_MAX`, and only runs whose algorithm gains from it, ``auto_batch``;
     ``off`` or 1: every run alone). A batch holds one seed, but where the algorithm batches seeds
-    (:func:`seeds_batch`: then the seeds of a cell step together, each run with its own data and draws): the runs
+    (:func:`seeds_batch`: then the seeds of a cell step together, each run with its own data and draws) and
+    ``batch`` is R, or ``auto`` where a seed batch gains on the run's device (:func:`seeds_gain`, from the batch
+    bench's tables under ``roots``, default the evidence's): the runs
     of a seed share their draws, those of two seeds nothing (their data differ), so two seeds are otherwise two
     tasks an executor may run in parallel (:func:`execute_batch` itself takes runs of several seeds, one seed group
     after the other). The batches come in the order of their first run."""
@@ -184,7 +213,8 @@ def group_batches(configs: Sequence[RunConfig], batch: str | int = "auto") -> li
         if cap == 1 or not batchable(c) or (batch == "auto" and not c.entry.cls.auto_batch(c.hp, c.task)):
             out.append((i, [i]))
         else:
-            classes.setdefault(_key(c), []).append(i)
+            seeds = seeds_batch(c) and (batch != "auto" or seeds_gain(c, roots)[0])
+            classes.setdefault(_key(c, seeds), []).append(i)
     for idx in classes.values():
         for j in range(0, len(idx), cap):
             chunk = idx[j:j + cap]
@@ -252,7 +282,7 @@ def cost_shares(cells: Sequence, batch: str | int, roots: tuple[Path, ...] | Non
     cuda = (device or ("cuda" if torch.cuda.is_available() else "cpu")) == "cuda"
     speed = batch_speedups(tuple(str(r) for r in (evidence_roots() if roots is None else roots)),
                            BATCH_BENCH_CUDA if cuda else BATCH_BENCH)
-    for g in group_batches([c.cfg for c in cells], batch):
+    for g in group_batches([c.cfg for c in cells], batch, roots):
         R, step, ev, seeds = speed.get((cells[g[0]].cfg.task, cells[g[0]].cfg.algo), (1, 1.0, 1.0, None))
         by_seed: dict[int, list[int]] = {}
         for i in g:

@@ -382,10 +382,17 @@ class SeedRows:
         return self.samplers[0].M
 
     def sample(self, gens: SeedGens, batch_size: int) -> dict[str, torch.Tensor]:
-        bs = [s.sample(g, batch_size) for s, g in zip(self.samplers, gens, strict=True)]
-        if len({b["w"].shape for b in bs}) > 1:  # a minibatch larger than some seed's smallest split
+        """Each run's minibatch (``RowSampler.sample`` with its generator), gathered into the batch's rows."""
+        ss = self.samplers
+        if len({min(batch_size, s.mask.shape[1]) for s in ss}) > 1:  # larger than some seed's smallest split
             raise SeedsDiffer("minibatches of different sizes")
-        return {k: torch.cat([b[k] for b in bs]) for k in bs[0]}
+        M, b, d = ss[0].M, min(batch_size, ss[0].mask.shape[1]), ss[0].data
+        new = lambda t: torch.empty(len(ss) * M, b, *t.shape[1:], dtype=t.dtype, device=t.device)  # noqa: E731
+        out = {"X": new(d.X), "y": new(d.y), "w": torch.empty(len(ss) * M, b, dtype=d.X.dtype, device=d.X.device),
+               **{k: new(t) for k, t in d.extra.items()}}
+        for r, (s, g) in enumerate(zip(ss, gens, strict=True)):
+            s.sample(g, batch_size, {k: v[r * M:(r + 1) * M] for k, v in out.items()})
+        return out
 
 
 class SeedData:

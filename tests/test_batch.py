@@ -95,8 +95,8 @@ def test_grouping():
     assert group_batches(cfgs, "auto") == [[0, 4, 7], [1], [2], [3], [5], [6]]
     assert group_batches(cfgs, "off") == [[i] for i in range(8)]
     assert group_batches(cfgs, 2) == [[0, 4], [1], [2], [3], [5], [6], [7]]
-    # another seed where every client takes part joins (a seed batch, test_seed_batch.py)
-    assert group_batches([*cfgs, c(upper_lr=2.0, seed=1)], "auto") == [[0, 4, 7, 8], [1], [2], [3], [5], [6]]
+    # another seed where every client takes part joins a batch of R (a seed batch, test_seed_batch.py)
+    assert group_batches([*cfgs, c(upper_lr=2.0, seed=1)], 8) == [[0, 4, 7, 8], [1], [2], [3], [5], [6]]
     fn = lambda **kw: resolve("hyperrep", "fednest", {**HR, **kw})  # noqa: E731
     assert group_batches([fn(tau=3), fn(tau=3, outer_lr=0.1)], 2) == [[0, 1]]  # local upper steps batch too,
     assert group_batches([fn(tau=3), fn(tau=3, outer_lr=0.1)]) == [[0], [1]]  # but auto runs them alone (no gain)
@@ -195,7 +195,7 @@ CASES_BOUNDS_AUC = [
                          ids=[f"{c[1]}-{c[2]}" + ("-cnn" if c[3].get("model") else "") for c in CASES_BOUNDS_AUC])
 def test_bounds_and_auc_batch_of_two_seeds_by_two_settings_is_each_run_alone(tmp_path, task, algo, key, base):
     batched = _cfgs(task, algo, key, base, tmp_path / "batch")
-    assert group_batches(batched) == ([[0, 1, 2, 3]] if seeds_batch(batched[0]) else [[0, 1], [2, 3]])
+    assert group_batches(batched, "auto", (tmp_path,)) == [[0, 1], [2, 3]]  # no seed batch measured to gain
     out = execute_batch(batched)
     assert [s["status"] for s in out] == ["done"] * 4
     assert all("stepped together" in (c.run_dir / "run.log").read_text() for c in batched)

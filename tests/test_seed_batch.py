@@ -9,7 +9,7 @@ import csv
 import pytest
 from test_batch import HC, _cfgs, same_as_alone
 
-from fbo_cli.batch import execute_batch, group_batches, seeds_batch
+from fbo_cli.batch import batch_speedups, execute_batch, group_batches, seeds_batch, seeds_gain
 from fbo_cli.config import resolve
 from fbo_cli.runner import execute
 
@@ -37,7 +37,7 @@ def same_bits(batched, alone) -> None:
 @pytest.mark.parametrize("task,algo,key,base", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
 def test_three_seeds_in_one_batch_are_each_run_alone_bit_for_bit(tmp_path, task, algo, key, base):
     batched = _cfgs(task, algo, key, base, tmp_path / "batch", factors=(1.0,), seeds=SEEDS)
-    assert all(seeds_batch(c) for c in batched) and group_batches(batched) == [[0, 1, 2]]
+    assert all(seeds_batch(c) for c in batched) and group_batches(batched, 8) == [[0, 1, 2]]
     assert [s["status"] for s in execute_batch(batched)] == ["done"] * 3
     assert "3 of seeds 0, 1, 2 stepped together" in (batched[0].run_dir / "run.log").read_text()
     assert "again alone" not in (batched[0].run_dir / "run.log").read_text()
@@ -47,7 +47,7 @@ def test_three_seeds_in_one_batch_are_each_run_alone_bit_for_bit(tmp_path, task,
 
 def test_seeds_by_steps_in_one_batch(tmp_path):
     batched = _cfgs("hyperclean", "fedbio", "upper_lr", HC, tmp_path / "batch", seeds=(0, 1))
-    assert group_batches(batched) == [[0, 1, 2, 3]]
+    assert group_batches(batched, 8) == [[0, 1, 2, 3]]
     assert [s["status"] for s in execute_batch(batched)] == ["done"] * 4
     same_bits(batched, _cfgs("hyperclean", "fedbio", "upper_lr", HC, tmp_path / "alone", seeds=(0, 1)))
 
@@ -89,5 +89,21 @@ def test_which_runs_batch_seeds():
     assert seeds_batch(h()) and seeds_batch(h("fedavg-clean"))
     assert not seeds_batch(h(participation=0.5))  # a client draw: the seeds' client sets differ
     assert not seeds_batch(h("fednest"))  # its bulk charges and lower views are the seed's
-    assert group_batches([h(seed=0), h(seed=1), h(seed=0, participation=0.5), h(seed=1, participation=0.5)]) == \
+    assert group_batches([h(seed=0), h(seed=1), h(seed=0, participation=0.5), h(seed=1, participation=0.5)], 8) == \
         [[0, 1], [2], [3]]
+
+
+def test_auto_batches_seeds_where_the_batch_bench_measured_a_gain(tmp_path):
+    h = lambda algo="fedbio", **kw: resolve("hyperclean", algo, {**HC, **kw})  # noqa: E731
+    cfgs = [h(seed=0), h(seed=1), h("fedbioacc", seed=0), h("fedbioacc", seed=1)]
+    (tmp_path / "bench").mkdir()
+    assert group_batches(cfgs, "auto", (tmp_path,)) == [[0], [1], [2], [3]]  # nothing measured on this CPU
+    assert "no seed batch measured" in seeds_gain(cfgs[0], (tmp_path,))[1]
+    (tmp_path / "bench" / "batch.csv").write_text(
+        "case,task,algo,R,step_ratio,s_eval,s_eval_batched_per_run,seeds_step_ratio\n"
+        "a,hyperclean,fedbio,8,3.0,0.03,0.01,0.95\nb,hyperclean,fedbioacc,8,2.2,0.03,0.01,1.32\n")
+    batch_speedups.cache_clear()
+    assert group_batches(cfgs, "auto", (tmp_path,)) == [[0], [1], [2, 3]]  # measured slower / faster
+    assert seeds_gain(cfgs[0], (tmp_path,)) == (False, "the batch bench measured 0.95x for a seed batch on a CPU")
+    assert group_batches(cfgs, 8, (tmp_path,)) == [[0, 1], [2, 3]]  # --batch R batches them all the same
+    batch_speedups.cache_clear()

@@ -52,8 +52,9 @@ class RowSampler:
         """Only the rows where the per-pool-row boolean ``keep_rows [N]`` holds."""
         return RowSampler(self.data, self.idx, self.mask & keep_rows[self.idx])
 
-    def sample(self, gen: torch.Generator, batch_size: int) -> Batch:
-        """One minibatch per client, without replacement within the batch (as ``Split.sample``)."""
+    def sample(self, gen: torch.Generator, batch_size: int, out: Batch | None = None) -> Batch:
+        """One minibatch per client, without replacement within the batch (as ``Split.sample``); ``out``: tensors of
+        the batch's shapes to gather it into (a seed batch's rows of this run, ``fbo_cli.batched.SeedRows``)."""
         keys = torch.rand(self.mask.shape, generator=gen, device=self.mask.device).masked_fill_(self.pad, 2.0)
         b = min(batch_size, keys.shape[1])
         pos = keys.topk(b, dim=1, largest=False, sorted=True).indices
@@ -61,6 +62,12 @@ class RowSampler:
         m = torch.gather(self.mask, 1, pos)
         w = m.to(self.data.X.dtype) / m.sum(1, keepdim=True).clamp(min=1).to(self.data.X.dtype)
         d = self.data
-        out = {"X": take_rows(d.X, rows), "y": take_rows(d.y, rows), "w": w}
-        out.update({k: take_rows(v, rows) for k, v in d.extra.items()})
+        pools = {"X": d.X, "y": d.y, **d.extra}
+        if out is None:
+            return {"X": take_rows(d.X, rows), "y": take_rows(d.y, rows), "w": w,
+                    **{k: take_rows(v, rows) for k, v in d.extra.items()}}
+        for k, t in pools.items():  # the same gather (take_rows), into out[k]
+            flat = t.flatten(1) if t.dim() > 2 else t
+            torch.index_select(flat, 0, rows.reshape(-1), out=out[k].view(-1, *flat.shape[1:]))
+        out["w"].copy_(w)
         return out
