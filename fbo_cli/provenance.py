@@ -131,6 +131,30 @@ def git_commit() -> str | None:
     return sha[:12] + ("+dirty" if dirty else "")
 
 
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile")  # flags that pick float kernels
+
+
+@functools.lru_cache(maxsize=1)
+def machine() -> dict[str, Any]:
+    """The CPU a run's floats came from: its model, torch's kernel level and the instruction sets that pick
+    MKL's and torch's kernels. Bit-for-bit agreement is promised between runs on the same machine kind only
+    (on another, MKL's sgemm takes another path and rounds differently: a CODASCA run at eta = 9 moves by
+    0.01 of test AUC at its first evaluation)."""
+    import torch
+
+    model, flags = "unknown", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and model == "unknown":
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return {"cpu": model, "capability": torch.backends.cpu.get_cpu_capability(),
+            "isa": [f for f in ISA_FLAGS if f in flags]}
+
+
 def code_identity(cfg) -> dict[str, Any]:
     """What ``summary.json`` records as ``code`` for a run of ``cfg`` (a :class:`~fbo_cli.config.RunConfig`)."""
     from .tasks import TASKS

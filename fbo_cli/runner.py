@@ -39,7 +39,7 @@ from .config import RunConfig
 from .data import build_federated, load_dataset
 from .errors import UsageError
 from .federation import Ledger
-from .provenance import code_identity
+from .provenance import code_identity, machine
 from .results import (
     CHECKPOINT,
     atomic_write,
@@ -481,6 +481,8 @@ def finish(cfg: RunConfig, rows: list[dict], status: str, why: str | None, failu
         "seconds_per_round": round(train_time / max(led.rounds, 1), 5),
         "device": str(device),
         "versions": {"fbo": __version__, "torch": torch.__version__, "python": platform.python_version()},
+        "machine": ({"gpu": torch.cuda.get_device_name(torch.device(device))} if str(device).startswith("cuda")
+                    else machine()),
         "code": code_identity(cfg),
     }
     if resumed is not None:
