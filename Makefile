@@ -45,7 +45,7 @@ report-collect:  ## copy the finished reproduction runs from results/ into docs/
 
 report-check:  ## a screenshot of every page of the report that is there (make report writes it) in headless Chromium, as the reader first sees it and at full height (results/report/screens/)
 	@command -v chromium >/dev/null || { echo "make report-check needs Chromium: make browser (Debian: apt-get install chromium) installs it"; exit 2; }
-	$(PY) -m fbo_cli.report.screens results/report
+	$(PY) -m fbo_cli.evidence.report.screens results/report
 
 reproduce: reproduce-all  ## the same as reproduce-all
 

@@ -12,8 +12,8 @@ def _threads():
 def stop_after_checkpoint(monkeypatch):
     """``stop(cfg)`` runs ``cfg`` until its first checkpoint is written, then stops it as SIGKILL would
     (no summary): the run directory is left partial, ready to resume."""
-    import fbo_cli.runner as runner
-    from fbo_cli.runner import execute
+    import fbo_cli.runs.runner as runner
+    from fbo_cli.runs.runner import execute
 
     real = runner._save_checkpoint
 

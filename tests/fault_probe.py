@@ -116,7 +116,7 @@ def main() -> int:
     other = run_dir.parent.parent / "fednest" / run_dir.name
     other.parent.mkdir(parents=True, exist_ok=True)
     shutil.copytree(run_dir, other)
-    from fbo_cli.results import run_status
+    from fbo_cli.runs.rundir import run_status
 
     check("copied run directory", run_status(other)[0] == "corrupt", "accepted as finished")
     shutil.rmtree(other)
@@ -180,7 +180,7 @@ def main() -> int:
     same = "settings: [{name: one, set: {tau: 1}}, {name: two, set: {tau: 1}}]\n"
     case("two settings with the same values", ["compare", str(spec("dup", extra=same)), "--out-dir", str(o / "dup")],
          says="are the same runs", out=o / "dup")
-    from fbo_cli.executors import RAY_HINT
+    from fbo_cli.grids.executors import RAY_HINT
 
     check("the missing-Ray hint keeps [ray]", "[ray]" in RAY_HINT)
     # 9 and 5. kills: a killed run leaves temp files that the next start removes; a killed Ray driver's agents
@@ -237,7 +237,7 @@ def removal(o: Path) -> None:
     check("fbo clean --yes in a root fbo made: its temporary file goes; dotfiles, the user's folders and links stay",
           r.exit_code == 0 and (root / "hyperrep" / "elsewhere").is_symlink()
           and not (run / ".config.yaml.k9x2m4q7.fbo-tmp").exists(), r.output[-200:])
-    from fbo_cli.results import remove_temp_files
+    from fbo_cli.runs.rundir import remove_temp_files
 
     (ROOT / "linked-run").symlink_to(h)
     remove_temp_files(ROOT / "linked-run")  # a run directory that is a link: its target's files stay
@@ -251,7 +251,7 @@ def removal(o: Path) -> None:
     mine = sorted(ev.glob("hyperrep/aggitd/*/metrics.csv"))
     for m in mine:
         KEPT[m] = m.read_bytes()
-    from fbo_cli.report import Paper, collect_evidence, prune_evidence
+    from fbo_cli.evidence.report import Paper, collect_evidence, prune_evidence
 
     runs = sorted(src.glob("hyperrep/aggitd/*"))
     runs[0].joinpath("metrics.csv").write_text(runs[0].joinpath("metrics.csv").read_text() + "9,9,9\n")  # no match
@@ -283,7 +283,7 @@ def ray_probe(env: dict) -> None:
         return
     import socket
 
-    from fbo_cli.executors import orphaned_ray, reap_orphaned_ray
+    from fbo_cli.grids.executors import orphaned_ray, reap_orphaned_ray
 
     ray_bin = Path(sys.executable).parent / "ray"
     tmp = Path(tempfile.mkdtemp(prefix="fbo-rp-"))  # this cluster's own folder: it is stopped by its pids alone
@@ -299,7 +299,7 @@ def ray_probe(env: dict) -> None:
         r = CliRunner().invoke(app, ["clean", "--out-dir", str(ROOT / "out" / "kill"), "--dry-run"])
         check("`ray start --head`, then fbo clean --dry-run lists none of its processes",
               up and "would stop" not in r.output and "0 orphaned Ray" in r.output, f"up {up}: {r.output[-300:]}")
-        d = subprocess.Popen([sys.executable, "-c", "import ray, time; from fbo_cli.executors import mark_session; "
+        d = subprocess.Popen([sys.executable, "-c", "import ray, time; from fbo_cli.grids.executors import mark_session; "
                               "ray.init(address='local', num_cpus=1, include_dashboard=False); mark_session(ray); "
                               "print('up', flush=True); time.sleep(600)"], stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL, start_new_session=True, env=env)
@@ -352,7 +352,7 @@ def more_inputs(o: Path, env: dict) -> None:
     """Issue 41, items 4 and 6 to 12."""
     import errno
 
-    import fbo_cli.results as res
+    import fbo_cli.runs.rundir as res
 
     # 4. a full disk
     real = res._umask
@@ -373,13 +373,13 @@ def more_inputs(o: Path, env: dict) -> None:
                  says="No space left on device")
         finally:
             res._umask = real
-    from fbo_cli.config import resolve
-    from fbo_cli.results import CHECKPOINT
-    from fbo_cli.runner import execute
+    from fbo_cli.runs.config import resolve
+    from fbo_cli.runs.rundir import CHECKPOINT
+    from fbo_cli.runs.runner import execute
 
     cfg = resolve("hyperrep", "aggitd", {"dataset": "digits", "clients": 4, "threads": 1, "max_iters": 4,
                                          "rounds": 10**6, "checkpoint_every": 2, "out_dir": str(o / "ck")})
-    import fbo_cli.runner as rn
+    import fbo_cli.runs.runner as rn
 
     real_w, n = rn.atomic_write, []
 
@@ -406,7 +406,7 @@ def more_inputs(o: Path, env: dict) -> None:
     sp = spec("chk", extra="seeds: [0, 1]\n",
               base=BASE.replace("rounds: 5", f"rounds: 4, eval_every: 1, out_dir: {ev}"))
     CliRunner().invoke(app, ["compare", str(sp)])
-    from fbo_cli.results import file_sha256
+    from fbo_cli.runs.rundir import file_sha256
 
     m = next(ev.glob("hyperrep/aggitd/*/metrics.csv"))
     lines = m.read_text().splitlines()
@@ -641,8 +641,8 @@ def issue55(o: Path, env: dict) -> None:
     """Issue 55: removal proves ownership per file, --prune refuses when it cannot tell, a user's file cannot
     take over fbo, and the remaining tracebacks."""
     import fbo_cli.algorithms.external as external
-    from fbo_cli.report import Paper, prune_evidence
-    from fbo_cli.results import temp_folder
+    from fbo_cli.evidence.report import Paper, prune_evidence
+    from fbo_cli.runs.rundir import temp_folder
 
     # 1. --prune from a folder without experiments/ (nothing removed), and a cut past 20% without --yes
     ev = o / "ev55"

@@ -17,7 +17,7 @@ import torch
 from fbo_cli.algorithms.base import FederationView
 from fbo_cli.data import build_federated
 from fbo_cli.data.sources import Dataset
-from fbo_cli.federation import Ledger
+from fbo_cli.sim.federation import Ledger
 from fbo_cli.tasks.base import BilevelTask
 
 torch.set_num_threads(1)

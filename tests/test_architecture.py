@@ -49,7 +49,7 @@ def test_no_import_cycle():
 
 def test_compare_and_tune_do_not_import_each_other():
     g = _graph()
-    assert "fbo_cli.tune" not in g["fbo_cli.compare"] and "fbo_cli.compare" not in g["fbo_cli.tune"]
+    assert "fbo_cli.grids.tune" not in g["fbo_cli.grids.compare"] and "fbo_cli.grids.compare" not in g["fbo_cli.grids.tune"]
 
 
 def test_only_spec_reads_a_spec():
@@ -61,8 +61,8 @@ def test_only_spec_reads_a_spec():
 
 def test_the_report_takes_its_experiments_from_the_specs_paper_keys(tmp_path):
     from fbo_cli.errors import UsageError
-    from fbo_cli.report.papers import PAPERS
-    from fbo_cli.spec import report_index
+    from fbo_cli.evidence.report.papers import PAPERS
+    from fbo_cli.grids.spec import report_index
 
     assert {p for _, p, _ in report_index()} == {p.key for p in PAPERS}  # every paper has experiments, no stray key
     aggitd = next(p for p in PAPERS if p.key == "aggitd").specs

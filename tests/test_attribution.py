@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 
 from fbo_cli.errors import UsageError
-from fbo_cli.report.attribution import attribution_md
-from fbo_cli.spec_checks import check_attribution
-from fbo_cli.spec_types import AlgorithmEntry
+from fbo_cli.evidence.report.attribution import attribution_md
+from fbo_cli.grids.spec_checks import check_attribution
+from fbo_cli.grids.spec_types import AlgorithmEntry
 
 
 def test_the_share_of_the_gap_closed_by_the_change_with_a_censored_before_row():

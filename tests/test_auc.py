@@ -7,12 +7,12 @@ import pytest
 import torch
 from sklearn.metrics import roc_auc_score
 
-from fbo_cli.config import resolve
 from fbo_cli.data import build_federated
 from fbo_cli.data.sources import Dataset
 from fbo_cli.errors import UsageError
-from fbo_cli.report.codasca import imax_table
-from fbo_cli.runner import build, execute
+from fbo_cli.evidence.report.codasca_section import imax_table
+from fbo_cli.runs.config import resolve
+from fbo_cli.runs.runner import build, execute
 from fbo_cli.tasks.auc import AUC, auc_score, per_client_grads
 
 torch.set_num_threads(1)

@@ -287,7 +287,7 @@ def test_a_port_that_answers_but_is_not_ray(tmp_path):
 
     threading.Thread(target=answer, daemon=True).start()
     from fbo_cli.errors import UsageError
-    from fbo_cli.executors import _check_reachable
+    from fbo_cli.grids.executors import _check_reachable
 
     with pytest.raises(UsageError, match="not a Ray cluster"):
         _check_reachable(f"127.0.0.1:{srv.getsockname()[1]}")
@@ -315,9 +315,9 @@ def test_a_tuned_yaml_of_another_grid_is_refused(tmp_path):
 
 
 def test_a_lock_linked_out_of_the_run_is_not_followed(tmp_path):
-    from fbo_cli.config import resolve
     from fbo_cli.errors import UsageError
-    from fbo_cli.runner import execute
+    from fbo_cli.runs.config import resolve
+    from fbo_cli.runs.runner import execute
 
     cfg = resolve("hyperrep", "aggitd", {"dataset": "digits", "clients": 4, "rounds": 2, "threads": 1,
                                          "out_dir": str(tmp_path / "out")})

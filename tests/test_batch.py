@@ -1,4 +1,4 @@
-"""Run batches (fbo_cli/batch.py): runs stepped together give each run's metrics.csv and ledger as the run
+"""Run batches (fbo_cli/grids/run_batches.py): runs stepped together give each run's metrics.csv and ledger as the run
 alone does (identical, by fbo check's rule; on hyper-cleaning, whose batch evaluates its runs in one pass, the
 iterates and every metric of x identical and the evaluation's metrics within float rounding), a diverging run
 leaves the batch alone, and the grouping."""
@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-from fbo_cli.batch import execute_batch, group_batches, parse_batch, seeds_batch
-from fbo_cli.batched import Rate
-from fbo_cli.check import compare_run
-from fbo_cli.config import resolve
+from fbo_cli.algorithms.runs_as_clients import Rate
 from fbo_cli.errors import UsageError
-from fbo_cli.runner import execute
+from fbo_cli.evidence.check import compare_run
+from fbo_cli.grids.run_batches import execute_batch, group_batches, parse_batch, seeds_batch
+from fbo_cli.runs.config import resolve
+from fbo_cli.runs.runner import execute
 
 HC = {"dataset": "digits", "clients": 4, "participation": 1.0, "partition": "dirichlet", "noise": 0.3,
       "batch_size": 16, "local_steps": 2}
@@ -122,7 +122,7 @@ def test_rate_arithmetic_is_each_runs_python_arithmetic():
 
 
 def _cells(out, algo="aggitd", task="hyperrep", base=HR, key="outer_lr"):
-    from fbo_cli.spec import Cell
+    from fbo_cli.grids.spec import Cell
 
     v = getattr(resolve(task, algo, base).hp, key)
     cells = []
@@ -136,7 +136,7 @@ def _cells(out, algo="aggitd", task="hyperrep", base=HR, key="outer_lr"):
 
 @pytest.mark.parametrize("executor", ["serial", "processes", "ray"])
 def test_executors_run_a_batch_as_one_task(tmp_path, executor):
-    from fbo_cli import executors
+    from fbo_cli.grids import executors
 
     if executor == "ray":
         ray = pytest.importorskip("ray")
@@ -158,7 +158,7 @@ def test_executors_run_a_batch_as_one_task(tmp_path, executor):
 @pytest.mark.parametrize("task,algo,key,base,rounds", [(*CASES[1], 6), (*CASES[2], 40)], ids=["fedbioacc", "fednest"])
 def test_an_interrupted_batch_writes_each_runs_checkpoint_and_resumes_bit_for_bit(tmp_path, task, algo, key, base,
                                                                                   rounds):
-    from fbo_cli import runner
+    from fbo_cli.runs import runner
 
     cfgs = _cfgs(task, algo, key, base, tmp_path / "batch", seeds=(0,), eval_every=1, rounds=rounds)
     seen = []
@@ -269,7 +269,7 @@ def test_fedbio_block_stack_is_the_dense_client_copies_bit_for_bit(algo):
     dense [M, dx] copies do: with clients left out of a round and minibatches padded past a small client."""
     import torch
 
-    from fbo_cli.runner import build
+    from fbo_cli.runs.runner import build
 
     cfg = resolve("hyperclean", algo, {**HC, "clients": 6, "alpha": 0.1, "participation": 0.5, "batch_size": 64,
                                        "threads": 1})
@@ -289,7 +289,7 @@ def test_softmax_products_with_features_shared_by_the_runs_are_each_runs(C, h):
     features repeated for every run, on the first call of a shape (checked) and after (remembered)."""
     import torch
 
-    from fbo_cli import federation
+    from fbo_cli.sim import federation
     from fbo_cli.tasks import softmax
 
     g = torch.Generator().manual_seed(0)
@@ -318,7 +318,7 @@ def test_softmax_products_with_features_shared_by_the_runs_are_each_runs(C, h):
 def test_same_bits_takes_the_fast_way_only_where_it_keeps_the_bits():
     import torch
 
-    from fbo_cli.federation import SAME_BITS, same_bits
+    from fbo_cli.sim.federation import SAME_BITS, same_bits
 
     SAME_BITS.clear()
     a, b = torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.5])
@@ -337,7 +337,7 @@ def test_hyperclean_scores_a_batch_in_one_pass_as_each_run_alone():
     the same order, the same values within float rounding; detection (from x) exactly."""
     import torch
 
-    from fbo_cli.runner import build
+    from fbo_cli.runs.runner import build
 
     t = build(resolve("hyperclean", "fedbio", {**HC, "heldout_frac": 0.2})).algo.task
     g = torch.Generator().manual_seed(0)
@@ -398,7 +398,7 @@ def test_hfl_scores_a_batch_in_one_pass_as_each_run_alone():
     """HFL.evaluate_runs against evaluate, model by model: the same keys in order, the values within rounding."""
     import torch
 
-    from fbo_cli.runner import build
+    from fbo_cli.runs.runner import build
 
     t = build(resolve("hfl", "fedavg", HFL)).algo.task
     g = torch.Generator().manual_seed(0)
@@ -418,8 +418,8 @@ def test_keeping_freed_memory_changes_no_number(tmp_path):
     import sys
 
     code = ("import sys\n"
-            "import fbo_cli.runner as r\n"
-            "from fbo_cli.config import resolve\n"
+            "import fbo_cli.runs.runner as r\n"
+            "from fbo_cli.runs.config import resolve\n"
             "if sys.argv[1] == 'default': r.keep_freed_memory = lambda: False\n"
             "else: assert r.keep_freed_memory()\n"
             "r.execute(resolve('hyperrep', 'fednest', {'dataset': 'digits', 'clients': 6, 'participation': 0.5,\n"

@@ -1,4 +1,4 @@
-"""What run batches cost (fbo_cli/batch.py: batch_share, cost_shares; ``fbo cost --batch``): a batch's share
+"""What run batches cost (fbo_cli/grids/run_batches.py: batch_share, cost_shares; ``fbo cost --batch``): a batch's share
 from the batch bench's table, the runs grouped as the executors group them, and a tuning whose kind never ran
 here costing "no estimate" rather than NaN."""
 
@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from fbo_cli.batch import batch_share, batch_speedups, cost_shares
-from fbo_cli.config import resolve
-from fbo_cli.results import estimate_cost
+from fbo_cli.grids.run_batches import batch_share, batch_speedups, cost_shares
+from fbo_cli.runs.config import resolve
+from fbo_cli.runs.rundir import estimate_cost
 
 HC = {"dataset": "digits", "clients": 4, "participation": 1.0, "partition": "dirichlet", "noise": 0.3,
       "batch_size": 16, "local_steps": 2, "rounds": 10, "threads": 1}
@@ -49,7 +49,7 @@ def test_cost_shares_group_as_the_executors_and_price_with_the_bench(tmp_path):
     (run / "config.yaml").write_text(json.dumps(cells[0].cfg.as_dict(), default=str))
     (run / "summary.json").write_text(json.dumps({"ledger": {"rounds": 10}, "train_time_s": 3.0,
                                                   "eval_time_s": 1.0, "device": "cpu"}))
-    from fbo_cli.results import _seconds_per_round
+    from fbo_cli.runs.rundir import _seconds_per_round
 
     _seconds_per_round.cache_clear()
     alone, _ = estimate_cost(cells[:2], roots=(tmp_path / "ev",))
@@ -67,7 +67,7 @@ def test_cost_shares_group_as_the_executors_and_price_with_the_bench(tmp_path):
 def test_a_tuning_of_a_kind_never_run_here_has_no_estimate_not_nan(tmp_path):
     import math
 
-    from fbo_cli.reproduce import spec_cost
+    from fbo_cli.evidence.reproduce import spec_cost
 
     spec = tmp_path / "s.yaml"
     spec.write_text("name: s\ntask: hyperclean\nmetric: test_acc\nseeds: [0]\n"
@@ -117,9 +117,9 @@ def test_the_batch_bench_writes_the_table_fbo_cost_reads(tmp_path, monkeypatch):
 def test_one_gpu_with_lanes_and_batches_is_calibrated_on_table_2():
     """fbo cost's GPU column (issue 54): Table 2's compared runs on one H100 with 8 processes and --batch auto were
     measured at 148 s for 60 runs (../shared/measurements/h100-545066e); the model's estimate is within 2x of it."""
-    from fbo_cli.reproduce import gpu_lanes_time, gpu_ratio
-    from fbo_cli.results.cost import GPU_LANE_BYTES, gpu_lanes, lane_gain
-    from fbo_cli.spec import load_spec
+    from fbo_cli.evidence.reproduce import gpu_lanes_time, gpu_ratio
+    from fbo_cli.grids.spec import load_spec
+    from fbo_cli.runs.cost import GPU_LANE_BYTES, gpu_lanes, lane_gain
 
     assert lane_gain(8) == pytest.approx(2123 / 159) and lane_gain(4) == pytest.approx(lane_gain(8) / 2)
     assert lane_gain(16) == lane_gain(8) and lane_gain(0) == lane_gain(1)  # no gain assumed beyond the fit

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from fbo_cli.config import resolve
-from fbo_cli.runner import build
+from fbo_cli.runs.config import resolve
+from fbo_cli.runs.runner import build
 
 
 def test_bench_phases_split_an_iteration_and_leave_nothing_patched():

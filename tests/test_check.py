@@ -7,7 +7,7 @@ import json
 from typer.testing import CliRunner
 
 from fbo_cli.cli import app
-from fbo_cli.results import file_sha256
+from fbo_cli.runs.rundir import file_sha256
 
 runner = CliRunner()
 
@@ -107,7 +107,7 @@ def test_check_refuses_bad_input_without_a_traceback(tmp_path):
 
 
 def test_a_long_runs_grown_rounding_is_a_drift_and_a_real_change_is_not(tmp_path):
-    from fbo_cli.check import compare_run
+    from fbo_cli.evidence.check import compare_run
 
     def run(name, accs):
         d = tmp_path / name
@@ -169,7 +169,7 @@ def test_a_run_is_the_same_in_the_cli_process_and_in_a_grid_worker(tmp_path):
 def test_the_sample_takes_batch_partners_and_reruns_them_as_one_batch(tmp_path):
     """A sampled run's batch partners (same algorithm and seed, other float steps) join the sample
     (budget allowing), rerun as one batch, and each is identical to its own evidence run."""
-    from fbo_cli import check
+    from fbo_cli.evidence import check
 
     spec = _spec(tmp_path, "[{name: A, algo: aggitd, set: {outer_lr: 0.01}}, "
                            "{name: B, algo: aggitd, set: {outer_lr: 0.03}}]", "--batch", "off")

@@ -13,8 +13,8 @@ runner = CliRunner()
 
 
 def test_every_spec_the_report_shows_is_reproduced(monkeypatch):
-    from fbo_cli.report.papers import PAPERS
-    from fbo_cli.reproduce import plan
+    from fbo_cli.evidence.report.papers import PAPERS
+    from fbo_cli.evidence.reproduce import plan
 
     monkeypatch.chdir(ROOT)
     steps = plan()

@@ -5,7 +5,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fbo_cli.collapse import chance_level, collapsed
+from fbo_cli.runs.collapse import chance_level, collapsed
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,8 +24,8 @@ def test_a_fall_to_chance_that_stays_is_a_collapse_and_nothing_else_is():
 
 @pytest.mark.skipif(not (ROOT / "data" / "MNIST" / "raw").is_dir(), reason="needs the full MNIST (make setup)")
 def test_fig6_non_iid_seed_0_is_collapsed_in_the_committed_evidence():
-    from fbo_cli.compare import collect
-    from fbo_cli.spec import load_spec
+    from fbo_cli.grids.compare import collect
+    from fbo_cli.grids.spec import load_spec
 
     exp = load_spec(str(ROOT / "experiments" / "aggitd_fig6_mnist_cnn.yaml"),
                     {"out_dir": str(ROOT / "docs" / "results")})

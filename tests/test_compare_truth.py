@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fbo_cli.cli import app
-from fbo_cli.results import run_lock, run_status
+from fbo_cli.runs.rundir import run_lock, run_status
 
 runner = CliRunner()
 
@@ -83,7 +83,7 @@ def test_damaged_run_is_redone_not_aggregated(done, tmp_path, damage):
 
 def test_interrupted_rerun_leaves_no_stale_summary(done, tmp_path, monkeypatch):
     p, d, final = done
-    import fbo_cli.runner as rn
+    import fbo_cli.runs.runner as rn
 
     def boom(*a, **k):
         raise KeyboardInterrupt
@@ -98,7 +98,7 @@ def test_interrupted_rerun_leaves_no_stale_summary(done, tmp_path, monkeypatch):
 
 
 def test_failed_and_diverged_are_counted_not_averaged(tmp_path, monkeypatch):
-    import fbo_cli.runner as rn
+    import fbo_cli.runs.runner as rn
 
     real = rn._loop
 
@@ -171,7 +171,7 @@ def test_explosion_is_diverged(tmp_path):
 
 
 def test_loss_metric_best_is_lowest_and_target_is_reached_downwards(tmp_path):
-    from fbo_cli.results import rounds_to_target
+    from fbo_cli.runs.rundir import rounds_to_target
 
     p = spec(tmp_path, extra="metric: test_loss\ntarget: 100.0")  # every loss is below 100: reached at once
     r = compare(p)

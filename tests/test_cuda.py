@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from fbo_cli.algorithms import REGISTRY
-from fbo_cli.config import resolve
-from fbo_cli.runner import build
+from fbo_cli.runs.config import resolve
+from fbo_cli.runs.runner import build
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 

@@ -7,7 +7,7 @@ import torch
 from fbo_cli.data import build_federated, load_dataset
 from fbo_cli.data.partition import make_partition
 from fbo_cli.errors import UsageError
-from fbo_cli.federation import sample_clients
+from fbo_cli.sim.federation import sample_clients
 
 LABELS = np.repeat(np.arange(10), 300)  # 3,000 examples, 10 balanced classes
 
@@ -88,8 +88,8 @@ def test_client_major_layout_keeps_every_split_and_run():
         start += len(rows)
     assert sorted(cm.extra["tag"].tolist()) == list(range(len(data.y)))  # a permutation of the pool
 
-    from fbo_cli.config import resolve
-    from fbo_cli.runner import build
+    from fbo_cli.runs.config import resolve
+    from fbo_cli.runs.runner import build
     from fbo_cli.tasks import TASKS
 
     def run(layout: bool):

@@ -4,8 +4,8 @@ from dataclasses import fields
 
 from fbo_cli.algorithms import REGISTRY
 from fbo_cli.algorithms.template import TemplateDecayFedNest, TemplateFedSGD
-from fbo_cli.config import RunSettings
-from fbo_cli.describe import describe
+from fbo_cli.runs.config import RunSettings
+from fbo_cli.runs.describe import describe
 from fbo_cli.tasks import TASKS
 
 

@@ -10,8 +10,8 @@ from fbo_cli.algorithms import REGISTRY
 from fbo_cli.algorithms.aggitd import AggITD
 from fbo_cli.algorithms.base import FederationView
 from fbo_cli.algorithms.fednest import FedNest
-from fbo_cli.federation import Ledger
-from fbo_cli.testing import Quadratic
+from fbo_cli.sim.federation import Ledger
+from fbo_cli.tasks.quadratic import Quadratic
 
 
 def make(cls, task, participation=1.0, **hp):

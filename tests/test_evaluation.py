@@ -8,8 +8,8 @@ import torch.nn.functional as F
 from typer.testing import CliRunner
 
 from fbo_cli.cli import app
-from fbo_cli.config import resolve
-from fbo_cli.runner import build, execute
+from fbo_cli.runs.config import resolve
+from fbo_cli.runs.runner import build, execute
 from fbo_cli.tasks.base import relu_pool2
 
 runner = CliRunner()
@@ -92,9 +92,9 @@ algorithms: [{{name: A, algo: aggitd, tune: {{outer_lr: [0.01, 0.03]}}}}, {{name
 
 
 def test_a_sections_compute_counts_tuning(tmp_path):
-    from fbo_cli.compare import collect
-    from fbo_cli.report.sections import compute_line
-    from fbo_cli.spec import load_spec
+    from fbo_cli.evidence.report.sections import compute_line
+    from fbo_cli.grids.compare import collect
+    from fbo_cli.grids.spec import load_spec
 
     spec = tmp_path / "exp.yaml"
     spec.write_text(f"""
@@ -158,7 +158,7 @@ def test_the_cost_estimate_matches_runs_of_the_same_local_work_not_the_median_of
 
     import yaml
 
-    from fbo_cli.results import _seconds_per_round, estimate_cost
+    from fbo_cli.runs.rundir import _seconds_per_round, estimate_cost
 
     def finished(name, I, eta, T0, secs, rounds=100):
         cfg = resolve("auc", "codaplus", {"clients": 4, "rounds": rounds, "eval_every": 50, "I": I, "eta": eta,

@@ -17,9 +17,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from fbo_cli.config import flatten_run_config, resolve
-from fbo_cli.provenance import machine
-from fbo_cli.runner import execute
+from fbo_cli.runs.config import flatten_run_config, resolve
+from fbo_cli.runs.identity import machine
+from fbo_cli.runs.runner import execute
 
 EVIDENCE = Path(__file__).resolve().parents[1] / "docs" / "results"
 
@@ -100,7 +100,7 @@ def test_committed_runs_recompute_inside_a_run_batch(tmp_path, algo, key):
     """A committed hyper-cleaning run re-run inside a batch of three step sizes (its own in the middle): the
     folded calls (the FedNest family's SVRG pair and means at the runs' globals, the FedAvg bound's gradient)
     give its training bit for bit, and the batch's one-pass evaluation its evaluated metrics within rounding."""
-    from fbo_cli.batch import execute_batch
+    from fbo_cli.grids.run_batches import execute_batch
 
     d = sorted((EVIDENCE / "hyperclean" / algo).glob("fashion-mnist-dirichlet-s0-*"))[0]
     base = _cfg(d)

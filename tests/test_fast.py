@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from fbo_cli.config import resolve
 from fbo_cli.data import build_federated, load_dataset
-from fbo_cli.federation import Oracles, per_client_cross, per_client_grad, per_client_head_hvp, per_client_hvp
-from fbo_cli.runner import build
+from fbo_cli.runs.config import resolve
+from fbo_cli.runs.runner import build
+from fbo_cli.sim.federation import Oracles, per_client_cross, per_client_grad, per_client_head_hvp, per_client_hvp
 from fbo_cli.tasks.hyperclean import HyperClean
 from fbo_cli.tasks.hyperrep import HyperRep
 

@@ -10,9 +10,9 @@ import torch
 from typer.testing import CliRunner
 
 from fbo_cli.cli import app
-from fbo_cli.config import resolve
-from fbo_cli.results import CHECKPOINT
-from fbo_cli.runner import execute
+from fbo_cli.runs.config import resolve
+from fbo_cli.runs.rundir import CHECKPOINT
+from fbo_cli.runs.runner import execute
 
 runner = CliRunner()
 
@@ -119,7 +119,7 @@ def test_two_specs_with_one_name_do_not_share_a_folder(tmp_path):
 def test_a_copied_or_linked_run_directory_is_refused_and_redone(tmp_path):
     import shutil
 
-    from fbo_cli.results import run_status
+    from fbo_cli.runs.rundir import run_status
 
     a = _cfg(tmp_path, seed=0)
     execute(a)
@@ -141,7 +141,7 @@ def test_leftovers_of_kills_are_removed_on_the_next_start_and_by_fbo_clean(tmp_p
     import fcntl
     import os
 
-    from fbo_cli.results import LOCK_TOKEN, claim_root
+    from fbo_cli.runs.rundir import LOCK_TOKEN, claim_root
 
     cfg = _cfg(tmp_path / "out")
     claim_root(tmp_path / "out")  # fbo made this results root (.fbo-results)
@@ -273,7 +273,7 @@ def test_clean_removes_nothing_fbo_did_not_make(tmp_path):
 
 
 def test_a_linked_run_directory_keeps_the_targets_files(tmp_path):
-    from fbo_cli.results import remove_temp_files
+    from fbo_cli.runs.rundir import remove_temp_files
 
     target = tmp_path / "elsewhere"
     target.mkdir()
@@ -286,7 +286,7 @@ def test_a_linked_run_directory_keeps_the_targets_files(tmp_path):
 def test_a_failed_checkpoint_write_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
     import errno
 
-    import fbo_cli.runner as rn
+    import fbo_cli.runs.runner as rn
 
     cfg = _cfg(tmp_path / "out", keep_checkpoint=False)
     real, calls = rn.atomic_write, []
@@ -312,7 +312,7 @@ def test_a_failed_checkpoint_write_keeps_the_last_good_checkpoint(tmp_path, monk
 def test_a_full_disk_ends_with_a_message_not_a_traceback(tmp_path, monkeypatch, cmd):
     import errno
 
-    import fbo_cli.results as res
+    import fbo_cli.runs.rundir as res
 
     p = tmp_path / "s.yaml"
     p.write_text("name: full\ntask: hyperrep\nseeds: [0]\nalgorithms: [{name: A, algo: aggitd, tune: {outer_lr: "
@@ -339,7 +339,7 @@ def test_a_second_ctrl_c_stops_inside_a_long_outer_iteration(tmp_path, monkeypat
     import signal
 
     from fbo_cli.algorithms.aggitd import AggITD
-    from fbo_cli.runner import Interrupted
+    from fbo_cli.runs.runner import Interrupted
 
     cfg = _cfg(tmp_path / "out", checkpoint_every=1, max_iters=50)
     real, calls = AggITD.step, []

@@ -13,11 +13,11 @@ from fbo_cli.algorithms.base import FederationView
 from fbo_cli.algorithms.fedbio import Draw, FedBiO, FedBiOAcc
 from fbo_cli.algorithms.pool_sampler import RowSampler
 from fbo_cli.algorithms.storm import step_factor, storm
-from fbo_cli.config import resolve
 from fbo_cli.data import Dataset, FederatedData
 from fbo_cli.errors import UsageError
-from fbo_cli.federation import Ledger
-from fbo_cli.runner import build
+from fbo_cli.runs.config import resolve
+from fbo_cli.runs.runner import build
+from fbo_cli.sim.federation import Ledger
 from fbo_cli.tasks.base import BilevelTask
 
 torch.set_num_threads(1)

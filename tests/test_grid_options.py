@@ -3,7 +3,7 @@
 import pytest
 
 from fbo_cli.errors import UsageError
-from fbo_cli.executors import GridOptions
+from fbo_cli.grids.executors import GridOptions
 
 
 def test_the_executor_default_and_the_checks_live_in_one_place():

@@ -11,11 +11,11 @@ import torch
 import torch.nn.functional as F
 
 from fbo_cli.algorithms.zohfl import unit_directions, zo_gradient
-from fbo_cli.config import resolve
 from fbo_cli.data import load_dataset
 from fbo_cli.data.hierarchical import build_hierarchical
 from fbo_cli.errors import UsageError
-from fbo_cli.runner import build, execute
+from fbo_cli.runs.config import resolve
+from fbo_cli.runs.runner import build, execute
 
 torch.set_num_threads(1)
 
@@ -361,7 +361,7 @@ def test_a_spec_may_name_the_metrics_an_algorithm_adds_after_its_first_step(tmp_
     """Fig. 2's ``global_loss`` (ZO-HFL's own metric, present once clients have reported f2) passes the
     spec check, which evaluates at the initial point; an unknown metric is still refused."""
     from fbo_cli.errors import UsageError
-    from fbo_cli.spec import check_metrics, load_spec
+    from fbo_cli.grids.spec import check_metrics, load_spec
 
     def spec(metric):
         p = tmp_path / f"{metric}.yaml"

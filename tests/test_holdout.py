@@ -3,9 +3,9 @@ bilevel tasks score it (heldout_loss) and a spec's tune block can select it. Hol
 
 import torch
 
-from fbo_cli.config import resolve
 from fbo_cli.data import build_federated, load_dataset
-from fbo_cli.runner import execute
+from fbo_cli.runs.config import resolve
+from fbo_cli.runs.runner import execute
 
 
 def test_the_held_out_rows_are_apart_from_both_levels_and_zero_changes_nothing():

@@ -8,11 +8,11 @@ import torch
 from sklearn.metrics import f1_score, precision_score, recall_score
 
 from fbo_cli.algorithms.pool_sampler import RowSampler
-from fbo_cli.config import resolve
 from fbo_cli.data import build_federated, load_dataset
 from fbo_cli.errors import UsageError
-from fbo_cli.federation import per_client_grad
-from fbo_cli.runner import build
+from fbo_cli.runs.config import resolve
+from fbo_cli.runs.runner import build
+from fbo_cli.sim.federation import per_client_grad
 from fbo_cli.tasks.hyperclean import HyperClean
 
 torch.set_num_threads(1)

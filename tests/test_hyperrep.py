@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from fbo_cli.config import resolve
 from fbo_cli.data import build_federated, load_dataset
-from fbo_cli.runner import build
+from fbo_cli.runs.config import resolve
+from fbo_cli.runs.runner import build
 from fbo_cli.tasks.hyperrep import HyperRep
 
 

@@ -4,7 +4,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fbo_cli.cli import app
-from fbo_cli.config import coerce, load_yaml
+from fbo_cli.runs.config import coerce, load_yaml
 
 runner = CliRunner()
 
@@ -75,7 +75,7 @@ def test_figure_with_a_bad_out_or_seed_is_exit_2(tmp_path, args, says):
                                         (None, "cannot create directory")])
 def test_witness_when_the_code_fails_or_its_log_is_short_or_out_dir_unwritable_is_exit_2(tmp_path, monkeypatch,
                                                                                          main, says):
-    import fbo_cli.witness as w
+    import fbo_cli.evidence.witness as w
 
     # the driver without its torch set-up (seconds to import): it runs main_hr.py as the real one does
     monkeypatch.setattr(w, "DRIVER", "import runpy, sys\nsys.argv = ['main_hr.py', *sys.argv[1:]]\n"
@@ -95,9 +95,9 @@ def test_witness_when_the_code_fails_or_its_log_is_short_or_out_dir_unwritable_i
 
 
 def test_the_report_names_a_run_whose_metrics_fail_their_hash_as_tampered(tmp_path):
-    from fbo_cli.report.sections import build_section
-    from fbo_cli.runner import execute
-    from fbo_cli.spec import load_spec
+    from fbo_cli.evidence.report.sections import build_section
+    from fbo_cli.grids.spec import load_spec
+    from fbo_cli.runs.runner import execute
 
     spec = tmp_path / "s.yaml"
     spec.write_text(SPEC.replace("seeds: [0]", "seeds: [0, 1]"))

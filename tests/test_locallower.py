@@ -11,10 +11,10 @@ from quad_locallower import make
 from fbo_cli.algorithms.fedbio_local import FedBiOLocal
 from fbo_cli.algorithms.fedbioacc_local import FedBiOAccLocal
 from fbo_cli.algorithms.neumann import neumann_hypergrad
-from fbo_cli.config import resolve
 from fbo_cli.data import build_federated, load_dataset, split_test_like
 from fbo_cli.errors import UsageError
-from fbo_cli.runner import build
+from fbo_cli.runs.config import resolve
+from fbo_cli.runs.runner import build
 
 torch.set_num_threads(1)
 
@@ -84,7 +84,7 @@ def test_hyperrep_local_heads_and_personalized_accuracy():
     # a global head scored per client equals per-client heads that are all that head
     g = task.evaluate(x, Y[2])
     assert g.keys() == {"test_acc", "test_loss", "val_loss", "val_acc"}  # the pooled test metric is unchanged
-    from fbo_cli.federation import per_client_value  # val_loss is the upper objective (1/m) Σ_i f_i
+    from fbo_cli.sim.federation import per_client_value  # val_loss is the upper objective (1/m) Σ_i f_i
 
     val = task.data.split("val").full()
     assert g["val_loss"] == pytest.approx(per_client_value(task.f, x, Y[2], val).mean().item(), rel=1e-5)

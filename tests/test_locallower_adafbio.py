@@ -8,9 +8,9 @@ import torch
 from quad_locallower import grad_y_g, make, trunc_hypergrad
 
 from fbo_cli.algorithms.adafbio import AdaFBiO
-from fbo_cli.config import resolve
 from fbo_cli.errors import UsageError
-from fbo_cli.runner import build, execute
+from fbo_cli.runs.config import resolve
+from fbo_cli.runs.runner import build, execute
 
 torch.set_num_threads(1)
 

@@ -3,7 +3,7 @@
 import torch
 from torch.autograd.functional import hessian, jacobian
 
-from fbo_cli.federation import per_client_cross, per_client_grad, per_client_hvp
+from fbo_cli.sim.federation import per_client_cross, per_client_grad, per_client_hvp
 
 
 def loss(a, b, batch):

@@ -5,9 +5,9 @@ import os
 from typer.testing import CliRunner
 
 from fbo_cli.cli import app
-from fbo_cli.config import resolve
-from fbo_cli.results import LOCK_TOKEN, ROOT_MARKER, claim_root, leftovers
-from fbo_cli.runner import execute
+from fbo_cli.runs.config import resolve
+from fbo_cli.runs.rundir import LOCK_TOKEN, ROOT_MARKER, claim_root, leftovers
+from fbo_cli.runs.runner import execute
 
 runner = CliRunner()
 
@@ -82,7 +82,7 @@ def test_prune_from_a_folder_without_the_specs_removes_nothing(tmp_path, monkeyp
 def test_clean_sweeps_the_scratch_folders_of_killed_commands_only(tmp_path, monkeypatch):
     import tempfile
 
-    from fbo_cli.results import temp_folder
+    from fbo_cli.runs.rundir import temp_folder
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()

@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 from matplotlib.collections import PolyCollection
 
-from fbo_cli import plotstyle as ps
-from fbo_cli.paper_figures import PaperFigure
-from fbo_cli.spec import Experiment
+from fbo_cli.evidence.paper_figures import PaperFigure
+from fbo_cli.grids import plotstyle as ps
+from fbo_cli.grids.spec import Experiment
 
 
 @pytest.fixture
@@ -92,7 +92,7 @@ def _check_common(fig, metric_range=(0.0, 1.0)):
 
 
 def test_curves_figure(tmp_path, captured):
-    from fbo_cli.plots import plot_experiment
+    from fbo_cli.grids.plots import plot_experiment
 
     exp = _exp()
     runs, curves = _evidence(exp)
@@ -115,7 +115,7 @@ def test_curves_figure(tmp_path, captured):
 
 
 def test_log_axis_starts_at_the_first_measured_point(tmp_path, captured):
-    from fbo_cli.plots import plot_experiment
+    from fbo_cli.grids.plots import plot_experiment
 
     exp = _exp(x="samples")
     runs, curves = _evidence(exp)
@@ -132,7 +132,7 @@ def test_log_axis_starts_at_the_first_measured_point(tmp_path, captured):
 
 
 def test_paper_figure_kinds(tmp_path, captured):
-    from fbo_cli.report.figures import codasca_fig1, noise_figure, table_dots
+    from fbo_cli.evidence.report.figures import codasca_fig1, noise_figure, table_dots
 
     exp = _exp(algorithms=[{"name": "FedAvg", "algo": "fedavg"}, {"name": "FedProx", "algo": "fedprox"},
                            {"name": "ZO-HFL", "algo": "zohfl"}],
@@ -164,12 +164,12 @@ def test_paper_figure_kinds(tmp_path, captured):
 
 def test_formats_and_pages():
     from fbo_cli.errors import UsageError
-    from fbo_cli.report.pages import split
+    from fbo_cli.evidence.report.pages import split
 
     assert ps.parse_formats(["pdf,svg", "pdf"]) == ("pdf", "svg") and ps.parse_formats(None) == ps.FORMATS
     with pytest.raises(UsageError, match="jpg"):
         ps.parse_formats(["jpg"])
-    from fbo_cli.report.papers import Paper
+    from fbo_cli.evidence.report.papers import Paper
 
     papers = (Paper("a", "Paper A", ""), Paper("b", "Paper B", ""))
     md = ("# T\n\nrule\n\n## Summary\n\nx\n\n## Paper A\n\na\n\n## Paper B\n\nb\n\n"
@@ -182,7 +182,7 @@ def test_formats_and_pages():
 
 
 def test_the_ci95_band_uses_the_t_quantile_at_any_number_of_seeds():
-    from fbo_cli.plots import _mean_band
+    from fbo_cli.grids.plots import _mean_band
 
     exp = _exp(band="ci95")
     rng = np.random.default_rng(1)
@@ -195,7 +195,7 @@ def test_the_ci95_band_uses_the_t_quantile_at_any_number_of_seeds():
 
 
 def test_an_empty_panel_says_so_and_a_base_noise_rate_is_drawn(tmp_path, captured):
-    from fbo_cli.report.figures import noise_figure
+    from fbo_cli.evidence.report.figures import noise_figure
 
     algos = [{"name": "FedAvg", "algo": "fedavg"}, {"name": "FedProx", "algo": "fedprox"}]
     one = _exp(algorithms=algos, settings=[{"name": "default"}], base={"noise": 0.4})  # the rate in the base
@@ -210,7 +210,7 @@ def test_an_empty_panel_says_so_and_a_base_noise_rate_is_drawn(tmp_path, capture
 
 
 def test_rows_of_one_colour_differ_in_marker_and_dash_and_squeezed_ends_get_an_inset(tmp_path, captured):
-    from fbo_cli.plots import plot_experiment
+    from fbo_cli.grids.plots import plot_experiment
 
     st = ps.row_styles([("FedNest", "fednest"), ("FedNest (tuned)", "fednest"), ("FedNest-SGD", "fednest-sgd")])
     assert len({s["color"] for s in st.values()}) == 1  # one method's colour, told apart in grey scale too
@@ -226,8 +226,8 @@ def test_rows_of_one_colour_differ_in_marker_and_dash_and_squeezed_ends_get_an_i
 
 
 def test_the_tuning_plot_shows_each_methods_rejected_values_apart_with_one_legend_entry(tmp_path, captured):
-    from fbo_cli.spec_types import TuneSpec
-    from fbo_cli.tune.record import plot_tuning
+    from fbo_cli.grids.spec_types import TuneSpec
+    from fbo_cli.grids.tune.record import plot_tuning
 
     ts = TuneSpec(seeds=[100], rounds=5, score="val_loss", mode="min", setting=None, tail=0.2,
                   tolerance=0.1, extra={}, grids={"A": {"lr": [0.01, 0.1, 1.0]}, "B": {"lr": [0.01, 0.1, 1.0]}})

@@ -6,8 +6,8 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from fbo_cli import compare as cmp  # noqa: E402
-from fbo_cli.executors import GridOptions, run_cells  # noqa: E402
+from fbo_cli.grids import compare as cmp  # noqa: E402
+from fbo_cli.grids.executors import GridOptions, run_cells  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def test_ray_tables_equal_serial(tmp_path, local_ray):
 
 
 def test_ray_worker_death_is_retried_then_failed(tmp_path, local_ray, monkeypatch):
-    import fbo_cli.executors.raygrid as ex
+    import fbo_cli.grids.executors.raygrid as ex
 
     exp = cmp.load_spec(_spec(tmp_path, "die"))
     calls = tmp_path / "calls"
@@ -70,7 +70,7 @@ def test_resources_the_cluster_lacks_and_a_dead_address_fail_at_once(tmp_path, l
     import time
 
     from fbo_cli.errors import UsageError
-    from fbo_cli.executors import _check_reachable
+    from fbo_cli.grids.executors import _check_reachable
 
     exp = cmp.load_spec(_spec(tmp_path, "gpu"))
     t = time.time()

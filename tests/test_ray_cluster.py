@@ -25,8 +25,8 @@ import pytest
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from fbo_cli import compare as cmp  # noqa: E402
-from fbo_cli.executors import GridInterrupted, GridOptions, orphaned_ray, reap_orphaned_ray, run_cells  # noqa: E402
+from fbo_cli.grids import compare as cmp  # noqa: E402
+from fbo_cli.grids.executors import GridInterrupted, GridOptions, orphaned_ray, reap_orphaned_ray, run_cells  # noqa: E402
 
 
 def _spec(tmp_path, out, rounds=20, seeds="[0, 1]"):
@@ -116,7 +116,7 @@ def test_ctrl_c_brings_the_checkpoint_home_and_leaves_no_temp_folder(tmp_path, o
 
 
 def test_ctrl_c_in_a_ray_grid_is_a_flag_the_loop_reads_not_an_exception():
-    from fbo_cli.executors import _ctrl_c
+    from fbo_cli.grids.executors import _ctrl_c
 
     before = signal.getsignal(signal.SIGINT)
     with _ctrl_c() as hits:
@@ -131,7 +131,7 @@ def test_ctrl_c_in_a_ray_grid_is_a_flag_the_loop_reads_not_an_exception():
 def test_a_killed_drivers_ray_agents_are_reaped(tmp_path):
     if ray.is_initialized():
         ray.shutdown()
-    code = ("import ray, time; from fbo_cli.executors import mark_session; "  # as fbo's driver does
+    code = ("import ray, time; from fbo_cli.grids.executors import mark_session; "  # as fbo's driver does
             "ray.init(num_cpus=1, include_dashboard=False); mark_session(ray); print('up', flush=True); "
             "time.sleep(600)")
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,

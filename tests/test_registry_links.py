@@ -6,7 +6,7 @@ from pathlib import Path
 import yaml
 
 from fbo_cli.algorithms import REGISTRY
-from fbo_cli.config import resolve
+from fbo_cli.runs.config import resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 EXEMPT: dict[str, str] = {}  # algorithm -> why it has no spec or no bench case

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 
-from fbo_cli.report.render import basis_line
-from fbo_cli.report.verdicts import (
+from fbo_cli.evidence.report.render import basis_line
+from fbo_cli.evidence.report.verdicts import (
     claim_verdict,
     one_verdict_per_comparison,
     paired_interval,
@@ -16,7 +16,7 @@ from fbo_cli.report.verdicts import (
     paper_tolerance,
     tuning_basis,
 )
-from fbo_cli.spec import load_spec
+from fbo_cli.grids.spec import load_spec
 
 
 def write_spec(tmp_path, tune="{score: val_loss, seeds: [100], rounds: 4}", reference=None, claims=None):
@@ -93,7 +93,7 @@ def test_a_grid_valued_quantity_gets_the_exact_test_never_a_zero_variance_t():
 
 
 def test_imax_at_the_grids_top_is_censored_per_seed():
-    from fbo_cli.report.codasca import imax_per_seed, windows
+    from fbo_cli.evidence.report.codasca_section import imax_per_seed, windows
 
     I = [1, 8, 32]
     rows = [{"algorithm": "A", "setting": f"K=4, I={i}", "seed": 0, "status": "done", "final": 0.9} for i in I]

@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 
 from fbo_cli.algorithms import REGISTRY
-from fbo_cli.config import resolve
-from fbo_cli.results import CHECKPOINT, run_status
-from fbo_cli.runner import Interrupted, execute
+from fbo_cli.runs.config import resolve
+from fbo_cli.runs.rundir import CHECKPOINT, run_status
+from fbo_cli.runs.runner import Interrupted, execute
 
 # the smallest config of each algorithm's first task
 SMALL = {
@@ -55,7 +55,7 @@ def test_every_algorithm_resumes_bit_for_bit(algo, tmp_path, stop_after_checkpoi
 
 def test_sigint_writes_checkpoint(tmp_path):
     cfg = _cfg("aggitd", tmp_path, max_iters=40, checkpoint_every=1000)
-    import fbo_cli.runner as runner
+    import fbo_cli.runs.runner as runner
 
     calls = []
 

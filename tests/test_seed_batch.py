@@ -1,5 +1,5 @@
 """Seed batches (issue 54): runs of one cell that differ in their seed (and in float steps) step in one batch, each
-run with its own data, generator and ledger (fbo_cli/batched.py, ``stacked_seeds``): every run's metrics.csv is
+run with its own data, generator and ledger (fbo_cli/algorithms/runs_as_clients.py, ``stacked_seeds``): every run's metrics.csv is
 the run alone's bit for bit on the CPU (evaluated by its own build, so every column but the wall times), an
 interrupted seed batch resumes bit for bit, and seeds whose states or minibatches do not pad alike step one after
 the other."""
@@ -9,9 +9,9 @@ import csv
 import pytest
 from test_batch import HC, _cfgs, same_as_alone
 
-from fbo_cli.batch import batch_speedups, execute_batch, group_batches, seeds_batch, seeds_gain
-from fbo_cli.config import resolve
-from fbo_cli.runner import execute
+from fbo_cli.grids.run_batches import batch_speedups, execute_batch, group_batches, seeds_batch, seeds_gain
+from fbo_cli.runs.config import resolve
+from fbo_cli.runs.runner import execute
 
 SEEDS = (0, 1, 2)
 # every algorithm that batches seeds, with a float hyperparameter its grid varies
@@ -53,7 +53,7 @@ def test_seeds_by_steps_in_one_batch(tmp_path):
 
 
 def test_an_interrupted_seed_batch_resumes_bit_for_bit(tmp_path):
-    from fbo_cli import runner
+    from fbo_cli.runs import runner
 
     cfg = dict(factors=(1.0,), seeds=SEEDS, eval_every=1, rounds=8)
     batched = _cfgs("hyperclean", "fedbio", "upper_lr", HC, tmp_path / "batch", **cfg)

@@ -5,7 +5,7 @@ import yaml
 from typer.testing import CliRunner
 
 from fbo_cli.cli import app
-from fbo_cli.spec import load_spec
+from fbo_cli.grids.spec import load_spec
 
 runner = CliRunner()
 

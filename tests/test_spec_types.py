@@ -7,8 +7,8 @@ import yaml
 
 import fbo_cli.data.sources as sources
 from fbo_cli.errors import UsageError
-from fbo_cli.spec import load_spec, tuned_layer
-from fbo_cli.spec_types import AlgorithmEntry, Choice, Claim, SettingEntry, Tuned, chosen_on_disk
+from fbo_cli.grids.spec import load_spec, tuned_layer
+from fbo_cli.grids.spec_types import AlgorithmEntry, Choice, Claim, SettingEntry, Tuned, chosen_on_disk
 
 SPEC = """
 name: t

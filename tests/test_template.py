@@ -6,9 +6,9 @@ import torch
 
 from fbo_cli.algorithms.base import FederationView
 from fbo_cli.algorithms.template import TemplateFedSGD
-from fbo_cli.config import resolve
-from fbo_cli.federation import Ledger
-from fbo_cli.runner import build
+from fbo_cli.runs.config import resolve
+from fbo_cli.runs.runner import build
+from fbo_cli.sim.federation import Ledger
 
 
 def test_template_is_fedsgd_and_charges_one_round():

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from fbo_cli.algorithms import REGISTRY
-from fbo_cli.config import resolve
-from fbo_cli.diagnostics import truncation_report
-from fbo_cli.runner import build
+from fbo_cli.evidence.diagnostics import truncation_report
+from fbo_cli.runs.config import resolve
+from fbo_cli.runs.runner import build
 
 torch.set_num_threads(1)
 
@@ -70,7 +70,7 @@ def test_adafbio_with_every_client_at_k_zero_steps_and_uses_the_first_term():
     bx, _, _ = b10.draw_sample()
     k = torch.zeros(b10.M, dtype=torch.long)
     est = b10.hypergrad(b10.x, b10.y, bx, k)
-    from fbo_cli.federation import per_client_cross, per_client_grad
+    from fbo_cli.sim.federation import per_client_cross, per_client_grad
 
     theta = b10.hp.neumann_step
     gx, gy = per_client_grad(b10.task.f, (0, 1), b10.x, b10.y, bx["f"])

@@ -7,10 +7,10 @@ from types import SimpleNamespace
 
 import pandas as pd
 
-from fbo_cli.results import file_sha256
-from fbo_cli.spec import Cell, TuneSpec
-from fbo_cli.tune import choose, unconfirmed
-from fbo_cli.tune.rules import collect_tuning, margin_probes
+from fbo_cli.grids.spec import Cell, TuneSpec
+from fbo_cli.grids.tune import choose, unconfirmed
+from fbo_cli.grids.tune.rules import collect_tuning, margin_probes
+from fbo_cli.runs.rundir import file_sha256
 
 TS = TuneSpec([100], 10, "val_loss", "min", None, 0.25, math.inf, {}, {"A": {"outer_lr": [0.01, 0.1, 1.0]}})
 

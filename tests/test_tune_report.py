@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 
 from fbo_cli.cli import app
 from fbo_cli.errors import UsageError
-from fbo_cli.report import build_report, claim_verdict, collect_evidence, match_paper, prune_evidence
-from fbo_cli.spec import load_spec
-from fbo_cli.tune import MAX_EXTENSIONS, grid_points, score_run
+from fbo_cli.evidence.report import build_report, claim_verdict, collect_evidence, match_paper, prune_evidence
+from fbo_cli.grids.spec import load_spec
+from fbo_cli.grids.tune import MAX_EXTENSIONS, grid_points, score_run
 
 runner = CliRunner()
 
@@ -72,9 +72,9 @@ def test_bad_tune_blocks_are_usage_errors(tmp_path):
 
 
 def test_tolerance_off_keeps_oscillating_runs_and_says_so(tmp_path):
-    from fbo_cli.config import load_config_file
-    from fbo_cli.spec import parse_tune
-    from fbo_cli.tune import procedure_text
+    from fbo_cli.grids.spec import parse_tune
+    from fbo_cli.grids.tune import procedure_text
+    from fbo_cli.runs.config import load_config_file
 
     def parsed(tune):
         p = spec(tmp_path, tune=tune)
@@ -86,7 +86,7 @@ def test_tolerance_off_keeps_oscillating_runs_and_says_so(tmp_path):
 
 
 def test_tuning_at_each_settings_own_budget(tmp_path):
-    from fbo_cli.tune import procedure_text, tune_cells
+    from fbo_cli.grids.tune import procedure_text, tune_cells
 
     p = spec(tmp_path, tune="{seeds: [100], rounds: budget}",
              extra="settings: [{name: iid, set: {rounds: 10}}, {name: long, set: {rounds: 30}}]")
@@ -163,8 +163,8 @@ def _tuning_rows(points):
 
 
 def test_an_edge_choice_is_extended_until_interior_or_its_neighbour_fails():
-    from fbo_cli.spec import TuneSpec
-    from fbo_cli.tune import choose, extensions
+    from fbo_cli.grids.spec import TuneSpec
+    from fbo_cli.grids.tune import choose, extensions
 
     ts = TuneSpec([100], 10, "val_loss", "min", None, 0.25, math.inf, {}, {"A": {"outer_lr": [0.01, 0.1]}})
     two = _tuning_rows([(0.01, 0.5, "done"), (0.1, 0.4, "done")])  # a two-point grid: both ends are edges
@@ -217,8 +217,8 @@ def test_an_edge_at_the_end_of_a_keys_valid_range_is_labelled_not_extended(tmp_p
     """A two-point momentum grid c in {0.1, 0.9} choosing 0.9: its geometric continuation 8.1 breaks
     FedBiOAcc's c alpha^2 <= 1, so it is not run; the choice is the largest valid value, with the reason,
     neither 'stable' (nothing diverged) nor an unresolved edge."""
-    from fbo_cli.spec import TuneSpec
-    from fbo_cli.tune import choose, extensions, point_error
+    from fbo_cli.grids.spec import TuneSpec
+    from fbo_cli.grids.tune import choose, extensions, point_error
 
     p = _momentum_spec(tmp_path)
     exp = load_spec(p, {}, use_tuned=False)
@@ -235,7 +235,7 @@ def test_an_edge_at_the_end_of_a_keys_valid_range_is_labelled_not_extended(tmp_p
     assert entry["c_omega"] == 0.9 and "_at_grid_edge" not in entry and "_stable_edge" not in entry
     assert entry["_valid_edge"].startswith("c_omega=0.9 is the largest valid value: c_omega=8.1 is not valid (")
     assert extensions(rows, chosen, ts, {}, invalid) == []
-    from fbo_cli.tune import _beyond  # a 0 at the bottom of a grid: below it lies no valid value
+    from fbo_cli.grids.tune import _beyond  # a 0 at the bottom of a grid: below it lies no valid value
 
     assert _beyond([0, 0.001, 0.01], 0) == -0.001 and _beyond([0, 0.001, 0.01], 0.01) == 0.1
 
@@ -243,8 +243,8 @@ def test_an_edge_at_the_end_of_a_keys_valid_range_is_labelled_not_extended(tmp_p
 def test_relabel_turns_a_never_run_invalid_extension_into_a_valid_range_note(tmp_path):
     """``fbo tune --relabel``: a tuning recorded before extensions were checked, whose c = 8.1 extension
     was never run, gets the 'largest valid value' note; the choice itself must not change."""
-    from fbo_cli.results import write_yaml
-    from fbo_cli.tune import relabel
+    from fbo_cli.grids.tune import relabel
+    from fbo_cli.runs.rundir import write_yaml
 
     p = _momentum_spec(tmp_path)
     out = tmp_path / "compare" / "t"
@@ -266,8 +266,8 @@ def test_relabel_turns_a_never_run_invalid_extension_into_a_valid_range_note(tmp
 
 
 def test_a_choice_next_to_a_rejected_value_is_confirmed_on_more_seeds_or_replaced():
-    from fbo_cli.spec import TuneSpec
-    from fbo_cli.tune import choose, unconfirmed
+    from fbo_cli.grids.spec import TuneSpec
+    from fbo_cli.grids.tune import choose, unconfirmed
 
     ts = TuneSpec([100], 10, "val_loss", "min", None, 0.25, math.inf, {}, {"A": {"outer_lr": [0.01, 0.1, 1.0]}})
     rows = _tuning_rows([(0.01, 0.5, "done"), (0.1, 0.4, "done"), (1.0, math.nan, "diverged")])
@@ -316,7 +316,7 @@ def test_claim_verdict_is_a_paired_interval_against_the_margin():
 
 
 def test_sign_interval_decides_with_six_pairs_and_takes_never():
-    from fbo_cli.report.verdicts import paired_interval, sign_interval
+    from fbo_cli.evidence.report.verdicts import paired_interval, sign_interval
 
     assert sign_interval(np.array([1.0, 2, 3, 4, 5]))[1:] == (-math.inf, math.inf)  # 2/32 > 0.05
     m, lo, hi = sign_interval(np.array([5.0, 1, 4, math.inf, 2, 3]))  # 2/64 <= 0.05: [d(1), d(6)]
@@ -336,7 +336,7 @@ def test_a_claim_across_two_settings_pairs_one_algorithms_seeds_between_them():
 
 
 def test_imax_per_seed_is_the_largest_tolerated_window_and_needs_every_window():
-    from fbo_cli.report.codasca import imax_per_seed, windows
+    from fbo_cli.evidence.report.codasca_section import imax_per_seed, windows
 
     I = [1, 8, 32]
     auc = {("A", 0): [0.95, 0.945, 0.90], ("A", 1): [0.95, 0.93, 0.95], ("B", 0): [0.95, 0.95, 0.945],
@@ -380,7 +380,7 @@ def test_report_from_evidence_shows_verdicts_paper_numbers_and_missing_runs(tmp_
     assert runner.invoke(app, ["compare", str(p)]).exit_code == 0
     ev = tmp_path / "evidence"
     # collect_evidence works on the paper registry; copy this spec's runs the same way
-    from fbo_cli.report import Paper
+    from fbo_cli.evidence.report import Paper
 
     assert collect_evidence(tmp_path, ev, papers=(Paper("t", "T", "", given=(str(p),)),)) == 2
     files = {f.name for f in ev.rglob("*") if f.is_file()}
@@ -449,7 +449,7 @@ def test_a_tuned_row_may_share_its_runs_with_the_papers_row(tmp_path):
 
 
 def test_the_summary_lists_the_claims_without_a_verdict_and_why():
-    from fbo_cli.report import PAPERS, summary_md
+    from fbo_cli.evidence.report import PAPERS, summary_md
 
     md = "\n".join(summary_md({p.key: [] for p in PAPERS}, PAPERS))
     rows = [r for r in md.splitlines() if r.startswith("| ") and "not available offline" in r]
@@ -462,8 +462,8 @@ def test_a_short_tuning_budget_gets_its_ranking_checked_at_the_evaluation_budget
     from typer.testing import CliRunner
 
     from fbo_cli.cli import app
-    from fbo_cli.compare import tuning_budget_note
-    from fbo_cli.spec import load_spec
+    from fbo_cli.grids.compare import tuning_budget_note
+    from fbo_cli.grids.spec import load_spec
 
     spec = tmp_path / "exp.yaml"
     spec.write_text(f"""
@@ -502,7 +502,7 @@ algorithms: [{{name: A, algo: aggitd, tune: {{outer_lr: [0.003, 0.01, 0.03, 0.1]
 
 
 def test_a_choice_with_every_point_rejected_says_so():
-    from fbo_cli.compare import tuned_note
+    from fbo_cli.grids.compare import tuned_note
 
     exp = type("E", (), {})()
     exp.algorithms = [{"name": "F", "tune": {"outer_lr": [1, 2]}, "set": {"inner_lr": 0.003}}]
@@ -516,7 +516,7 @@ def test_a_choice_with_every_point_rejected_says_so():
 def test_the_report_summary_counts_tuned_choices_by_their_grid_edge_and_budget():
     from types import SimpleNamespace as NS
 
-    from fbo_cli.report.tuning import tuning_md
+    from fbo_cli.evidence.report.tuning import tuning_md
 
     cell = NS(cfg=NS(run=NS(rounds=300)))
     chosen = {"A": {"s": {"lr": 0.1}}, "B": {"s": {"lr": 1.0, "_stable_edge": "lr=1 is the largest stable value"}},
@@ -605,7 +605,7 @@ algorithms: [{{name: A, algo: aggitd, tune: {{outer_lr: [0.003, 0.01, 0.03]}}}}]
 
 
 def test_only_an_unresolved_edge_note_says_edge():
-    from fbo_cli.spec import edge_note
+    from fbo_cli.grids.spec import edge_note
 
     # a value beside a rejected one is interior to the grid as extended: no "edge" (issue 53)
     resolved = edge_note({"_stable_edge": "outer_lr=0.9 is the largest stable value: outer_lr=2.7 diverged"})
@@ -627,7 +627,7 @@ def test_a_factor_claim_tests_the_ratio_of_the_paired_values():
 def test_a_choice_beside_a_rejected_value_is_no_interior_choice_and_an_unexplored_side_is_an_edge():
     import itertools
 
-    from fbo_cli.report.tuning import choice_kind
+    from fbo_cli.evidence.report.tuning import choice_kind
 
     grid = list(itertools.product([0.01, 0.1, 1.0], [0.5, 0.7, 0.9]))
     rec = pd.DataFrame({"algorithm": "A", "setting": "s", "grid": "spec", "lr": [g[0] for g in grid],

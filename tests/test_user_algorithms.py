@@ -12,7 +12,7 @@ import yaml
 from typer.testing import CliRunner
 
 from fbo_cli.cli import app
-from fbo_cli.config import comparable, lookup, resolve
+from fbo_cli.runs.config import comparable, lookup, resolve
 
 runner = CliRunner()
 
@@ -104,7 +104,7 @@ def test_compare_runs_a_user_algorithm_and_an_edit_makes_its_run_stale(folder):
 def test_a_grid_worker_in_another_process_imports_the_users_algorithm(folder):
     cfg = resolve("hyperrep", "./my_algos/decay.py:DecayFedNest", {"dataset": "digits"})
     assert cfg.algo == "DecayFedNest" and cfg.algo_ref.startswith("/")
-    code = ("from fbo_cli.config import resolve; import sys; "
+    code = ("from fbo_cli.runs.config import resolve; import sys; "
             "c = resolve('hyperrep', sys.argv[1], {'dataset': 'digits'}); print(c.entry.cls.__name__, c.run_id)")
     out = subprocess.run([sys.executable, "-c", code, cfg.algo_ref], cwd="/", capture_output=True, text=True,
                          env={"PYTHONPATH": str(Path(__file__).parent.parent), "PATH": "/usr/bin:/bin"})
@@ -115,7 +115,7 @@ def test_an_algorithms_folder_beside_the_spec_and_entry_points(folder, monkeypat
     (folder / "algorithms").mkdir()
     (folder / "algorithms" / "decay.py").write_text(DECAY)
     (folder / "byname.yaml").write_text(SPEC.replace("./my_algos/decay.py:DecayFedNest", "DecayFedNest"))
-    from fbo_cli.spec import load_spec
+    from fbo_cli.grids.spec import load_spec
 
     exp = load_spec(folder / "byname.yaml")
     assert {c.cfg.algo for c in exp.cells} == {"fednest", "DecayFedNest"}
@@ -143,7 +143,7 @@ def test_bad_user_algorithms_are_usage_errors(folder):
 
 
 def test_staleness_rule_user_code_only_and_older_runs_are_not_stale():
-    from fbo_cli.provenance import changes, code_identity, stale_reason
+    from fbo_cli.runs.identity import changes, code_identity, stale_reason
 
     cfg = resolve("hyperrep", "fednest", {"dataset": "digits"})
     now = code_identity(cfg)
@@ -162,7 +162,7 @@ def test_outer_step_schedule_is_a_declared_hyperparameter_and_keeps_old_run_ids(
     dec = resolve("hyperrep", "fednest", {"dataset": "digits", "outer_lr_schedule": "inverse_sqrt", "outer_lr_t0": 4})
     assert dec.run_id != base.run_id and comparable(dec.as_dict())["hp"]["outer_lr_schedule"] == "inverse_sqrt"
     assert SCHEDULES["inverse_sqrt"](12, 4.0) == pytest.approx(0.5)
-    from fbo_cli.runner import build
+    from fbo_cli.runs.runner import build
 
     b = build(dec)
     b.ledger.iterations = 12
@@ -182,7 +182,7 @@ def test_defaults_per_task_and_fedbio_on_hyperrep_does_not_diverge(tmp_path):
 
 
 def test_a_run_estimated_over_an_hour_says_so(monkeypatch):
-    import fbo_cli.results as results
+    import fbo_cli.runs.rundir as results
 
     monkeypatch.setattr(results, "estimate_cost", lambda cells, roots=None: (7200.0 * len(cells), 0))
     r = cli("run", "hyperrep", "--algo", "adafbio", "--dry-run")
@@ -197,8 +197,8 @@ def test_common_names_and_set_applies_where_the_key_exists(folder):
         resolve("hyperrep", "fednest", {"local_steps": 3, "tau": 4})
     (folder / "mix.yaml").write_text(SPEC.replace("./my_algos/decay.py:DecayFedNest", "fedbio")
                                      .replace("name: Decay", "name: FedBiO"))
-    from fbo_cli.compare import collect, summarize, table_markdown
-    from fbo_cli.spec import load_spec
+    from fbo_cli.grids.compare import collect, summarize, table_markdown
+    from fbo_cli.grids.spec import load_spec
 
     exp = load_spec(folder / "mix.yaml", {"tau": 2, "rounds": 20}, seeds=[0])
     assert exp.ignored == {"tau": ["FedBiO"]}
@@ -215,8 +215,8 @@ def test_rows_that_are_the_same_runs_are_one_row(folder):
                                      .replace("{name: Decay, algo: fednest}",
                                               "{name: FedNest (tuned), algo: fednest, tune: {outer_lr: [0.01, 0.1]}}")
                                      + "tune: {seeds: [100], rounds: 10}\n")
-    from fbo_cli.compare import collect, summarize
-    from fbo_cli.spec import load_spec
+    from fbo_cli.grids.compare import collect, summarize
+    from fbo_cli.grids.spec import load_spec
 
     exp = load_spec(folder / "dup.yaml")
     table = summarize(exp, collect(exp)[0])[0]
@@ -228,8 +228,8 @@ def test_tune_dry_run_counts_what_a_tuning_may_add(folder):
                                                 "{name: Decay, algo: ./my_algos/decay.py:DecayFedNest, "
                                                 "tune: {outer_lr: [0.01, 0.1]}}")
                                    + "tune: {seeds: [100], rounds: 10}\n")
-    from fbo_cli.spec import load_spec
-    from fbo_cli.tune import CONFIRM_SEEDS, MAX_EXTENSIONS, RANKING_TOP, tune_cells, tune_spec, tuning_estimate
+    from fbo_cli.grids.spec import load_spec
+    from fbo_cli.grids.tune import CONFIRM_SEEDS, MAX_EXTENSIONS, RANKING_TOP, tune_cells, tune_spec, tuning_estimate
 
     exp = load_spec(folder / "t.yaml", use_tuned=False)
     ts = tune_spec(exp)
@@ -263,7 +263,7 @@ def test_bundled_datasets_are_cached_as_tensors(tmp_path, monkeypatch):
 def test_a_user_algorithm_resumes_bit_for_bit(folder, stop_after_checkpoint):
     import pandas as pd
 
-    from fbo_cli.runner import execute
+    from fbo_cli.runs.runner import execute
 
     keys = {"dataset": "digits", "clients": 4, "participation": 0.5, "rounds": 40, "checkpoint_every": 2}
     whole = execute(resolve("hyperrep", "./my_algos/decay.py:DecayFedNest", {**keys, "out_dir": str(folder / "a")}))

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fbo_cli.cli import app
-from fbo_cli.config import resolve
+from fbo_cli.runs.config import resolve
 
 runner = CliRunner()
 
@@ -68,7 +68,7 @@ def metrics(summary_or_dir):
 
 
 def test_a_subclass_with_undeclared_state_runs_alone_and_show_says_why(tmp_path):
-    from fbo_cli.batch import batchable, group_batches, state_refusal
+    from fbo_cli.grids.run_batches import batchable, group_batches, state_refusal
 
     cfgs = [resolve("hyperrep", user(tmp_path, MOM), {**KEYS, "outer_lr": lr}) for lr in (0.01, 0.02)]
     why = state_refusal(cfgs[0].entry.cls)
@@ -85,7 +85,7 @@ def test_a_subclass_with_undeclared_state_runs_alone_and_show_says_why(tmp_path)
 
 
 def test_partners_of_a_diverging_or_failing_run_finish(tmp_path):
-    from fbo_cli.batch import execute_batch
+    from fbo_cli.grids.run_batches import execute_batch
 
     out = str(tmp_path / "r")
     # undeclared state: alone (on the old code the batch dropped the diverged run but not its momentum: the
@@ -109,8 +109,8 @@ def test_partners_of_a_diverging_or_failing_run_finish(tmp_path):
 
 @pytest.mark.parametrize("src", [MOM, DECLARED], ids=["alone", "batched"])
 def test_a_subclass_with_extra_state_resumes_bit_for_bit(tmp_path, src, stop_after_checkpoint, monkeypatch):
-    import fbo_cli.runner as rn
-    from fbo_cli.batch import execute_batch
+    import fbo_cli.runs.runner as rn
+    from fbo_cli.grids.run_batches import execute_batch
 
     ref = user(tmp_path, src)
     keys = {**KEYS, "rounds": 100, "checkpoint_every": 3}
@@ -152,7 +152,7 @@ NO_ROUND = textwrap.dedent('''
 
 
 def test_the_ledger_contract_is_checked(tmp_path):
-    from fbo_cli.runner import LedgerError, execute
+    from fbo_cli.runs.runner import LedgerError, execute
 
     for src, msg in ((WRONG_ROUNDS, "charged 10 communication rounds, but its rounds_per_iteration() says 11"),
                      (NO_ROUND, "charged no communication round")):
@@ -208,8 +208,8 @@ def project(tmp_path, monkeypatch):
 
 
 def test_an_edit_of_a_helper_or_a_sibling_file_makes_the_run_stale(project):
-    from fbo_cli.provenance import stale_reason
-    from fbo_cli.runner import execute
+    from fbo_cli.runs.identity import stale_reason
+    from fbo_cli.runs.runner import execute
 
     keys = {**KEYS, "out_dir": str(project / "r")}
     cfg = resolve("hyperrep", "./va/ln.py:LocalNeumann", keys)
@@ -224,7 +224,7 @@ def test_an_edit_of_a_helper_or_a_sibling_file_makes_the_run_stale(project):
         f.write_text(text)
     assert stale_reason(resolve("hyperrep", "./va/ln.py:LocalNeumann", keys), s) is None
     # built-in classes keep their class-source hash: the evidence's record stands
-    from fbo_cli.provenance import class_hashes
+    from fbo_cli.runs.identity import class_hashes
 
     assert class_hashes(resolve("hyperrep", "fednest", {}).entry.cls) == {
         k: v for k, v in class_hashes(cfg.entry.cls).items() if k.startswith("fbo_cli.")}
@@ -233,7 +233,7 @@ def test_an_edit_of_a_helper_or_a_sibling_file_makes_the_run_stale(project):
 def test_two_versions_of_one_class_are_two_algorithms_and_moving_the_folder_keeps_the_runs(project, tmp_path_factory):
     import shutil
 
-    from fbo_cli.spec import load_spec
+    from fbo_cli.grids.spec import load_spec
 
     (project / "vb" / "ln.py").write_text(LN.format(helper="help52b").replace("return 1.0", "return 0.9"))
     (project / "two.yaml").write_text(SPEC.replace("tune: {outer_lr: [0.005, 0.01, 0.02]}", "")
@@ -253,7 +253,7 @@ def test_two_versions_of_one_class_are_two_algorithms_and_moving_the_folder_keep
 
 
 def test_a_tuning_reruns_its_stale_points_and_compare_warns_of_a_tuning_of_other_code(project):
-    from fbo_cli.tune import run_tuning
+    from fbo_cli.grids.tune import run_tuning
 
     out = run_tuning(project / "mine.yaml", {}, ranking_check=False)
     tuned = (out / "tuned.yaml").read_text()
@@ -292,8 +292,8 @@ def test_compare_dry_run_checks_the_metric_as_the_real_run_does(project):
 
 
 def test_an_interrupted_run_alone_stops_the_batch(tmp_path, monkeypatch):
-    import fbo_cli.runner as rn
-    from fbo_cli.batch import execute_batch
+    import fbo_cli.runs.runner as rn
+    from fbo_cli.grids.run_batches import execute_batch
 
     calls = []
 

@@ -6,9 +6,9 @@ import pandas as pd
 from typer.testing import CliRunner
 
 from fbo_cli.cli import app
-from fbo_cli.report import build_report
-from fbo_cli.report.witness import welch
-from fbo_cli.results import file_sha256
+from fbo_cli.evidence.report import build_report
+from fbo_cli.evidence.report.witness_table import welch
+from fbo_cli.runs.rundir import file_sha256
 
 runner = CliRunner()
 
@@ -81,7 +81,7 @@ def test_the_report_never_replaces_a_figures_folder_it_did_not_write(tmp_path):
 def test_the_witness_records_the_checkouts_commit_or_says_unrecorded(tmp_path):
     import subprocess
 
-    from fbo_cli.witness import checkout_commit
+    from fbo_cli.evidence.witness import checkout_commit
 
     assert checkout_commit(tmp_path / "nowhere") == "unrecorded"
     repo = tmp_path / "FedNest"

@@ -2,7 +2,7 @@
 FedBiOAcc-Local, AdaFBiO): the shared state, the per-client oracles and the local Neumann
 hypergradient (FedBiO eq. (6), AdaFBiO eq. (13)), and the checks their hyperparameters share.
 
-In a run batch (fbo_cli/batch.py) their client-stacked state ``[M, d]`` carries the run dimension in front,
+In a run batch (fbo_cli/grids/run_batches.py) their client-stacked state ``[M, d]`` carries the run dimension in front,
 ``[R, M, d]`` (what ``show`` hands each run back is its ``[M, d]``), and their steps are written for both
 shapes: the client dimension is ``-2`` (:meth:`ClientStateAlgorithm.to_clients`, ``mean(-2)``). Every
 oracle call is *folded*: the rows ``[R, M', d]`` flattened to ``[R*M', d]``, the minibatches (drawn once,
@@ -18,7 +18,7 @@ from typing import ClassVar
 import torch
 
 from ..errors import UsageError
-from ..federation import Batch
+from ..sim.federation import Batch
 from .base import Algorithm
 from .neumann import neumann_hypergrad
 
@@ -64,7 +64,7 @@ class ClientStateAlgorithm(Algorithm):
     def charge(self, kind: str, calls: int) -> None:
         self.ledger.oracle(kind, calls // self.runs)  # a run batch's rows are R times a run's
 
-    # the run dimension (fbo_cli/batch.py): alone these return their argument -----------------------
+    # the run dimension (fbo_cli/grids/run_batches.py): alone these return their argument -----------------------
     def rows(self, t: torch.Tensor) -> torch.Tensor:
         """Client-stacked rows ``[M, d]`` of ``t``: in a batch ``[R*M, d]`` of ``[R, M, d]`` (run-major)."""
         return t if t.dim() == 2 else t.flatten(0, -2)
@@ -85,7 +85,7 @@ class ClientStateAlgorithm(Algorithm):
         return t.unsqueeze(-2).expand(*t.shape[:-1], self.M, t.shape[-1]).clone()
 
     def oracles(self, fn):
-        """The task's oracles; in a run batch the task's own (not the per-run ones of ``fbo_cli.batched``): the
+        """The task's oracles; in a run batch the task's own (not the per-run ones of ``fbo_cli.algorithms.runs_as_clients``): the
         calls here are folded, every tensor row-stacked."""
         return (self.task._task if self.batched else self.task).oracles(fn)
 

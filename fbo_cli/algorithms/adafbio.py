@@ -60,7 +60,7 @@ convergent. Why each default differs from the recommended value, and the experim
 docs/fidelity.md#fedbio. With ``adaptive: none`` γ and λ are plain learning rates (times η_t), so
 their grids sit higher.
 
-Run batches (fbo_cli/batch.py, docs/fidelity.md#batches): R runs of one seed that differ in γ, λ, ϑ, ρ or ϱ
+Run batches (fbo_cli/grids/run_batches.py, docs/fidelity.md#batches): R runs of one seed that differ in γ, λ, ϑ, ρ or ϱ
 step together, their client state ``[R, M, d]``, every oracle call folded over the ``R*M`` rows with the
 minibatches and k drawn once, the adaptive matrices per run (``a``, ``A`` ``[R, p]``; ``b``, ``B`` ``[R]``,
 float64); η_t's ``eta_k``, ``eta_n`` and the momentum constants ``c1``, ``c2`` are shared (``batch_fixed``).
@@ -91,7 +91,7 @@ class AdaFBiO(ClientStateAlgorithm):
     rounds: ClassVar[str] = "1 per q local iterations (+1 at the start with init_matrices=average)"
     tasks: ClassVar[tuple[str, ...]] = ("hyperrep", "hyperclean")
     needs_local_lower: ClassVar[bool] = False
-    # fbo_cli/batch.py: the client copies [M, d] become [R, M, d], the adaptive matrices [R, d_x] and [R]
+    # fbo_cli/grids/run_batches.py: the client copies [M, d] become [R, M, d], the adaptive matrices [R, d_x] and [R]
     batches: ClassVar[bool] = True
     batch_state: ClassVar[tuple[str, ...]] = ("x", "y", "v", "w", "y_oth", "v_oth", "a", "b", "A", "B", "w_ref",
                                               "v_ref")

@@ -32,7 +32,7 @@ Hyperparameters (docs/fidelity.md#aggitd): N = 1, λ = 0.01, inner (lower) step
 β = 0.003, outer (upper) step α = 0.01, 5 local lower epochs of minibatch 64 (FedNest repo),
 τ ∈ {1, 5} local upper steps ("Outer_ep"), participation C = 0.1.
 
-Run batches (fbo_cli/batch.py, docs/fidelity.md#batches): any τ; each run's calls are its calls alone, so
+Run batches (fbo_cli/grids/run_batches.py, docs/fidelity.md#batches): any τ; each run's calls are its calls alone, so
 each run's numbers are identical bit for bit to the run alone on the CPU (tested).
 """
 
@@ -64,7 +64,7 @@ class AggITD(BilevelAlgorithm):
         tau: int = bounded(1, ge=1, le=1000, doc="local upper steps (\"Outer_ep\")")
         lower_solver: str = bounded("svrg", choices=("svrg", "sgd"), doc="svrg (Alg. 2) | sgd (FedAvg)")
 
-    batches: ClassVar[bool] = True  # fbo_cli/batch.py: any number of local upper steps
+    batches: ClassVar[bool] = True  # fbo_cli/grids/run_batches.py: any number of local upper steps
     batch_state: ClassVar[tuple[str, ...]] = ("x", "y")
 
     def rounds_per_iteration(self) -> int:

@@ -12,11 +12,11 @@ from typing import Any, Callable, ClassVar
 
 import torch
 
-from ..bounds import bounded, check_hp  # noqa: F401  (re-exported: algorithms declare HP with them)
 from ..data import FederatedData
 from ..data.split import Batch, Split
 from ..errors import UsageError
-from ..federation import Ledger, cmean, sample_clients
+from ..sim.bounds import bounded, check_hp  # noqa: F401  (re-exported: algorithms declare HP with them)
+from ..sim.federation import Ledger, cmean, sample_clients
 from ..tasks.base import BilevelTask
 
 
@@ -51,17 +51,17 @@ class Algorithm:
     # sets FedNest's tau; `fbo show` lists both
     aliases: ClassVar[dict[str, str]] = {}
     # runs of this algorithm that differ only in float hyperparameters and the seed may step together in
-    # one process (fbo_cli/batch.py): their state carries a leading run dimension, rows run-major
+    # one process (fbo_cli/grids/run_batches.py): their state carries a leading run dimension, rows run-major
     batches: ClassVar[bool] = False
     batch_state: ClassVar[tuple[str, ...]] = ()  # the attributes that carry it (global iterates [R, ...])
     batch_fixed: ClassVar[tuple[str, ...]] = ()  # float hyperparameters the runs of a batch must share
-    batched: bool = False  # stepped in a run batch: the run dimension leads (fbo_cli/batch.py)
+    batched: bool = False  # stepped in a run batch: the run dimension leads (fbo_cli/grids/run_batches.py)
     runs: int = 1  # the runs of the batch (a run alone: 1)
     # runs of several seeds may step in one batch, each with its own data, generator and ledger (a seed batch,
-    # fbo_cli/batched.py): its step reads per-seed data only through ``fed`` (minibatches from ``RowSampler.of``
+    # fbo_cli/algorithms/runs_as_clients.py): its step reads per-seed data only through ``fed`` (minibatches from ``RowSampler.of``
     # drawn with ``fed.gen``, oracle charges through ``_charge``, rounds through ``ledger.comm``)
     batch_seeds: ClassVar[bool] = False
-    seed_runs: Any = None  # in a seed batch, its runs (fbo_cli.batched._Seeds)
+    seed_runs: Any = None  # in a seed batch, its runs (fbo_cli.algorithms.runs_as_clients._Seeds)
 
     @dataclass
     class HP:
@@ -104,7 +104,7 @@ class Algorithm:
     def eval_point(self) -> tuple[torch.Tensor, ...]:
         """What ``evaluate`` scores: the task's ``evaluate`` of these (a bilevel algorithm's (x, y)), then
         :meth:`more_metrics`. A run batch scores its runs' points in one pass where the task can
-        (``task.evaluate_runs``, :func:`fbo_cli.batched.evaluate_runs`); an algorithm that overrides ``evaluate``
+        (``task.evaluate_runs``, :func:`fbo_cli.algorithms.runs_as_clients.evaluate_runs`); an algorithm that overrides ``evaluate``
         instead is scored run by run."""
         raise NotImplementedError
 
@@ -119,7 +119,7 @@ class Algorithm:
         """Tensors that define the iterate (for checkpoints and divergence checks)."""
         return {}
 
-    # the run dimension (fbo_cli/batch.py): alone (runs = 1) these are the plain operations
+    # the run dimension (fbo_cli/grids/run_batches.py): alone (runs = 1) these are the plain operations
     def spread(self, v: torch.Tensor, M: int) -> torch.Tensor:
         """``[M, d]`` copies of the global ``v [d]`` for ``M`` clients; in a batch ``[R*M, d]`` from ``[R, d]``."""
         return v.repeat_interleave(M, 0) if self.batched else v.expand(M, -1).clone()
@@ -272,7 +272,7 @@ class BilevelAlgorithm(Algorithm):
                 yi = torch.addcmul(yi, d, active[:, None].to(d.dtype), value=-lr)
             elif isinstance(lr, (int, float)):
                 yi = torch.addcmul(yi, d, active.repeat(runs)[:, None].to(d.dtype), value=-lr)
-            else:  # a step per run (fbo_cli.batch.Rate): yi + round(-lr d) (0 or 1), as addcmul rounds it alone
+            else:  # a step per run (fbo_cli.grids.run_batches.Rate): yi + round(-lr d) (0 or 1), as addcmul rounds it alone
                 yi = torch.addcmul(yi, -lr * d, active.repeat(runs)[:, None].to(d.dtype))
         return yi
 
@@ -289,7 +289,7 @@ class BilevelAlgorithm(Algorithm):
         same ξ_i), so it is reused, not recomputed. ``same_sample`` (FedNest): ξ_{i,ν} = ξ_i, so the
         first step is exactly ``h``; otherwise (FBO-AggITD) each step draws fresh dropout masks.
         Returns ``[M, dx]``. In a run batch (``x``, ``h`` per run ``[R, dx]``, ``hg`` stacked ``[R*M, dx]``) each
-        local step's gradient is the runs' calls alone (``fbo_cli.batched``), the steps per run (``Rate``)."""
+        local step's gradient is the runs' calls alone (``fbo_cli.algorithms.runs_as_clients``), the steps per run (``Rate``)."""
         M = hg.direct.shape[0] // self.runs
         if self.batched:  # each run's x and h on its clients' rows
             xi, h = self.spread(x, M), self.spread(h, M)

@@ -47,7 +47,7 @@ class FedAvgBound(BilevelAlgorithm):
     paper: ClassVar[str] = "McMahan et al., AISTATS 2017 (baseline of AdaFBiO and FedBiO hyper-cleaning)"
     rounds: ClassVar[str] = "1"
     tasks: ClassVar[tuple[str, ...]] = ("hyperclean",)
-    batches: ClassVar[bool] = True  # fbo_cli/batch.py: x is fixed, y carries the run dimension
+    batches: ClassVar[bool] = True  # fbo_cli/grids/run_batches.py: x is fixed, y carries the run dimension
     batch_state: ClassVar[tuple[str, ...]] = ("y",)
     batch_seeds: ClassVar[bool] = True  # each seed's minibatches its own rows: one folded call all the same
 

@@ -65,9 +65,9 @@ from typing import ClassVar
 
 import torch
 
-from ..blockstack import BlockStack
 from ..errors import UsageError
-from ..federation import Batch
+from ..sim.blockstack import BlockStack
+from ..sim.federation import Batch
 from .base import BilevelAlgorithm, bounded
 from .pool_sampler import RowSampler
 from .storm import check_schedule, step_factor, storm
@@ -95,10 +95,10 @@ class _GlobalLowerBase(BilevelAlgorithm):
 
     tasks: ClassVar[tuple[str, ...]] = ("hyperclean", "hyperrep")
     run_defaults: ClassVar[dict] = {"participation": 1.0}  # the paper: every client in every round
-    batches: ClassVar[bool] = True  # fbo_cli/batch.py
+    batches: ClassVar[bool] = True  # fbo_cli/grids/run_batches.py
     batch_state: ClassVar[tuple[str, ...]] = ("x", "y", "u")
     batch_fixed: ClassVar[tuple[str, ...]] = ("delta", "u0")  # α_t is one number per iteration
-    batch_seeds: ClassVar[bool] = True  # each seed's minibatches and x's owners its own (fbo_cli/batched.py)
+    batch_seeds: ClassVar[bool] = True  # each seed's minibatches and x's owners its own (fbo_cli/algorithms/runs_as_clients.py)
 
     def __init__(self, task, hp, fed):
         check_schedule(hp.schedule, hp.delta, hp.u0)

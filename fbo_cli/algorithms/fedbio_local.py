@@ -34,7 +34,7 @@ The series converges for τ < 2/L_g, and τ(Q + 1) sets how much of the implicit
 (``fbo diagnose truncation`` measures it). Why each default differs from the recommended value, and
 the experiments' tuned values: docs/fidelity.md#local-lower.
 
-Run batches (fbo_cli/batch.py, docs/fidelity.md#batches): the client state ``[R, M, d]``, every oracle call
+Run batches (fbo_cli/grids/run_batches.py, docs/fidelity.md#batches): the client state ``[R, M, d]``, every oracle call
 folded over the ``R*M`` rows with the minibatches drawn once; each run's numbers are identical bit for bit to
 the run alone on the CPU (tested).
 """
@@ -52,7 +52,7 @@ class FedBiOLocal(ClientStateAlgorithm):
     aliases: ClassVar[dict[str, str]] = {"neumann_lr": "neumann_step", "neumann_steps": "Q"}
     paper: ClassVar[str] = "Li, Huang & Huang, arXiv 2302.06701 / NeurIPS 2023, Alg. 3 (FedBiO)"
     rounds: ClassVar[str] = "1 per I local iterations"
-    batches: ClassVar[bool] = True  # fbo_cli/batch.py: the client copies [M, d] become [R, M, d]
+    batches: ClassVar[bool] = True  # fbo_cli/grids/run_batches.py: the client copies [M, d] become [R, M, d]
     batch_state: ClassVar[tuple[str, ...]] = ("x", "y")
 
     @dataclass

@@ -37,7 +37,7 @@ b = 64, b_y = b (``by_scale_M: true`` gives Thm 4's b_y = bM), b_1 = 4b, and as 
 c_ω = c_ν = 0.1 (momentum 1 - c α_t² = 0.9). A weight c α_t² above 1 is clipped to 1 (the plain
 estimator; the theory keeps it below 1).
 
-Run batches (fbo_cli/batch.py, docs/fidelity.md#batches): the client state ``[R, M, d]``, every oracle call
+Run batches (fbo_cli/grids/run_batches.py, docs/fidelity.md#batches): the client state ``[R, M, d]``, every oracle call
 folded over the ``R*M`` rows with the minibatches drawn once; each run's numbers are identical bit for bit to
 the run alone on the CPU (tested).
 """
@@ -58,7 +58,7 @@ class FedBiOAccLocal(ClientStateAlgorithm):
     aliases: ClassVar[dict[str, str]] = {"neumann_lr": "neumann_step", "neumann_steps": "Q"}
     paper: ClassVar[str] = "Li, Huang & Huang, arXiv 2302.06701 / NeurIPS 2023, Alg. 4 (FedBiO)"
     rounds: ClassVar[str] = "1 per I local iterations"
-    batches: ClassVar[bool] = True  # fbo_cli/batch.py: the client copies [M, d] become [R, M, d]
+    batches: ClassVar[bool] = True  # fbo_cli/grids/run_batches.py: the client copies [M, d] become [R, M, d]
     batch_state: ClassVar[tuple[str, ...]] = ("x", "y", "omega", "nu")
     batch_fixed: ClassVar[tuple[str, ...]] = ("delta", "u0", "c_omega", "c_nu")  # α_t, the momentum weights
 

@@ -35,7 +35,7 @@ Hyperparameters (docs/fidelity.md#aggitd): N = 1 (``inner_ep``), T = 5 (``neuman
 the Ghadimi-Wang form P = λ T Π_{t=1}^{T'} (I - λ H̄_t) p_0 with T' ~ U{0..T-1}; it charges the T'
 rounds it actually runs.
 
-Run batches (fbo_cli/batch.py, docs/fidelity.md#batches): every variant (any τ, LFedNest, every FedIHGP);
+Run batches (fbo_cli/grids/run_batches.py, docs/fidelity.md#batches): every variant (any τ, LFedNest, every FedIHGP);
 the server-side means and the local upper steps are each run's calls alone, so each run's numbers are
 identical bit for bit to the run alone on the CPU (tested).
 """
@@ -79,7 +79,7 @@ class FedNest(BilevelAlgorithm):
     aliases: ClassVar[dict[str, str]] = {"local_steps": "tau", "lower_lr": "inner_lr", "upper_lr": "outer_lr",
                                          "neumann_lr": "lam", "neumann_steps": "T", "lower_rounds": "N"}
 
-    batches: ClassVar[bool] = True  # fbo_cli/batch.py: every variant (any tau, LFedNest, every FedIHGP)
+    batches: ClassVar[bool] = True  # fbo_cli/grids/run_batches.py: every variant (any tau, LFedNest, every FedIHGP)
     batch_state: ClassVar[tuple[str, ...]] = ("x", "y")
     batch_fixed: ClassVar[tuple[str, ...]] = ("outer_lr_t0",)
 

@@ -37,13 +37,13 @@ def neumann_hypergrad(f, g, x: torch.Tensor, y: torch.Tensor, bf: dict, bj: dict
 
     ``oracles(fn)`` (optional, a task's ``oracles``): the derivatives of ``f``, ``g`` and the Hessian's loss,
     in closed form where the task has them (the same values up to rounding); by default the generic
-    :class:`fbo_cli.federation.Oracles`.
+    :class:`fbo_cli.sim.federation.Oracles`.
 
     In a run batch (the points ``[R*M', ...]``, run-major) an entry of a Hessian batch may hold the ``M'`` rows
     drawn once for the R runs: each product takes the rows it needs of it (:func:`take`), without the batch
     repeated R times first.
     """
-    from ..federation import Oracles
+    from ..sim.federation import Oracles
 
     M = x.shape[0]
     charge = charge or (lambda kind, calls: None)

@@ -51,10 +51,10 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from ..config import resolve
 from ..errors import UsageError
-from ..results import atomic_write
-from ..runner import build
+from ..runs.config import resolve
+from ..runs.rundir import atomic_write
+from ..runs.runner import build
 from .ab import ab_bench, commit_label, is_revision  # noqa: F401  (the CLI checks --against with it)
 from .cases import load_cases
 from .profiling import floor_ms, phases, profile_case  # noqa: F401  (the bench's public API)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from ..results import atomic_write
+from ..runs.rundir import atomic_write
 
 HERE = Path(__file__).resolve().parent  # this bench package
 
@@ -19,7 +19,7 @@ HERE = Path(__file__).resolve().parent  # this bench package
 def commit_label() -> str:
     """``, commit <sha>`` of the code timed (``results.code_commit``), or '' on a tree that lacks it (the
     code before the speed work, BEFORE in the Makefile, has none)."""
-    from .. import results
+    from ..runs import rundir as results
 
     return getattr(results, "code_commit", lambda: "")()
 

@@ -3,9 +3,9 @@
 A case is R runs of one algorithm on one task, of one seed, at R grid points of one float hyperparameter
 (its default times ``FACTORS``). Both ways are timed in this process, alternately, on the same data, as the
 fastest of ``reps`` interleaved timings of ``iters`` outer iterations after one of warm-up: one by one, the R runs as
-:func:`fbo_cli.runner.build` builds them alone, stepped one after the other; batched, one
-:func:`fbo_cli.batch.stacked` algorithm of the R runs. Evaluations are timed too, a run's alone and the batch's
-(:func:`fbo_cli.batched.evaluate_runs`: one pass for the R runs where the task has one, else run by run), and
+:func:`fbo_cli.runs.runner.build` builds them alone, stepped one after the other; batched, one
+:func:`fbo_cli.grids.run_batches.stacked` algorithm of the R runs. Evaluations are timed too, a run's alone and the batch's
+(:func:`fbo_cli.algorithms.runs_as_clients.evaluate_runs`: one pass for the R runs where the task has one, else run by run), and
 enter the runs per hour at the case's ``eval_every``. Each case also counts its step's matrix-product FLOPs (one run's,
 the batch's per run) and times the machine's sgemm between its own timings (:class:`fbo_cli.bench.timing.Sgemm`):
 the efficiency of each way against sgemm, and the ceiling, the step ratio a batch would reach if it did nothing but
@@ -28,10 +28,10 @@ from typing import Any
 
 import torch
 
-from ..batch import seeds_batch
-from ..batched import SeedsDiffer, evaluate_runs, stacked, stacked_seeds
-from ..config import resolve
-from ..runner import build
+from ..algorithms.runs_as_clients import SeedsDiffer, evaluate_runs, stacked, stacked_seeds
+from ..grids.run_batches import seeds_batch
+from ..runs.config import resolve
+from ..runs.runner import build
 from .timing import Sgemm, _flops, product_share
 
 FACTORS = (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0, 2.8, 4.0, 5.6, 8.0, 11.0, 16.0, 22.0, 32.0, 45.0)
@@ -188,7 +188,7 @@ def main(runs: int = 8, iters: int = 3, reps: int = 3, threads: int = 1, only: s
          out: str | Path | None = None, device: str = "cpu") -> list[dict[str, Any]]:
     """``fbo bench --batch R``: every case (or those whose name or algorithm is in ``only``), printed as it
     finishes, and the table written to ``out``/batch.md, its rows to ``out``/batch.csv (what ``fbo cost
-    --batch`` prices run batches with, :func:`fbo_cli.batch.batch_speedups`)."""
+    --batch`` prices run batches with, :func:`fbo_cli.grids.run_batches.batch_speedups`)."""
     torch.set_num_threads(threads)
     keys = set(filter(None, only.split(",")))
     rows = []
@@ -197,7 +197,7 @@ def main(runs: int = 8, iters: int = 3, reps: int = 3, threads: int = 1, only: s
             rows.append(bench_case(case, runs, iters, reps, device))
             print(rows[-1], flush=True)
     if out and rows:
-        from ..results import atomic_write, code_commit, md_row
+        from ..runs.rundir import atomic_write, code_commit, md_row
 
         head = list(rows[0])
         where = (f"CUDA, {torch.cuda.get_device_name()}" if device == "cuda" else f"CPU, {threads} thread(s)")

@@ -24,7 +24,7 @@ class Cases:
 def load_cases(path: Path) -> Cases:
     """The cases file, read by fbo's bounded YAML loader (an alias bomb or a 20,000-deep file is refused) and
     checked: anything malformed is a UsageError naming the file."""
-    from ..config import load_config_file
+    from ..runs.config import load_config_file
 
     d = load_config_file(path)
     cases, growth = d.get("cases") or [], d.get("growth") or []

@@ -62,7 +62,7 @@ def public_fednest(checkout: Path, mnist_raw: Path, iters: int = 4, timeout: flo
     import subprocess
     import tempfile
 
-    from ..witness import prepared  # the same copy, data link and stubs as the witness runs
+    from ..evidence.witness import prepared  # the same copy, data link and stubs as the witness runs
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

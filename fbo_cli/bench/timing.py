@@ -13,8 +13,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
-from ..config import resolve
-from ..runner import build
+from ..runs.config import resolve
+from ..runs.runner import build
 
 FAST_TASKS = ("hyperrep", "hyperclean", "auc")  # tasks with a closed-form path (``fast``)
 

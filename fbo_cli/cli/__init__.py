@@ -37,7 +37,7 @@ app = typer.Typer(
 def _version(value: bool) -> None:
     if value:
         from .. import __version__
-        from ..provenance import git_commit
+        from ..runs.identity import git_commit
 
         commit = git_commit()
         typer.echo(f"fbo {__version__} (commit {commit or 'unknown: not a git checkout'})")

@@ -25,7 +25,7 @@ def check_cmd(
     rtol: float = typer.Option(1e-3, help="Relative tolerance of 'agrees' (float rounding)."),
     atol: float = typer.Option(1e-6, help="Absolute floor of the relative difference."),
     batch: str = typer.Option("auto", help="Run batches: auto | off | R. A sampled run's batch partners (the "
-                              "committed runs it steps with, fbo_cli/batch.py) join the sample, and they rerun "
+                              "committed runs it steps with, fbo_cli/grids/run_batches.py) join the sample, and they rerun "
                               "as one batch, each checked against its own evidence."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List the sample and its cost; run nothing."),
 ) -> None:
@@ -37,7 +37,7 @@ def check_cmd(
     import shlex
     import sys
 
-    from .. import check
+    from ..evidence import check
 
     threads_first()  # --jobs 1 reruns in this process
     with user_errors():

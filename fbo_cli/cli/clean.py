@@ -25,9 +25,9 @@ def clean(
     Finished and partial runs (checkpoints), links and every file fbo did not make stay."""
     import shutil
 
-    from ..executors import orphaned_ray, reap_orphaned_ray, stale_temp_folders
-    from ..results import ROOT_MARKER, is_fbo_root, leftovers, remove_leftover
-    from ..results import stale_temp_folders as stale_scratch
+    from ..grids.executors import orphaned_ray, reap_orphaned_ray, stale_temp_folders
+    from ..runs.rundir import ROOT_MARKER, is_fbo_root, leftovers, remove_leftover
+    from ..runs.rundir import stale_temp_folders as stale_scratch
 
     go = yes and not dry_run
     with user_errors():

@@ -1,6 +1,6 @@
 """What every ``fbo`` command shares: the consoles, user errors as one line and exit 2, the first torch
 thread, Ctrl-C's note, and the grid options of compare, tune and reproduce (built and checked once, as
-:class:`fbo_cli.executors.GridOptions`)."""
+:class:`fbo_cli.grids.executors.GridOptions`)."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def interrupted_note(e: KeyboardInterrupt) -> str:
 def grid_options(jobs: int, executor: str | None = None, address: str | None = None, cpus_per_run: int = 1,
                  gpus_per_run: float = 0.0, batch: str = "auto"):
     """The grid options of the command line, checked (a :class:`UsageError` naming the option)."""
-    from ..executors import GridOptions
+    from ..grids.executors import GridOptions
 
     return GridOptions(jobs=jobs, executor=executor, address=address, cpus_per_run=cpus_per_run,
                        gpus_per_run=gpus_per_run, batch=batch)
@@ -104,7 +104,7 @@ def grid_options(jobs: int, executor: str | None = None, address: str | None = N
 
 def grid_overrides(set_: list[str] | None, out_dir: Path | None, data_dir: Path | None) -> dict[str, Any]:
     """The ``--set`` keys plus ``--out-dir``/``--data-dir`` of compare and tune, for every run of a grid."""
-    from ..config import parse_sets
+    from ..runs.config import parse_sets
 
     overrides = parse_sets(set_)
     if out_dir:
@@ -133,7 +133,7 @@ CpusPerRun = Annotated[int, typer.Option(help="Ray: CPUs per run (its torch thre
 GpusPerRun = Annotated[float, typer.Option(help="Ray: GPUs per run.")]
 BatchOpt = Annotated[str, typer.Option(help="Run batches: auto | off | R. Runs of one algorithm and seed that differ "
                                        "only in float hyperparameters step together in one process, each run's "
-                                       "numbers as alone (fbo_cli/batch.py); auto: up to 16 where the algorithm "
+                                       "numbers as alone (fbo_cli/grids/run_batches.py); auto: up to 16 where the algorithm "
                                        "batches.")]
 OutDir = Annotated[Optional[Path], typer.Option(help="Results root. \\[default: results]")]
 DataDir = Annotated[Optional[Path], typer.Option(help="Dataset directory. \\[default: data]")]

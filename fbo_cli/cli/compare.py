@@ -41,7 +41,7 @@ def compare(
                                  "(core-minutes, from finished runs of the same kind); run nothing."),
     until_settled: bool = typer.Option(False, "--until-settled", help="Then add seeds, up to --cap, to the "
                                        "settings of the claims still inconclusive, and run them (a second and last "
-                                       "look; the procedure is in fbo_cli/settle.py and the report's rule)."),
+                                       "look; the procedure is in fbo_cli/grids/settle.py and the report's rule)."),
     cap: int = typer.Option(10, help="--until-settled: the most seeds a setting gets."),
     accept_code_change: bool = typer.Option(False, "--accept-code-change", help="Keep finished runs whose "
                                             "algorithm's code changed since (recorded in their summary.json)."),
@@ -49,7 +49,7 @@ def compare(
     """Run an experiment grid (algorithms x settings x seeds), reusing finished runs and resuming partial
     ones, then write results/compare/<name>/{table.md, table.csv, runs.csv, curves.png}. Exit 1 when a run
     failed or is missing from the table."""
-    from .. import compare as cmp
+    from ..grids import compare as cmp
 
     threads_first()
     with user_errors():
@@ -63,7 +63,7 @@ def compare(
                 raise UsageError(f"--seeds expects comma-separated integers, got '{seeds}'") from None
         exp = cmp.load_spec(spec, overrides, seed_list)
         if until_settled:
-            from ..settle import check_request
+            from ..grids.settle import check_request
 
             check_request(exp, seed_list, cap)
         ignored_note(exp)
@@ -97,9 +97,9 @@ def compare(
 
 
 def _settle(exp, spec: Path, overrides: dict, cap: int, jobs: int, batch: str | int = "auto", dry_run: bool = False):
-    """The second look (fbo_cli/settle.py): its notes and (a dry run) its cost printed; the experiment
+    """The second look (fbo_cli/grids/settle.py): its notes and (a dry run) its cost printed; the experiment
     reloaded with the added seeds returned (None when there is nothing to add, or in a dry run)."""
-    from ..settle import second_look
+    from ..grids.settle import second_look
 
     look = second_look(exp, spec, overrides, cap, jobs, dry_run, batch)
     for line in look.notes:

@@ -28,8 +28,8 @@ def cost(
     kind on this kind of device) plus each run's start-up; with --batch (auto, as the commands run), the runs
     grouped into run batches, a batched run's training costing its share measured by the batch bench
     (docs/results/bench/batch.csv, CPU). `fbo reproduce` prints it first."""
-    from ..batch import parse_batch
-    from ..reproduce import plan
+    from ..evidence.reproduce import plan
+    from ..grids.run_batches import parse_batch
 
     with user_errors():
         if jobs < 1:
@@ -40,7 +40,7 @@ def cost(
 
 def print_cost(specs: list, jobs: int, overrides: dict, todo: bool = False, batch: str | int = "auto") -> None:
     """The cost table of ``specs`` and its total line (``fbo cost``; ``fbo reproduce`` first)."""
-    from ..reproduce import spec_cost
+    from ..evidence.reproduce import spec_cost
 
     t = Table(title="What the reproduction costs (estimated core-minutes, start-up included)", title_justify="left",
               caption="tuning: grid / expected / at most runs; compared: runs; core-min: expected / at most; GPU min: "
@@ -49,7 +49,7 @@ def print_cost(specs: list, jobs: int, overrides: dict, todo: bool = False, batc
     for h in ("spec", "tuning", "compared", "core-min", "GPU min", "no est."):  # one word each: never broken
         t.add_column(h, justify="left" if h == "spec" else "right", no_wrap=h == "spec", overflow="fold",
                      min_width=len(h))
-    from ..results.cost import GPU_LANES_FIT
+    from ..runs.cost import GPU_LANES_FIT
 
     lanes = GPU_LANES_FIT[0]
     total = largest = unknown = gpu = gpu_lanes = 0.0
@@ -75,5 +75,5 @@ def print_cost(specs: list, jobs: int, overrides: dict, todo: bool = False, batc
     out.print(f"one GPU: about {gpu_lanes / 3600:.1f} h with {lanes} processes sharing it (--jobs {lanes}) and run "
               f"batches (--batch {batch}), {gpu / 3600:.1f} h runs one by one: the committed CUDA bench (an H100) "
               "against the CPU bench of the same cases, the lanes fitted on Table 2's compared runs measured on an "
-              "H100 (fbo_cli/results/cost.py), the batches priced by the CUDA batch bench (docs/results/bench/cuda)"
+              "H100 (fbo_cli/runs/cost.py), the batches priced by the CUDA batch bench (docs/results/bench/cuda)"
               + (f"; no estimate for {', '.join(gpu_none)}" if gpu_none else ""), highlight=False)

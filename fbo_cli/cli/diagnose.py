@@ -19,7 +19,7 @@ def diagnose_truncation(
 ) -> None:
     """How much of the implicit hypergradient term the local-lower-level estimators keep (FedBiO-Local,
     FedBiOAcc-Local, AdaFBiO), against the exact one, on the per-client-head setting."""
-    from ..diagnostics import truncation
+    from ..evidence.diagnostics import truncation
 
     with user_errors():
         if rounds < 0 or max_examples < 1:

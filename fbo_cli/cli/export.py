@@ -17,7 +17,7 @@ def export(
 ) -> None:
     """Export finished runs' metrics for other tools: TensorBoard scalars per metric, stepped by rounds
     (`tensorboard --logdir results`; needs pip install -e '.\\[tensorboard]')."""
-    from ..export import to_tensorboard
+    from ..evidence.export import to_tensorboard
 
     with user_errors():
         for d in run_dirs:

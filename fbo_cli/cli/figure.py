@@ -1,5 +1,5 @@
 """``fbo figure``: the papers' figures from run directories (the committed evidence by default), one
-command per figure (:data:`fbo_cli.report.figures.FIGURES`), plus the two that build their data first
+command per figure (:data:`fbo_cli.evidence.report.figures.FIGURES`), plus the two that build their data first
 (``zohfl-fig1 DATASET``: the label split; ``codasca-imax DIR``: the I_max table)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 
 from ..errors import UsageError
-from ..paper_figures import FIGURES
+from ..evidence.paper_figures import FIGURES
 from .common import user_errors
 
 figure_app = typer.Typer(no_args_is_help=True, help="The papers' figures in their layouts, from run directories "
@@ -32,7 +32,7 @@ def _out_folder(out_dir: Path) -> None:
     """``--out`` made (or found) as a writable folder: a regular file or an unwritable place is bad input."""
     import os
 
-    from ..results import make_dirs
+    from ..runs.rundir import make_dirs
 
     try:
         make_dirs(out_dir)
@@ -43,8 +43,8 @@ def _out_folder(out_dir: Path) -> None:
 
 
 def _draw(name: str, root: Path, out_dir: Path, formats: list[str] | None) -> None:
-    from ..plotstyle import parse_formats
-    from ..report.figures import draw
+    from ..evidence.report.figures import draw
+    from ..grids.plotstyle import parse_formats
 
     with user_errors():
         fmts = parse_formats(formats)
@@ -85,8 +85,8 @@ def figure_zohfl_fig1(
     split and write its counts as CSV (`fbo report --collect` keeps the CSV) and its bubble chart."""
     if dataset is None:
         return _draw("zohfl-fig1", root, out_dir, formats)
-    from ..plotstyle import parse_formats
-    from ..report.zohfl import fig1
+    from ..evidence.report.zohfl_section import fig1
+    from ..grids.plotstyle import parse_formats
 
     with user_errors():
         fmts = parse_formats(formats)
@@ -106,7 +106,7 @@ def figure_codasca_imax(
     """The CODASCA Figure 1 analog's I_max table (Yuan et al., ICML 2021): final AUC against the window I per
     algorithm and K, and I_max; writes imax.md, imax.csv and imax.png (.pdf, .svg) beside runs.csv and prints
     the table. The whole Figure 1 from the evidence: `fbo figure codasca-fig1`."""
-    from ..report.codasca import imax_table
+    from ..evidence.report.codasca_section import imax_table
 
     with user_errors():
         if not (compare_dir / "runs.csv").is_file():

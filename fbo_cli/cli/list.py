@@ -31,7 +31,7 @@ def list_() -> None:
     print_table(t)
     with user_errors():
         from ..algorithms.external import entry_points, folder_algorithms
-        from ..config import lookup
+        from ..runs.config import lookup
 
         rows = []  # ./algorithms/*.py read from their source, never run; entry points loaded, a broken one named
         classes, broken = folder_algorithms(Path("algorithms"))
@@ -62,7 +62,7 @@ def list_() -> None:
     print_table(t)
     specs = sorted(Path("experiments").glob("*.yaml"))
     if specs:
-        from ..config import load_yaml
+        from ..runs.config import load_yaml
 
         t = Table(title="Experiment specs (fbo compare FILE)", title_justify="left")
         t.add_column("file", no_wrap=True)

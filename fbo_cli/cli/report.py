@@ -36,7 +36,7 @@ def report(
     """Write the report of every paper's reproduction (tables beside the papers' numbers, verdicts by a
     stated rule, missing runs; in the HTML an index and a page per paper with the papers' figures) from run
     directories only; runs nothing."""
-    from ..report import build_report, collect_evidence, prune_evidence
+    from ..evidence.report import build_report, collect_evidence, prune_evidence
 
     partial = bool(spec)
     md = md or Path("results/report/partial.md" if partial else "docs/results.md")

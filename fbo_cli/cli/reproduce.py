@@ -1,5 +1,5 @@
 """``fbo reproduce``: every paper's reproduction, driven by the specs' ``paper:`` keys
-(:mod:`fbo_cli.reproduce`)."""
+(:mod:`fbo_cli.evidence.reproduce`)."""
 
 from __future__ import annotations
 
@@ -40,9 +40,9 @@ def reproduce(
     spec has tuning grids, then `fbo compare`; then the papers' count tables (`fbo figure zohfl-fig1`) and
     `fbo report --collect results` (with `--prune` for the whole reproduction). Prints its estimated cost
     first. Finished runs are reused, partial ones resume. Exit 1 when a run failed or is missing."""
-    from .. import compare as cmp
-    from ..reproduce import plan
-    from ..tune import run_tuning
+    from ..evidence.reproduce import plan
+    from ..grids import compare as cmp
+    from ..grids.tune import run_tuning
     from .cost import print_cost
     from .report import report
 
@@ -76,8 +76,8 @@ def reproduce(
             err.print(interrupted_note(e), style="yellow", highlight=False)
             raise typer.Exit(130) from None
         if counts:
-            from ..plotstyle import parse_formats
-            from ..report.zohfl import fig1
+            from ..evidence.report.zohfl_section import fig1
+            from ..grids.plotstyle import parse_formats
 
             for dataset, alpha in counts:
                 png = fig1(dataset, alpha, 10, 0, "data", Path("results/figures"), parse_formats(None))
@@ -90,7 +90,7 @@ def reproduce(
 
 def _counts(paper: str | None) -> list[tuple[str, float]]:
     """(dataset, alpha) of the count tables the reproduced papers show (ZO-HFL's Fig. 1)."""
-    from ..report.papers import PAPERS
+    from ..evidence.report.papers import PAPERS
 
     return [(m.group(1), float(m.group(2))) for p in PAPERS if paper in (None, p.key) for f in p.counts
             if (m := COUNTS.search(f))]

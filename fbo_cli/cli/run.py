@@ -60,10 +60,10 @@ def run(
     """Run one algorithm on one task and write results/<task>/<algo>/<run-id>/. Options left out take the
     task's and the algorithm's defaults: `fbo show ALGO --task TASK` lists them, `--dry-run` shows the
     resolved config."""
-    from ..config import load_config_file, parse_sets, resolve
     from ..data import load_dataset
-    from ..results import claim_root, make_dirs, prune_empty_run
-    from ..runner import Interrupted, execute
+    from ..runs.config import load_config_file, parse_sets, resolve
+    from ..runs.rundir import claim_root, make_dirs, prune_empty_run
+    from ..runs.runner import Interrupted, execute
 
     threads_first()
     with user_errors():
@@ -112,7 +112,7 @@ def run(
             except Interrupted:  # the runner said where it stopped (its log line): once
                 raise typer.Exit(130) from None
     if tensorboard:
-        from ..export import to_tensorboard
+        from ..evidence.export import to_tensorboard
 
         with user_errors():
             err.print(f"TensorBoard: {to_tensorboard(cfg.run_dir)}", highlight=False)
@@ -131,11 +131,11 @@ LONG_RUN_S = 3600.0  # a run estimated to take longer on this machine says so be
 
 
 def long_run_warning(cfg) -> None:
-    """Warn (stderr) when the cost model (:func:`fbo_cli.results.estimate_cost`: finished runs of the kind)
+    """Warn (stderr) when the cost model (:func:`fbo_cli.runs.rundir.estimate_cost`: finished runs of the kind)
     puts this run above an hour on this machine."""
     from types import SimpleNamespace
 
-    from ..results import estimate_cost
+    from ..runs.rundir import estimate_cost
 
     secs, unknown = estimate_cost([SimpleNamespace(cfg=cfg)])
     if not unknown and secs > LONG_RUN_S:
@@ -150,7 +150,7 @@ def config_layer(data: dict[str, Any], task: str | None, algo: str | None) -> tu
     come from a run's config.yaml; an ``--algo`` that replaces the file's drops the file's hyperparameters
     the new algorithm does not have (said on stderr)."""
     from ..algorithms import REGISTRY
-    from ..config import _hints, flatten_run_config
+    from ..runs.config import _hints, flatten_run_config
 
     task = task or data.get("task")
     if not task:

@@ -1,4 +1,4 @@
-"""``fbo show``: every setting of an algorithm on a task (collected by :mod:`fbo_cli.describe`)."""
+"""``fbo show``: every setting of an algorithm on a task (collected by :mod:`fbo_cli.runs.describe`)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ def show(
     and where they differ on this task, the task's), with the common names (local_steps, lower_lr, ...)
     each key answers to."""
     from ..algorithms.base import VOCABULARY
-    from ..batch import state_refusal
-    from ..config import lookup
-    from ..describe import describe
+    from ..grids.run_batches import state_refusal
+    from ..runs.config import lookup
+    from ..runs.describe import describe
 
     with user_errors():
         d = describe(algo, task)

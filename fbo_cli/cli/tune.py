@@ -52,14 +52,14 @@ def tune(
     seeds with a short budget, reject diverging or oscillating runs, pick the best validation score,
     and write results/compare/<name>/{tuned.yaml, tuning.csv, tuning.png}. `fbo compare` then uses
     the chosen values."""
-    from .. import tune as tn
+    from ..grids import tune as tn
 
     threads_first()
     with user_errors():
         grid = grid_options(jobs, executor, address, cpus_per_run, gpus_per_run, batch)
         overrides = grid_overrides(set_, out_dir, data_dir)
         if set_:
-            from ..spec import load_spec
+            from ..grids.spec import load_spec
 
             ignored_note(load_spec(spec, overrides, use_tuned=False))
         if ranking_only:

@@ -26,8 +26,8 @@ def witness(
     """The paper's own code as a witness: run the public FedNest code at Table 2's settings and record its
     curves as runs beside ours (fbo report shows them in Table 2's section). Finished runs are kept; one run
     takes 10-45 minutes on one core, by the machine's load."""
-    from ..results import make_dirs
-    from ..witness import SETTINGS
+    from ..evidence.witness import SETTINGS
+    from ..runs.rundir import make_dirs
 
     with user_errors():
         if code != "fednest":
@@ -57,8 +57,8 @@ def witness(
 
 
 def _runs(names, seed_list, rounds, out_dir, checkout, mnist_raw, inner_lr) -> None:
-    from ..results import read_summary
-    from ..witness import run_name, run_public_fednest
+    from ..evidence.witness import run_name, run_public_fednest
+    from ..runs.rundir import read_summary
 
     for name in names:
         for k in seed_list:

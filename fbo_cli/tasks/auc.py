@@ -58,10 +58,10 @@ import torch
 import torch.nn.functional as F
 from torch.func import vmap
 
-from ..bounds import bounded
 from ..data.split import take_rows
 from ..errors import UsageError
-from ..federation import Batch
+from ..sim.bounds import bounded
+from ..sim.federation import Batch
 from .base import Layout, Task, relu_pool2
 
 PRESETS = {

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from ..data import FederatedData
 from ..data.split import Batch, Split
-from ..federation import Oracles
+from ..sim.federation import Oracles
 
 
 class Layout:
@@ -127,7 +127,7 @@ class BilevelTask(Task):
 
     def oracles(self, fn: Callable) -> Oracles:
         """The derivative oracles of ``fn`` (one of the task's losses): the generic ``torch.func`` ones
-        (:class:`fbo_cli.federation.Oracles`); a task with closed forms returns its subclass."""
+        (:class:`fbo_cli.sim.federation.Oracles`); a task with closed forms returns its subclass."""
         return Oracles(fn)
 
     def noise(self, gen: torch.Generator, batch: Batch) -> Batch:

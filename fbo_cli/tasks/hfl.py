@@ -34,9 +34,9 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
-from ..bounds import bounded
 from ..data.hierarchical import build_hierarchical
 from ..errors import UsageError
+from ..sim.bounds import bounded
 from .base import Task
 
 # The loaders' normalization (fbo_cli/data/sources.py), undone by ``features: unit``.
@@ -313,7 +313,7 @@ def draw_partition(ax, counts) -> None:
 def plot_partition(counts: torch.Tensor, path: str | Path, title: str = "", formats=("png", "pdf", "svg")) -> Path:
     """Fig. 1 of ZO-HFL: a bubble chart of the client x class counts, at a paper's column width (PNG, PDF,
     SVG); returns the PNG's path."""
-    from .. import plotstyle as ps
+    from ..grids import plotstyle as ps
 
     fig, axes = ps.subplots(1, 1, width=ps.COLUMN_IN, panel_h=2.6)
     draw_partition(axes[0][0], counts.cpu().numpy())

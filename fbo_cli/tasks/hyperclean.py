@@ -41,10 +41,10 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
-from ..blockstack import BlockStack
-from ..bounds import bounded
 from ..errors import UsageError
-from ..federation import Batch, Oracles, per_client_value
+from ..sim.blockstack import BlockStack
+from ..sim.bounds import bounded
+from ..sim.federation import Batch, Oracles, per_client_value
 from .base import BilevelTask, Layout, weighted_ce
 from .softmax import SoftmaxHead
 

@@ -47,9 +47,9 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
-from ..bounds import bounded
 from ..errors import UsageError
-from ..federation import Batch
+from ..sim.bounds import bounded
+from ..sim.federation import Batch
 from .base import BilevelTask, Layout, relu_pool2, weighted_ce
 from .hyperrep_head import HeadClosedForms, _HeadOracles
 from .softmax import SoftmaxHead

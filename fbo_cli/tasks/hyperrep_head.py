@@ -1,6 +1,6 @@
 """hyperrep's closed forms (the ``mlp`` model, ``fast: true``): the derivatives of the softmax head on the
 features (``softmax.py``) and the backward through dropout, ReLU and the first layer, as one more
-:class:`fbo_cli.federation.Oracles` (docs/fidelity.md#fast-path). :class:`HeadClosedForms` is
+:class:`fbo_cli.sim.federation.Oracles` (docs/fidelity.md#fast-path). :class:`HeadClosedForms` is
 the part of :class:`fbo_cli.tasks.hyperrep.HyperRep` they need (the features, their backward, the
 regularizer's derivatives); ``hyperrep.py`` keeps the model, the losses and the evaluation.
 """
@@ -10,14 +10,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..federation import Batch, Oracles
+from ..sim.federation import Batch, Oracles
 
 
 class HeadClosedForms:
     """Mixed into ``HyperRep``: uses its ``p``, ``lx``, ``soft``, ``dx``, ``reg_coef``, ``reg_y`` and
     ``_feat`` (the last encodings)."""
 
-    feat_keep = 3  # encodings kept (a run batch keeps 3 per run: fbo_cli/batch.py)
+    feat_keep = 3  # encodings kept (a run batch keeps 3 per run: fbo_cli/grids/run_batches.py)
 
     def features(self, x: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
         """Features ``relu(Z)``, ``[M, n, width]``, of client-stacked ``X [M, n, ...]`` under a global

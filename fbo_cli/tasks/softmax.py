@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from ..federation import same_bits
+from ..sim.federation import same_bits
 
 
 def _by_client(T: torch.Tensor, R: int) -> torch.Tensor:

@@ -1,0 +1,552 @@
+"""The batched algorithm of a run batch (:mod:`fbo_cli.grids.run_batches`): the algorithm of R runs of one seed with the run
+dimension folded into the client dimension, the runs' float hyperparameters (:class:`Rate`), the oracles that
+serve R runs from one draw (:class:`_RunOracles`) and the per-run encodings (:class:`RunSplit`); docs/fidelity.md,
+"Run batches".
+"""
+
+from __future__ import annotations
+
+import copy
+import numbers
+from dataclasses import dataclass, fields, replace
+from typing import Any, Callable, Sequence
+
+import torch
+
+from ..data.split import Split
+from ..runs import checkpoint as ckpt
+from ..sim.blockstack import BlockStack
+from ..sim.federation import same_bits
+
+# --------------------------------------------------------------------------------------------------
+# the float hyperparameters of R runs
+
+
+class Rate:
+    """One float hyperparameter of the R runs of a batch. Arithmetic with numbers (and other Rates) stays in
+    Python floats, run by run, as each run computes it alone; times a tensor whose rows are run-major
+    (``[R*k, ...]``: k rows per run) it becomes the column of the runs' values in the tensor's dtype, so that
+    every element sees the very float32 number a run alone multiplies by (a Python scalar is rounded to the
+    tensor's dtype the same way)."""
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(self, values: Sequence[float]):
+        self.v = tuple(float(x) for x in values)
+        self._cols: dict[tuple, torch.Tensor] = {}
+
+    def __repr__(self) -> str:
+        return f"Rate{self.v}"
+
+    def select(self, keep: Sequence[int]) -> "Rate":
+        return Rate([self.v[i] for i in keep])
+
+    def col(self, t: torch.Tensor) -> torch.Tensor:
+        R, N = len(self.v), t.shape[0]
+        if N % R:
+            raise ValueError(f"a tensor of {N} rows in a batch of {R} runs")
+        key = (N, t.dim(), t.dtype, t.device)
+        if key not in self._cols:
+            c = torch.tensor(self.v, dtype=t.dtype, device=t.device).repeat_interleave(N // R)
+            self._cols[key] = c.view(N, *[1] * (t.dim() - 1))
+        return self._cols[key]
+
+    def _op(self, other, f) -> Any:
+        if isinstance(other, Rate):
+            return Rate([f(a, b) for a, b in zip(self.v, other.v, strict=True)])
+        if isinstance(other, torch.Tensor):
+            return f(self.col(other), other)
+        if not isinstance(other, numbers.Number):  # e.g. a BlockStack: its own operator takes the Rate
+            return NotImplemented
+        return Rate([f(a, other) for a in self.v])
+
+    def _rop(self, other, f) -> Any:
+        if isinstance(other, torch.Tensor):
+            return f(other, self.col(other))
+        if not isinstance(other, numbers.Number):
+            return NotImplemented
+        return Rate([f(other, a) for a in self.v])
+
+    def __mul__(self, o):
+        return self._op(o, lambda a, b: a * b)
+
+    def __rmul__(self, o):
+        return self._rop(o, lambda a, b: a * b)
+
+    def __add__(self, o):
+        return self._op(o, lambda a, b: a + b)
+
+    def __radd__(self, o):
+        return self._rop(o, lambda a, b: a + b)
+
+    def __sub__(self, o):
+        return self._op(o, lambda a, b: a - b)
+
+    def __rsub__(self, o):
+        return self._rop(o, lambda a, b: a - b)
+
+    def __truediv__(self, o):
+        return self._op(o, lambda a, b: a / b)
+
+    def __rtruediv__(self, o):
+        return self._rop(o, lambda a, b: a / b)
+
+    def __neg__(self):
+        return Rate([-a for a in self.v])
+
+    def __eq__(self, o):  # True when every run's value equals o (e.g. storm's ``weight == 1.0``)
+        return all(a == (o.v[i] if isinstance(o, Rate) else o) for i, a in enumerate(self.v))
+
+    def __float__(self):
+        raise TypeError("a hyperparameter that differs between the runs of a batch is used as one number; "
+                        "list it in the algorithm's batch_fixed")
+
+
+# --------------------------------------------------------------------------------------------------
+# the oracles of R runs: each client's minibatch, drawn once, repeated for the runs
+
+
+class _RunOracles:
+    """A task's oracles for the batched algorithm. Each client's minibatch (``M`` rows) is drawn once for the R
+    runs. A call whose tensors are all client-stacked ``[R*M, ...]`` (FedBiO's) is one call over the ``R*M``
+    rows (*folded*): the batch's ``M``-row entries repeated R times, run-major (but those the task's oracles
+    name in ``shared_keys``: hyper-cleaning's features, which its products share between the runs). Any other
+    call (per-run globals ``[R, d]``, alone or beside stacked ones) is made run by run, each run's call exactly
+    the call of the run alone (its rows, its global, the batch); the results are stacked back (``[R*M, ...]``,
+    or ``[R, d]`` for the ``_mean`` oracles). But a call the task's oracles name in ``run_globals`` takes the
+    per-run globals beside the stacked rows as they are, in one folded call (hyper-cleaning's SVRG pair: each
+    run's x and anchor for its M rows); and one they name in ``fold_globals`` is one folded call at each run's
+    globals repeated for its M rows (a ``_mean`` oracle: its client oracle, then each run's mean) wherever that
+    gives the bits of the calls run by run (:func:`fbo_cli.sim.federation.same_bits`, checked on the first call of each
+    shape). A batch entry with ``R*M`` rows carries per-run values already (the
+    features of an encoded split, :class:`RunSplit`)."""
+
+    def __init__(self, inner, algo):
+        self.o, self.algo = inner, algo
+
+    def __getattr__(self, k):
+        return getattr(self.o, k)
+
+    def _call(self, name: str, batch, ts: list, put: Callable, mean: bool = False):
+        """``put(ts, batch)`` -> the inner call's arguments; ``ts`` the tensor arguments in order."""
+        R, M = self.algo.runs, batch["w"].shape[0]
+        if self.algo.seed_runs is not None:  # a seed batch's draws: each run's own rows, stacked run-major
+            M //= R
+        N = R * M
+        blocks = any(isinstance(t, BlockStack) for t in ts)  # FedBiO's copies of x: stacked, always folded
+        rows = (N, R) if M > 1 and name in getattr(self.o, "run_globals", ()) else (N,)  # per-run globals it takes
+        if (R > 1 or blocks) and not mean and all(t.dim() >= 2 and t.shape[0] in rows for t in ts) \
+                and any(t.shape[0] == N for t in ts):
+            return getattr(self.o, name)(*put(ts, self._repeat(batch, R, N)))
+
+        def run_by_run():
+            outs = []
+            parts = [None if t.dim() < 2 else t.split(M) if t.shape[0] == N and M > 1 else rows_of(self.algo, t)
+                     for t in ts]
+            for r in range(R):
+                tr = [t if rw is None else rw[r] for t, rw in zip(ts, parts)]
+                br = batch if N == M else {k: (v[r * M:(r + 1) * M] if v.shape[0] == N else v)
+                                           for k, v in batch.items()}
+                outs.append(getattr(self.o, name)(*put(tr, br)))
+            return torch.stack(outs) if mean else torch.cat(outs)
+
+        if R > 1 and M > 1 and not blocks and name in getattr(self.o, "fold_globals", ()) \
+                and all(t.dim() == 2 and t.shape[0] in (N, R) for t in ts):
+            def folded():  # the client oracle at each run's globals repeated for its M rows (then each run's mean)
+                tr = [t if t.shape[0] == N else t.repeat_interleave(M, 0) for t in ts]
+                out = getattr(self.o, name.removesuffix("_mean"))(*put(tr, self._repeat(batch, R, N)))
+                return out.unflatten(0, (R, M)).mean(1) if mean else out
+            key = (name, *(tuple(t.shape) for t in ts), tuple(batch["w"].shape), ts[0].dtype, ts[0].device)
+            return same_bits(key, folded, run_by_run)
+        return run_by_run()
+
+    def _repeat(self, batch, R: int, N: int):
+        cache = self.algo._batch_cache
+        shared = getattr(self.o, "shared_keys", ())  # entries the task's oracles take unrepeated (the features)
+        hit = cache.get((id(batch), shared))
+        if hit is None or hit[0] is not batch:
+            rep = {k: (v if v.shape[0] == N or k in shared else v.repeat(R, *[1] * (v.dim() - 1)))
+                   for k, v in batch.items()}
+            if len(cache) > 16:
+                cache.clear()
+            cache[(id(batch), shared)] = hit = (batch, rep)
+        return hit[1]
+
+    def grad(self, argnum, a, b, batch):
+        return self._call("grad", batch, [a, b], lambda t, bt: (argnum, t[0], t[1], bt))
+
+    def grads(self, a, b, batch):
+        raise NotImplementedError("grads in a run batch")
+
+    def svrg(self, a, b1, b0, batch):
+        return self._call("svrg", batch, [a, b1, b0], lambda t, bt: (t[0], t[1], t[2], bt))
+
+    def hvp(self, a, b, batch, v):
+        return self._call("hvp", batch, [a, b, v], lambda t, bt: (t[0], t[1], bt, t[2]))
+
+    def head_hvp(self, a, b, batch, v):
+        return self._call("head_hvp", batch, [a, b, v], lambda t, bt: (t[0], t[1], bt, t[2]))
+
+    def cross(self, a, b, batch, v):
+        return self._call("cross", batch, [a, b, v], lambda t, bt: (t[0], t[1], bt, t[2]))
+
+    def grad_mean(self, argnum, a, b, batch):
+        return self._call("grad_mean", batch, [a, b], lambda t, bt: (argnum, t[0], t[1], bt), mean=True)
+
+    def hvp_mean(self, a, b, batch, v):
+        return self._call("hvp_mean", batch, [a, b, v], lambda t, bt: (t[0], t[1], bt, t[2]), mean=True)
+
+    def cross_mean(self, a, b, batch, v):
+        return self._call("cross_mean", batch, [a, b, v], lambda t, bt: (t[0], t[1], bt, t[2]), mean=True)
+
+
+@dataclass
+class RunSplit(Split):
+    """The split of ``M`` clients with per-run features: ``X [R*M, n, ...]`` (run-major; the lower view of R
+    runs' upper variables), ``y``, ``mask`` and extras ``[M, n]`` of the clients. Its draws are those of the
+    ``M``-client split (the random keys follow ``mask``); a batch carries ``X`` for the R runs."""
+
+    runs: int = 1
+
+    def _batch(self, pos, flat, m):
+        M, n = self.mask.shape
+        R, flat = self.runs, flat.reshape(-1)
+        take = lambda t: t.reshape(M * n, -1).index_select(0, flat).view(*pos.shape, *t.shape[2:])  # noqa: E731
+        w = m.to(self.X.dtype)
+        w = w / w.sum(1, keepdim=True).clamp_(min=1)
+        X = self.X.reshape(R, M * n, -1).index_select(1, flat).view(R * M, pos.shape[1], *self.X.shape[2:])
+        out = {"X": X, "y": take(self.y), "w": w}
+        out.update({k: take(v) for k, v in self.extra.items()})
+        return out
+
+
+def rows_of(algo, t: torch.Tensor) -> tuple:
+    """Each run's global of a per-run global ``[R, d]``: the same view objects for the same unchanged tensor (the
+    task's caches, e.g. hyperrep's encodings, know a variable by identity)."""
+    cache = algo._rows_cache
+    hit = cache.get(id(t))
+    if hit is None or hit[0] is not t or hit[1] != t._version:
+        while len(cache) >= 16:  # the oldest first
+            cache.pop(next(iter(cache)))
+        cache[id(t)] = hit = (t, t._version, t.unbind(0))
+    return hit[2]
+
+
+class _TaskView:
+    """The task as the batched algorithm sees it: the same task, its oracles wrapped in :class:`_RunOracles`,
+    its lower view made run by run (a :class:`RunSplit` where the task encodes)."""
+
+    def __init__(self, task, algo):
+        self._task, self._algo = task, algo
+
+    def __getattr__(self, k):
+        return getattr(self._task, k)
+
+    def oracles(self, fn):
+        return _RunOracles(self._task.oracles(fn), self._algo)
+
+    def lower_view(self, x, split):
+        if not self._task.reuse:
+            return self._task.lower_view(x, split)
+        views = [self._task.lower_view(xr, split) for xr in rows_of(self._algo, x)]
+        a, fn, _ = views[0]
+        return a, fn, RunSplit(torch.cat([v[2].X for v in views]), split.y, split.mask, split.extra, len(views))
+
+
+def stacked(algo, hps: Sequence[Any]):
+    """The batched copy of a freshly built ``algo`` for runs with hyperparameters ``hps`` (one seed): its
+    ``batch_state`` carries a leading run dimension; the float hyperparameters that differ are Rates."""
+    R = len(hps)
+    b = copy.copy(algo)
+    b.batched, b.runs = True, R
+    b._batch_cache, b._rows_cache = {}, {}
+    if hasattr(algo.task, "feat_keep"):  # hyperrep's encodings: the last few of every run
+        algo.task.feat_keep = 3 * R
+    b.task = _TaskView(algo.task, b)
+    b.hp = replace(hps[0], **{f.name: Rate([getattr(h, f.name) for h in hps]) for f in fields(hps[0])
+                              if len({repr(getattr(h, f.name)) for h in hps}) > 1})
+    for k in type(algo).batch_state:
+        v = getattr(algo, k, None)
+        if v is not None:
+            setattr(b, k, v.unsqueeze(0).repeat(R, *[1] * v.dim()))
+    return b
+
+
+# --------------------------------------------------------------------------------------------------
+# a seed batch: runs of several seeds, each with its own data, task, generator and ledger
+
+
+class SeedsDiffer(ValueError):
+    """The runs of several seeds cannot share a batch (their states' shapes do not pad alike): their seeds step
+    one after the other."""
+
+
+class _Seeds:
+    """The runs of a seed batch, each its algorithm as built alone (``views``: its data, task, generator and
+    ledger); the wrappers below read them through this one list, so a run that leaves the batch leaves them all.
+    ``sizes[r]``: the padded size -> run r's own size of each state dimension that differs by seed (hyper-cleaning's
+    x has one coordinate per training example, a number the seed's partition sets)."""
+
+    def __init__(self, views: Sequence[Any]):
+        self.views = list(views)
+        self.sizes: list[dict[int, int]] = [{} for _ in self.views]
+
+    def keep(self, keep: Sequence[int]) -> None:
+        self.views[:] = [self.views[i] for i in keep]
+        self.sizes[:] = [self.sizes[i] for i in keep]
+
+    def pad(self, vs: list[torch.Tensor]) -> torch.Tensor:
+        """The runs' values stacked ``[R, ...]``, each zero-padded at the end of every dimension to the largest."""
+        if len({v.dim() for v in vs}) > 1:
+            raise SeedsDiffer("states of different ranks")
+        top = [max(n) for n in zip(*(v.shape for v in vs))]
+        for sizes, v in zip(self.sizes, vs):
+            for n, m in zip(v.shape, top):
+                if n != m and sizes.setdefault(m, n) != n:
+                    raise SeedsDiffer(f"two sizes of one run padded to {m}")
+        return torch.stack([torch.nn.functional.pad(v, [p for n, m in zip(reversed(v.shape), reversed(top))
+                                                       for p in (0, m - n)]) for v in vs])
+
+    def own(self, r: int, v: torch.Tensor) -> torch.Tensor:
+        """Run r's own part of its padded value ``v``."""
+        sizes = self.sizes[r]
+        return v[tuple(slice(0, sizes.get(n, n)) for n in v.shape)] if sizes else v
+
+
+class SeedGens:
+    """The runs' own generators (``fed.gen`` of a seed batch): a sampler of a seed batch draws each run's rows
+    from its run's generator, as the run alone draws them."""
+
+    def __init__(self, s: _Seeds):
+        self.s = s
+
+    @property
+    def device(self):
+        return self.s.views[0].fed.gen.device
+
+    def __iter__(self):
+        return (v.fed.gen for v in self.s.views)
+
+
+class SeedLedger:
+    """The runs' own ledgers: a round is charged to each; an oracle charge per client row (``charge_rows``) to
+    the run that owns the rows (run-major). Rounds and iterations are the runs' common counts."""
+
+    def __init__(self, s: _Seeds):
+        self.s = s
+
+    @property
+    def ledgers(self) -> list:
+        return [v.ledger for v in self.s.views]
+
+    @property
+    def rounds(self) -> int:
+        return self.s.views[0].ledger.rounds
+
+    @property
+    def iterations(self) -> int:
+        return self.s.views[0].ledger.iterations
+
+    @iterations.setter
+    def iterations(self, n: int) -> None:
+        for led in self.ledgers:
+            led.iterations = n
+
+    def comm(self, clients: int, up, down=None, rounds: int = 1) -> None:
+        """``Ledger.comm`` of each run; ``up`` and ``down`` may be the runs' own numbers (a :class:`Rate`)."""
+        at = lambda v, r: int(v.v[r]) if isinstance(v, Rate) else v  # noqa: E731
+        for r, led in enumerate(self.ledgers):
+            led.comm(clients, at(up, r), at(down, r), rounds)
+
+    def charge_rows(self, kind: str, used: torch.Tensor, times: int = 1) -> None:
+        leds = self.ledgers
+        for led, u in zip(leds, used.unflatten(0, (len(leds), -1)), strict=True):
+            led.charge_rows(kind, u, times)
+
+    def oracle(self, *a, **k) -> None:  # a bulk charge names no run: such a step runs its seeds alone
+        raise NotImplementedError("a bulk oracle charge in a seed batch")
+
+    def as_dict(self) -> dict[str, int]:
+        raise NotImplementedError("a seed batch's ledgers are the runs' own")
+
+
+class SeedRows:
+    """The minibatch samplers of the runs of a seed batch (``RowSampler.of`` on a seed batch's data): each run's
+    minibatch drawn from its own rows with its own generator, the runs' batches stacked run-major (``[R*M, b]``)."""
+
+    def __init__(self, samplers: list):
+        self.samplers = samplers
+
+    @property
+    def M(self) -> int:
+        return self.samplers[0].M
+
+    def sample(self, gens: SeedGens, batch_size: int) -> dict[str, torch.Tensor]:
+        """Each run's minibatch (``RowSampler.sample`` with its generator), gathered into the batch's rows."""
+        ss = self.samplers
+        if len({min(batch_size, s.mask.shape[1]) for s in ss}) > 1:  # larger than some seed's smallest split
+            raise SeedsDiffer("minibatches of different sizes")
+        M, b, d = ss[0].M, min(batch_size, ss[0].mask.shape[1]), ss[0].data
+        new = lambda t: torch.empty(len(ss) * M, b, *t.shape[1:], dtype=t.dtype, device=t.device)  # noqa: E731
+        out = {"X": new(d.X), "y": new(d.y), "w": torch.empty(len(ss) * M, b, dtype=d.X.dtype, device=d.X.device),
+               **{k: new(t) for k, t in d.extra.items()}}
+        for r, (s, g) in enumerate(zip(ss, gens, strict=True)):
+            s.sample(g, batch_size, {k: v[r * M:(r + 1) * M] for k, v in out.items()})
+        return out
+
+
+class SeedData:
+    """The data of a seed batch as its algorithm sees it: what the runs share (the number of clients) and their
+    samplers (:class:`SeedRows`); anything else differs by seed and is read from each run's own data."""
+
+    def __init__(self, s: _Seeds):
+        self.s = s
+
+    @property
+    def num_clients(self) -> int:
+        return self.s.views[0].fed.data.num_clients
+
+    def seed_rows(self, which: str, clients, drop: str | None) -> SeedRows:
+        from .pool_sampler import RowSampler
+
+        return SeedRows([RowSampler.of(v.fed.data, which, clients, drop) for v in self.s.views])
+
+
+class SeedFed:
+    """``fed`` of a seed batch: its data (:class:`SeedData`), the runs' generators and ledgers. Every client takes
+    part in every round (:meth:`fbo_cli.algorithms.base.Algorithm.can_batch_seeds`): no client set is drawn."""
+
+    def __init__(self, s: _Seeds, participation: float):
+        self.s, self.participation = s, participation
+        self.data, self.gen, self.ledger = SeedData(s), SeedGens(s), SeedLedger(s)
+
+    def sample(self) -> torch.Tensor:
+        v = self.s.views[0].fed
+        S = v.sample() if v.participation >= 1 else None  # all clients: no draw
+        if S is None or len(S) != v.data.num_clients:
+            raise NotImplementedError("a client draw in a seed batch")
+        return S
+
+
+class _SeedTaskView(_TaskView):
+    """The task of a seed batch: the first run's for its losses and oracles (their data come in the batches),
+    each run's own for what differs by seed (x's owners; the random masks, drawn from each run's generator)."""
+
+    def __init__(self, task, algo, s: _Seeds):
+        super().__init__(task, algo)
+        self._s = s
+
+    @property
+    def x_owner(self):
+        owners = [v.task.x_owner for v in self._s.views]
+        return None if owners[0] is None else self._s.pad(owners)
+
+    def _sizes(self, k: str):
+        n = [getattr(v.task, k) for v in self._s.views]
+        return n[0] if len(set(n)) == 1 else Rate(n)
+
+    @property
+    def dx(self):  # the runs' own dimensions (what a round sends: Ledger.comm)
+        return self._sizes("dx")
+
+    @property
+    def dy(self):
+        return self._sizes("dy")
+
+    def noise(self, gens, batch):
+        from ..tasks.base import BilevelTask
+
+        if type(self._task).noise is BilevelTask.noise:
+            return batch
+        views = self._s.views
+        parts = [{k: v.chunk(len(views))[r] for k, v in batch.items()} for r in range(len(views))]
+        outs = [v.task.noise(g, p) for v, g, p in zip(views, gens, parts, strict=True)]
+        return {k: torch.cat([o[k] for o in outs]) for k in outs[0]}
+
+    def lower_view(self, x, split):
+        raise NotImplementedError("a task's lower view in a seed batch")
+
+
+def stacked_seeds(views: Sequence[Any], hps: Sequence[Any]):
+    """The batched algorithm of runs of several seeds, ``views`` each run's freshly built algorithm (its own data,
+    task, generator and ledger), ``hps`` their hyperparameters: :func:`stacked` with each run's own initial
+    ``batch_state``, its draws from each run's generator and its charges to each run's ledger."""
+    b = stacked(views[0], hps)
+    s = _Seeds(views)
+    b.seed_runs = s
+    for k in type(b).batch_state:
+        if getattr(views[0], k, None) is not None:
+            setattr(b, k, s.pad([getattr(v, k) for v in views]))
+    padded = {m for sizes in s.sizes for m in sizes}
+    for k in type(b).batch_state:  # a padded size may not be a size all runs share (show could not tell them apart)
+        if getattr(views[0], k, None) is not None and any(
+                len(set(ns)) == 1 and ns[0] in padded for ns in zip(*(getattr(v, k).shape for v in views))):
+            raise SeedsDiffer(f"{k} has a size all runs share that is also another state's padded size")
+    b.fed = SeedFed(s, views[0].fed.participation)
+    b.ledger = b.fed.ledger
+    b.task = _SeedTaskView(views[0].task, b, s)
+    return b
+
+
+def run_hp(hp, r: int):
+    """Run ``r``'s own hyperparameters from a batch's ``hp`` (each Rate read at r); a run alone's are ``hp``."""
+    return replace(hp, **{f.name: v.v[r] for f in fields(hp) if isinstance(v := getattr(hp, f.name), Rate)})
+
+
+def keep_runs(b, keep: list[int]) -> None:
+    """Only the runs at positions ``keep`` stay in the batched algorithm ``b``."""
+    idx = torch.tensor(keep, dtype=torch.long)
+    for k in type(b).batch_state:
+        v = getattr(b, k, None)
+        if v is not None:
+            setattr(b, k, v.index_select(0, idx.to(v.device)))
+    b.hp = replace(b.hp, **{f.name: getattr(b.hp, f.name).select(keep) for f in fields(b.hp)
+                            if isinstance(getattr(b.hp, f.name), Rate)})
+    b.runs = len(keep)
+    if b.seed_runs is not None:
+        b.seed_runs.keep(keep)
+    b._batch_cache.clear()
+    b._rows_cache.clear()
+
+
+def finite_runs(b) -> list[bool]:
+    ok = torch.ones(b.runs, dtype=torch.bool)
+    for k in type(b).batch_state:
+        v = getattr(b, k, None)
+        if v is not None:
+            ok &= torch.isfinite(v.reshape(v.shape[0], -1)).all(1).cpu()  # [R, ...], [R] too
+    return ok.tolist()
+
+
+def show(b, view, pos: int, hp) -> None:
+    """Write run ``pos`` of the batched ``b`` into ``view`` (the seed's algorithm as built alone), so that its
+    ``evaluate()`` and a checkpoint of it are that run's."""
+    for k in type(b).batch_state:
+        v = getattr(b, k, None)
+        setattr(view, k, None if v is None else v[pos].clone() if b.seed_runs is None else
+                b.seed_runs.own(pos, v[pos]).clone())
+    for k, v in vars(b).items():
+        if k not in ckpt.REBUILT and k not in ("runs", "batched") and isinstance(v, (bool, int, float)):
+            setattr(view, k, v)
+    view.hp = hp
+
+
+def evaluate_runs(b, view, positions: Sequence[int], hps: Sequence[Any]) -> list[dict[str, float]]:
+    """The metrics of the runs at ``positions`` of the batched ``b`` (``hps``: their hyperparameters), each what its
+    run alone evaluates: in one pass where ``view`` scores the task's ``evaluate`` at a point (``eval_point``, then
+    ``more_metrics`` run by run) and the task scores several points at once (``evaluate_runs``: hyper-cleaning and
+    hfl, within float rounding, docs/fidelity.md#batches), else run by run (bit for bit)."""
+    from .base import Algorithm
+
+    fused = len(positions) > 1 and type(view).evaluate is Algorithm.evaluate and hasattr(view.task, "evaluate_runs")
+    out = []
+    for p, hp in zip(positions, hps, strict=True):
+        show(b, view, p, hp)
+        out.append(view.eval_point() if fused else view.evaluate())
+    if not fused:
+        return out
+    ms = view.task.evaluate_runs(*zip(*out))
+    for i, (p, hp) in enumerate(zip(positions, hps)):
+        show(b, view, p, hp)
+        ms[i] = view.more_metrics(ms[i])
+    return ms

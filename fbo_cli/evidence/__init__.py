@@ -1,0 +1,1 @@
+"""Evidence: the report, figures, check, witness, reproduction."""

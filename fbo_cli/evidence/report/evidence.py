@@ -1,0 +1,141 @@
+"""The evidence behind the report: copying finished reproduction runs into docs/results/ and pruning
+what no spec refers to.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...grids.spec import load_spec
+from ...runs.rundir import ROOT_MARKER, atomic_write, below, claim_root, is_fbo_root, remove_run, run_status
+from .papers import PAPERS
+
+EVIDENCE_FILES = ("config.yaml", "metrics.csv", "summary.json")
+
+
+SPEC_FILES = ("tuned.yaml", "settled.yaml", "tuning.csv", "ranking.csv", "tuning.partial.yaml", "tuning.partial.csv")
+
+
+# CPU, GPU, the latency-bound cases on the code before the speed work and on this code (fbo bench --against), run
+# batches against runs one by one (fbo bench --batch R; its csv prices batches in fbo cost), and the code before and
+# after runs kept the memory a step frees (fbo bench --against, bench/alloc)
+BENCH_FILES = ("bench/bench.md", "bench/cuda/bench.md", "bench/ab.md", "bench/batch.md", "bench/batch.csv",
+               "bench/cuda/batch.md", "bench/alloc/ab.md")
+
+# the last reproduction check (make reproduce-check): committed runs rerun and compared with the evidence
+CHECK_FILES = ("check/check.md", "check/check.csv")
+
+
+# --------------------------------------------------------------------------------------------------
+# Evidence
+
+
+def _plain(p: Path, root: Path) -> bool:
+    """``p`` is a regular file inside ``root`` with no symbolic link on its way (nor itself one)."""
+    return below(root, p) and p.is_file()
+
+
+def _copy(src: Path, src_root: Path, dst: Path, dst_root: Path) -> bool:
+    """Copy one file atomically when it is a plain file of ``src_root`` and ``dst`` lies in ``dst_root``
+    without links; False (nothing written) otherwise."""
+    if not _plain(src, src_root) or not below(dst_root, dst):
+        return False
+    atomic_write(dst, src.read_bytes())
+    return True
+
+
+def collect_evidence(results: Path, evidence: Path, papers=PAPERS, refused: list | None = None) -> int:
+    """Copy every finished reproduction run's compact files (and each spec's tuning record) from
+    ``results`` into ``evidence`` (same layout); returns the number of runs copied. Only runs whose
+    completion record holds (:func:`fbo_cli.runs.rundir.run_status`: summary.json's ``metrics_sha256`` is that of
+    metrics.csv, and the summary names this run) and whose files are plain files are copied; nothing is
+    read or written through a symbolic link, and nothing is removed. The runs refused (finished-looking, but
+    failing those checks) are appended to ``refused`` as ``(path, why)``."""
+    n = 0
+    claim_root(evidence)
+    refused = refused if refused is not None else []
+    for paper in papers:
+        for spec in paper.specs:
+            if not Path(spec).is_file():
+                continue
+            exp = load_spec(spec, {"out_dir": str(results)})
+            for c in exp.cells:
+                src = c.cfg.run_dir
+                if not (src / "summary.json").exists() and not (src / "summary.json").is_symlink():
+                    continue
+                dst = evidence / src.relative_to(results)
+                state, _, why = run_status(src)
+                bad = ("a symbolic link on its path" if not below(results, src) else
+                       f"not finished ({why or state})" if state != "finished" else
+                       next((f"{f} is not a plain file" for f in EVIDENCE_FILES if not _plain(src / f, results)),
+                            "") or ("its place in the evidence is a symbolic link" if not below(evidence, dst)
+                                    else ""))
+                if bad:
+                    refused.append((src, bad))
+                    continue
+                data = {f: (src / f).read_bytes() for f in EVIDENCE_FILES}
+                for f in sorted(EVIDENCE_FILES, key=lambda f: f == "summary.json"):  # the completion record last
+                    atomic_write(dst / f, data[f])
+                n += 1
+            here = results / "compare" / exp.name
+            for f in SPEC_FILES:
+                _copy(here / f, results, evidence / "compare" / exp.name / f, evidence)
+    for paper in papers:  # count tables written by `fbo figure` (ZO-HFL Fig. 1)
+        for f in paper.counts:
+            _copy(results / f, results, evidence / f, evidence)
+    for f in BENCH_FILES + CHECK_FILES:  # the bench's and the check's own tables, shown as they are
+        _copy(results / f, results, evidence / f, evidence)
+    return n
+
+
+# --prune removes at most this share of the evidence's runs without --yes (a larger cut is more likely a
+# mistake, e.g. specs that moved, than runs a retuning replaced)
+PRUNE_SHARE = 0.2
+
+
+def prune_evidence(evidence: Path, papers=PAPERS, remove: bool = False, yes: bool = False) -> list[Path]:
+    """The run directories under ``evidence`` that no reproduction spec refers to any more (e.g. runs with
+    step sizes a later tuning replaced), and the partial tuning records of tunings that finished; removed
+    only with ``remove``, and then only inside a results root fbo made (``.fbo-results``), never through a
+    symbolic link, and only fbo's own: a run directory with its completion record (its own files go, and the
+    folder when that empties it), a ``tuning.partial.*`` beside its ``tuned.yaml``. Returns them.
+
+    A UsageError, before anything is removed, when a paper's specs cannot be read (run outside the checkout,
+    without ``experiments/``: every run would look referred to by no spec), and, without ``yes``, when it
+    would remove more than :data:`PRUNE_SHARE` of the runs under ``evidence``."""
+    from ...errors import UsageError
+
+    keep: set[Path] = set()
+    partial: list[Path] = []
+    for paper in papers:
+        unread = [s for s in paper.specs if not Path(s).is_file()]
+        if not paper.specs or unread:
+            raise UsageError(f"cannot read the reproduction specs of paper '{paper.key}' ("
+                             + (f"no file {unread[0]}" if unread else "no experiments/*.yaml names it here")
+                             + f"; run fbo report from the repository root): nothing under {evidence} is pruned")
+        for spec in paper.specs:
+            exp = load_spec(spec, {"out_dir": str(evidence)})
+            keep.update(c.cfg.run_dir for c in exp.cells)
+            here = evidence / "compare" / exp.name
+            if _plain(here / "tuned.yaml", evidence):
+                partial += [here / f for f in SPEC_FILES if f.startswith("tuning.partial")
+                            and _plain(here / f, evidence)]
+    runs = [c.parent for c in sorted(evidence.glob("*/*/*/summary.json"))]
+    stale = [d for d in runs if d not in keep and below(evidence, d) and run_status(d)[0] == "finished"]
+    if remove and (stale or partial):
+        if not is_fbo_root(evidence):
+            raise UsageError(f"--prune: {evidence} is not a results root fbo made (no {ROOT_MARKER}); nothing "
+                             f"removed")
+        if len(stale) > PRUNE_SHARE * len(runs) and not yes:
+            raise UsageError(f"--prune would remove {len(stale)} of the {len(runs)} runs under {evidence} (more "
+                             f"than {PRUNE_SHARE:.0%}; e.g. {stale[0]}): nothing removed. `fbo report --collect "
+                             f"...` without --prune lists them; add --yes to remove them all")
+        for d in stale:
+            remove_run(d)
+        for f in partial:
+            f.unlink(missing_ok=True)
+    return stale + partial
+
+
+# --------------------------------------------------------------------------------------------------
+# Verdicts

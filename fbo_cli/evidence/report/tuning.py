@@ -1,0 +1,121 @@
+"""The tuning tally: each tuned choice classified from the tuning's own record (``tuning.csv``), and the
+report's line that counts them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ...grids.spec import Experiment
+from ...grids.spec_types import Choice, Tuned
+from .sections import Section
+
+
+def tuning_md(sections: list[Section]) -> list[str]:
+    """The tuned choices of every section counted by how they relate to their grid (interior, the largest
+    or smallest stable value, at an edge not resolved, none accepted), and each tuned spec's budget."""
+    kinds = {"interior": 0, "stable": 0, "valid": 0, "edge": 0, "none": 0}
+    unresolved, budget, ranked, neither, fragile = [], [], [], [], []
+    margins = 0  # choices beside an unstable value whose margin was shown (the margin rule)
+    for sec in sections:
+        if not sec.exp.tuned:
+            continue
+        tuned = Tuned.of(sec.exp.tuned)
+        records = tuning_records(sec.exp)
+        for algo, per in tuned.chosen.items():
+            for setting, vals in per.items():
+                kind, why = choice_kind(vals, records, algo, setting, (tuned.grids or {}).get(algo))
+                kinds[kind] += 1
+                if kind == "edge":
+                    unresolved.append(f"{sec.exp.name}: {algo}, {setting}" + (f" ({why})" if why else ""))
+                margin = Choice.of(vals).notes.get("margin", "")
+                if margin.endswith("is stable on every tuning seed"):
+                    margins += 1
+                elif margin or (kind == "stable" and _beside_unstable(Choice.of(vals))):
+                    fragile.append(f"{sec.exp.name}: {algo}, {setting}")
+        rounds = tuned.get("rounds")
+        at_budget = rounds == "budget" or all(c.cfg.run.rounds <= rounds for c in sec.exp.cells)
+        (budget if at_budget else ranked if tuned.get("ranking_check") else neither).append(sec.exp.name)
+    if not any(kinds.values()):
+        return []
+    n_exp = len(budget + ranked + neither)
+    line = (f"**Tuning.** {sum(kinds.values())} tuned choices (algorithm × setting) in {n_exp} experiments, each "
+            f"classified from the tuning's own record (tuning.csv: along each tuned key through the chosen point, "
+            f"the values run and which were rejected): "
+            f"{kinds['interior']} interior to their grid; {kinds['stable']} the largest or smallest "
+            f"stable value, with the rejected neighbour beyond it named in the section (the choice confirmed on "
+            f"two more seeds where tuned since that rule); "
+            + (f"{kinds['valid']} the last value of the key's valid range (e.g. a momentum weight "
+               f"c alpha^2 <= 1), the invalid value beyond it named; " if kinds["valid"] else "")
+            + f"{kinds['edge']} at a grid's edge, not resolved (no value run beyond it)"
+            + (f" ({'; '.join(unresolved)})" if unresolved else "")
+            + f"; {kinds['none']} with every grid point rejected. Beside a larger value that diverged, oscillated "
+            f"or collapsed: {margins + len(fragile)} choices, {margins} with their margin shown (the step between "
+            f"them stable), {len(fragile)} without (tuned before the margin rule; fragile: a change of seed or "
+            f"hardware can push them over)" + (f" ({'; '.join(fragile)})" if fragile else "")
+            + ". Tuned at the evaluation budget: "
+            f"{len(budget)} experiments; at a shorter budget with the ranking check: {len(ranked)}"
+            + (f" ({', '.join(ranked)})" if ranked else "")
+            + f"; at a shorter budget without it: {len(neither)}"
+            + (f" ({', '.join(neither)})" if neither else "") + ".")
+    return ["", line]
+
+
+def _beside_unstable(choice: Choice) -> bool:
+    """Whether the tuner's note names a larger neighbour that was unstable (the margin rule's case)."""
+    from ...grids.tune.rules import UNSTABLE
+
+    note = choice.notes.get("stable_edge", "")
+    return "largest stable value" in note and any(f" {w}" in note.split(";")[0] for w in UNSTABLE)
+
+
+def tuning_records(exp: Experiment) -> pd.DataFrame | None:
+    root = getattr(exp, "out_root", None)
+    p = root / "compare" / exp.name / "tuning.csv" if root is not None else None
+    return pd.read_csv(p) if p is not None and p.is_file() else None
+
+
+def choice_kind(vals: Choice | dict, records: pd.DataFrame | None, algo: str, setting: str,
+                grids: dict | None = None) -> tuple[str, str]:
+    """(kind, why) of one tuned choice, from what the tuning ran (``tuning.csv``) where it is recorded: along
+    each tuned key, through the chosen point, the choice is **interior** when a value was run on each side
+    of it and neither neighbour was rejected; **stable** when a neighbour was rejected (the largest or
+    smallest accepted value beside a rejected one); **edge** (not resolved) when no value was run beyond
+    it on one side, unless the tuner marked it the last value of the key's valid range (**valid**);
+    **none** when every point was rejected. Without records, the tuner's own notes decide."""
+    choice = Choice.of(vals)
+    vals, notes = choice.values, choice.notes
+    if "none" in notes:
+        return "none", ""
+    keys = list(vals)
+    flags = ("valid" if notes.get("valid_edge") else "stable" if notes.get("stable_edge")
+             else "edge" if notes.get("at_grid_edge") else "interior")
+    if records is None or "rejected" not in records or not keys or any(k not in records for k in keys):
+        return flags, ""
+    r = records[(records.algorithm == algo) & (records.setting == setting)]
+    if "grid" in r:
+        r = r[~r.grid.fillna("grid").isin(["confirmation", "margin"])]
+    worst, why = "interior", ""
+    rank = {"interior": 0, "stable": 1, "valid": 1, "edge": 2}
+    tied = {k: set(g.split(",")) for g in (grids or {}) for k in g.split(",")}
+    for k in keys:
+        others = [o for o in keys if o not in tied.get(k, {k})]
+        line = r[np.logical_and.reduce([np.isclose(r[o].astype(float), float(vals[o])) for o in others])
+                 if others else np.ones(len(r), bool)]
+        if line.empty:
+            continue
+        bad = line.groupby(k).rejected.any()
+        xs = sorted(float(x) for x in bad.index)
+        v = float(vals[k])
+        below, above = [x for x in xs if x < v * (1 - 1e-9)], [x for x in xs if x > v * (1 + 1e-9)]
+        if not below or not above:
+            kind = "valid" if notes.get("valid_edge") else "edge"
+            note = f"{k}={vals[k]:g} is the {'smallest' if not below else 'largest'} value run"
+        elif bad[below[-1]] or bad[above[0]]:
+            kind = "stable"
+            note = f"{k}={vals[k]:g} is beside the rejected {k}={below[-1] if bad[below[-1]] else above[0]:g}"
+        else:
+            kind, note = "interior", ""
+        if rank[kind] > rank[worst]:
+            worst, why = kind, note
+    return worst, why

@@ -1,0 +1,1 @@
+"""Grids of runs: specs, compare, tune, settle, run batches, executors."""

@@ -1,0 +1,376 @@
+"""``fbo compare``: run an experiment grid (algorithms x settings x seeds) and aggregate it.
+
+The spec is validated in full before the first run (keys, names, metric names against the task's
+metrics, the reference's shape). Runs already finished (``summary.json`` is the completion record of
+the ``metrics.csv`` beside it, see :func:`fbo_cli.runs.rundir.run_status`) are reused, partial runs
+resume from their checkpoint, corrupt ones are reported and redone; runs execute through
+:func:`fbo_cli.grids.executors.run_cells` (serial, processes or Ray). Rows are keyed by algorithm
+(``algo`` + its ``set``; display names must be unique) and setting. Output in
+``results/compare/<name>/``: ``table.md`` and ``table.csv`` (mean and spread over seeds, the paper's
+numbers beside ours), ``runs.csv`` (one row per run), ``curves.png`` (headline metric against the
+spec's x axis: one line per algorithm, mean over seeds with a min-max band, a panel per setting).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+
+from ..errors import UsageError
+from ..runs.collapse import collapsed
+from ..runs.rundir import (
+    atomic_write,
+    cost_line,
+    fmt_num,
+    lower_is_better,
+    md_row,
+    read_metrics,
+    rounds_to_target,
+    run_status,
+    todo_runs,
+)
+from .executors import GridOptions
+from .plots import plot_experiment, t95  # noqa: F401  (compare's public API)
+from .run_batches import cost_shares
+from .spec import (  # noqa: F401  (load_spec, check_metrics: the public API compare has always had)
+    BANDS,
+    Cell,
+    Experiment,
+    check_metrics,
+    claim_folder,
+    edge_note,
+    load_spec,
+    overrides_note,
+    tuned_entry,
+    tuned_layer,
+)
+from .spec_types import AlgorithmEntry, SettingEntry
+
+
+def code_notes(cells: list, stale: dict) -> list[str]:
+    """What the reuse check found about code (:mod:`fbo_cli.runs.identity`): each stale run and why, and how
+    many reused runs were made by other code of fbo's own classes (drift: reported, not rerun)."""
+    from ..runs.identity import changes
+
+    lines = [f"{d}: {why}; it runs again (--accept-code-change keeps it)" for d, why in stale.items()]
+    drift: dict[str, int] = {}
+    seen = set()
+    for c in cells:
+        d = c.cfg.run_dir
+        if d in seen or d in stale:
+            continue
+        seen.add(d)
+        state, s, _ = run_status(d)
+        if state == "finished":
+            for k in changes(c.cfg, s)[1]:
+                drift[k] = drift.get(k, 0) + 1
+    if drift:
+        lines.append(f"{max(drift.values())} finished run(s) reused were made by other code of fbo's built-in classes "
+                     f"({', '.join(k.removeprefix('fbo_cli.') for k in sorted(drift))}): reused, not rerun "
+                     "(`fbo check` tells whether such runs still reproduce; --rerun redoes them)")
+    return lines
+
+
+def dry_run_lines(exp: Experiment, rerun: bool, jobs: int, batch: str | int = "auto") -> list[str]:
+    """``fbo compare --dry-run``: the spec's checks the real run makes before it runs (its metrics are the runs'
+    columns, every (algorithm, setting) builds: :func:`~fbo_cli.grids.spec.check_metrics`), what the reuse check found
+    about code, and how many runs are left and what they cost; runs nothing."""
+    check_metrics(exp)
+    stale: dict = {}
+    todo = todo_runs(exp.cells, rerun, False, stale)
+    from .tune.record import tuned_code_notes
+
+    return ([f"{exp.name}: {line}" for line in code_notes(exp.cells, stale) + tuned_code_notes(exp)]
+            + [f"{exp.name}: {len(exp.cells)} cells; {cost_line(todo, jobs, cost_shares(todo, batch))}"])
+
+
+def run_experiment(exp: Experiment, grid: GridOptions | None = None, rerun: bool = False, no_run: bool = False,
+                   console=None, accept_code_change: bool = False) -> Path:
+    """Run the grid's unfinished runs (all of them with ``rerun``), then write the report. Returns the
+    report's folder; ``exp.incomplete`` counts the cells that failed or have no finished run."""
+
+    from .executors import run_cells
+
+    grid = grid or GridOptions()
+    outdir = exp.out_root / "compare" / exp.name
+    if not no_run:
+        claim_folder(exp, outdir, write=False)
+        check_metrics(exp)
+        claim_folder(exp, outdir)
+        stale: dict = {}
+        todo = todo_runs(exp.cells, rerun, accept_code_change, stale)
+        if console is not None:
+            from .tune.record import tuned_code_notes
+
+            for line in code_notes(exp.cells, stale) + tuned_code_notes(exp):
+                console.print(f"{exp.name}: {line}", highlight=False)
+        if todo and console is not None:
+            console.print(f"{exp.name}: {cost_line(todo, grid.jobs, cost_shares(todo, grid.batch))}", highlight=False)
+        if todo:
+            res = run_cells(todo, grid, console=console, rerun=rerun, title=f"{exp.name}: runs")
+            exp.outcomes.update({c.cfg.run_dir: r for c, r in zip(todo, res)})
+    write_report(exp, outdir, no_run=no_run,  # a corrupt run directory is named with the reason it is not counted
+                 warn=(lambda m: console.print(m, style="yellow", markup=False, highlight=False)) if console else None)
+    return outdir
+
+
+# --------------------------------------------------------------------------------------------------
+# Aggregation
+
+
+def collect(exp: Experiment, warn=None) -> tuple[pd.DataFrame, dict[tuple[str, str, int], pd.DataFrame]]:
+    """One row per cell (``status``: done, diverged, collapsed (:mod:`fbo_cli.runs.collapse`, derived from the
+    metrics), failed, or ``not run`` for a run without a finished, consistent run directory, with ``corrupt``:
+    why, when its files fail their completion record), and the
+    metrics of the finished runs. Only a run whose
+    ``summary.json`` is the completion record of its ``metrics.csv`` is aggregated; a corrupt run
+    directory is reported through ``warn`` and counted as not run."""
+    rows, curves = [], {}
+    for c in exp.cells:
+        d = c.cfg.run_dir
+        state, s, why = run_status(d)
+        m = read_metrics(d / "metrics.csv") if state == "finished" else None
+        base = {"algorithm": c.algorithm, "setting": c.setting, "seed": c.seed, "algo": c.cfg.algo, "run_dir": str(d)}
+        if state == "corrupt" and warn:
+            warn(f"{d}: {why}; not aggregated (run compare again to redo it)")
+        now = exp.outcomes.get(d) or {}
+        if state != "finished" and now.get("status") == "failed":  # failed before writing its summary
+            rows.append({**base, "status": "failed", "error": now.get("error")})
+            continue
+        if state != "finished" or (m is None and s.get("status") != "failed") or (
+                m is not None and exp.metric not in m):
+            rows.append({**base, "status": "not run", **({"corrupt": why} if state == "corrupt" else {})})
+            continue
+        if s.get("status") == "failed" or m is None or m.empty:
+            rows.append({**base, "status": "failed", "error": s.get("error")})
+            continue
+        curves[(c.algorithm, c.setting, c.seed)] = m
+        budget = c.cfg.run.rounds
+        within = m[m["rounds"] <= budget] if (m["rounds"] <= budget).any() else m
+        series = within[exp.metric]
+        status = s["status"]
+        why = collapsed(series, exp.metric, c.cfg.run.dataset) if status == "done" else None
+        row = {**base, "status": "collapsed" if why else status, **({"collapsed_because": why} if why else {}),
+               "rounds_to_target": rounds_to_target(m, exp.metric, exp.target),
+               "iterations_to_target": rounds_to_target(m, exp.metric, exp.target, x="iterations"),
+               "final": float(series.iloc[-1]),
+               "best": float(series.min() if lower_is_better(exp.metric) else series.max()),
+               "final_mean_last5": float(series.tail(5).mean()),
+               "rounds": int(within["rounds"].iloc[-1]), "iterations": int(within["iterations"].iloc[-1]),
+               "train_time_s": s.get("train_time_s"), "seconds_per_round": s.get("seconds_per_round")}
+        for k in m.columns:
+            if k not in row and m[k].dtype.kind in "fi":
+                row[f"final_{k}" if k in ("rounds", "iterations") else k] = float(within[k].iloc[-1])
+        rows.append(row)
+    return pd.DataFrame(rows), curves
+
+
+def same_runs(exp: Experiment) -> dict[tuple[str, str], list[str]]:
+    """``{(algorithm, setting): [later algorithms whose runs there are the very same]}`` (e.g. an untuned
+    "(tuned)" row that landed on the paper's steps): the table shows them as one row and the figure as one
+    line, named by all of them, so that neither hides the other."""
+    runs: dict[tuple[str, str], set] = {}
+    for c in exp.cells:
+        runs.setdefault((c.algorithm, c.setting), set()).add(c.cfg.run_dir)
+    out: dict[tuple[str, str], list[str]] = {}
+    for s in exp.settings:
+        first: dict[frozenset, str] = {}
+        for a in exp.algorithms:
+            key = frozenset(runs.get((a.name, s.name), ()))
+            if key in first:
+                out.setdefault((first[key], s.name), []).append(a.name)
+                out[(a.name, s.name)] = []  # shown under the first
+            elif key:
+                first[key] = a.name
+    return out
+
+
+def _shown_as(dups: dict, a: str, s: str) -> str | None:
+    """The row name of ``a`` in setting ``s`` ("A = B" for the same runs), or None when it is merged away."""
+    if (a, s) in dups and not dups[(a, s)]:
+        return None
+    return " = ".join([a, *dups.get((a, s), [])])
+
+
+def _ms(v: pd.Series, counts: bool = False) -> str:
+    """``mean ± std`` over seeds as text, one format per quantity: ``counts`` (rounds, iterations) as whole
+    numbers, mean and spread alike; fractions stay fractions, as in metrics.csv; ``-`` when empty."""
+    v = v.dropna().astype(float)
+    if v.empty:
+        return "-"
+    if counts:
+        f = lambda x: f"{x:.0f}"  # noqa: E731
+    elif v.abs().max() < 10:  # fractions and losses: four decimals, mean and spread alike
+        f = lambda x: f"{x:.4f}"  # noqa: E731
+    else:
+        f = lambda x: f"{x:.4g}"  # noqa: E731
+    return f(v.iloc[0]) if len(v) == 1 else f"{f(v.mean())} ± {f(v.std(ddof=1))}"
+
+
+def summarize(exp: Experiment, runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The table as text (``table.md``: mean ± std) and as numbers (``table.csv``: for each quantity its
+    mean, ``<q> std`` and ``<q> n``), one row per (setting, algorithm)."""
+    out, nums = [], []
+    dups = same_runs(exp)
+    for s in exp.settings:
+        for a in exp.algorithms:
+            shown = _shown_as(dups, a.name, s.name)
+            if shown is None:
+                continue
+            cell = runs[(runs.algorithm == a.name) & (runs.setting == s.name)]
+            g = cell[cell.status == "done"]  # the rule: means over the runs that finished 'done'
+            row = {"setting": s.name, "algorithm": shown, "seeds": len(g),
+                   "diverged": int((cell.status == "diverged").sum()),
+                   "collapsed": int((cell.status == "collapsed").sum()), "failed": int((cell.status == "failed").sum()),
+                   "not run": int((cell.status == "not run").sum())}
+            num = dict(row)
+            col = lambda k, g=g: g[k] if k in g else pd.Series(dtype=float)
+
+            def put(name: str, v: pd.Series, text: str | None = None, row=row, num=num) -> None:
+                v = v.dropna().astype(float)
+                row[name] = _ms(v, counts=name.endswith("to target")) if text is None else text
+                num[name] = v.mean() if len(v) else math.nan
+                num[f"{name} std"] = v.std(ddof=1) if len(v) > 1 else math.nan
+                num[f"{name} n"] = len(v)
+
+            if exp.target is not None:
+                hit = col("rounds_to_target").dropna()
+                put("rounds to target", hit, ("-" if g.empty else _ms(hit, counts=True) if len(hit) else "never")
+                    + f" ({len(hit)}/{len(g)})")
+                its = col("iterations_to_target")
+                put("iterations to target", its, None if len(hit) else "never")
+            put("final", col("final"))
+            put("best", col("best"))
+            for m in exp.metrics:
+                if m != exp.metric:
+                    put(m, g[m] if m in g else pd.Series(dtype=float))
+            ref = (exp.reference.get(a.name) or {}).get(s.name) or {}
+            for k, v in ref.items():
+                row[f"paper {k}"] = num[f"paper {k}"] = v
+            out.append(row)
+            nums.append(num)
+    return pd.DataFrame(out), pd.DataFrame(nums)
+
+
+def _to_markdown(df: pd.DataFrame) -> str:
+    cols = list(df.columns)
+    lines = [md_row(cols), "|" + "|".join("---" for _ in cols) + "|"]
+    for _, r in df.iterrows():
+        lines.append(md_row("" if (isinstance(v, float) and math.isnan(v)) else fmt_num(v) for v in r))
+    return "\n".join(lines)
+
+
+def table_markdown(exp: Experiment, table: pd.DataFrame) -> str:
+    """The table's Markdown without its title: what the columns and the rule mean, the table, and how
+    the hyperparameters were chosen (``table.md`` is this under the experiment's title)."""
+    low = lower_is_better(exp.metric)
+    head = [f"Task `{exp.task}`, metric `{exp.metric}` "
+            + ("(lower is better)" if low else "(a fraction, as in metrics.csv)")
+            + f", seeds {exp.seeds}; mean ± standard deviation over seeds. 'final' is the last evaluation within the "
+              f"round budget; 'best' the best evaluation (the {'lowest' if low else 'highest'})."
+            + (f" 'rounds to target': first communication round with {exp.metric} {'≤' if low else '≥'} {exp.target} "
+               "(mean over the seeds that reach it; reached/total)." if exp.target is not None else "")
+            + ((" Columns 'paper ...' are the paper's numbers" + (
+                ", at the spec's own settings: beside runs made with the overrides below they are context, not a "
+                "comparison." if overrides_note(exp) else ".")) if exp.reference else "")
+            + (f" **Overridden on the command line: {overrides_note(exp)}.**" if overrides_note(exp) else "")
+            + " Rule: means, spreads and 'seeds' count only the runs that finished with status done; diverged runs "
+              "(a NaN/inf, or a loss above 1000 x max(its first value, 1)), collapsed runs (the headline metric fell "
+              "to "
+              "chance level and stayed there to the end), failed runs and runs not run are left "
+              "out of them and counted in their columns; a cell without a done run shows '-'.", ""]
+    return "\n".join(head) + "\n" + _to_markdown(table) + "\n" + tuned_note(exp)
+
+
+def write_report(exp: Experiment, outdir: Path, no_run: bool = False, warn=None, plots: bool = True) -> str:
+    """Write the experiment's table, runs and (``plots``) figures into ``outdir``; returns the table's
+    Markdown (without its title)."""
+    runs, curves = collect(exp, warn)
+    exp.incomplete = int(runs.status.isin(["failed", "not run"]).sum())
+    if no_run and not (runs.status != "not run").any():
+        raise UsageError(f"no finished runs for experiment '{exp.name}' (run it without --no-run)")
+    table, numbers = summarize(exp, runs)
+    md = table_markdown(exp, table)
+    if plots:  # the figures beside the table: what their lines and bands are
+        from .plots import caption
+
+        md = md.rstrip("\n") + f"\n\nThe figures beside this table (curves.png): {caption(exp)}\n"
+    atomic_write(outdir / "table.md", f"# {exp.title or exp.name}\n\n" + md)
+    atomic_write(outdir / "table.csv", numbers.to_csv(index=False))
+    atomic_write(outdir / "runs.csv", runs.to_csv(index=False))
+    if not plots:
+        return md
+    if plot_experiment(exp, curves, outdir / "curves.png", runs) < ZOOM_BELOW:  # ends squeezed together
+        plot_experiment(exp, curves, outdir / "curves_zoom.png", runs, tail=0.5)
+    else:
+        for fmt in ("png", "pdf", "svg"):
+            (outdir / f"curves_zoom.{fmt}").unlink(missing_ok=True)
+    for xa in exp.x_also:
+        plot_experiment(replace(exp, x=xa), curves, outdir / f"curves_{xa}.png", runs)
+    return md
+
+
+def tuning_budget_note(exp: Experiment) -> str:
+    """'' when the tuning ran at the evaluation budget; else what the ranking check found, or a warning
+    that says both budgets when there was none."""
+    if not exp.tuned or not isinstance(exp.tuned.get("rounds"), int):
+        return ""
+    budgets = sorted({c.cfg.run.rounds for c in exp.cells})
+    if exp.tuned["rounds"] >= budgets[-1]:
+        return ""
+    head = f"Tuned at {exp.tuned['rounds']} rounds, evaluated at {', '.join(map(str, budgets))}"
+    check = exp.tuned.get("ranking_check")
+    if isinstance(check, dict) and check:
+        failed = [k for k, v in check.items() if not (isinstance(v, dict) and v.get("holds"))]
+        if not failed:
+            return (f"{head}; the ranking check holds: each choice is still the best of its top "
+                    f"{len(next(iter(check.values())).get('top', []))} points at the evaluation budget (ranking.csv).")
+        return (f"**{head}; the ranking check fails for {'; '.join(failed)}**: at the evaluation budget another of "
+                f"the top points scores better than the choice (ranking.csv).")
+    return (f"**{head}**: the ranking of the grid was not checked at the evaluation budget, so a late instability "
+            f"or a late change of order may be missed.")
+
+
+def tuned_note(exp: Experiment) -> str:
+    """What the table's hyperparameters are and how they were chosen (Markdown)."""
+    rows = []
+    for a in map(AlgorithmEntry.of, exp.algorithms):
+        for s in map(SettingEntry.of, exp.settings):
+            vals = tuned_layer(exp.tuned, a.name, s.name)
+            keys = list(a.tune)
+            if vals:
+                edge = edge_note(tuned_entry(exp.tuned, a.name, s.name))
+                how = "tuned" + (f" ({edge})" if edge else "")
+                rows.append((a.name, s.name, ", ".join(f"{k}={fmt_num(v)}" for k, v in vals.items()), how))
+            elif keys:
+                fixed = {k: v for k, v in a.set.items()}
+                text = ", ".join(f"{k}={fmt_num(v)}" for k, v in fixed.items()) or "defaults"
+                none = tuned_entry(exp.tuned, a.name, s.name).notes.get("none")
+                rows.append((a.name, s.name, text,
+                             f"**not tuned: {none}**; the spec's values stand" if none
+                             else "not tuned yet (run `fbo tune`)"))
+    if not rows:
+        return ""
+    if exp.tuned and exp.tuned.get("setting") and len(exp.settings) > 1:  # tuned once: one row per algorithm
+        per: dict[str, set] = {}
+        for r in rows:
+            per.setdefault(r[0], set()).add(r[2:])
+        if all(len(v) == 1 for v in per.values()):
+            rows = [(a, f"every setting (tuned at {exp.tuned['setting']})", *next(iter(v))) for a, v in per.items()]
+    out = [""]
+    if exp.tuned:
+        out += [f"**Hyperparameters.** Tuned by `fbo tune`: {exp.tuned.get('procedure', '')}."
+                + (f" {short}" if (short := tuning_budget_note(exp)) else ""), ""]
+    else:
+        out += ["**Hyperparameters.**", ""]
+    out += ["| algorithm | setting | values | how chosen |", "|---|---|---|---|"]
+    out += [md_row(r) for r in rows]
+    return "\n".join(out) + "\n"
+
+
+ZOOM_BELOW = 0.15  # a second figure of the last half when the lines' ends span less than this share of the axis
+
+

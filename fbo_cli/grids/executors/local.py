@@ -1,0 +1,128 @@
+"""The serial and the process-pool executors (``--executor serial | processes``)."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from multiprocessing import get_context
+
+from ...errors import UsageError
+from .common import _label, _one, _one_batch, _progress, _report
+
+
+def _run_serial(cells, console, rerun, title, units) -> list[dict]:
+    out: list[dict | None] = [None] * len(cells)
+    with _progress(console) as prog:
+        overall = prog.add_task(f"{title}", total=len(cells), info="")
+        say = lambda m: prog.console.print(m, markup=False, highlight=False)  # noqa: E731
+        for wait in (False, True):  # second pass: the runs another process held
+            for unit in units:
+                unit = [i for i in unit if out[i] is None or out[i]["status"] == "busy"]
+                if len(unit) > 1:
+                    c0 = cells[unit[0]]
+                    bar = prog.add_task(f"{c0.algorithm} · batch of {len(unit)}", total=c0.cfg.run.rounds,
+                                        info="rounds")
+                    on_eval = lambda k, row, bar=bar, total=c0.cfg.run.rounds: prog.update(
+                        bar, completed=min(row["rounds"], total))
+                    res = _one_batch([cells[i].cfg for i in unit], rerun and not wait, wait, on_eval, log=say)
+                    prog.remove_task(bar)
+                    for i, s in zip(unit, res, strict=True):
+                        out[i] = s
+                        if s["status"] == "interrupted":
+                            raise KeyboardInterrupt
+                        if s["status"] != "busy":
+                            _report(prog, overall, cells[i], s)
+                    continue
+                if not unit:
+                    continue
+                i = unit[0]
+                c = cells[i]
+                bar = prog.add_task(_label(c), total=c.cfg.run.rounds, info="rounds")
+                on_eval = lambda row, bar=bar, total=c.cfg.run.rounds: prog.update(
+                    bar, completed=min(row["rounds"], total))
+                out[i] = s = _one(c.cfg, rerun and not wait, wait, on_eval, log=say)
+                prog.remove_task(bar)
+                if s["status"] == "interrupted":
+                    raise KeyboardInterrupt
+                if s["status"] != "busy":
+                    _report(prog, overall, c, s)
+    return out  # type: ignore[return-value]
+
+
+def _die_with_parent(parent: int) -> None:
+    """Pool initializer: SIGTERM this worker when its parent dies (Linux ``PR_SET_PDEATHSIG``; the
+    runner then writes its checkpoint and stops), and exit at once if the parent is already gone."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+    if os.getppid() != parent:
+        os._exit(0)
+
+
+def _worker(task: str, algo: str, layers: list[tuple], threads: int, rerun: bool, wait: bool,
+            parent: int) -> list[dict]:
+    """The runs of one unit (one run, or a batch), in a pool's process."""
+    import torch
+
+    from ...runs.config import resolve
+
+    torch.set_num_threads(threads)
+    try:
+        cfgs = [resolve(task, algo, *ly) for ly in layers]
+    except UsageError as e:
+        return [{"status": "failed", "error": str(e)}] * len(layers)
+    s = [_one(cfgs[0], rerun, wait)] if len(cfgs) == 1 else _one_batch(cfgs, rerun, wait)
+    if os.getppid() != parent:  # the driver died: do not linger
+        os._exit(0)
+    return s
+
+
+def _run_processes(cells, jobs, console, rerun, title, units) -> list[dict]:
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    out: list[dict | None] = [None] * len(cells)
+    with _progress(console) as prog:
+        overall = prog.add_task(title, total=len(cells), info="")
+        lost: dict[tuple, int] = {}  # how often a unit's worker died under it
+        for wait in (False, True):
+            todo = [u for u in ([i for i in unit if out[i] is None or out[i]["status"] == "busy"] for unit in units)
+                    if u]
+            while todo:
+                broken = []
+                with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
+                                         initializer=_die_with_parent, initargs=(os.getpid(),)) as pool:
+                    futs = {pool.submit(_worker, cells[u[0]].cfg.task, cells[u[0]].cfg.algo_ref,
+                                        [cells[i].layers for i in u], threads, rerun and not wait, wait,
+                                        os.getpid()): k for k, u in enumerate(todo)}
+                    for fut in as_completed(futs):
+                        k = futs[fut]
+                        try:
+                            res = fut.result()
+                        except BrokenProcessPool:  # a worker was killed (the OOM killer, kill -9): the pool is lost
+                            key = tuple(todo[k])
+                            lost[key] = lost.get(key, 0) + 1
+                            if lost[key] < 2:
+                                broken.append(todo[k])
+                                continue
+                            res = [{"status": "failed", "error": "its worker process was killed twice (out of memory? "
+                                    "kill -9?); run the same command again to resume it from its checkpoint"}
+                                   ] * len(todo[k])
+                        for i, s in zip(todo[k], res, strict=True):
+                            out[i] = s
+                            if s["status"] == "interrupted":
+                                raise KeyboardInterrupt
+                            if s["status"] != "busy":
+                                _report(prog, overall, cells[i], s, say_resume=True)
+                if broken:
+                    prog.console.print(f"a worker process died: {len(broken)} task(s) in flight go on in a fresh "
+                                       f"pool (a run whose worker dies twice is counted as failed)", highlight=False)
+                todo = broken
+    return out  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------------------------------
+# ray
+
+

@@ -1,0 +1,247 @@
+"""An experiment's curves: the headline metric against the spec's x axis, one panel per setting, one line
+per algorithm (mean over the seeds' done runs with a band), the target line, the paper's numbers as hollow
+diamonds, in the style of :mod:`fbo_cli.grids.plotstyle`. ``fbo compare`` writes it as ``curves.png`` (with PDF
+and SVG beside it); ``fbo report`` and ``fbo figure`` draw the papers' figures with it.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..runs.rundir import METRIC_LABELS, X_AXES
+from . import plotstyle as ps
+from .spec import BANDS, Experiment, overrides_note
+
+LOG_X = ("samples", "floats_up")  # counts over decades: a log axis from the first measured point
+LABELS = {**METRIC_LABELS, "train_acc": "training accuracy", "val_auc": "validation AUC"}
+LOG_Y = ("global_loss",)  # ZO-HFL's Fig. 2 draws its loss on a log axis
+
+
+def same_runs(name: str, twin: str) -> str:
+    """The panel's note for a row drawn once: "FedNest: (tuned) = (paper's steps), same runs"."""
+    a, b = name.split(" (", 1), twin.split(" (", 1)
+    if len(a) == 2 and len(b) == 2 and a[0] == b[0]:
+        return f"{a[0]}: ({a[1]} = ({b[1]}, same runs"
+    return f"{name} = {twin}, same runs"
+
+
+def caption(exp: Experiment, tail: float | None = None) -> str:
+    """What the figure shows, in words: lines, bands (and their clipping), markers."""
+    rng = ps.METRIC_RANGE.get(exp.metric)
+    out = [f"{LABELS.get(exp.metric, exp.metric)} against {X_AXES.get(exp.x, exp.x)}, one panel per setting. "
+           f"Lines: mean over the seeds' done runs; shaded bands: {BANDS[exp.band]}"
+           + (f", clipped to [{rng[0]:g}, {rng[1]:g}]" if rng else "") + "."]
+    if exp.target is not None:
+        out.append(f"Dotted grey line: the target {exp.target:g}.")
+    if exp.reference:
+        out.append("Hollow diamonds, where our runs are on the paper's dataset: the paper's numbers (its final "
+                   "value at our last point; its rounds to the target on the target line).")
+    out.append("A thin dashed line ending in x: a diverged or collapsed run. A row whose runs are another row's "
+               "runs, or whose "
+               "mean curve equals another row's, is drawn once: its hollow markers sit on the other's line and the "
+               "panel names both.")
+    if exp.x in LOG_X:
+        out.append("Log x axis from the first evaluation after the start (x > 0).")
+    if tail is not None:
+        out.append(f"Zoom: the last {1 - tail:.0%} of the x axis, each panel's y axis fitted to it.")
+    if getattr(exp, "overrides", None) is not None and (over := overrides_note(exp)):
+        out.append(f"Overridden on the command line: {over}.")
+    return " ".join(out)
+
+
+def t95(df: int) -> float:
+    """The two-sided 95% Student-t quantile with ``df`` degrees of freedom (12.71 at 1, 2.26 at 9, 2.09 at
+    19): the half-width of the ``ci95`` band is ``t95(n - 1) · sd / √n``, at any number of seeds."""
+    from scipy.stats import t
+
+    return float(t.ppf(0.975, df))
+
+
+def _mean_band(exp: Experiment, done: list[pd.DataFrame]):
+    grid = np.asarray(max(done, key=len)[exp.x], dtype=float)
+    ys = np.stack([np.interp(grid, r[exp.x].to_numpy(float), r[exp.metric].to_numpy(float), right=np.nan)
+                   for r in done])
+    with warnings.catch_warnings():  # a grid point no run reached (all NaN) stays a gap
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean, lo, hi = np.nanmean(ys, 0), np.nanmin(ys, 0), np.nanmax(ys, 0)
+        if exp.band != "minmax" and len(done) > 1:  # ± one std, or a 95% t-interval of the mean
+            half = np.nanstd(ys, 0, ddof=1) * (1.0 if exp.band == "std" else
+                                               t95(len(done) - 1) / np.sqrt(len(done)))
+            lo, hi = mean - half, mean + half
+    if exp.x in LOG_X:
+        grid, mean, lo, hi = ps.positive(grid, mean, lo, hi)
+    return grid, mean, lo, hi
+
+
+def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFrame | None = None,
+                    tail: float | None = None, formats=ps.FORMATS, title: bool = True, inset: float = 0.0) -> float:
+    """Draw the figure into ``path`` (and the other ``formats`` beside it). ``tail``: only the last part of
+    the x axis (from that share of its end), each panel's y axis fitted to it. Returns how squeezed the
+    ends are: the smallest, over panels with two or more lines, of the spread of the lines' last values
+    over the panel's y range (1.0 when there is nothing to compare). ``inset``: a panel whose lines' ends span less
+    than that share of it gets an inset of the last half of its x axis, y fitted to it (one figure shows both). In a
+    report, a figure drawn from the same inputs before is reused (:mod:`fbo_cli.evidence.report.reuse`)."""
+    from ..evidence.report.reuse import reuse
+
+    return reuse(path, (repr(exp), curves, runs, tail, formats, title, inset),
+                 lambda: _plot_experiment(exp, curves, path, runs, tail, formats, title, inset))
+
+
+def _plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFrame | None,
+                     tail: float | None, formats, title: bool, inset: float) -> float:
+
+    settings = [s.name for s in exp.settings]
+    n = len(settings)
+    ncol = n if n <= 4 else 3
+    nrow = math.ceil(n / ncol)
+    fig, axes = ps.subplots(nrow, ncol, width=ps.PAGE_IN if n > 1 else 4.6, panel_h=2.1, sharey=tail is None)
+    algo_of = {a.name: a.algo for a in exp.algorithms}
+    styles = ps.row_styles([(a.name, algo_of[a.name]) for a in exp.algorithms])
+    squeeze, has_paper = 1.0, False
+    for k, s in enumerate(settings):
+        ax = axes[k // ncol][k % ncol]
+        drawn, notes, same, shown = False, [], {}, {}
+        lines: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # (x, mean, lo, hi)
+        styled: list[tuple[np.ndarray, np.ndarray, dict, int]] = []  # (x, mean, style, row) of each line drawn
+        for j, a in enumerate(exp.algorithms):
+            name, st_ = a.name, styles[a.name]
+            mine_runs = pd.DataFrame() if runs is None or runs.empty else runs[
+                (runs.algorithm == name) & (runs.setting == s)]
+            st = {int(r.seed): r.status for r in mine_runs.itertuples()}
+            mine = {key[2]: curves[key] for key in curves if key[0] == name and key[1] == s}
+            mine = {q: r for q, r in mine.items() if exp.x in r and exp.metric in r and len(r)}
+            dirs = frozenset(mine_runs.run_dir) if "run_dir" in mine_runs else frozenset()
+            twin = same.get(dirs) if dirs else None
+            if dirs and twin is None:
+                same[dirs] = name
+            for seed, r in mine.items():
+                if st.get(seed) in ("diverged", "collapsed"):
+                    ok = r[np.isfinite(r[exp.metric].to_numpy(float))]
+                    ax.plot(ok[exp.x], ok[exp.metric], color=st_["color"], lw=0.7, ls="--")
+                    if len(ok):
+                        ax.plot(ok[exp.x].iloc[-1], ok[exp.metric].iloc[-1], "x", color=st_["color"], ms=7, mew=2)
+                    drawn = True
+            done = [r for q, r in mine.items() if st.get(q, "done") == "done"]
+            bad = {q: sum(v == q for v in st.values()) for q in ("diverged", "collapsed", "failed", "not run")}
+            note = ", ".join(f"{c} {q}" for q, c in bad.items() if c)
+            if note or (done and len(done) < len(exp.seeds)):
+                notes.append(f"{name}: n={len(done)}" + (f", {note}" if note else ""))
+            if not done:
+                ax.plot([], [], color=st_["color"], ls=st_["ls"], marker=st_["marker"], label=name)
+                continue
+            drawn = True
+            grid, mean, lo, hi = _mean_band(exp, done)
+            equal = next((o for o, (g, m) in shown.items() if len(g) == len(grid) and np.allclose(g, grid)
+                          and np.allclose(m, mean, equal_nan=True)), None) if twin is None else None
+            shown[name] = (grid, mean)
+            lines.append((grid, mean, lo, hi))
+            if twin is not None or equal is not None:  # an earlier row's curve: its markers on that row's line
+                ps.line(ax, grid, mean, {**st_, "ls": "none"}, name, k=j, mfc="none")
+                notes.append(same_runs(name, twin) if twin is not None else f"{name} = {equal}, identical curves")
+            else:
+                ps.line(ax, grid, mean, st_, name, k=j)
+                styled.append((grid, mean, st_, j))
+                if len(done) > 1:
+                    ps.band(ax, grid, lo, hi, st_["color"], exp.metric)
+            has_paper |= _paper_marks(ax, exp, name, s, st_["color"], grid)
+        if not drawn:
+            ps.empty(ax)
+        ends = [m[np.isfinite(m)][-1] for _, m, _, _ in lines if np.isfinite(m).any()]
+        if len(ends) > 1:
+            span = np.ptp(np.concatenate([np.r_[lo[np.isfinite(lo)], hi[np.isfinite(hi)]] for _, _, lo, hi in lines]))
+            squeeze = min(squeeze, float(np.ptp(ends) / span) if span > 0 else 1.0)
+            if tail is None and span > 0 and np.ptp(ends) / span < inset:
+                _inset(ax, styled, exp.metric, upper=float(np.mean(ends)) > float(np.mean(ax.get_ylim())))
+        if exp.x in LOG_X:
+            ax.set_xscale("log")
+        if exp.metric in LOG_Y:
+            from matplotlib.ticker import FormatStrFormatter
+
+            ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(FormatStrFormatter("%.2f"))
+            ax.yaxis.set_minor_formatter(FormatStrFormatter("%.2f"))
+        if exp.x in LOG_X:
+            pass
+        elif exp.x in ("rounds", "iterations"):
+            from matplotlib.ticker import MaxNLocator
+
+            ax.xaxis.set_major_locator(MaxNLocator(nbins=4, integer=True))
+        if tail is not None and lines:  # the last part only, y fitted to what is visible there
+            top = max(float(np.nanmax(x)) for x, _, _, _ in lines if len(x))
+            first = min(float(x[0]) for x, *_ in lines if len(x))
+            cut = top * tail if exp.x not in LOG_X else top ** tail * first ** (1 - tail)  # log: a share of decades
+            seen = np.concatenate([np.r_[m[x >= cut], lo[x >= cut], hi[x >= cut]] for x, m, lo, hi in lines])
+            seen = seen[np.isfinite(seen)]
+            if len(seen):
+                pad = 0.08 * max(float(np.ptp(seen)), 1e-6)
+                ax.set_ylim(float(seen.min()) - pad, float(seen.max()) + pad)
+            ax.set_xlim(cut, top * (1.02 if exp.x not in LOG_X else 1.2))
+        if exp.target is not None:
+            ax.axhline(exp.target, color="0.45", ls=":", lw=1, label=f"target {exp.target:g}")
+        width = int(fig.get_figwidth() / ncol * 72 / (ps.FONT_PT * 0.56))
+        head = [s] if n > 1 or s != "default" else []  # a spec's one unnamed setting needs no title
+        ax.set_title("\n".join(w for t in [*head, *notes] for w in textwrap.wrap(t, width)),
+                     fontsize=ps.FONT_PT + (0.5 if not notes else 0))
+        ax.set_xlabel(X_AXES.get(exp.x, exp.x))
+        ax.tick_params(labelleft=True)  # tick labels on every panel, shared y or not
+        if k % ncol == 0:
+            ax.set_ylabel(LABELS.get(exp.metric, exp.metric))
+    for k in range(n, nrow * ncol):
+        axes[k // ncol][k % ncol].set_visible(False)
+    for ax in axes.flat:  # after every panel is drawn: a shared y axis fits them all first
+        ps.limit_y(ax, exp.metric)
+    ps.shared_legend(fig, [ps.paper_handle()] if has_paper else None)
+    if title:
+        over = overrides_note(exp) if getattr(exp, "overrides", None) is not None else ""
+        zoom = f" (zoom: the last {1 - tail:.0%} of the x axis)" if tail is not None else ""
+        ps.suptitle(fig, (exp.title or exp.name) + zoom + (f"; overridden: {over}" if over else ""))
+    ps.save(fig, path, formats)
+    return squeeze
+
+
+def _inset(ax, styled: list, metric: str, upper: bool) -> None:
+    """An inset of the panel's lines over the last half of its x axis, y fitted to them, placed away from where
+    they end (below them when they end high)."""
+    top = max(float(np.nanmax(x)) for x, *_ in styled)
+    ins = ax.inset_axes([0.4, 0.1, 0.57, 0.42] if upper else [0.4, 0.5, 0.57, 0.42])
+    seen = []
+    for x, m, st, k in styled:
+        keep = x >= top / 2
+        ps.line(ins, x[keep], m[keep], st, "_inset", k=k, n_marks=3)
+        seen.append(m[keep])
+    v = np.concatenate(seen)
+    v = v[np.isfinite(v)]
+    if len(v):
+        pad = 0.1 * max(float(np.ptp(v)), 1e-4)
+        ins.set_ylim(float(v.min()) - pad, float(v.max()) + pad)
+    ins.set_title("last half, zoomed", fontsize=ps.FONT_PT, pad=2)
+    ins.grid(True, alpha=0.3)
+    ps.limit_y(ins, metric)
+
+
+def _paper_marks(ax, exp: Experiment, name: str, setting: str, color: str, grid: np.ndarray) -> bool:
+    """The paper's numbers of this row and setting as hollow diamonds, like with like only (our runs on the
+    paper's dataset, ``reference_on``): its final value at our last x, its rounds to the target on the target
+    line (x = rounds, the paper's target)."""
+    ref = ((exp.reference or {}).get(name) or {}).get(setting) or {}
+    on = exp.reference_on or {}
+    sets = on.get("dataset")
+    sets = [sets] if isinstance(sets, str) else list(sets or [])
+    ours = {c.cfg.run.dataset for c in exp.cells if c.algorithm == name and c.setting == setting}
+    if not ref or not sets or not ours <= set(sets):
+        return False
+    pts = []
+    if "final" in ref and len(grid):
+        pts.append((float(grid[-1]), float(ref["final"])))
+    if (exp.x == "rounds" and exp.target is not None and ref.get("rounds_to_target") is not None
+            and on.get("target") == exp.target):
+        pts.append((float(ref["rounds_to_target"]), float(exp.target)))
+    for x, y in pts:
+        ax.plot([x], [y], ls="none", marker="D", mfc="none", mec=color, mew=1.2, ms=5, zorder=5)
+    return bool(pts)

@@ -1,0 +1,515 @@
+"""Run batches: R runs of one algorithm on one task that differ only in float hyperparameters (step sizes,
+momentum weights, ...) and/or in the seed, stepped together in one process.
+
+The runs of a batch that share their seed share everything but their float hyperparameters: the data
+(the partition and the hyper-cleaning label noise are drawn from the seed), the task, the initial iterate
+and every random draw (the client sets, minibatches and dropout masks do not depend on the iterate). They
+form one *seed group*, stepped as one computation: the run dimension is folded into the client dimension,
+so the client-stacked state ``[M, d]`` of a run alone becomes ``[R*M, d]`` (run-major), the global
+iterates ``[d]`` become ``[R, d]`` (``Algorithm.batch_state``), the server's mean is a mean per run
+(``Algorithm.cmean``), the float hyperparameters that differ are :class:`Rate` s (one number per run,
+multiplied into a tensor as a ``[R*M, 1]`` column), and every minibatch is drawn once from the group's one
+generator (what each run draws alone) and repeated for the R runs by the oracles (:mod:`fbo_cli.algorithms.runs_as_clients`).
+The ledger is the group's (each run's own is equal to it: the same draws, the same charges).
+The seed groups of a batch run one after the other in the same process.
+
+Each run keeps its own run directory, written as the runner writes a run alone (``config.yaml``,
+``metrics.csv`` at every evaluation, checkpoints every ``checkpoint_every`` outer iterations,
+``summary.json`` last, through :func:`fbo_cli.runs.runner.finish`), so reports, resume and ``fbo check`` work
+unchanged above it. A run that diverges (the runner's rule, per run) ends there, its summary is written,
+and its rows leave the batch; the others go on. A run already finished is reused; one with a checkpoint, or
+whose directory another process holds, runs alone (:func:`fbo_cli.runs.runner.execute`) after the batch.
+
+What batches, and how close a batched run is to the same run alone: docs/fidelity.md#batches ("Run batches").
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import functools
+import inspect
+import json
+import textwrap
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from ..algorithms.runs_as_clients import (
+    SeedsDiffer,
+    evaluate_runs,
+    finite_runs,
+    keep_runs,
+    show,
+    stacked,
+    stacked_seeds,
+)
+from ..errors import UsageError
+from ..runs import checkpoint as ckpt
+from ..runs.config import RunConfig
+from ..runs.rundir import (
+    CHECKPOINT,
+    evidence_roots,
+    make_dirs,
+    remove_temp_files,
+    run_lock,
+    run_status,
+    write_csv,
+    write_yaml,
+)
+
+AUTO_MAX = 16  # --batch auto: at most this many runs in one batch
+
+# --------------------------------------------------------------------------------------------------
+# grouping
+
+
+def batchable(cfg: RunConfig) -> bool:
+    cls = cfg.entry.cls
+    return bool(getattr(cls, "batches", False)) and cls.can_batch(cfg.hp) and state_refusal(cls) is None
+
+
+def _self_writes(node: ast.AST) -> set[str]:
+    """The attributes of ``self`` that one statement or call writes: ``self.a = ...``, ``self.a += ...``,
+    ``self.a[i] = ...``, ``self.a.mul_(...)`` (an in-place op); ``setattr(self, ...)``: ``'?'``."""
+    def attr(t):
+        if isinstance(t, ast.Subscript):
+            t = t.value
+        if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+            return t.attr
+        return None
+
+    targets: list = []
+    if isinstance(node, ast.Assign):
+        targets = node.targets
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        targets = [node.target]
+    elif isinstance(node, ast.Call):
+        f = node.func
+        if isinstance(f, ast.Name) and f.id == "setattr" and node.args and isinstance(node.args[0], ast.Name) \
+                and node.args[0].id == "self":
+            return {"?"}
+        if isinstance(f, ast.Attribute) and f.attr.endswith("_") and not f.attr.endswith("__"):
+            targets = [f.value]
+    flat = []
+    for t in targets:
+        flat.extend(t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t])
+    return {a for a in map(attr, flat) if a}
+
+
+@functools.lru_cache(maxsize=64)
+def state_refusal(cls: type) -> str | None:
+    """Why runs of a user's algorithm (a class outside fbo) may not step in a run batch, or None. A batch carries
+    per run only the attributes ``batch_state`` names (:func:`fbo_cli.algorithms.runs_as_clients.stacked`; a checkpoint of a batched
+    run holds them and nothing else of its own), so a user's class batches only when every attribute its own
+    methods write after ``__init__`` is declared there, and when it writes attributes at all, its class declares
+    ``batch_state`` itself (what ``__init__`` computes from a float hyperparameter would be the first run's in
+    every run). A class that writes none (a changed step rule, ``outer_lr``) batches as its parent does. What is
+    found by reading the source of the user's classes (``self.a = ...``, ``self.a += ...``, ``self.a[i] = ...``,
+    ``self.a.mul_(...)``, ``setattr``)."""
+    user = [c for c in cls.__mro__ if c is not object and not c.__module__.startswith("fbo_cli")]
+    if not user or not getattr(cls, "batches", False):
+        return None
+    writes: dict[str, set[str]] = {}
+    for c in user:
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(c)))
+        except (OSError, TypeError, SyntaxError):
+            return f"the source of {c.__name__} cannot be read, so its per-run state cannot be checked"
+        for fn in ast.walk(tree):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for node in ast.walk(fn):
+                    for a in _self_writes(node):
+                        writes.setdefault(a, set()).add(fn.name)
+    if not writes:
+        return None
+    if "?" in writes:
+        return "it sets attributes with setattr(self, ...), so its per-run state cannot be checked"
+    declared = set(cls.batch_state)
+    if not any("batch_state" in vars(c) for c in user):
+        names = ", ".join(f"self.{a}" for a in sorted(writes))
+        return (f"it keeps state of its own ({names}) and declares no batch_state; a run batch carries per run "
+                f"only batch_state (declare it, e.g. batch_state = {cls.__mro__[len(user)].__name__}.batch_state "
+                f"+ (\"{sorted(writes)[0]}\",), to batch it)")
+    missing = sorted(a for a, where in writes.items() if where - {"__init__"} and a not in declared)
+    if missing:
+        return (f"its methods write {', '.join(f'self.{a}' for a in missing)}, which its batch_state "
+                f"({', '.join(cls.batch_state)}) does not declare")
+    return None
+
+
+def seeds_batch(cfg: RunConfig) -> bool:
+    """Whether runs like ``cfg`` of other seeds may step in its batch (a seed batch: each run its own data,
+    generator and ledger, :func:`fbo_cli.algorithms.runs_as_clients.stacked_seeds`). A user's subclass batches seeds only where it
+    says so itself (``batch_seeds`` in its class body): its step may read the seed's data some other way."""
+    cls = cfg.entry.cls
+    user = [c for c in cls.__mro__ if c is not object and not c.__module__.startswith("fbo_cli")]
+    if user and not any("batch_seeds" in vars(c) for c in user):
+        return False
+    return batchable(cfg) and cls.can_batch_seeds(cfg.hp, cfg.run)
+
+
+AUTO_SEEDS_MIN = 1.2  # --batch auto: seeds share a batch where the batch bench measured at least this step ratio
+
+
+def seeds_gain(cfg: RunConfig, roots: tuple | None = None) -> tuple[bool, str]:
+    """Whether ``--batch auto`` steps runs like ``cfg`` of several seeds in one batch, and why: where the batch bench
+    of the run's device (docs/results/bench/batch.csv, its cuda/ table on a GPU) measured R seeds in one batch at
+    least :data:`AUTO_SEEDS_MIN` times faster than one by one. On a CPU a seed batch shares no work between its
+    runs (each run draws and gathers its own minibatches; the products fold but do not shrink), so it gains only
+    the calls' overhead, and two seeds alone are two tasks ``--jobs`` runs in parallel; on a GPU, whose small steps
+    are launch-bound, the folded step is the gain (not measured there yet: batched, tests/gpu_batch_check.sh)."""
+    import torch
+
+    if not seeds_batch(cfg):
+        return False, "the algorithm does not batch seeds here"
+    dev = cfg.run.device
+    cuda = dev.startswith("cuda") or (dev == "auto" and torch.cuda.is_available())
+    speed = batch_speedups(tuple(str(r) for r in (evidence_roots() if roots is None else roots)),
+                           BATCH_BENCH_CUDA if cuda else BATCH_BENCH)
+    ratio = speed.get((cfg.task, cfg.algo), (0, 0.0, 0.0, None))[3]
+    if ratio is None:
+        return cuda, ("no seed batch measured on a GPU: batched (launch-bound steps)" if cuda else
+                      "no seed batch measured on a CPU: seeds one after the other or in parallel")
+    where = "GPU" if cuda else "CPU"
+    return ratio >= AUTO_SEEDS_MIN, f"the batch bench measured {ratio:g}x for a seed batch on a {where}"
+
+
+def _key(cfg: RunConfig, seeds: bool = False) -> str:
+    """What the runs of one batch share: everything but the free float hyperparameters (and with ``seeds``, the
+    seed: :func:`seeds_batch`)."""
+    d = cfg.as_dict()
+    fixed = set(cfg.entry.cls.batch_fixed)
+    d["hp"] = {k: (v if (k in fixed or not isinstance(v, float)) else "<float>") for k, v in d["hp"].items()}
+    if seeds:
+        d["seed"] = "<seed>"
+    return json.dumps(d, sort_keys=True, default=str)
+
+
+def parse_batch(batch: str | int) -> str | int:
+    """``auto``, ``off`` or a positive integer R (``--batch``)."""
+    s = str(batch).strip().lower()
+    if s in ("auto", "off"):
+        return s
+    try:
+        r = int(s)
+    except ValueError:
+        r = 0
+    if r < 1:
+        raise UsageError(f"--batch must be auto, off or a positive number of runs; got {batch!r}")
+    return r
+
+
+def group_batches(configs: Sequence[RunConfig], batch: str | int = "auto", roots: tuple | None = None
+                  ) -> list[list[int]]:
+    """The indices of ``configs`` in batches: runs of an algorithm that batches, with the same seed, task, data
+    settings and integer/string hyperparameters (differing only in float hyperparameters) go together, at most
+    R per batch (``auto``: :data:`AUTO_MAX`, and only runs whose algorithm gains from it, ``auto_batch``;
+    ``off`` or 1: every run alone). A batch holds one seed, but where the algorithm batches seeds
+    (:func:`seeds_batch`: then the seeds of a cell step together, each run with its own data and draws) and
+    ``batch`` is R, or ``auto`` where a seed batch gains on the run's device (:func:`seeds_gain`, from the batch
+    bench's tables under ``roots``, default the evidence's): the runs
+    of a seed share their draws, those of two seeds nothing (their data differ), so two seeds are otherwise two
+    tasks an executor may run in parallel (:func:`execute_batch` itself takes runs of several seeds, one seed group
+    after the other). The batches come in the order of their first run."""
+    batch = parse_batch(batch)
+    cap = 1 if batch == "off" else AUTO_MAX if batch == "auto" else batch
+    classes: dict[str, list[int]] = {}
+    out: list[tuple[int, list[int]]] = []
+    for i, c in enumerate(configs):
+        if cap == 1 or not batchable(c) or (batch == "auto" and not c.entry.cls.auto_batch(c.hp, c.task)):
+            out.append((i, [i]))
+        else:
+            seeds = seeds_batch(c) and (batch != "auto" or seeds_gain(c, roots)[0])
+            classes.setdefault(_key(c, seeds), []).append(i)
+    for idx in classes.values():
+        for j in range(0, len(idx), cap):
+            chunk = idx[j:j + cap]
+            out.append((min(chunk), chunk))
+    return [g for _, g in sorted(out)]
+
+
+# --------------------------------------------------------------------------------------------------
+# what a batch costs (``fbo cost``, the cost lines of tune and compare)
+
+# the batch bench's table (`fbo bench --batch R --out docs/results/bench`), under the evidence roots; on a GPU its
+# CUDA table (`fbo bench --batch 64 --device cuda --out docs/results/bench/cuda`: an H100, tests/gpu_batch_check.sh)
+BATCH_BENCH = Path("bench") / "batch.csv"
+BATCH_BENCH_CUDA = Path("bench") / "cuda" / "batch.csv"
+
+
+@functools.lru_cache(maxsize=8)
+def batch_speedups(roots: tuple[str, ...], table: Path = BATCH_BENCH
+                   ) -> dict[tuple[str, str], tuple[int, float, float, float | None]]:
+    """(task, algorithm) -> (R, the ratio of the training step of R runs one by one to the same R runs as one
+    batch, the same ratio of their evaluations, the step ratio of R seeds in one batch or None where not measured)
+    of the batch bench's CPU cases (``batch.csv`` under ``roots``, the first that has one; a table without the
+    batch's evaluation times: evaluations as alone)."""
+    import csv
+
+    for root in roots:
+        f = Path(root) / table
+        if f.is_file():
+            out = {}
+            for row in csv.DictReader(f.read_text().splitlines()):
+                try:
+                    ev = float(row["s_eval"]) / float(row["s_eval_batched_per_run"]) \
+                        if row.get("s_eval_batched_per_run") else 1.0
+                    seeds = float(row["seeds_step_ratio"]) if row.get("seeds_step_ratio") else None
+                    out.setdefault((row["task"], row["algo"]), (int(row["R"]), float(row["step_ratio"]), ev, seeds))
+                except (KeyError, ValueError, TypeError, ZeroDivisionError):
+                    continue
+            return out
+    return {}
+
+
+def batch_share(n: int, R: int, ratio: float) -> float:
+    """The training time of a run stepped in a batch of ``n`` runs, as a share of its time alone, from the
+    bench's ``ratio`` at ``R`` runs: a batch's step costs ``s + p n`` (a part ``s`` shared by its runs, a part
+    ``p`` per run; ``s + p`` = 1, the run alone), fitted to ``(s + p R) / R = 1 / ratio``; no gain is assumed
+    beyond the ``R`` measured (``n`` above it counts as ``R``)."""
+    if n < 2 or R < 2 or ratio <= 0:
+        return 1.0
+    s = (1 - 1 / ratio) / (1 - 1 / R)
+    return s / min(n, R) + (1 - s)
+
+
+def cost_shares(cells: Sequence, batch: str | int, roots: tuple[Path, ...] | None = None,
+                device: str | None = None) -> list[tuple[float, float]]:
+    """Per cell, the shares of its training and of its evaluation time alone that it costs when ``cells`` run with
+    ``--batch batch`` (grouped as the executors group them, :func:`group_batches`): :func:`batch_share` from the
+    batch bench of its (task, algorithm) on ``device`` (cpu or cuda; default: this machine's), none measured: no
+    gain. A batch of several seeds is priced by the bench's seeds column (its evaluations run by run), or where that
+    was not measured as its seeds' groups one after the other."""
+    import torch
+
+    shares = [(1.0, 1.0)] * len(cells)
+    if not cells or parse_batch(batch) == "off":
+        return shares
+    cuda = (device or ("cuda" if torch.cuda.is_available() else "cpu")) == "cuda"
+    speed = batch_speedups(tuple(str(r) for r in (evidence_roots() if roots is None else roots)),
+                           BATCH_BENCH_CUDA if cuda else BATCH_BENCH)
+    for g in group_batches([c.cfg for c in cells], batch, roots):
+        R, step, ev, seeds = speed.get((cells[g[0]].cfg.task, cells[g[0]].cfg.algo), (1, 1.0, 1.0, None))
+        by_seed: dict[int, list[int]] = {}
+        for i in g:
+            by_seed.setdefault(cells[i].cfg.run.seed, []).append(i)
+        if len(by_seed) > 1 and seeds:
+            for i in g:
+                shares[i] = (batch_share(len(g), R, seeds), 1.0)
+            continue
+        for part in by_seed.values():
+            for i in part:
+                shares[i] = (batch_share(len(part), R, step), batch_share(len(part), R, ev))
+    return shares
+
+
+# --------------------------------------------------------------------------------------------------
+# execution
+
+
+@dataclass
+class _Run:
+    cfg: RunConfig
+    note: Callable
+    rows: list = field(default_factory=list)
+    train_time: float = 0.0
+    eval_time: float = 0.0
+    summary: dict | None = None
+
+
+def execute_batch(cfgs: Sequence[RunConfig], reuse: bool = True, fresh: bool = False, wait: bool = True,
+                  log: Callable[[str], None] | None = None,
+                  on_eval: Callable[[int, dict], None] | None = None) -> list[dict]:
+    """Run ``cfgs`` (runs of one batch, :func:`group_batches`) and return their summaries, in order. One run's
+    failure never fails its partners: when a batched step raises, the runs still in the batch run again alone
+    from round 0, where each fails or finishes on its own; a run that fails alone is a ``failed`` summary (with
+    its ``error``; its ``summary.json`` records it) and the others go on. An interruption raises
+    (:class:`fbo_cli.runs.runner.Interrupted`) once every run's checkpoint is written."""
+    from ..runs.identity import stale_reason
+    from ..runs.runner import Interrupted, RunBusy, _run_log, execute
+
+    out: list[dict | None] = [None] * len(cfgs)
+    alone: list[int] = []
+    again: set[int] = set()  # runs of a batch that failed, run again alone
+    if len(cfgs) == 1 or not all(batchable(c) for c in cfgs):
+        alone = list(range(len(cfgs)))
+    with contextlib.ExitStack() as held:
+        todo: list[int] = []
+        for i, c in enumerate(cfgs):
+            if i in alone:
+                continue
+            make_dirs(c.run_dir)
+            if not held.enter_context(run_lock(c.run_dir, wait=False)):
+                alone.append(i)
+                continue
+            state, summary, why = run_status(c.run_dir)
+            if reuse and state == "finished" and summary.get("status") in ("done", "diverged") \
+                    and not stale_reason(c, summary):
+                out[i] = {**summary, "reused": True}
+                continue
+            if not fresh and (c.run_dir / CHECKPOINT).is_file():
+                alone.append(i)  # resumes from its checkpoint, alone
+                continue
+            todo.append(i)
+        by_seed: dict[int | str, list[int]] = {}
+        for i in todo:  # a seed group: the runs of one seed, or of every seed where the algorithm batches seeds
+            by_seed.setdefault("seeds" if seeds_batch(cfgs[i]) else cfgs[i].run.seed, []).append(i)
+        for idx in by_seed.values():
+            if len(idx) == 1:  # nothing to share: the run alone
+                alone.append(idx[0])
+                continue
+            runs = []
+            seeds = sorted({cfgs[i].run.seed for i in idx})
+            which = f"of seed {seeds[0]}" if len(seeds) == 1 else f"of seeds {', '.join(map(str, seeds))}"
+            for i in idx:
+                note = held.enter_context(_run_log(cfgs[i].run_dir, log))
+                (cfgs[i].run_dir / CHECKPOINT).unlink(missing_ok=True)
+                note(f"start: {cfgs[i].task}/{cfgs[i].algo} {cfgs[i].run_id} (in a batch of {len(todo)} runs, "
+                     f"{len(idx)} {which} stepped together)", show=False)
+                runs.append(_Run(cfgs[i], note))
+            groups = [(idx, runs)]
+            while groups:
+                idx, runs = groups.pop(0)
+                emit = (lambda k, row, idx=idx: on_eval(idx[k], row)) if on_eval else None
+                try:
+                    done = _run_group(runs, emit)
+                except SeedsDiffer as e:  # one seed after the other
+                    by = {}
+                    for i, run in zip(idx, runs):
+                        by.setdefault(run.cfg.run.seed, []).append((i, run))
+                    for run in runs:
+                        run.note(f"its seeds step one after the other ({e})", show=False)
+                    groups[:0] = [([i for i, _ in g], [run for _, run in g]) for g in by.values() if len(g) > 1]
+                    alone.extend(g[0][0] for g in by.values() if len(g) == 1)
+                    continue
+                for i, s in zip(idx, done, strict=True):
+                    if s is None:  # the batch failed: this run again alone, from round 0 (its failure is its own)
+                        alone.append(i)
+                        again.add(i)
+                    else:
+                        out[i] = s
+    for i in sorted(alone):
+        try:
+            out[i] = execute(cfgs[i], reuse=reuse, fresh=fresh or i in again, wait=wait, log=log)
+        except RunBusy:
+            out[i] = {"status": "busy"}
+        except Interrupted:
+            raise
+        except UsageError as e:
+            out[i] = {"status": "failed", "error": str(e)}
+        except Exception as e:  # recorded in its summary.json (failed); the other runs go on
+            out[i] = {"status": "failed", "error": f"{type(e).__name__}: {e}"}
+    return out  # type: ignore[return-value]
+
+
+def _run_group(runs: list[_Run], on_eval) -> list[dict | None]:
+    """Step the runs of one seed group to the end of their budget (:func:`fbo_cli.runs.runner._loop`, run by run); a run
+    still in the batch when a step raised is ``None`` (to run again alone). Runs of one seed share one build (its
+    data, generator and ledger); runs of several seeds (a seed batch) are each built as alone and evaluated each
+    by its own build."""
+    from ..runs.runner import Interrupted, _save_checkpoint, _Stop, _StopNow, build, check_rounds, diverged, finish
+
+    cfg0 = runs[0].cfg
+    r = cfg0.run
+    for run in runs:
+        remove_temp_files(run.cfg.run_dir)
+        (run.cfg.run_dir / "summary.json").unlink(missing_ok=True)
+        run.rows, run.train_time, run.eval_time = [], 0.0, 0.0
+    seeds = len({run.cfg.run.seed for run in runs}) > 1
+    bts = [build(run.cfg) for run in runs] if seeds else [build(cfg0)] * len(runs)
+    bt, view = bts[0], bts[0].algo
+    bases = [ckpt.baseline(b.algo) for b in bts] if seeds else [ckpt.baseline(view)] * len(runs)
+    hps = [run.cfg.hp for run in runs]
+    algo = stacked_seeds([b.algo for b in bts], hps) if seeds else stacked(view, hps)
+    led = algo.ledger if seeds else bt.ledger  # the runs' rounds and iterations
+    for run in runs:
+        write_yaml(run.cfg.run_dir / "config.yaml", {**run.cfg.as_dict(), "device_used": str(bt.device)})
+    active = list(range(len(runs)))  # the runs still in the batch; position p holds run active[p]
+
+    def evaluate(ks: list[int]) -> dict[int, dict]:
+        t0 = time.perf_counter()
+        if seeds:  # each run by its own build (its data)
+            ms = [evaluate_runs(algo, bts[k].algo, [active.index(k)], [runs[k].cfg.hp])[0] for k in ks]
+        else:
+            ms = evaluate_runs(algo, view, [active.index(k) for k in ks], [runs[k].cfg.hp for k in ks])
+        dt = (time.perf_counter() - t0) / max(len(ks), 1)  # each run's share of the pass
+        rows = {}
+        for k, m in zip(ks, ms, strict=True):
+            run = runs[k]
+            run.eval_time += dt
+            rows[k] = row = {**bts[k].ledger.as_dict(), "train_time": round(run.train_time, 4), **m}
+            run.rows.append(row)
+            write_csv(run.cfg.run_dir / "metrics.csv", run.rows)
+            if on_eval:
+                on_eval(k, row)
+        return rows
+
+    def save(k: int) -> None:
+        run = runs[k]
+        show(algo, bts[k].algo, active.index(k), run.cfg.hp)
+        _save_checkpoint(run.cfg.run_dir / CHECKPOINT, run.cfg, bts[k], bases[k], run.rows, run.train_time,
+                         run.eval_time)
+
+    def end(k: int, status: str, why: str | None = None, failure: Exception | None = None) -> None:
+        run = runs[k]
+        try:
+            run.summary = finish(run.cfg, run.rows, status, why, failure, bts[k].ledger,
+                                 view.rounds_per_iteration(), run.train_time, run.eval_time, bt.device, True,
+                                 batch_runs=len(runs))
+        except Exception:  # the failure, raised again after its record is written
+            run.summary = {"status": "failed", "error": f"{type(failure).__name__}: {failure}"}
+        run.note(f"end: {status}" + (f" ({why})" if why else "") + f", {led.rounds} rounds", show=False)
+
+    def drop(gone: dict[int, str]) -> None:
+        for k, why in gone.items():
+            end(k, "diverged", why)
+        keep = [p for p, k in enumerate(active) if k not in gone]
+        active[:] = [active[p] for p in keep]
+        if active:
+            keep_runs(algo, keep)
+
+    with _Stop() as stop:
+        try:
+            first = evaluate(list(active))
+            while active and led.rounds < r.rounds:
+                if r.max_iters is not None and led.iterations >= r.max_iters:
+                    break
+                if r.time_limit is not None and runs[active[0]].train_time >= r.time_limit:
+                    break
+                t0, before = time.perf_counter(), led.rounds
+                algo.step()
+                led.iterations += 1
+                check_rounds(view, led, before)
+                ok = finite_runs(algo)
+                dt = (time.perf_counter() - t0) / len(active)  # each run's share of the batch's time
+                for k in active:
+                    runs[k].train_time += dt
+                gone = {k: "the iterate has NaN/inf entries" for p, k in enumerate(active) if not ok[p]}
+                if led.iterations % r.eval_every == 0:
+                    for k, row in evaluate([k for k in active if k not in gone]).items():
+                        if why := diverged(row, first[k]):
+                            gone[k] = why
+                if gone:
+                    drop(gone)
+                if stop.flag:
+                    for k in active:
+                        save(k)
+                    raise Interrupted(runs[active[0]].cfg.run_dir if active else cfg0.run_dir, led.iterations)
+                if led.iterations % r.checkpoint_every == 0:
+                    for k in active:
+                        save(k)
+            evaluate([k for k in active if runs[k].rows[-1]["iterations"] != led.iterations])
+            for k in list(active):
+                end(k, "done")
+        except (Interrupted, SeedsDiffer):
+            raise
+        except _StopNow:
+            raise Interrupted(cfg0.run_dir, led.iterations, now=True) from None
+        except Exception as e:  # one run's bug or all runs': each run still in the batch runs again alone
+            for k in active:
+                runs[k].note(f"the batch failed ({type(e).__name__}: {e}); this run runs again alone", show=False)
+                (runs[k].cfg.run_dir / CHECKPOINT).unlink(missing_ok=True)
+            return [None if k in active else run.summary for k, run in enumerate(runs)]
+    return [run.summary for run in runs]  # type: ignore[misc]

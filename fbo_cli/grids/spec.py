@@ -1,0 +1,494 @@
+"""The experiment spec, typed: what ``fbo compare``, ``fbo tune`` and ``fbo report`` read.
+
+A spec file (YAML) names a paper's experiment: the task, the algorithms (display name, registry key,
+fixed values, a tuning grid), the settings, the seeds, the paper's numbers (``reference`` and what
+they were measured on, ``reference_on``), the paper's claims, derived tables and the tuning block.
+:func:`load_spec` validates all of it before anything runs (unknown keys, names, the claims' and
+the reference's shape, each cell's resolved config) with errors that name the file, the key and the
+allowed values, and resolves the cells. This module is the only one that reads a spec's YAML; it
+also reads and validates ``tuned.yaml`` (what ``fbo tune`` chose). ``compare`` runs and aggregates,
+``tune`` tunes, ``report`` renders: each imports this module, none imports another of them.
+Its parts are typed (:mod:`fbo_cli.grids.spec_types`: rows, claims, the witness, the tune block, the tuned
+choices); the checks that need no file are in :mod:`fbo_cli.grids.spec_checks`.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from ..runs.config import RunConfig, check_path, load_config_file, resolve
+from ..runs.rundir import X_AXES, atomic_write
+from ..tasks import TASKS
+from .spec_checks import (  # noqa: F401  (parse_tune, MAX_*: spec's API)
+    DERIVED,
+    MAX_CELLS,
+    MAX_SEEDS,
+    check_attribution,
+    check_claims,
+    check_reference,
+    check_reference_on,
+    check_witness,
+    nonneg_number,
+    parse_tune,
+)
+from .spec_types import AlgorithmEntry, Attribution, Choice, Claim, SettingEntry, Tuned, TuneSpec, Witness  # noqa: F401
+
+BANDS = {"minmax": "min to max over those seeds", "std": "mean ± one standard deviation over those seeds",
+         "ci95": "95% confidence interval of the mean over those seeds (t distribution)"}
+
+@dataclass
+class Cell:
+    algorithm: str  # display name from the spec
+    setting: str
+    seed: int
+    cfg: RunConfig
+    layers: tuple[dict[str, Any], ...]
+
+
+@dataclass
+class Experiment:
+    name: str
+    title: str
+    task: str
+    metric: str
+    metrics: list[str]
+    target: float | None
+    x: str
+    seeds: list[int]
+    algorithms: list[AlgorithmEntry]
+    settings: list[SettingEntry]
+    reference: dict[str, dict[str, dict[str, Any]]]
+    reference_on: dict[str, Any] = field(default_factory=dict)  # what ``reference`` was measured on
+    description: str = ""  # what the experiment is, in the spec's words (shown in the report)
+    band: str = "minmax"  # the plots' shaded band: minmax | std | ci95
+    path: str = ""  # the spec file
+    cells: list[Cell] = field(default_factory=list)
+    out_root: Path = Path("results")
+    base: dict[str, Any] = field(default_factory=dict)
+    tuned: Tuned | None = None  # the tuned.yaml of ``fbo tune``, when present
+    x_also: list[str] = field(default_factory=list)  # more x axes: one more curves_<x>.png each
+    claims: list[Claim] = field(default_factory=list)  # the paper's claims, checked by the report
+    derived: list[str] = field(default_factory=list)  # derived tables (DERIVED)
+    tolerance: float = 0.02  # how far ours may sit from a paper's fraction and still be "within"
+    paper: str | None = None  # the paper whose part of the report shows this experiment (None: not in the report)
+    order: int = 100  # its place among that paper's experiments (ascending)
+    tune: TuneSpec | None = None  # the tune block, parsed (None: the spec has none)
+    incomplete: int = 0  # cells failed or not run at the last report
+    outcomes: dict[Path, dict] = field(default_factory=dict)  # run_dir -> what run_cells returned this time
+    settled: dict | None = None  # settled.yaml: the seeds `compare --until-settled` added
+    witness: Witness | None = None  # the paper's own code beside a row (its settings: {setting: witness's})
+    attribution: Attribution | None = None  # the share of each row's gap to the paper that one change explains
+    overrides: dict[str, Any] = field(default_factory=dict)  # the command line's --set keys
+    seeds_given: bool = False  # --seeds replaced the spec's seeds
+    ignored: dict[str, list[str]] = field(default_factory=dict)  # --set key -> the algorithms without it
+
+    def __post_init__(self):  # rows given as mappings (tests, older callers) become typed
+        self.algorithms = [AlgorithmEntry.of(a) for a in self.algorithms]
+        self.settings = [SettingEntry.of(s) for s in self.settings]
+        self.claims = [Claim.of(c) for c in self.claims]
+
+
+def _need(d: dict, key: str, kind, where: str):
+    if key not in d:
+        raise UsageError(f"{where}: missing required key '{key}'")
+    if not isinstance(d[key], kind):
+        raise UsageError(f"{where}: '{key}' must be a {kind.__name__ if isinstance(kind, type) else 'list'}")
+    return d[key]
+
+
+def report_index(folder: str | Path = "experiments") -> list[tuple[str, str, int]]:
+    """(spec path, paper, order) of every spec under ``folder`` that names its ``paper:``, ordered by paper
+    and ``order``: the report's experiments, and the reproduction's (:func:`fbo_cli.evidence.report.papers.
+    reproduction_specs`). Reads only those two keys (the specs are loaded whole when the report builds their
+    sections), once while the files stay as they are."""
+    files = tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in sorted(Path(folder).glob("*.yaml")))
+    return list(_index(files))
+
+
+@functools.lru_cache(maxsize=8)
+def _index(files: tuple[tuple[str, int, int], ...]) -> tuple[tuple[str, str, int], ...]:
+    out = []
+    for f, _, _ in files:
+        spec = load_config_file(f)
+        paper, order = spec.get("paper"), spec.get("order", 100)
+        if paper is None:
+            continue
+        if not isinstance(paper, str) or not isinstance(order, int) or isinstance(order, bool):
+            raise UsageError(f"{f}: 'paper' must be a paper's key (a string) and 'order' an integer, "
+                             f"got {paper!r}, {order!r}")
+        out.append((f, paper, order))
+    return tuple(sorted(out, key=lambda t: (t[1], t[2], t[0])))
+
+
+def has_tuning(path: str | Path) -> bool:
+    """Whether a spec has tuning grids (an algorithm with ``tune:``), read without resolving its cells."""
+    return any(isinstance(a, dict) and a.get("tune") for a in load_config_file(path).get("algorithms") or [])
+
+
+def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: list[int] | None = None,
+              use_tuned: bool = True, settled: dict | None = None) -> Experiment:
+    """The experiment of a spec file, its cells resolved (and validated). With ``use_tuned``, the values
+    chosen by ``fbo tune`` (``<out>/compare/<name>/tuned.yaml``) override the spec's for the keys they
+    name. The seeds ``compare --until-settled`` added (``settled.yaml`` there, or ``settled``) join the
+    spec's, unless ``seeds`` replaces them."""
+    spec = load_config_file(path)
+    where = str(path)
+    known = {"name", "title", "task", "metric", "metrics", "target", "x", "seeds", "base", "algorithms", "settings",
+             "reference", "reference_on", "description", "tune", "claims", "tolerance", "x_also", "derived", "band",
+             "paper", "order", "witness", "attribution"}
+    unknown = set(spec) - known
+    if unknown:
+        raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(known))}")
+    task = _need(spec, "task", str, where)
+    if task not in TASKS:
+        raise UsageError(f"{where}: unknown task '{task}'; choose one of: {', '.join(TASKS)}")
+    algos = _need(spec, "algorithms", list, where)
+    if not algos:
+        raise UsageError(f"{where}: 'algorithms' is empty: list at least one algorithm")
+    settings = spec.get("settings", [{"name": "default", "set": {}}])
+    if not isinstance(settings, list):
+        raise UsageError(f"{where}: 'settings' must be a list")
+    if not settings:
+        raise UsageError(f"{where}: 'settings' is empty: leave the key out for one default setting, or list some")
+    metric = spec.get("metric") or TASKS[task].metric
+    metrics = spec.get("metrics") or []
+    if not isinstance(metric, str) or not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
+        raise UsageError(f"{where}: 'metric' must be a name and 'metrics' a list of names")
+    target = spec.get("target")
+    if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float))
+                               or not math.isfinite(target)):
+        raise UsageError(f"{where}: 'target' must be a finite number, got {target!r}")
+    base = spec.get("base") or {}
+    if not isinstance(base, dict):
+        raise UsageError(f"{where}: 'base' must be a mapping")
+    x = spec.get("x", "rounds")
+    x_also = spec.get("x_also") or []
+    if not isinstance(x_also, list):
+        raise UsageError(f"{where}: 'x_also' must be a list of x axes, e.g. [samples], got {x_also!r}")
+    for xa in [x, *x_also]:
+        if xa not in X_AXES:
+            raise UsageError(f"{where}: x and x_also must be among {', '.join(X_AXES)}, got '{xa}'")
+    seed_list = seeds if seeds is not None else spec.get("seeds", [0])
+    if not isinstance(seed_list, list) or not all(isinstance(s, int) for s in seed_list) or not seed_list:
+        raise UsageError(f"{where}: 'seeds' must be a non-empty list of integers")
+    if len(seed_list) > MAX_SEEDS:
+        raise UsageError(f"{where}: {len(seed_list):,} seeds; fbo takes at most {MAX_SEEDS:,} per spec")
+    if any(s < 0 or s >= 2**32 for s in seed_list) or len(set(seed_list)) != len(seed_list):
+        raise UsageError(f"{where}: seeds must be distinct integers in [0, 2^32), got {seed_list[:20]}"
+                         + ("..." if len(seed_list) > 20 else ""))
+    exp = Experiment(
+        name=check_name(spec["name"] if "name" in spec else Path(path).stem, f"{where}: 'name'"),
+        title=str(spec.get("title", "")), task=task,
+        metric=metric, metrics=list(metrics), target=target, x=x, seeds=seed_list, algorithms=[],
+        settings=[], reference=spec.get("reference") or {}, base=base, x_also=list(x_also),
+        reference_on=check_reference_on(where, spec.get("reference_on")),
+        description=" ".join(str(spec.get("description") or "").split()), path=str(path),
+        band=spec.get("band", "minmax"), paper=spec.get("paper"), order=spec.get("order", 100))
+    n = len(algos) * len(settings) * len(exp.seeds)
+    if n > MAX_CELLS:
+        raise UsageError(f"{where}: {len(algos)} algorithms x {len(settings)} settings x {len(exp.seeds)} "
+                         f"seeds = {n:,} runs; fbo takes at most {MAX_CELLS:,} per spec")
+    if exp.paper is not None and not isinstance(exp.paper, str):
+        raise UsageError(f"{where}: 'paper' must be a paper's key (a string), got {exp.paper!r}")
+    if not isinstance(exp.order, int) or isinstance(exp.order, bool):
+        raise UsageError(f"{where}: 'order' must be an integer, got {exp.order!r}")
+    if not isinstance(exp.band, str) or exp.band not in BANDS:
+        raise UsageError(f"{where}: 'band' must be one of {', '.join(BANDS)}, got {exp.band!r}")
+    overrides = overrides or {}
+    if "algo" in overrides or "task" in overrides:
+        raise UsageError("'algo' and 'task' cannot be set with --set in compare: they come from the spec's "
+                         "'algorithms' list and 'task'")
+    _check_entries(where, algos, {"algo", "name", "set", "tune"}, "algorithm", "algo")
+    _user_algorithms(where, algos, Path(path).parent)
+    _check_entries(where, settings, {"name", "set"}, "setting", "name")
+    exp.algorithms = algos = [AlgorithmEntry.of(a) for a in algos]
+    exp.settings = settings = [SettingEntry.of(s) for s in settings]
+    check_reference(where, exp.reference, algos, settings)
+    check_claims(where, spec.get("claims"), algos, settings)
+    derived = spec.get("derived") or []
+    if not isinstance(derived, list) or set(derived) - set(DERIVED):
+        raise UsageError(f"{where}: 'derived' must be a list among: {', '.join(DERIVED)}")
+    exp.out_root = Path(str(overrides.get("out_dir") or base.get("out_dir") or "results"))
+    check_path("out_dir", exp.out_root)
+    exp.claims = [Claim.of(c) for c in spec.get("claims") or []]
+    exp.witness = check_witness(where, spec.get("witness"), algos, settings)
+    exp.attribution = check_attribution(where, spec.get("attribution"), algos)
+    exp.derived = list(derived)
+    exp.tolerance = nonneg_number(spec.get("tolerance", 0.02), f"{where}: 'tolerance'")
+    if spec.get("tune") is not None:
+        exp.tune = parse_tune(spec, exp, where)
+    if use_tuned:
+        exp.tuned = load_tuned(exp)
+    exp.overrides = {k: v for k, v in overrides.items() if k not in ("out_dir", "data_dir")}
+    exp.seeds_given = seeds is not None
+    exp.ignored = _ignored_keys(where, task, algos, overrides)
+    for seed in seed_list:  # seed-major: a first complete picture of the grid arrives early
+        for s in settings:
+            for a in algos:
+                tuned = tuned_layer(exp.tuned, a.name, s.name) if exp.tuned else {}
+                layers = (base, s.set, a.set, tuned, {"seed": seed, "target": exp.target},
+                          algo_overrides(exp, a, overrides))
+                try:
+                    cfg = resolve(task, a.algo, *layers)
+                except UsageError as e:
+                    raise UsageError(f"{where}: algorithm '{a.name}', setting '{s.name}': {e}") from None
+                exp.cells.append(Cell(a.name, s.name, seed, cfg, layers))
+    if seeds is None:  # the seeds `compare --until-settled` added (settled.yaml), after the spec's
+        _add_settled(exp, where, task, base, overrides, settled)
+    seen: dict[Path, Cell] = {}
+    tuned_rows = {a.name for a in algos if a.tune}
+    for c in exp.cells:
+        # a tuned row may land on another row's values (e.g. the paper's step): the same runs, shown twice
+        if c.cfg.run_dir in seen and seen[c.cfg.run_dir].algorithm != c.algorithm \
+                and not {c.algorithm, seen[c.cfg.run_dir].algorithm} & tuned_rows:
+            raise UsageError(f"{where}: algorithms '{seen[c.cfg.run_dir].algorithm}' and '{c.algorithm}' are the same "
+                             f"runs (same algo and settings); remove one")
+        if c.cfg.run_dir in seen and seen[c.cfg.run_dir].setting != c.setting \
+                and seen[c.cfg.run_dir].algorithm == c.algorithm:
+            raise UsageError(f"{where}: settings '{seen[c.cfg.run_dir].setting}' and '{c.setting}' are the same runs "
+                             f"(they set the same values); remove one")
+        seen[c.cfg.run_dir] = c
+    return exp
+
+
+NAME_CHARS = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def check_name(name: Any, what: str) -> str:
+    """A spec's name is data, never a path: one path component of letters, digits, '.', '_' and '-',
+    starting with a letter or digit, at most 100 characters (so '/tmp/x', '../y', '.' and lists fail)."""
+    if not isinstance(name, str) or not NAME_CHARS.fullmatch(name):
+        raise UsageError(f"{what} must be 1-100 characters of letters, digits, '.', '_', '-' starting with a letter "
+                         f"or digit (it names a folder under --out-dir/compare/), got {name!r}")
+    return name
+
+
+def _check_entries(where: str, items: list, allowed: set[str], what: str, key: str) -> None:
+    names: set[str] = set()
+    for a in items:
+        if not isinstance(a, dict) or key not in a:
+            raise UsageError(f"{where}: each {what} needs a '{key}' key, got {a!r}")
+        for k in ("name", key):
+            if k in a and not isinstance(a[k], (str, int, float)) or isinstance(a.get(k), bool):
+                raise UsageError(f"{where}: {what} '{k}' must be a single name, got {a[k]!r}")
+        bad = set(a) - allowed
+        if bad:
+            raise UsageError(f"{where}: {what} {a.get('name', a[key])!r}: unknown key(s) {', '.join(sorted(bad))}; "
+                             f"allowed: {', '.join(sorted(allowed))}")
+        if not isinstance(a.get("set") or {}, dict):
+            raise UsageError(f"{where}: {what} {a.get('name', a[key])!r}: 'set' must be a mapping of key: value")
+        a.setdefault("name", a[key])
+        a["name"] = str(a["name"])
+        if a["name"] in names:
+            raise UsageError(f"{where}: two {what}s are named '{a['name']}'; give each a distinct 'name'")
+        names.add(a["name"])
+
+
+def _ignored_keys(where: str, task: str, algos: list[AlgorithmEntry],
+                  overrides: dict[str, Any]) -> dict[str, list[str]]:
+    """``{key: [algorithm names]}``: the ``--set`` keys that some algorithms of the spec do not have (they
+    ignore them; the output says so). A key that no algorithm has is an error."""
+    from ..runs.config import REGISTRY, known_keys, lookup
+
+    out: dict[str, list[str]] = {}
+    for a in algos:
+        entry = REGISTRY.get(a.algo) or lookup(a.algo)[1]
+        for k in overrides:
+            if k not in known_keys(task, entry) and k not in ("out_dir", "data_dir"):
+                out.setdefault(k, []).append(a.name)
+    for k, names in out.items():
+        if len(names) == len(algos):
+            raise UsageError(f"{where}: --set {k}: no algorithm of the spec has the key '{k}' "
+                             f"(`fbo show ALGO --task {task}` lists each one's keys)")
+    return out
+
+
+def algo_overrides(exp: Experiment, a: AlgorithmEntry, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The ``--set`` keys that apply to algorithm ``a`` (the others it ignores: ``exp.ignored``)."""
+    return {k: v for k, v in overrides.items() if a.name not in exp.ignored.get(k, ())}
+
+
+def overrides_note(exp: Experiment) -> str:
+    """What the command line changed from the spec, in words ('' when nothing): the ``--set`` keys (and the
+    algorithms that ignore one), ``--seeds``."""
+    from ..runs.rundir import fmt_num
+
+    parts = []
+    for k, v in exp.overrides.items():
+        ign = exp.ignored.get(k)
+        parts.append(f"--set {k}={fmt_num(v)}" + (f" (ignored by {', '.join(ign)}: no such key)" if ign else ""))
+    if exp.seeds_given:
+        parts.append(f"--seeds {','.join(map(str, exp.seeds))}")
+    return "; ".join(parts)
+
+
+def _user_algorithms(where: str, algos: list, folder: Path) -> None:
+    """A user's algorithm (``./file.py:Class`` beside the spec, a class in the spec's ``algorithms/``
+    folder, an entry point): its ``algo`` becomes the absolute source that finds it from anywhere (grid
+    workers, tune), its name is kept as ``algo_name``."""
+    from ..runs.config import REGISTRY, lookup
+
+    for a in algos:
+        if not isinstance(a["algo"], str):
+            raise UsageError(f"{where}: algorithm {a['name']!r}: 'algo' must be a name or FILE.py:CLASS")
+        if a["algo"] in REGISTRY:
+            continue
+        try:
+            name, _, source = lookup(a["algo"], folder)
+        except UsageError as e:
+            raise UsageError(f"{where}: algorithm {a['name']!r}: {e}") from None
+        if a["name"] == a["algo"]:  # no display name given: the algorithm's own
+            a["name"] = name
+        a["algo"], a["algo_name"] = source, name
+
+
+def check_metrics(exp: Experiment, columns: set[str] | None = None) -> None:
+    """The spec's ``metric``, ``metrics`` and ``x`` must be columns of the task's ``metrics.csv``. The
+    columns come from ``columns`` or, by default, from one evaluation of the first run of each
+    algorithm at its initial point (cheap: data loading and one evaluation), plus the metrics the
+    algorithm declares that its steps add (``step_metrics``, e.g. ZO-HFL's ``global_loss``)."""
+    if columns is None:
+        from ..runs.runner import build
+        from ..sim.federation import Ledger
+
+        columns = set()
+        # one build of every (algorithm, setting): bad input in any setting fails here, named, before any run,
+        # wherever the setting stands in the grid
+        firsts = {(c.algorithm, c.setting): c for c in reversed(exp.cells)}
+        for (a, s), c in firsts.items():
+            try:
+                b = build(c.cfg)
+            except UsageError as e:
+                raise UsageError(f"algorithm '{a}', setting '{s}': {e}") from None
+            columns |= set(Ledger().as_dict()) | {"train_time"} | set(b.algo.evaluate()) | set(b.algo.step_metrics)
+    for m in [exp.metric, *exp.metrics]:
+        if m not in columns:
+            raise UsageError(f"metric '{m}' is not a metric of task '{exp.task}' with these algorithms; "
+                             f"choose from: {', '.join(sorted(columns))}")
+    if exp.x not in columns:
+        raise UsageError(f"x '{exp.x}' is not a column of task '{exp.task}'s metrics")
+
+
+def identity(exp: Experiment) -> str:
+    """What makes a spec's results folder its own: the task, the algorithms and the settings by name."""
+    import hashlib
+
+    key = repr((exp.task, [(a.name, a.algo_name or a.algo) for a in exp.algorithms],
+                [s.name for s in exp.settings]))
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def claim_folder(exp: Experiment, outdir: Path, write: bool = True) -> None:
+    """Mark ``outdir`` (``<out>/compare/<name>``) as this spec's; a folder already marked by a different
+    spec of the same name is a UsageError, so two specs never share tables or ``tuned.yaml``. With
+    ``write`` False it only checks (before anything is validated, nothing is written)."""
+    from ..runs.rundir import claim_root, make_dirs
+
+    mark = outdir / ".spec"
+    mine = f"{identity(exp)} {exp.path}\n"
+    if mark.is_file():
+        held = mark.read_text()
+        if held.split(" ")[0] != identity(exp):
+            other = held.partition(" ")[2].strip() or "another spec"
+            raise UsageError(f"{outdir} holds the results of {other}, a different spec with the same name "
+                             f"'{exp.name}': give {exp.path or 'this spec'} its own 'name:'")
+        return
+    if write:
+        claim_root(outdir.parents[1])
+        make_dirs(outdir)
+        atomic_write(mark, mine)
+
+
+def settled_path(exp: Experiment) -> Path:
+    return exp.out_root / "compare" / exp.name / "settled.yaml"
+
+
+def load_settled(p: Path) -> dict | None:
+    """A ``settled.yaml`` (written by ``compare --until-settled``, :mod:`fbo_cli.grids.settle`), checked: ``added``
+    is a list of ``{setting, algorithms, seeds}``, a setting at most once, and no more seeds in all than a
+    spec may have (``MAX_SEEDS``, the bound of ``--cap``)."""
+    if not p.is_file():
+        return None
+    d = load_config_file(p)
+    added = d.get("added")
+    ok = isinstance(added, list) and all(
+        isinstance(e, dict) and isinstance(e.get("setting"), str) and isinstance(e.get("algorithms"), list)
+        and isinstance(e.get("seeds"), list) and all(isinstance(k, int) and 0 <= k < 2**32 for k in e["seeds"])
+        for e in added)
+    if not ok:
+        raise UsageError(f"{p}: 'added' must be a list of {{setting, algorithms, seeds}}; run "
+                         f"`fbo compare --until-settled` again to rewrite it (or delete the file)")
+    seeds = {k for e in added for k in e["seeds"]}
+    if len(seeds) > MAX_SEEDS or len({e["setting"] for e in added}) < len(added):
+        raise UsageError(f"{p}: {len(seeds):,} seeds in {len(added):,} entries; a settled.yaml adds at most "
+                         f"{MAX_SEEDS:,} seeds, each setting once (`fbo compare --until-settled` rewrites it)")
+    return d
+
+
+def _add_settled(exp: Experiment, where: str, task: str, base: dict, overrides: dict, settled: dict | None) -> None:
+    exp.settled = settled if settled is not None else load_settled(settled_path(exp))
+    algos = {a.name: a for a in exp.algorithms}
+    sets = {s.name: s for s in exp.settings}
+    for e in (exp.settled or {}).get("added", []):
+        s = sets.get(e["setting"])
+        for seed in e["seeds"]:
+            for name in e["algorithms"]:
+                a = algos.get(name)
+                if s is None or a is None or seed in exp.seeds:
+                    continue  # a setting or algorithm the spec no longer has: its runs stay out
+                tuned = tuned_layer(exp.tuned, a.name, s.name) if exp.tuned else {}
+                layers = (base, s.set, a.set, tuned, {"seed": seed, "target": exp.target}, overrides)
+                try:
+                    cfg = resolve(task, a.algo, *layers)
+                except UsageError as e:
+                    raise UsageError(f"{where}: algorithm '{a.name}', setting '{s.name}': {e}") from None
+                exp.cells.append(Cell(a.name, s.name, seed, cfg, layers))
+
+
+def load_tuned(exp: Experiment) -> Tuned | None:
+    """The ``tuned.yaml`` beside the experiment's results, if any."""
+    p = exp.out_root / "compare" / exp.name / "tuned.yaml"
+    if not p.is_file():
+        return None
+    t = load_config_file(p)
+    chosen = t.get("chosen") or {}
+    ok = isinstance(chosen, dict) and all(
+        isinstance(per, dict) and all(isinstance(v, dict) for v in per.values()) for per in chosen.values())
+    if not ok:
+        raise UsageError(f"{p}: 'chosen' must map algorithm -> setting -> {{key: value}}, got {chosen!r:.120}; "
+                         f"run `fbo tune` again to rewrite it (or delete the file)")
+    tuned_grids = lambda g: {a: v for a, v in (g or {}).items() if v}  # noqa: E731  (rows with a grid only)
+    if exp.tune is not None and "grids" in t and tuned_grids(t["grids"]) != tuned_grids(exp.tune.grids):
+        raise UsageError(f"{p} was chosen on another tuning grid than {exp.path or 'the spec'} now declares (was "
+                         f"{tuned_grids(t['grids'])!r:.150}); an edited spec is tuned again: `fbo tune {exp.path}` "
+                         f"(it replaces the file), or delete the file to run the spec's own values")
+    tuned = Tuned.of(t)
+    for algo, per in tuned.chosen.items():
+        for setting, choice in per.items():
+            for k, v in choice.values.items():
+                if not isinstance(v, (int, float, str, bool)):
+                    raise UsageError(f"{p}: chosen value {algo} / {setting} / {k} must be a number or a word, "
+                                     f"got {v!r}")
+    return tuned
+
+
+def tuned_entry(tuned: Tuned | dict | None, algorithm: str, setting: str) -> Choice:
+    """The choice of one (algorithm, setting) in a ``tuned.yaml``: the setting's own, or the one tuned
+    setting's; its values and its notes (empty when there is none)."""
+    return Tuned.of(tuned).entry(algorithm, setting) if tuned else Choice()
+
+
+def edge_note(entry: Choice | dict[str, Any]) -> str:
+    """How a chosen value relates to its grid's edge, in words ('' when interior)."""
+    return Choice.of(entry).edge_note()
+
+
+def tuned_layer(tuned: Tuned | dict | None, algorithm: str, setting: str) -> dict[str, Any]:
+    """The chosen values of one (algorithm, setting), notes left out: a config layer."""
+    return dict(tuned_entry(tuned, algorithm, setting).values)

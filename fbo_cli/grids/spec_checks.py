@@ -1,0 +1,219 @@
+"""The checks of a spec's parts that need no file and no run: the claims, the witness, the paper's numbers
+(``reference``, ``reference_on``) and the tune block (:func:`parse_tune`), with the spec's size limits.
+:func:`fbo_cli.grids.spec.load_spec`, the one validator, calls them on the YAML it read; each error names the
+file (``where``), the key and what it accepts."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..errors import UsageError
+from ..tasks import TASKS
+from .spec_types import AlgorithmEntry, Attribution, SettingEntry, TuneSpec, Witness
+
+
+def nonneg_number(v: Any, what: str) -> float:
+    """A finite number >= 0 (a tolerance, a margin), else a UsageError naming ``what``."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise UsageError(f"{what} must be a finite number >= 0, got {v!r}")
+    return float(v)
+
+
+# tables a report derives from a spec's runs (``derived:``): name -> what it is
+DERIVED = {"imax": "the largest communication window I whose final AUC stays within 0.01 of I = 1, per "
+                   "algorithm, client count K and seed (fbo_cli/evidence/report/codasca_section.py); claims on metric I_max"}
+
+
+def check_claims(where: str, claims: Any, algos: list[AlgorithmEntry], settings: list[SettingEntry]) -> None:
+    """``claims:`` (read by ``fbo report``): a list of {text, metric, better, than, mode, margin,
+    settings, across}; ``settings`` (optional) names the settings the claim is about (default: all);
+    ``across`` (optional, instead) lists pairs [setting of ``better``, setting of ``than``]: a claim
+    about one setting against another (e.g. tau = 5 against tau = 1 for the same algorithm). A claim on
+    a derived quantity (``I_max``) names the derived table's settings (``K=<K>``)."""
+    if claims is None:
+        return
+    names = {a.name for a in algos}
+    snames = {s.name for s in settings}
+    if not isinstance(claims, list):
+        raise UsageError(f"{where}: 'claims' must be a list of mappings")
+    for c in claims:
+        keys = {"text", "metric", "better", "than", "mode", "margin", "factor", "settings", "across"}
+        if not isinstance(c, dict) or set(c) - keys or not {"text", "metric", "better", "than"} <= set(c):
+            raise UsageError(f"{where}: each claim needs text, metric, better, than (optional: mode, margin, factor, "
+                             f"settings or across); got {c!r}")
+        for k in ("margin", "factor"):
+            v = c.get(k, 1.0)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (
+                    k == "factor" and v <= 0):
+                raise UsageError(f"{where}: claim '{c['text']}': '{k}' must be a finite number >= 0 (factor > 0), "
+                                 f"got {v!r}")
+        if "factor" in c and (c.get("mode", "max") != "min" or "margin" in c):
+            raise UsageError(f"{where}: claim '{c['text']}': 'factor' (better needs at most 1/factor of than's "
+                             f"value) goes with mode: min and no margin")
+        across = c.get("across")
+        if across is not None:
+            derived = c["metric"] == "I_max"  # its settings are the derived table's K=<K>
+            if c.get("settings") or not isinstance(across, list) or not across or not all(
+                    isinstance(p, list) and len(p) == 2 and (derived or all(x in snames for x in p)) for p in across):
+                raise UsageError(f"{where}: claim '{c['text']}': 'across' must be a non-empty list of pairs "
+                                 f"[setting, setting] of the spec's settings, without 'settings'; got {across!r}")
+        bad = [s for s in c.get("settings") or [] if s not in snames]
+        if not isinstance(c.get("settings") or [], list) or bad:
+            raise UsageError(f"{where}: claim '{c['text']}': 'settings' must list setting names of the spec; "
+                             f"unknown: {', '.join(map(str, bad))}")
+        for side in ("better", "than"):
+            if c[side] not in names:
+                raise UsageError(f"{where}: claim '{c['text']}': '{c[side]}' is not an algorithm of the spec; "
+                                 f"choose from: {', '.join(sorted(names))}")
+        if c.get("mode", "max") not in ("min", "max", "equal"):
+            raise UsageError(f"{where}: claim '{c['text']}': mode must be min, max or equal")
+        if "margin" in c:
+            nonneg_number(c["margin"], f"{where}: claim '{c['text']}': 'margin'")
+
+
+def check_witness(where: str, w: Any, algos: list[AlgorithmEntry], settings: list[SettingEntry]) -> Witness | None:
+    """``witness: {algorithm, settings: {spec setting: witness setting}}``: the public code's runs
+    (``fbo witness``) shown beside that algorithm's in those settings."""
+    from ..evidence.witness import SETTINGS
+
+    if w is None:
+        return None
+    ok = (isinstance(w, dict) and {"algorithm", "settings"} <= set(w) <= {"algorithm", "settings", "inner_lr"}
+          and w["algorithm"] in {a.name for a in algos}
+          and isinstance(w.get("inner_lr", 0.01), (int, float)) and not isinstance(w.get("inner_lr"), bool)
+          and isinstance(w["settings"], dict) and all(
+              k in {s.name for s in settings} and v in SETTINGS for k, v in w["settings"].items()))
+    if not ok:
+        raise UsageError(f"{where}: 'witness' must be {{algorithm: <an algorithm of the spec>, settings: {{<setting>: "
+                         f"one of {', '.join(SETTINGS)}}}, inner_lr: <the public code's --lr>}}; got {w!r:.200}")
+    return Witness(w["algorithm"], dict(w["settings"]), float(w.get("inner_lr", 0.01)))
+
+
+def check_attribution(where: str, a: Any, algos: list[AlgorithmEntry]) -> Attribution | None:
+    """``attribution: {change: <words>, pairs: {<row before the change>: <row after it>}}``."""
+    if a is None:
+        return None
+    names = {x.name for x in algos}
+    if not (isinstance(a, dict) and set(a) == {"change", "pairs"} and isinstance(a["change"], str)
+            and isinstance(a["pairs"], dict) and a["pairs"]
+            and all(k in names and v in names for k, v in a["pairs"].items())):
+        raise UsageError(f"{where}: 'attribution' must be {{change: <what differs, in words>, pairs: {{<an algorithm "
+                         f"row of the spec>: <the row after the change>}}}}; got {a!r:.200}")
+    return Attribution(a["change"], dict(a["pairs"]))
+
+
+def check_reference(where: str, ref: Any, algos: list[AlgorithmEntry], settings: list[SettingEntry]) -> None:
+    """``reference: {algorithm name: {setting name: {column: number or text}}}``."""
+    shape = "reference must map algorithm name -> setting name -> {column: value}"
+    if not isinstance(ref, dict):
+        raise UsageError(f"{where}: {shape}, got a {type(ref).__name__}")
+    anames, snames = {a.name for a in algos}, {s.name for s in settings}
+    for a, per in ref.items():
+        if a not in anames:
+            raise UsageError(f"{where}: reference names algorithm '{a}', not in the spec ({', '.join(sorted(anames))})")
+        if not isinstance(per, dict):
+            raise UsageError(f"{where}: reference['{a}']: {shape}")
+        for sname, cols in per.items():
+            if sname not in snames:
+                raise UsageError(f"{where}: reference['{a}'] names setting '{sname}', not in the spec "
+                                 f"({', '.join(sorted(snames))})")
+            if not isinstance(cols, dict) or not all(isinstance(v, (int, float, str)) for v in cols.values()):
+                raise UsageError(f"{where}: reference['{a}']['{sname}']: {shape}")
+
+
+REFERENCE_ON_KEYS = {"dataset", "target", "model", "metric"}
+
+
+def check_reference_on(where: str, on: Any) -> dict[str, Any]:
+    """``reference_on: {dataset, target, model, metric}``: what the paper's numbers in ``reference`` were
+    measured on. ``fbo report`` gives them a verdict only where the spec's runs match it; elsewhere
+    they are context."""
+    if on is None:  # the paper's numbers then stand as context only, never with a verdict
+        return {}
+    ds = on.get("dataset") if isinstance(on, dict) else None
+    if not isinstance(on, dict) or set(on) - REFERENCE_ON_KEYS or not (
+            isinstance(ds, str) or (isinstance(ds, list) and ds and all(isinstance(d, str) for d in ds))):
+        raise UsageError(f"{where}: 'reference_on' must be a mapping with 'dataset' (a name, or the list of the "
+                         f"settings' datasets) and optional "
+                         f"{', '.join(sorted(REFERENCE_ON_KEYS - {'dataset'}))}), got {on!r}")
+    return dict(on)
+
+
+MAX_SEEDS = 1000  # seeds of one spec (evaluation or tuning)
+
+
+MAX_CELLS = 20_000  # runs of one grid (algorithms x settings x seeds, or a tuning grid's points x seeds)
+
+
+TUNE_KEYS = {"seeds", "rounds", "score", "mode", "setting", "tail", "tolerance", "set"}
+
+
+HELDOUT_FRAC = 0.1  # a held-out score's share of each client's rows, unless tune.set gives heldout_frac
+
+
+def parse_tune(spec: dict, exp: Any, where: str) -> TuneSpec:
+    """The tune block of ``spec`` for the experiment ``exp`` (its seeds, task, settings and algorithms)."""
+    t = spec.get("tune")
+    if not isinstance(t, dict):
+        raise UsageError(f"{where}: no 'tune:' block (a mapping); see `fbo tune --help`")
+    unknown = set(t) - TUNE_KEYS
+    if unknown:
+        raise UsageError(f"{where}: unknown key(s) in tune: {', '.join(sorted(unknown))}; "
+                         f"allowed: {', '.join(sorted(TUNE_KEYS))}")
+    seeds = t.get("seeds", [100])
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and 0 <= s < 2**32 for s in seeds):
+        raise UsageError(f"{where}: tune.seeds must be a non-empty list of integers in [0, 2^32)")
+    if len(seeds) > MAX_SEEDS:
+        raise UsageError(f"{where}: {len(seeds):,} tuning seeds; fbo takes at most {MAX_SEEDS:,}")
+    clash = set(seeds) & set(exp.seeds)
+    if clash:
+        raise UsageError(f"{where}: tuning seeds {sorted(clash)} are also evaluation seeds; use disjoint seeds")
+    default_score, default_mode = TASKS[exp.task].tune_metric
+    score, mode = t.get("score", default_score), t.get("mode", default_mode)
+    if score is not None and not isinstance(score, str):
+        raise UsageError(f"{where}: tune.score must be the name of a validation metric, got {score!r}")
+    if not score:
+        raise UsageError(f"{where}: task '{exp.task}' has no default validation score; set tune.score")
+    if score.startswith("test"):
+        raise UsageError(f"{where}: tune.score '{score}' is a test-set metric; tune on validation data")
+    if mode not in ("min", "max"):
+        raise UsageError(f"{where}: tune.mode must be min or max, got '{mode}'")
+    rounds = t.get("rounds", 40)
+    tail, tol = t.get("tail", 0.25), t.get("tolerance", 0.05)
+    if tol is False or tol == "off":  # no oscillation check (YAML reads a bare off as False)
+        tol = math.inf
+    if rounds == "budget":  # each setting at its own evaluation budget (settings with different budgets)
+        rounds = None
+    elif not isinstance(rounds, int) or rounds < 1:
+        raise UsageError(f"{where}: tune.rounds must be an integer >= 1 or 'budget', got {rounds!r}")
+    if not (isinstance(tail, (int, float)) and 0 < tail <= 1):
+        raise UsageError(f"{where}: tune.tail must be in (0, 1], got {tail!r}")
+    if not (isinstance(tol, (int, float)) and not isinstance(tol, bool) and tol >= 0) or math.isnan(tol):
+        raise UsageError(f"{where}: tune.tolerance must be a number >= 0 or off, got {tol!r}")
+    setting = t.get("setting")
+    names = [s.name for s in exp.settings]
+    if setting is not None and setting not in names:
+        raise UsageError(f"{where}: tune.setting '{setting}' is not a setting; choose one of: {', '.join(names)}")
+    extra = t.get("set") or {}
+    if not isinstance(extra, dict):
+        raise UsageError(f"{where}: tune.set must be a mapping")
+    if score.startswith("heldout"):  # the rows neither level trains on: 10% of each client's unless set
+        extra = {"heldout_frac": HELDOUT_FRAC, **extra}
+        frac = extra["heldout_frac"]
+        if not (isinstance(frac, (int, float)) and not isinstance(frac, bool) and 0 < frac < 1):
+            raise UsageError(f"{where}: tune.score '{score}' is the held-out split's: tune.set's heldout_frac "
+                             f"must be in (0, 1), got {frac!r}")
+    grids = {}
+    for a in exp.algorithms:
+        g = a.tune
+        if not isinstance(g, dict) or not all(isinstance(v, list) and v for v in g.values()):
+            raise UsageError(f"{where}: algorithm '{a.name}': tune must map keys to non-empty lists of values")
+        points = math.prod(len(v) for v in g.values())
+        if points * len(seeds) > MAX_CELLS:
+            raise UsageError(f"{where}: algorithm '{a.name}': its tuning grid has {points:,} points x "
+                             f"{len(seeds)} seeds; fbo takes at most {MAX_CELLS:,} runs per grid")
+        grids[a.name] = g
+    if not any(grids.values()):
+        raise UsageError(f"{where}: no algorithm declares a 'tune:' grid")
+    return TuneSpec(seeds, rounds, score, mode, setting, float(tail), float(tol), extra, grids)

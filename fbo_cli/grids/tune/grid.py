@@ -1,0 +1,107 @@
+"""The tuning runs: a spec's grids, their points and each run's configuration, and the runs still to do."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from ...errors import UsageError
+from ...runs.config import resolve
+from ..spec import Cell, Experiment, TuneSpec, algo_overrides
+from ..spec_types import AlgorithmEntry, SettingEntry
+from .rules import CONFIRM_SEEDS
+
+
+def grid_points(grid: dict[str, list]) -> list[dict[str, Any]]:
+    """The cross product of a grid; a key ``"a,b"`` sets ``a`` and ``b`` to the same value."""
+    keys = list(grid)
+    out = []
+    for combo in itertools.product(*(grid[k] for k in keys)):
+        point = {}
+        for k, v in zip(keys, combo):
+            for part in k.split(","):
+                point[part.strip()] = v
+        out.append(point)
+    return out
+
+
+def tune_spec(exp: Experiment) -> TuneSpec:
+    """The spec's tune block (parsed and validated by :func:`fbo_cli.grids.spec.load_spec`)."""
+    if exp.tune is None:
+        raise UsageError(f"{exp.path}: no 'tune:' block (a mapping); see `fbo tune --help`")
+    return exp.tune
+
+
+def confirm_seeds(exp: Experiment, ts: TuneSpec) -> list[int]:
+    """The seeds that confirm a choice next to a rejected value: the next ones after the tuning seeds,
+    skipping the evaluation seeds."""
+    out, s = [], max(ts.seeds)
+    while len(out) < CONFIRM_SEEDS:
+        s += 1
+        if s not in exp.seeds and s not in ts.seeds:
+            out.append(s)
+    return out
+
+
+def _layers(exp: Experiment, ts: TuneSpec, a: AlgorithmEntry, s: SettingEntry, point: dict, seed: int,
+            overrides: dict) -> tuple:
+    """The config layers of one tuning run: the spec's base, the setting's and the algorithm's keys, the
+    grid point, the tune block's ``set``, the seed (and the tuning budget), the command line's overrides."""
+    return (exp.base, s.set, a.set, point, ts.extra,
+            {"seed": seed, "target": None, **({"rounds": ts.rounds} if ts.rounds else {})},
+            algo_overrides(exp, a, overrides))
+
+
+def tune_cells(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any],
+               extended: dict[tuple[str, str], list[dict]] | None = None,
+               confirm: dict[tuple[str, str], list[dict]] | None = None,
+               margin: dict[tuple[str, str], list[dict]] | None = None) -> list[tuple[Cell, dict]]:
+    """The tuning runs: every grid point, plus the points ``extended`` beyond a grid's edge and the
+    ``margin`` probes (:func:`fbo_cli.grids.tune.rules.margin_probe`), per (algorithm, setting), on every tuning
+    seed; and the points to ``confirm`` on the confirmation seeds."""
+    settings = [s for s in exp.settings if ts.setting is None or s.name == ts.setting]
+    cells = []
+    confirming = [(seed, True) for seed in confirm_seeds(exp, ts)] if confirm else []
+    for seed, is_confirmation in [(seed, False) for seed in ts.seeds] + confirming:
+        for s in settings:
+            for a in exp.algorithms:
+                if not ts.grids[a.name]:  # nothing to choose: the spec's values stand
+                    continue
+                key = (a.name, s.name)
+                points = ((confirm or {}).get(key, []) if is_confirmation
+                          else grid_points(ts.grids[a.name]) + (extended or {}).get(key, [])
+                          + (margin or {}).get(key, []))
+                for point in points:
+                    layers = _layers(exp, ts, a, s, point, seed, overrides)
+                    try:
+                        cfg = resolve(exp.task, a.algo, *layers)
+                    except UsageError as e:
+                        raise UsageError(f"algorithm '{a.name}', setting '{s.name}', grid point "
+                                         f"{point}: {e}") from None
+                    cells.append((Cell(a.name, s.name, seed, cfg, layers), point))
+    return cells
+
+
+def point_error(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], key: tuple[str, str],
+                point: dict) -> str | None:
+    """Why a grid point of (algorithm, setting) is not a valid configuration (the checks that run before
+    any data loads: declared bounds and the algorithm's ``check``), or None."""
+    a = next(a for a in exp.algorithms if a.name == key[0])
+    s = next(s for s in exp.settings if s.name == key[1])
+    try:
+        resolve(exp.task, a.algo, *_layers(exp, ts, a, s, point, ts.seeds[0], overrides))
+    except UsageError as e:
+        return str(e)
+    return None
+
+
+def tuning_todo(cells: list[tuple[Cell, dict]], recorded: dict[str, dict], rerun: bool = False,
+                accept: bool = False, stale: dict | None = None) -> list[Cell]:
+    """The tuning runs still to run: unfinished (or stale: their user algorithm's code changed, unless
+    ``accept``), and not in the recorded tuning (unless ``rerun``, or stale: a recorded score of code that
+    changed since is not kept)."""
+    from ...runs.rundir import todo_runs
+
+    stale = {} if stale is None else stale
+    todo = todo_runs([c for c, _ in cells], rerun, accept, stale)
+    return todo if rerun else [c for c in todo if str(c.cfg.run_dir) not in recorded or c.cfg.run_dir in stale]

@@ -1,0 +1,235 @@
+"""The search: run the grid, extend a choice at a grid's edge, confirm a choice next to a rejected value,
+check the ranking at the evaluation budget, and write the record; and the two commands that start from a
+recorded tuning (``--relabel``, ``--ranking-only``)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ...errors import UsageError
+from ...runs.rundir import atomic_write, fmt_num, write_yaml
+from ..executors import GridOptions
+from ..spec import Cell, Experiment, TuneSpec, check_metrics, claim_folder, load_spec
+from ..spec_types import Choice, chosen_on_disk
+from .grid import confirm_seeds, point_error, tune_cells, tune_spec, tuning_todo
+from .record import recorded_runs, recorded_tuning, stale_records, write_partial, write_record
+from .rules import (
+    RANKING_TOP,
+    VETO_GRIDS,
+    choose,
+    collect_tuning,
+    extensions,
+    key_values,
+    margin_probes,
+    plain,
+    point_name,
+    unconfirmed,
+)
+
+
+def run_tuning(spec_path: str | Path, overrides: dict[str, Any], grid: GridOptions | None = None,
+               rerun: bool = False, console=None, ranking_check: bool = True, accept_code_change: bool = False) -> Path:
+    from ...runs.rundir import cost_line
+    from ..executors import run_cells
+    from ..run_batches import cost_shares
+
+    exp = load_spec(spec_path, overrides, use_tuned=False)
+    ts = tune_spec(exp)
+    outdir = exp.out_root / "compare" / exp.name
+    claim_folder(exp, outdir, write=False)
+    recorded = {} if rerun else recorded_runs(exp, ts)
+    extended: dict[tuple[str, str], list[dict]] = {}
+    confirm: dict[tuple[str, str], list[dict]] = {}  # choices next to a rejected value, run on more seeds
+    margin: dict[tuple[str, str], list[dict]] = {}  # the steps between a choice and an unstable value
+    invalid: dict[tuple[str, str], list[tuple[dict, str]]] = {}  # extensions outside a key's valid range
+    grid = grid or GridOptions()
+    checked = False
+    while True:  # run the grid; while a choice sits at an edge, run one more point beyond it
+        cells = tune_cells(exp, ts, overrides, extended, confirm, margin)
+        stale: dict = {}
+        todo = tuning_todo(cells, recorded, rerun, accept_code_change, stale)
+        if console is not None:
+            for d, why in stale.items():
+                console.print(f"{exp.name}: {d}: {why}; it runs again (--accept-code-change keeps it)", highlight=False)
+        if todo and console is not None:
+            console.print(f"{exp.name}: tuning, {cost_line(todo, grid.jobs, cost_shares(todo, grid.batch))}",
+                          highlight=False)
+        if todo:
+            if not checked:
+                # the tuning runs themselves: tune.set may change what they log
+                check_metrics(replace(exp, cells=[c for c, _ in cells], metrics=[ts.score]))
+                checked = True
+            # what has run so far, before each batch: a tuning stopped in it resumes from here elsewhere
+            claim_folder(exp, outdir)
+            write_partial(outdir, ts, collect_tuning(cells, ts, extended, recorded, margin))
+            run_cells(todo, grid, console=console, rerun=rerun,
+                      title=f"{exp.name}: tuning runs" + (" (grid extensions)" if extended else ""))
+        rerun = False  # a rerun redoes the spec's grid once, not the extensions' earlier runs
+        table = collect_tuning(cells, ts, extended, recorded, margin)
+        chosen = choose(table, ts, invalid)
+        more = []
+        for key, point in extensions(table, chosen, ts, extended, invalid):
+            why = point_error(exp, ts, overrides, key, point)
+            if why:  # beyond the key's valid range (e.g. a momentum weight c alpha^2 > 1): not a grid point
+                invalid.setdefault(key, []).append((point, why))
+            else:
+                more.append((key, point))
+        if not more and any(invalid.values()):
+            chosen = choose(table, ts, invalid)
+        if not more:  # then the margin of a choice next to an unstable value, then its confirmation
+            probes = margin_probes(table, chosen, ts, margin)
+            for key, point in probes:
+                margin.setdefault(key, []).append(point)
+                if console is not None:
+                    console.print(f"{exp.name}: {key[0]}, {key[1]}: the choice is next to an unstable value; "
+                                  f"checking its margin at {point_name(point)}", highlight=False)
+            if probes:
+                continue
+            to_confirm = [(k, p) for k, p in unconfirmed(chosen) if p not in confirm.get(k, [])]
+            if not to_confirm:
+                break
+            for key, point in to_confirm:
+                confirm.setdefault(key, []).append(point)
+                if console is not None:
+                    console.print(f"{exp.name}: {key[0]}, {key[1]}: the choice is next to a rejected value; "
+                                  f"confirming it on seeds {confirm_seeds(exp, ts)}", highlight=False)
+            continue
+        for key, point in more:
+            extended.setdefault(key, []).append(point)
+            if console is not None:
+                console.print(f"{exp.name}: {key[0]}, {key[1]}: the choice is at the grid's edge; trying "
+                              + ", ".join(f"{k}={fmt_num(v)}" for k, v in point.items()), highlight=False)
+    if why := failed_tuning(table, chosen):
+        raise UsageError(f"{exp.name}: {why}")
+    if console is not None:
+        for line in stale_records(table, recorded):
+            console.print(f"{exp.name}: warning: {line}", highlight=False)
+    extra_seeds = confirm_seeds(exp, ts)
+    for (a, st), pts in confirm.items():  # say so where the choice survived its confirmation seeds
+        c = chosen[a][st]
+        if c.values in pts:
+            c.notes["stable_edge"] += f" (and the choice is stable on seeds {', '.join(map(str, extra_seeds))})"
+    probed = lambda c, p: p in margin.get((c.algorithm, c.setting), [])  # noqa: E731
+    ranking = (check_ranking(exp, ts, overrides, [(c, p) for c, p in cells if c.seed in ts.seeds and not probed(c, p)],
+                             table[~table.grid.isin(VETO_GRIDS)], extended, grid, console) if ranking_check else None)
+    claim_folder(exp, outdir)
+    write_record(exp, spec_path, ts, outdir, table, chosen, extended, confirm, extra_seeds, ranking, margin)
+    return outdir
+
+
+def failed_tuning(table: pd.DataFrame, chosen: dict) -> str | None:
+    """Why nothing could be chosen for an (algorithm, setting) whose every grid point was rejected because its
+    runs failed with an error (a bug, not a divergence), naming the first error; None when there is none."""
+    import json
+
+    for a, per in chosen.items():
+        for st, c in per.items():
+            g = table[(table.algorithm == a) & (table.setting == st)]
+            if "none" not in c.notes or not len(g) or not (g.status == "failed").all():
+                continue
+            try:
+                err = json.loads((Path(g.run_dir.iloc[0]) / "summary.json").read_text()).get("error")
+            except (OSError, ValueError):
+                err = None
+            return (f"{a}, setting {st}: every grid point was rejected because its runs failed with an error, "
+                    f"not a divergence: {err or 'see run.log'} (in {g.run_dir.iloc[0]}); nothing was chosen")
+    return None
+
+
+def check_ranking(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], cells: list[tuple[Cell, dict]],
+                  table: pd.DataFrame, extended: dict, grid: GridOptions, console=None):
+    """The ranking check (:mod:`fbo_cli.grids.tune`): ``(ranking.csv's rows, {"algo | setting": verdict})``, or
+    None when every tuning run already had its setting's evaluation budget."""
+    from ...runs.rundir import todo_runs
+    from ..executors import run_cells
+
+    full = replace(ts, rounds=None)
+    at_budget = tune_cells(exp, full, overrides, extended)
+    if not any(c.cfg.run.rounds < f.cfg.run.rounds for (c, _), (f, _) in zip(cells, at_budget)):
+        return None
+    agg = table.groupby(["algorithm", "setting", "point"], sort=False).agg(
+        score=("score", "mean"), rejected=("rejected", "any")).reset_index()
+    top: dict[tuple[str, str], list[str]] = {}
+    for (a, s), g in agg[~agg.rejected].groupby(["algorithm", "setting"], sort=False):
+        top[(a, s)] = list(g.sort_values("score", ascending=ts.mode == "min", kind="stable").point[:RANKING_TOP])
+    pick = [(c, p) for c, p in at_budget if point_name(p) in top.get((c.algorithm, c.setting), [])]
+    todo = todo_runs([c for c, _ in pick], False)
+    if todo:
+        run_cells(todo, grid, console=console, rerun=False, title=f"{exp.name}: ranking check at the evaluation budget")
+    at_full = collect_tuning(pick, full, extended)
+    rows, verdicts = [], {}
+    for (a, s), points in top.items():
+        g = at_full[(at_full.algorithm == a) & (at_full.setting == s)]
+        full_agg = g.groupby("point", sort=False).agg(score=("score", "mean"), rejected=("rejected", "any"))
+        ok = full_agg[~full_agg.rejected]
+        best = (ok.score.idxmin() if ts.mode == "min" else ok.score.idxmax()) if len(ok) else None
+        choice = points[0]
+        for p in points:
+            short = float(agg[(agg.algorithm == a) & (agg.setting == s) & (agg.point == p)].score.iloc[0])
+            rows.append({"algorithm": a, "setting": s, "point": p, "short_score": short,
+                         "full_score": float(full_agg.score.get(p, float("nan"))),
+                         "full_rejected": bool(full_agg.rejected.get(p, True)), "chosen": p == choice})
+        verdicts[f"{a} | {s}"] = {"top": points, "best_at_budget": best, "holds": best == choice}
+    return pd.DataFrame(rows), verdicts
+
+
+def relabel(spec_path: str | Path, overrides: dict[str, Any]) -> tuple[Path, int]:
+    """``fbo tune --relabel``: the notes of a recorded tuning (``tuned.yaml``) recomputed under today's
+    rules from its ``tuning.csv``, running nothing. An extension that was never run because it is not a
+    valid configuration (tried before points were checked before running, e.g. FedBiOAcc's c = 8.1
+    under c alpha_1^2 <= 1) leaves the table and becomes the reason of a 'last valid value' note. The
+    chosen values must stay those recorded; otherwise it refuses (re-tune instead). Returns the folder
+    and the number of invalid points found."""
+    exp = load_spec(spec_path, overrides, use_tuned=False)
+    ts = tune_spec(exp)
+    outdir, tuned, table = recorded_tuning(exp)
+    invalid: dict[tuple[str, str], list[tuple[dict, str]]] = {}
+    drop = []
+    for i, r in table[table.status == "not run"].iterrows():
+        keys = key_values(ts.grids.get(r.algorithm) or {})
+        point = {k: plain(r[k]) for k in keys if k in r and not pd.isna(r[k])}
+        why = point_error(exp, ts, overrides, (r.algorithm, r.setting), point)
+        if why:
+            invalid.setdefault((r.algorithm, r.setting), []).append((point, why))
+            drop.append(i)
+    table = table.drop(index=drop)
+    chosen = choose(table, ts, invalid)
+    seeds = ", ".join(map(str, confirm_seeds(exp, ts)))
+    for key, info in (tuned.get("confirmed") or {}).items():
+        a, st = key.split(" | ")
+        c = chosen.get(a, {}).get(st)
+        if c is not None and c.notes.get("stable_edge") and c.values in info["points"]:
+            c.notes["stable_edge"] += f" (and the choice is stable on seeds {seeds})"
+    values = lambda per: {a: {st: Choice.of(c).values for st, c in p.items()} for a, p in per.items()}  # noqa: E731
+    if values(chosen) != values(tuned.get("chosen") or {}):
+        raise UsageError(f"--relabel: today's rules choose differently from {outdir / 'tuned.yaml'}; "
+                         "re-tune with `fbo tune` instead")
+    tuned["chosen"] = chosen_on_disk(chosen)
+    atomic_write(outdir / "tuning.csv", table.to_csv(index=False))
+    write_yaml(outdir / "tuned.yaml", tuned)
+    return outdir, len(drop)
+
+
+def ranking_only(spec_path: str | Path, overrides: dict[str, Any], grid: GridOptions | None = None,
+                 console=None) -> Path:
+    """``fbo tune --ranking-only``: the ranking check of a tuning recorded without it (:mod:`fbo_cli.grids.tune`),
+    from its ``tuning.csv``: the top 3 accepted points of each (algorithm, setting) run at the evaluation
+    budget on the tuning seeds; ``ranking.csv`` and ``tuned.yaml``'s ``ranking_check`` record the verdicts.
+    The grid itself is not run again, and the choices stay as recorded."""
+    exp = load_spec(spec_path, overrides, use_tuned=False)
+    ts = tune_spec(exp)
+    outdir, tuned, table = recorded_tuning(exp)
+    extended = {tuple(k.split(" | ")): pts for k, pts in (tuned.get("extended") or {}).items()}
+    cells = tune_cells(exp, ts, overrides, extended)
+    ranking = check_ranking(exp, ts, overrides, [c for c in cells if c[0].seed in ts.seeds],
+                            table[~table.grid.isin(VETO_GRIDS)], extended, grid or GridOptions(), console)
+    if ranking is None:
+        raise UsageError(f"{exp.name} was tuned at its evaluation budget: there is no ranking to check")
+    atomic_write(outdir / "ranking.csv", ranking[0].to_csv(index=False))
+    tuned["ranking_check"] = ranking[1]
+    write_yaml(outdir / "tuned.yaml", tuned)
+    return outdir

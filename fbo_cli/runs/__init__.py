@@ -1,0 +1,1 @@
+"""A run's life: config, runner, checkpoint, identity, the run directory's files."""

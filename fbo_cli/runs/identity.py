@@ -1,0 +1,208 @@
+"""Which code made a run, and whether a finished run is stale.
+
+Every run's ``summary.json`` records ``code``: the fbo version, the git commit of the checkout (when
+there is one), and a hash of the source (``inspect.getsource``) of every class of its algorithm's MRO
+but ``object`` (the class, the built-in algorithm it derives from, ``BilevelAlgorithm``, ``Algorithm``)
+and of its task class's, each under ``module.Class``. A user's class (outside the package) is hashed
+by the code its runs execute: its whole file and the local modules that file imports (a helper that
+``step`` calls, a sibling file), :func:`user_code_hash`; fbo's own classes keep their class source hash,
+so the committed evidence keeps its record.
+
+**Staleness** (the rule, docs/fidelity.md#evidence): a finished run is *stale*, and
+``compare``/``tune`` redo it, when the source of a class *outside the package* (a user's algorithm)
+differs from the one recorded. A class of fbo itself that changed is *drift*: reported (``fbo compare``
+says how many reused runs were made by other built-in code, and which classes), never rerun by
+itself, since a built-in refactor must not force a rerun of the committed evidence; ``fbo check``
+is the instrument that says whether such runs still reproduce, and ``--rerun`` redoes them. A run made
+before code hashes existed (no ``code`` in its summary) is neither stale nor drifted. A user who knows
+that an edit does not touch the numbers passes ``--accept-code-change``: the run is reused and its
+summary records the acceptance (``code_accepted``: when, and the hashes accepted), which later checks
+compare against.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import hashlib
+import inspect
+import sys
+from pathlib import Path
+from types import FunctionType, ModuleType
+from typing import Any
+
+from .. import __version__
+
+
+@functools.lru_cache(maxsize=256)
+def _source_hash(cls: type) -> str:
+    try:
+        src = inspect.getsource(cls)
+    except (OSError, TypeError):
+        return "unknown"
+    return hashlib.sha256(src.encode()).hexdigest()[:16]
+
+
+def class_hashes(cls: type) -> dict[str, str]:
+    """``{module.Class: hash of its source}`` over ``cls.__mro__`` but ``object``; a class outside fbo (a user's):
+    the hash of the code its runs execute, :func:`user_code_hash`."""
+    return {f"{_module(c)}.{c.__qualname__}": _source_hash(c) if c.__module__.startswith("fbo_cli")
+            else user_code_hash(c) for c in cls.__mro__ if c is not object}
+
+
+def source_key(source: str) -> str:
+    """What of a user's algorithm's source (its absolute ``file.py:Class``, or ``module:Class``) enters its runs'
+    identity (:func:`fbo_cli.runs.config.comparable`): the file's folder, the file and the class, ``va/ln.py:LocalNeumann``.
+    Two versions of one class in two files are so two algorithms with their own runs, while moving the folder
+    that holds them keeps their runs, and an edit of the file keeps its run ids (the runs are then stale,
+    :func:`stale_reason`, and rerun, or kept with ``--accept-code-change``)."""
+    target, _, cls = str(source).rpartition(":")
+    if not target.endswith(".py"):
+        return str(source)
+    p = Path(target)
+    return f"{p.parent.name}/{p.name}:{cls}"
+
+
+def local_files(mod: ModuleType) -> list[Path]:
+    """The files of a user's module and of the local modules it imports, at any depth: those under the module's
+    folder (``import helper`` or ``from helper import f`` of a file beside it, a package below it), found from
+    what the module holds (modules, and the modules of its functions and classes); never an installed package's
+    (``site-packages``) or fbo's."""
+    root = Path(mod.__file__).resolve().parent
+    seen: set[Path] = set()
+    todo = [vars(mod)]  # module namespaces: a function's own (its __globals__), else its module's
+    while todo:
+        ns = todo.pop()
+        f = ns.get("__file__")
+        path = Path(f).resolve() if isinstance(f, str) else None
+        if path is None or path in seen or not path.is_relative_to(root) or "site-packages" in path.parts \
+                or str(ns.get("__name__", "")).startswith("fbo_cli"):
+            continue
+        seen.add(path)
+        for v in list(ns.values()):
+            if isinstance(v, ModuleType):
+                todo.append(vars(v))
+            elif isinstance(v, FunctionType):
+                todo.append(v.__globals__)
+            elif isinstance(v, type) and (m := sys.modules.get(v.__module__)) is not None:
+                todo.append(vars(m))
+    return sorted(seen)
+
+
+def user_code_hash(cls: type) -> str:
+    """The hash of the code a run of a user's class executes: its file, and the local modules the file imports
+    (:func:`local_files`: a helper function beside ``step`` or in a sibling file counts), by their paths relative
+    to the file's folder (moving the folder keeps the hash); the class's own source where it has no file."""
+    mod = sys.modules.get(cls.__module__)
+    if mod is None or not getattr(mod, "__file__", None):
+        return _source_hash(cls)
+    root = Path(mod.__file__).resolve().parent
+    h = hashlib.sha256()
+    for f in local_files(mod):
+        try:
+            h.update(f"{f.relative_to(root)}\0".encode() + f.read_bytes() + b"\0")
+        except OSError:
+            return _source_hash(cls)
+    return h.hexdigest()[:16]
+
+
+def _module(c: type) -> str:
+    """A class's module; a user's file (loaded as ``fbo_user_<hash>_<stem>``) by its stem, so that moving
+    its folder keeps the record."""
+    m = c.__module__
+    return m.split("_", 3)[3] if m.startswith("fbo_user_") and m.count("_") >= 3 else m
+
+
+@functools.lru_cache(maxsize=1)
+def git_commit() -> str | None:
+    """The commit of fbo's checkout (``+dirty`` with uncommitted changes to fbo_cli/), or None."""
+    import subprocess
+    from pathlib import Path
+
+    here = Path(__file__).parent
+    try:
+        run = lambda *a: subprocess.run(["git", *a], cwd=here, text=True, capture_output=True, timeout=10)  # noqa: E731
+        sha = run("rev-parse", "HEAD").stdout.strip()
+        if not sha:
+            return None
+        dirty = run("status", "--porcelain", "--", str(here)).stdout.strip()
+    except (OSError, ValueError, Exception):
+        return None
+    return sha[:12] + ("+dirty" if dirty else "")
+
+
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile")  # flags that pick float kernels
+
+
+@functools.lru_cache(maxsize=1)
+def machine() -> dict[str, Any]:
+    """The CPU a run's floats came from: its model, torch's kernel level and the instruction sets that pick
+    MKL's and torch's kernels. Bit-for-bit agreement is promised between runs on the same machine kind only
+    (on another, MKL's sgemm takes another path and rounds differently: a CODASCA run at eta = 9 moves by
+    0.01 of test AUC at its first evaluation)."""
+    import torch
+
+    model, flags = "unknown", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and model == "unknown":
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return {"cpu": model, "capability": torch.backends.cpu.get_cpu_capability(),
+            "isa": [f for f in ISA_FLAGS if f in flags]}
+
+
+def code_identity(cfg) -> dict[str, Any]:
+    """What ``summary.json`` records as ``code`` for a run of ``cfg`` (a :class:`~fbo_cli.runs.config.RunConfig`)."""
+    from ..tasks import TASKS
+
+    out = {"fbo": __version__, "commit": git_commit(), "algorithm": class_hashes(cfg.entry.cls),
+           "task": class_hashes(TASKS[cfg.task])}
+    if cfg.source:
+        out["algo_source"] = cfg.source
+    return out
+
+
+def is_user(key: str) -> bool:
+    """A class outside the package (``module.Class`` not under ``fbo_cli``)."""
+    return not key.startswith("fbo_cli.")
+
+
+def changes(cfg, summary: dict | None) -> tuple[list[str], list[str]]:
+    """``(user classes changed, fbo classes changed)`` between a finished run's recorded code (and what
+    was accepted since) and the code ``cfg`` runs now; both empty for a run without a record."""
+    rec = (summary or {}).get("code")
+    if not isinstance(rec, dict) or not isinstance(rec.get("algorithm"), dict):
+        return [], []
+    then = {**rec.get("algorithm", {}), **(rec.get("task") or {})}
+    for acc in (summary or {}).get("code_accepted") or []:
+        if isinstance(acc, dict):
+            then.update(acc.get("classes") or {})
+    now = code_identity(cfg)
+    now = {**now["algorithm"], **now["task"]}
+    diff = sorted(k for k in set(then) | set(now) if then.get(k) != now.get(k))
+    return [k for k in diff if is_user(k)], [k for k in diff if not is_user(k)]
+
+
+def stale_reason(cfg, summary: dict | None) -> str | None:
+    """Why a finished run is stale (its user algorithm's code changed since it ran), or None."""
+    user, _ = changes(cfg, summary)
+    if not user:
+        return None
+    what = ", ".join(k.rsplit(".", 1)[-1] for k in user)
+    where = f" ({cfg.source.rpartition(':')[0]})" if cfg.source else ""
+    return f"stale: the source of {what}{where} changed since the run was made"
+
+
+def accepted(cfg, summary: dict) -> dict:
+    """The summary with the record that the user accepts the current code for this run's numbers (the
+    caller writes it into the run's ``summary.json``)."""
+    now = code_identity(cfg)
+    user, builtin = changes(cfg, summary)
+    entry = {"at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+             "classes": {k: v for part in ("algorithm", "task") for k, v in now[part].items() if k in user + builtin},
+             "commit": now["commit"], "by": "--accept-code-change"}
+    return {**summary, "code_accepted": [*(summary.get("code_accepted") or []), entry]}

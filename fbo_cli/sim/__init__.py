@@ -1,0 +1,1 @@
+"""The simulator: the federation (ledger, oracles, sampling, aggregation), client stacks, bounds."""
