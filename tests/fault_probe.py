@@ -299,7 +299,8 @@ def ray_probe(env: dict) -> None:
         r = CliRunner().invoke(app, ["clean", "--out-dir", str(ROOT / "out" / "kill"), "--dry-run"])
         check("`ray start --head`, then fbo clean --dry-run lists none of its processes",
               up and "would stop" not in r.output and "0 orphaned Ray" in r.output, f"up {up}: {r.output[-300:]}")
-        d = subprocess.Popen([sys.executable, "-c", "import ray, time; from fbo_cli.grids.executors import mark_session; "
+        d = subprocess.Popen([sys.executable, "-c", "import ray, time; "
+                              "from fbo_cli.grids.executors import mark_session; "
                               "ray.init(address='local', num_cpus=1, include_dashboard=False); mark_session(ray); "
                               "print('up', flush=True); time.sleep(600)"], stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL, start_new_session=True, env=env)

@@ -1,5 +1,6 @@
 """Seed batches (issue 54): runs of one cell that differ in their seed (and in float steps) step in one batch, each
-run with its own data, generator and ledger (fbo_cli/algorithms/runs_as_clients.py, ``stacked_seeds``): every run's metrics.csv is
+run with its own data, generator and ledger (fbo_cli/algorithms/runs_as_clients.py, ``stacked_seeds``): every run's
+metrics.csv is
 the run alone's bit for bit on the CPU (evaluated by its own build, so every column but the wall times), an
 interrupted seed batch resumes bit for bit, and seeds whose states or minibatches do not pad alike step one after
 the other."""

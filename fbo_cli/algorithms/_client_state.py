@@ -85,7 +85,8 @@ class ClientStateAlgorithm(Algorithm):
         return t.unsqueeze(-2).expand(*t.shape[:-1], self.M, t.shape[-1]).clone()
 
     def oracles(self, fn):
-        """The task's oracles; in a run batch the task's own (not the per-run ones of ``fbo_cli.algorithms.runs_as_clients``): the
+        """The task's oracles; in a run batch the task's own (not the per-run ones of
+        ``fbo_cli.algorithms.runs_as_clients``): the
         calls here are folded, every tensor row-stacked."""
         return (self.task._task if self.batched else self.task).oracles(fn)
 

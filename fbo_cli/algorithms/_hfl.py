@@ -15,7 +15,8 @@ baselines FedAvg, FedProx and SCAFFOLD.
   fresh at every step (the stochastic oracle of Alg. 2 line 3); ``batch_size: 0`` uses the client's
   full data at every step (deterministic, for tests and ablations).
 
-Run batches (fbo_cli/grids/run_batches.py, docs/fidelity.md#batches): the R runs of a seed draw the same clients, directions
+Run batches (fbo_cli/grids/run_batches.py, docs/fidelity.md#batches): the R runs of a seed draw the same clients,
+directions
 and minibatches, so their models sit side by side on the group axis of :meth:`HFLAlgorithm.local`
 (``[K, R·G·C, n]``, run-major) and share every minibatch and both products of a step; a step size that differs
 between the runs moves each run's slice with its own number (``add_`` with ``alpha``, as alone). The server's

@@ -58,7 +58,8 @@ class Algorithm:
     batched: bool = False  # stepped in a run batch: the run dimension leads (fbo_cli/grids/run_batches.py)
     runs: int = 1  # the runs of the batch (a run alone: 1)
     # runs of several seeds may step in one batch, each with its own data, generator and ledger (a seed batch,
-    # fbo_cli/algorithms/runs_as_clients.py): its step reads per-seed data only through ``fed`` (minibatches from ``RowSampler.of``
+    # fbo_cli/algorithms/runs_as_clients.py): its step reads per-seed data only through ``fed`` (minibatches from
+    # ``RowSampler.of``
     # drawn with ``fed.gen``, oracle charges through ``_charge``, rounds through ``ledger.comm``)
     batch_seeds: ClassVar[bool] = False
     seed_runs: Any = None  # in a seed batch, its runs (fbo_cli.algorithms.runs_as_clients._Seeds)
@@ -104,7 +105,8 @@ class Algorithm:
     def eval_point(self) -> tuple[torch.Tensor, ...]:
         """What ``evaluate`` scores: the task's ``evaluate`` of these (a bilevel algorithm's (x, y)), then
         :meth:`more_metrics`. A run batch scores its runs' points in one pass where the task can
-        (``task.evaluate_runs``, :func:`fbo_cli.algorithms.runs_as_clients.evaluate_runs`); an algorithm that overrides ``evaluate``
+        (``task.evaluate_runs``, :func:`fbo_cli.algorithms.runs_as_clients.evaluate_runs`); an algorithm that overrides
+        ``evaluate``
         instead is scored run by run."""
         raise NotImplementedError
 
@@ -272,7 +274,8 @@ class BilevelAlgorithm(Algorithm):
                 yi = torch.addcmul(yi, d, active[:, None].to(d.dtype), value=-lr)
             elif isinstance(lr, (int, float)):
                 yi = torch.addcmul(yi, d, active.repeat(runs)[:, None].to(d.dtype), value=-lr)
-            else:  # a step per run (fbo_cli.grids.run_batches.Rate): yi + round(-lr d) (0 or 1), as addcmul rounds it alone
+            else:  # a step per run (fbo_cli.grids.run_batches.Rate): yi + round(-lr d) (0 or 1),
+                # as addcmul rounds it alone
                 yi = torch.addcmul(yi, -lr * d, active.repeat(runs)[:, None].to(d.dtype))
         return yi
 
@@ -289,7 +292,8 @@ class BilevelAlgorithm(Algorithm):
         same ξ_i), so it is reused, not recomputed. ``same_sample`` (FedNest): ξ_{i,ν} = ξ_i, so the
         first step is exactly ``h``; otherwise (FBO-AggITD) each step draws fresh dropout masks.
         Returns ``[M, dx]``. In a run batch (``x``, ``h`` per run ``[R, dx]``, ``hg`` stacked ``[R*M, dx]``) each
-        local step's gradient is the runs' calls alone (``fbo_cli.algorithms.runs_as_clients``), the steps per run (``Rate``)."""
+        local step's gradient is the runs' calls alone (``fbo_cli.algorithms.runs_as_clients``), the steps per run
+        (``Rate``)."""
         M = hg.direct.shape[0] // self.runs
         if self.batched:  # each run's x and h on its clients' rows
             xi, h = self.spread(x, M), self.spread(h, M)

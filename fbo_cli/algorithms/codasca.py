@@ -114,8 +114,10 @@ class EpochSampler:
 
 class ClientRuns(Algorithm):
     """The run dimension of algorithms whose clients keep their own state between rounds (``[K, ...]``, the
-    ``client_state``), in a run batch (fbo_cli/grids/run_batches.py): ``[R, K, ...]`` between two rounds (the batch reads
-    run r's rows at index r: its evaluation, checkpoint and divergence check, :func:`fbo_cli.algorithms.runs_as_clients.show`) and
+    ``client_state``), in a run batch (fbo_cli/grids/run_batches.py): ``[R, K, ...]`` between two rounds (the batch
+    reads
+    run r's rows at index r: its evaluation, checkpoint and divergence check,
+    :func:`fbo_cli.algorithms.runs_as_clients.show`) and
     ``[R*K, ...]`` (run-major, every client a row) within one (:meth:`comm_round`)."""
 
     batches: ClassVar[bool] = True
@@ -159,7 +161,8 @@ class ClientRuns(Algorithm):
 
     def axpy(self, t: torch.Tensor, x: torch.Tensor, alpha, sub: bool = False) -> torch.Tensor:
         """``t += alpha x`` (``sub``: ``-=``) in place, as ``add_``/``sub_`` with ``alpha=`` rounds it (one fused
-        step); ``t``, ``x`` in :meth:`runs_view` / :meth:`glob` form. A :class:`~fbo_cli.algorithms.runs_as_clients.Rate` (the runs'
+        step); ``t``, ``x`` in :meth:`runs_view` / :meth:`glob` form. A
+        :class:`~fbo_cli.algorithms.runs_as_clients.Rate` (the runs'
         own alphas): run by run, each run's slice exactly the call of the run alone."""
         op = torch.Tensor.sub_ if sub else torch.Tensor.add_
         if not isinstance(alpha, Rate):

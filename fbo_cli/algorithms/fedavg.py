@@ -34,7 +34,8 @@ SCAFFOLD 2d up (Δy_i, Δc_i) and 2d down (x, c).
 Hyperparameters (paper §IV where stated): τ = 20, γ̃ = 0.1, Γ = 1 (lr schedule "throughout the
 experiments"), minibatch B = 64 (docs/fidelity.md#zohfl), η_g = 1; FedProx μ_prox = 0.01 (not given).
 
-Run batches (fbo_cli/grids/run_batches.py; ``_hfl.py``): all three, runs differing in γ̃, Γ, η_g, μ_prox; identical bit for bit
+Run batches (fbo_cli/grids/run_batches.py; ``_hfl.py``): all three, runs differing in γ̃, Γ, η_g, μ_prox; identical bit
+for bit
 to each run alone on the CPU but for the evaluated losses and accuracy, within rounding (tested).
 """
 

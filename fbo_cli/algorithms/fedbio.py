@@ -98,7 +98,8 @@ class _GlobalLowerBase(BilevelAlgorithm):
     batches: ClassVar[bool] = True  # fbo_cli/grids/run_batches.py
     batch_state: ClassVar[tuple[str, ...]] = ("x", "y", "u")
     batch_fixed: ClassVar[tuple[str, ...]] = ("delta", "u0")  # α_t is one number per iteration
-    batch_seeds: ClassVar[bool] = True  # each seed's minibatches and x's owners its own (fbo_cli/algorithms/runs_as_clients.py)
+    batch_seeds: ClassVar[bool] = True  # each seed's minibatches and x's owners its own
+    # (fbo_cli/algorithms/runs_as_clients.py)
 
     def __init__(self, task, hp, fed):
         check_schedule(hp.schedule, hp.delta, hp.u0)

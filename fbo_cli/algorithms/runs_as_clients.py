@@ -1,4 +1,5 @@
-"""The batched algorithm of a run batch (:mod:`fbo_cli.grids.run_batches`): the algorithm of R runs of one seed with the run
+"""The batched algorithm of a run batch (:mod:`fbo_cli.grids.run_batches`): the algorithm of R runs of one seed with
+the run
 dimension folded into the client dimension, the runs' float hyperparameters (:class:`Rate`), the oracles that
 serve R runs from one draw (:class:`_RunOracles`) and the per-run encodings (:class:`RunSplit`); docs/fidelity.md,
 "Run batches".

@@ -41,7 +41,8 @@ The building blocks (``BilevelAlgorithm`` in ``base.py``), with their shapes (``
 * ``self.ledger.comm(clients, up, down)``: one communication round (``rounds``, the x axis of every figure,
   and the floats sent); the runner counts ``ledger.iterations`` itself.
 
-Run batches (``fbo_cli/grids/run_batches.py``): this class sets ``batches = False``, so its runs run one by one. A method
+Run batches (``fbo_cli/grids/run_batches.py``): this class sets ``batches = False``, so its runs run one by one. A
+method
 whose every line works with a leading run dimension (``spread``, ``cmean`` and the oracles do; see
 ``fednest.py``) sets ``batches = True`` and names in ``batch_state`` every attribute that carries per-run state
 (here ``("x", "y")``): a batch carries per run only those, and a class of yours that writes an attribute it

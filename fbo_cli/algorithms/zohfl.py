@@ -34,7 +34,8 @@ Hyperparameters (paper §IV defaults): τ = 20 (Table I; 5/20/50 in Fig. 2), γ 
 η = 0.1, q = 1. Not given in the paper: minibatch B = 64 for ζ and ξ (docs/fidelity.md#zohfl); λ and μ are the task's
 ``lam``/``mu`` (1.0 each).
 
-Run batches (fbo_cli/grids/run_batches.py; ``_hfl.py``): runs differing in γ, γ̃, Γ, η step together (the directions, client
+Run batches (fbo_cli/grids/run_batches.py; ``_hfl.py``): runs differing in γ, γ̃, Γ, η step together (the directions,
+client
 sets and minibatches are drawn once; the 2q Alg. 2 calls of the R runs are one local computation of 2qR models a
 client); ``crn: false`` and ``warm_start`` run alone. Identical bit for bit to each run alone on the CPU but for the
 evaluated losses and accuracy, within rounding (tested).

@@ -4,8 +4,10 @@ A case is R runs of one algorithm on one task, of one seed, at R grid points of 
 (its default times ``FACTORS``). Both ways are timed in this process, alternately, on the same data, as the
 fastest of ``reps`` interleaved timings of ``iters`` outer iterations after one of warm-up: one by one, the R runs as
 :func:`fbo_cli.runs.runner.build` builds them alone, stepped one after the other; batched, one
-:func:`fbo_cli.grids.run_batches.stacked` algorithm of the R runs. Evaluations are timed too, a run's alone and the batch's
-(:func:`fbo_cli.algorithms.runs_as_clients.evaluate_runs`: one pass for the R runs where the task has one, else run by run), and
+:func:`fbo_cli.grids.run_batches.stacked` algorithm of the R runs. Evaluations are timed too, a run's alone and the
+batch's
+(:func:`fbo_cli.algorithms.runs_as_clients.evaluate_runs`: one pass for the R runs where the task has one, else run by
+run), and
 enter the runs per hour at the case's ``eval_every``. Each case also counts its step's matrix-product FLOPs (one run's,
 the batch's per run) and times the machine's sgemm between its own timings (:class:`fbo_cli.bench.timing.Sgemm`):
 the efficiency of each way against sgemm, and the ceiling, the step ratio a batch would reach if it did nothing but

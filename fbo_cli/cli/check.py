@@ -25,7 +25,8 @@ def check_cmd(
     rtol: float = typer.Option(1e-3, help="Relative tolerance of 'agrees' (float rounding)."),
     atol: float = typer.Option(1e-6, help="Absolute floor of the relative difference."),
     batch: str = typer.Option("auto", help="Run batches: auto | off | R. A sampled run's batch partners (the "
-                              "committed runs it steps with, fbo_cli/grids/run_batches.py) join the sample, and they rerun "
+                              "committed runs it steps with, fbo_cli/grids/run_batches.py) join the sample, "
+                              "and they rerun "
                               "as one batch, each checked against its own evidence."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List the sample and its cost; run nothing."),
 ) -> None:

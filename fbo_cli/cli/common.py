@@ -133,7 +133,8 @@ CpusPerRun = Annotated[int, typer.Option(help="Ray: CPUs per run (its torch thre
 GpusPerRun = Annotated[float, typer.Option(help="Ray: GPUs per run.")]
 BatchOpt = Annotated[str, typer.Option(help="Run batches: auto | off | R. Runs of one algorithm and seed that differ "
                                        "only in float hyperparameters step together in one process, each run's "
-                                       "numbers as alone (fbo_cli/grids/run_batches.py); auto: up to 16 where the algorithm "
+                                       "numbers as alone (fbo_cli/grids/run_batches.py); "
+                                       "auto: up to 16 where the algorithm "
                                        "batches.")]
 OutDir = Annotated[Optional[Path], typer.Option(help="Results root. \\[default: results]")]
 DataDir = Annotated[Optional[Path], typer.Option(help="Dataset directory. \\[default: data]")]

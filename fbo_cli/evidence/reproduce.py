@@ -69,7 +69,8 @@ def spec_cost(spec: str | Path, overrides: dict[str, Any], todo: bool = False,
 def gpu_lanes_time(gpu_s: float, cells: list, batch: str | int, lanes: int | None = None) -> float:
     """The wall time on one GPU of runs whose one-by-one GPU price is ``gpu_s`` (:func:`gpu_ratio`), run by ``lanes``
     processes sharing it (:func:`fbo_cli.runs.cost.lane_gain`) with ``--batch batch``: the price times the share
-    the batches leave of it (:func:`fbo_cli.grids.run_batches.cost_shares` from the CUDA batch bench; none measured: as alone),
+    the batches leave of it (:func:`fbo_cli.grids.run_batches.cost_shares` from the CUDA batch bench; none measured: as
+    alone),
     divided by the lanes' gain."""
     from ..grids.run_batches import cost_shares
     from ..runs.cost import GPU_LANES_FIT, lane_gain

@@ -9,7 +9,8 @@ so the client-stacked state ``[M, d]`` of a run alone becomes ``[R*M, d]`` (run-
 iterates ``[d]`` become ``[R, d]`` (``Algorithm.batch_state``), the server's mean is a mean per run
 (``Algorithm.cmean``), the float hyperparameters that differ are :class:`Rate` s (one number per run,
 multiplied into a tensor as a ``[R*M, 1]`` column), and every minibatch is drawn once from the group's one
-generator (what each run draws alone) and repeated for the R runs by the oracles (:mod:`fbo_cli.algorithms.runs_as_clients`).
+generator (what each run draws alone) and repeated for the R runs by the oracles
+(:mod:`fbo_cli.algorithms.runs_as_clients`).
 The ledger is the group's (each run's own is equal to it: the same draws, the same charges).
 The seed groups of a batch run one after the other in the same process.
 
@@ -101,7 +102,8 @@ def _self_writes(node: ast.AST) -> set[str]:
 @functools.lru_cache(maxsize=64)
 def state_refusal(cls: type) -> str | None:
     """Why runs of a user's algorithm (a class outside fbo) may not step in a run batch, or None. A batch carries
-    per run only the attributes ``batch_state`` names (:func:`fbo_cli.algorithms.runs_as_clients.stacked`; a checkpoint of a batched
+    per run only the attributes ``batch_state`` names (:func:`fbo_cli.algorithms.runs_as_clients.stacked`; a checkpoint
+    of a batched
     run holds them and nothing else of its own), so a user's class batches only when every attribute its own
     methods write after ``__init__`` is declared there, and when it writes attributes at all, its class declares
     ``batch_state`` itself (what ``__init__`` computes from a float hyperparameter would be the first run's in
@@ -141,7 +143,8 @@ def state_refusal(cls: type) -> str | None:
 
 def seeds_batch(cfg: RunConfig) -> bool:
     """Whether runs like ``cfg`` of other seeds may step in its batch (a seed batch: each run its own data,
-    generator and ledger, :func:`fbo_cli.algorithms.runs_as_clients.stacked_seeds`). A user's subclass batches seeds only where it
+    generator and ledger, :func:`fbo_cli.algorithms.runs_as_clients.stacked_seeds`). A user's subclass batches seeds
+    only where it
     says so itself (``batch_seeds`` in its class body): its step may read the seed's data some other way."""
     cls = cfg.entry.cls
     user = [c for c in cls.__mro__ if c is not object and not c.__module__.startswith("fbo_cli")]

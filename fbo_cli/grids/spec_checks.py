@@ -22,7 +22,8 @@ def nonneg_number(v: Any, what: str) -> float:
 
 # tables a report derives from a spec's runs (``derived:``): name -> what it is
 DERIVED = {"imax": "the largest communication window I whose final AUC stays within 0.01 of I = 1, per "
-                   "algorithm, client count K and seed (fbo_cli/evidence/report/codasca_section.py); claims on metric I_max"}
+                   "algorithm, client count K and seed (fbo_cli/evidence/report/codasca_section.py); "
+                   "claims on metric I_max"}
 
 
 def check_claims(where: str, claims: Any, algos: list[AlgorithmEntry], settings: list[SettingEntry]) -> None:

@@ -71,7 +71,8 @@ class SettingEntry(_Keys):
 
 @dataclass
 class Claim(_Keys):
-    """One of the paper's claims (``claims:``), checked by the report (:func:`fbo_cli.evidence.report.claim_verdict`)."""
+    """One of the paper's claims (``claims:``), checked by the report
+    (:func:`fbo_cli.evidence.report.claim_verdict`)."""
 
     text: str
     metric: str

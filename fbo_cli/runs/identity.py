@@ -52,7 +52,8 @@ def class_hashes(cls: type) -> dict[str, str]:
 
 def source_key(source: str) -> str:
     """What of a user's algorithm's source (its absolute ``file.py:Class``, or ``module:Class``) enters its runs'
-    identity (:func:`fbo_cli.runs.config.comparable`): the file's folder, the file and the class, ``va/ln.py:LocalNeumann``.
+    identity (:func:`fbo_cli.runs.config.comparable`): the file's folder, the file and the class,
+    ``va/ln.py:LocalNeumann``.
     Two versions of one class in two files are so two algorithms with their own runs, while moving the folder
     that holds them keeps their runs, and an edit of the file keeps its run ids (the runs are then stale,
     :func:`stale_reason`, and rerun, or kept with ``--accept-code-change``)."""

@@ -117,7 +117,8 @@ SAME_BITS: dict[tuple, bool] = {}
 
 def same_bits(key: tuple, fast: Callable[[], torch.Tensor], exact: Callable[[], torch.Tensor]) -> torch.Tensor:
     """``fast()`` where it gives the bits of ``exact()``, else ``exact()``: checked on the first call of each
-    ``key`` (the op and its shapes) and remembered. A run batch's products (fbo_cli/algorithms/runs_as_clients.py) use it where the
+    ``key`` (the op and its shapes) and remembered. A run batch's products (fbo_cli/algorithms/runs_as_clients.py) use
+    it where the
     R runs' rows stacked into one product (``fast``: the runs' heads side by side on the clients' shared
     features, or their globals in one call) compute each element as the same dot product as the run alone
     (``exact``: the features repeated, or the calls run by run). Whether the bits agree depends on the kernels the

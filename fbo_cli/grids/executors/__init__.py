@@ -9,8 +9,10 @@ Each run holds its run directory's lock (``.lock``) while it runs, so two proces
 same run at once: a run locked by another process is left for the end of the grid, then waited
 for and reused when the other process finished it (or run, when it did not).
 
-Run batches: the runs of a grid that may step together (:func:`fbo_cli.grids.run_batches.group_batches`, ``--batch``) are
-one task of every executor (a process, a Ray task), :func:`fbo_cli.grids.run_batches.execute_batch`; each run's directory is
+Run batches: the runs of a grid that may step together (:func:`fbo_cli.grids.run_batches.group_batches`, ``--batch``)
+are
+one task of every executor (a process, a Ray task), :func:`fbo_cli.grids.run_batches.execute_batch`; each run's
+directory is
 written as the run alone writes it.
 
 Ray: the worker runs in a temporary ``out_dir`` on its node and returns the run directory's files
@@ -66,7 +68,8 @@ class GridOptions:
     address: str | None = None  # Ray: the cluster to join (auto, HOST:PORT, ray://HOST:PORT); None: a local Ray
     cpus_per_run: int = 1  # Ray: CPUs per run (its torch threads)
     gpus_per_run: float = 0.0  # Ray: GPUs per run
-    batch: str | int = "auto"  # run batches (fbo_cli/grids/run_batches.py): auto | off | R runs stepped together in one task
+    batch: str | int = "auto"  # run batches (fbo_cli/grids/run_batches.py): auto | off | R runs
+    # stepped together in one task
 
     def __post_init__(self) -> None:
         if self.jobs < 1:
