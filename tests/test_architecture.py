@@ -1,4 +1,5 @@
-"""The package's shape: no import cycle inside ``fbo_cli`` (module-level or deferred imports alike),
+"""The package's shape: its layers (folders) import only downwards, no import cycle inside ``fbo_cli``
+(module-level or deferred imports alike),
 ``compare`` and ``tune`` do not import each other, and only ``spec`` reads an experiment spec's YAML
 (``config`` reads run configs for ``fbo run --config``)."""
 
@@ -26,8 +27,42 @@ def _graph() -> dict[str, set[str]]:
                 deps |= {mod} | {f"{mod}.{a.name}" for a in n.names}
             elif isinstance(n, ast.ImportFrom) and (n.module or "").startswith("fbo_cli"):
                 deps |= {n.module} | {f"{n.module}.{a.name}" for a in n.names}
+            elif isinstance(n, ast.Import):
+                deps |= {a.name for a in n.names if a.name.startswith("fbo_cli")}
         mods[name] = deps
     return {m: {d for d in ds if d in mods and d != m} for m, ds in mods.items()}
+
+
+LAYERS = ["cli", "evidence", "bench", "grids", "runs", "algorithms", "tasks", "sim", "data"]
+"""Top to bottom (docs/ARCHITECTURE.md): a module imports its own layer and the layers below it, never one above.
+``fbo_cli/__init__.py`` and ``errors.py`` sit under every layer, ``__main__.py`` above them all."""
+
+
+def _layer(module: str) -> int:
+    part = module.split(".")[1] if "." in module else ""
+    if part == "__main__":
+        return -1
+    return LAYERS.index(part) if part in LAYERS else len(LAYERS)  # the package itself, errors
+
+
+def _ups(g: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{m} -> {d}" for m, ds in g.items() for d in ds if _layer(d) < _layer(m))
+
+
+def test_every_module_is_in_a_layer():
+    top = {p.name for p in ROOT.iterdir() if not p.name.startswith((".", "__pycache__"))}
+    assert top == {f"{x}" for x in LAYERS} | {"__init__.py", "__main__.py", "errors.py"}, top
+
+
+def test_imports_go_down_the_layers():
+    assert _ups(_graph()) == []
+
+
+def test_an_import_up_a_layer_fails():
+    """The check itself: a deferred import of a higher layer (sim importing the runner) is found."""
+    g = _graph()
+    g["fbo_cli.sim.federation"] = g["fbo_cli.sim.federation"] | {"fbo_cli.runs.runner"}
+    assert set(_ups(g)) - set(_ups(_graph())) == {"fbo_cli.sim.federation -> fbo_cli.runs.runner"}
 
 
 def test_no_import_cycle():
@@ -55,7 +90,7 @@ def test_compare_and_tune_do_not_import_each_other():
 
 def test_only_spec_reads_a_spec():
     readers = {str(f.relative_to(ROOT)) for f in ROOT.rglob("*.py") if "load_config_file(" in f.read_text()}
-    assert readers <= {"runs/config.py", "grids/spec.py", "cli/run.py"}, readers
+    assert readers <= {"runs/config.py", "grids/spec.py", "cli/run.py", "bench/cases.py"}, readers  # bench: its cases
     cli = (ROOT / "cli" / "run.py").read_text()
     assert cli.count("load_config_file(") == 1 and "load_config_file(config)" in cli  # fbo run --config only
 

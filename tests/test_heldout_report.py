@@ -4,8 +4,8 @@ from types import SimpleNamespace
 
 from fbo_cli.evidence.report.heldout import heldout_md, pairs
 from fbo_cli.evidence.report.sections import Section
-from fbo_cli.evidence.report.verdicts import Verdict
 from fbo_cli.grids.spec_types import Tuned
+from fbo_cli.grids.verdicts import Verdict
 
 
 def _sec(name, chosen, verdicts):

@@ -158,7 +158,8 @@ def test_unit_features_undo_the_loader_normalization():
 
 
 def test_plot_partition(tmp_path):
-    from fbo_cli.tasks.hfl import partition_counts, plot_partition
+    from fbo_cli.evidence.report.zohfl_section import plot_partition
+    from fbo_cli.tasks.hfl import partition_counts
 
     data = build_hierarchical(load_dataset("synthetic"), "dirichlet", 6, 0, torch.device("cpu"), alpha=0.1)
     counts = partition_counts(data)

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from fbo_cli.cli import app
 from fbo_cli.evidence.report import Paper, build_report, collect_evidence
-from fbo_cli.evidence.report.reuse import reuse, reusing
+from fbo_cli.grids.plot_reuse import reuse, reusing
 
 runner = CliRunner()
 

@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 
 from fbo_cli.evidence.report.render import basis_line
-from fbo_cli.evidence.report.verdicts import (
+from fbo_cli.grids.spec import load_spec
+from fbo_cli.grids.verdicts import (
     claim_verdict,
     one_verdict_per_comparison,
     paired_interval,
@@ -16,7 +17,6 @@ from fbo_cli.evidence.report.verdicts import (
     paper_tolerance,
     tuning_basis,
 )
-from fbo_cli.grids.spec import load_spec
 
 
 def write_spec(tmp_path, tune="{score: val_loss, seeds: [100], rounds: 4}", reference=None, claims=None):

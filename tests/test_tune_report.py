@@ -316,7 +316,7 @@ def test_claim_verdict_is_a_paired_interval_against_the_margin():
 
 
 def test_sign_interval_decides_with_six_pairs_and_takes_never():
-    from fbo_cli.evidence.report.verdicts import paired_interval, sign_interval
+    from fbo_cli.grids.verdicts import paired_interval, sign_interval
 
     assert sign_interval(np.array([1.0, 2, 3, 4, 5]))[1:] == (-math.inf, math.inf)  # 2/32 > 0.05
     m, lo, hi = sign_interval(np.array([5.0, 1, 4, math.inf, 2, 3]))  # 2/64 <= 0.05: [d(1), d(6)]

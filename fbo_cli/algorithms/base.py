@@ -19,6 +19,8 @@ from ..sim.bounds import bounded, check_hp  # noqa: F401  (re-exported: algorith
 from ..sim.federation import Ledger, cmean, sample_clients
 from ..tasks.base import BilevelTask
 
+REBUILT = {"task", "hp", "fed", "ledger"}  # an algorithm's references the runner rebuilds from the config; never saved
+
 
 @dataclass
 class FederationView:

@@ -15,9 +15,9 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ..data.split import Split
-from ..runs import checkpoint as ckpt
 from ..sim.blockstack import BlockStack
 from ..sim.federation import same_bits
+from .base import REBUILT
 
 # --------------------------------------------------------------------------------------------------
 # the float hyperparameters of R runs
@@ -527,7 +527,7 @@ def show(b, view, pos: int, hp) -> None:
         setattr(view, k, None if v is None else v[pos].clone() if b.seed_runs is None else
                 b.seed_runs.own(pos, v[pos]).clone())
     for k, v in vars(b).items():
-        if k not in ckpt.REBUILT and k not in ("runs", "batched") and isinstance(v, (bool, int, float)):
+        if k not in REBUILT and k not in ("runs", "batched") and isinstance(v, (bool, int, float)):
             setattr(view, k, v)
     view.hp = hp
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -13,6 +14,25 @@ from pathlib import Path
 import torch
 
 from .timing import _build
+
+
+def prepared(checkout: Path, mnist_raw: Path, root: Path, driver: str | None = None) -> Path:
+    """Copy the checkout under ``root`` beside ``data/mnist/MNIST/raw`` (a link to fbo's idx files) and the
+    stubs (and ``driver``, the witness runs' ``_fbo_driver.py``, :mod:`fbo_cli.evidence.witness`); returns the
+    copy's folder."""
+    if not (checkout / "main_hr.py").is_file():
+        raise FileNotFoundError(f"{checkout}: no main_hr.py (a checkout of github.com/ucr-optml/FedNest?)")
+    if not (mnist_raw / "train-images-idx3-ubyte").is_file():
+        raise FileNotFoundError(f"{mnist_raw}: no MNIST idx files (`make setup` or `fbo fetch mnist`)")
+    shutil.copytree(checkout, root / "FedNest", ignore=shutil.ignore_patterns(".git", "figs", "*.ipynb"))
+    (root / "data" / "mnist" / "MNIST").mkdir(parents=True)
+    (root / "data" / "mnist" / "MNIST" / "raw").symlink_to(mnist_raw.resolve())
+    (root / "stubs").mkdir()
+    (root / "stubs" / "cv2.py").write_text("log = None\n")
+    (root / "stubs" / "importlib_metadata.py").write_text("requires = None\n")
+    if driver is not None:
+        (root / "FedNest" / "_fbo_driver.py").write_text(driver)
+    return root / "FedNest"
 
 
 def whole_run_fednest(case: dict, data, rounds: int = 500, reps: int = 2) -> dict:
@@ -61,8 +81,6 @@ def public_fednest(checkout: Path, mnist_raw: Path, iters: int = 4, timeout: flo
     stubbed on its path. Nothing of the code is edited."""
     import subprocess
     import tempfile
-
-    from ..evidence.witness import prepared  # the same copy, data link and stubs as the witness runs
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

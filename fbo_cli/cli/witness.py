@@ -26,7 +26,7 @@ def witness(
     """The paper's own code as a witness: run the public FedNest code at Table 2's settings and record its
     curves as runs beside ours (fbo report shows them in Table 2's section). Finished runs are kept; one run
     takes 10-45 minutes on one core, by the machine's load."""
-    from ..evidence.witness import SETTINGS
+    from ..grids.spec_checks import WITNESS_SETTINGS as SETTINGS
     from ..runs.rundir import make_dirs
 
     with user_errors():

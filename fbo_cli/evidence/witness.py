@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -43,11 +42,6 @@ from ..errors import UsageError
 # --lr is the run's: 0.01 in that script, 0.003 in Xiao & Ji's App. A.3
 COMMON = ["--hlr", "0.01", "--local_bs", "64", "--round", "10000000", "--gpu", "-1"]
 SCRIPT_INNER_LR = 0.01
-SETTINGS = {"iid-tau1": ("IID, tau=1", ["--iid", "--outer_tau", "1"]),
-            "iid-tau5": ("IID, tau=5", ["--iid", "--outer_tau", "5"]),
-            "noniid-tau1": ("non-IID, tau=1", ["--outer_tau", "1"]),
-            "noniid-tau5": ("non-IID, tau=5", ["--outer_tau", "5"])}
-
 DRIVER = '''
 import os, random, runpy, sys
 import numpy as np, torch
@@ -90,36 +84,22 @@ def checkout_commit(checkout: Path) -> str:
     return sha if r.returncode == 0 and re.fullmatch(r"[0-9a-f]{40}", sha) else UNRECORDED
 
 
-def prepared(checkout: Path, mnist_raw: Path, root: Path) -> Path:
-    """Copy the checkout under ``root`` beside ``data/mnist/MNIST/raw`` (a link to fbo's idx files) and the
-    stubs and driver; returns the copy's folder."""
-    if not (checkout / "main_hr.py").is_file():
-        raise FileNotFoundError(f"{checkout}: no main_hr.py (a checkout of github.com/ucr-optml/FedNest?)")
-    if not (mnist_raw / "train-images-idx3-ubyte").is_file():
-        raise FileNotFoundError(f"{mnist_raw}: no MNIST idx files (`make setup` or `fbo fetch mnist`)")
-    shutil.copytree(checkout, root / "FedNest", ignore=shutil.ignore_patterns(".git", "figs", "*.ipynb"))
-    (root / "data" / "mnist" / "MNIST").mkdir(parents=True)
-    (root / "data" / "mnist" / "MNIST" / "raw").symlink_to(mnist_raw.resolve())
-    (root / "stubs").mkdir()
-    (root / "stubs" / "cv2.py").write_text("log = None\n")
-    (root / "stubs" / "importlib_metadata.py").write_text("requires = None\n")
-    (root / "FedNest" / "_fbo_driver.py").write_text(DRIVER)
-    return root / "FedNest"
-
-
 def run_public_fednest(checkout: Path, mnist_raw: Path, setting: str, seed: int, rounds: int, out: Path,
                        target: float = 0.90, echo=print, inner_lr: float = SCRIPT_INNER_LR) -> dict:
-    """One run of the public code at ``setting`` (a key of :data:`SETTINGS`) until its round counter passes
+    """One run of the public code at ``setting`` (a key of
+    :data:`fbo_cli.grids.spec_checks.WITNESS_SETTINGS`) until its round counter passes
     ``rounds``; writes ``out/{config.yaml, metrics.csv, summary.json}`` and returns the summary."""
     import pandas as pd
 
+    from ..bench.reference import prepared
+    from ..grids.spec_checks import WITNESS_SETTINGS
     from ..runs.rundir import atomic_write, file_sha256
 
-    name, extra = SETTINGS[setting]
+    name, extra = WITNESS_SETTINGS[setting]
     iters = rounds // 10 + 1  # 10 rounds per outer iteration; the code also stops once past --round
     args = [*COMMON, "--lr", f"{inner_lr:g}", *extra, "--epochs", str(iters)]
     with tempfile.TemporaryDirectory(prefix="fbo-witness-") as tmp:
-        cwd = prepared(checkout, mnist_raw, Path(tmp))
+        cwd = prepared(checkout, mnist_raw, Path(tmp), DRIVER)
         log = Path(tmp) / "log.yaml"
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "FBO_WITNESS_SEED": str(seed),
                "PYTHONPATH": str(Path(tmp) / "stubs")}

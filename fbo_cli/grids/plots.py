@@ -86,8 +86,8 @@ def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFram
     ends are: the smallest, over panels with two or more lines, of the spread of the lines' last values
     over the panel's y range (1.0 when there is nothing to compare). ``inset``: a panel whose lines' ends span less
     than that share of it gets an inset of the last half of its x axis, y fitted to it (one figure shows both). In a
-    report, a figure drawn from the same inputs before is reused (:mod:`fbo_cli.evidence.report.reuse`)."""
-    from ..evidence.report.reuse import reuse
+    report, a figure drawn from the same inputs before is reused (:mod:`fbo_cli.grids.plot_reuse`)."""
+    from .plot_reuse import reuse
 
     return reuse(path, (repr(exp), curves, runs, tail, formats, title, inset),
                  lambda: _plot_experiment(exp, curves, path, runs, tail, formats, title, inset))

@@ -4,7 +4,7 @@ for the claims whose verdict is inconclusive.
 The procedure, stated before any look (and in the report's rule):
 
 1. **First look** at the spec's seeds: every claim in every setting gets its verdict at 95%
-   (:func:`fbo_cli.evidence.report.verdicts.claim_verdict`).
+   (:func:`fbo_cli.grids.verdicts.claim_verdict`).
 2. For each claim and setting still *inconclusive*, the two algorithms it compares get seeds up to the
    **cap** (default 10) in the settings it pairs: the spec's seeds, then the next integers. Nothing else is
    run: a setting whose claims are decided keeps the spec's seeds.
@@ -34,7 +34,7 @@ CAP = 10
 
 def plan(exp: Experiment, runs, cap: int = CAP) -> tuple[list[dict], list[str]]:
     """(the seeds to add: ``[{setting, algorithms, seeds}]``, the claims that asked for them as text)."""
-    from ..evidence.report.verdicts import claim_verdict
+    from .verdicts import claim_verdict
 
     if cap <= len(exp.seeds):
         raise UsageError(f"--cap {cap}: the spec already has {len(exp.seeds)} seeds; the cap must be larger")

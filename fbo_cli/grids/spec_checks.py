@@ -12,6 +12,12 @@ from ..errors import UsageError
 from ..tasks import TASKS
 from .spec_types import AlgorithmEntry, Attribution, SettingEntry, TuneSpec, Witness
 
+WITNESS_SETTINGS = {  # the public FedNest code's settings (fbo witness): name, its arguments
+    "iid-tau1": ("IID, tau=1", ["--iid", "--outer_tau", "1"]),
+    "iid-tau5": ("IID, tau=5", ["--iid", "--outer_tau", "5"]),
+    "noniid-tau1": ("non-IID, tau=1", ["--outer_tau", "1"]),
+    "noniid-tau5": ("non-IID, tau=5", ["--outer_tau", "5"])}
+
 
 def nonneg_number(v: Any, what: str) -> float:
     """A finite number >= 0 (a tolerance, a margin), else a UsageError naming ``what``."""
@@ -76,18 +82,17 @@ def check_claims(where: str, claims: Any, algos: list[AlgorithmEntry], settings:
 def check_witness(where: str, w: Any, algos: list[AlgorithmEntry], settings: list[SettingEntry]) -> Witness | None:
     """``witness: {algorithm, settings: {spec setting: witness setting}}``: the public code's runs
     (``fbo witness``) shown beside that algorithm's in those settings."""
-    from ..evidence.witness import SETTINGS
-
     if w is None:
         return None
     ok = (isinstance(w, dict) and {"algorithm", "settings"} <= set(w) <= {"algorithm", "settings", "inner_lr"}
           and w["algorithm"] in {a.name for a in algos}
           and isinstance(w.get("inner_lr", 0.01), (int, float)) and not isinstance(w.get("inner_lr"), bool)
           and isinstance(w["settings"], dict) and all(
-              k in {s.name for s in settings} and v in SETTINGS for k, v in w["settings"].items()))
+              k in {s.name for s in settings} and v in WITNESS_SETTINGS for k, v in w["settings"].items()))
     if not ok:
         raise UsageError(f"{where}: 'witness' must be {{algorithm: <an algorithm of the spec>, settings: {{<setting>: "
-                         f"one of {', '.join(SETTINGS)}}}, inner_lr: <the public code's --lr>}}; got {w!r:.200}")
+                         f"one of {', '.join(WITNESS_SETTINGS)}}}, inner_lr: <the public code's --lr>}}; "
+                         f"got {w!r:.200}")
     return Witness(w["algorithm"], dict(w["settings"]), float(w.get("inner_lr", 0.01)))
 
 

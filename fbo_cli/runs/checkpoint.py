@@ -25,11 +25,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..algorithms.base import REBUILT
 from ..data import FederatedData
 from ..sim.federation import Ledger
 from ..tasks.base import Task
 
-REBUILT = {"task", "hp", "fed", "ledger"}  # rebuilt from the config, not saved
 _SKIP = ("s",)  # keep the value the fresh object holds
 
 

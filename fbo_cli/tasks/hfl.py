@@ -21,14 +21,13 @@ the loader's standardized values (``standard``).
 
 The task holds no algorithm logic: it provides batched closed-form oracles (cross-entropy gradients of
 stacked models ``[K, G·C, n]``: ``G`` models per client share each minibatch), the projection, the
-row tables of clients and server, and the metrics. Also here: :func:`partition_counts` and
-:func:`plot_partition`, the client-by-class plot of Fig. 1.
+row tables of clients and server, and the metrics. Also here: :func:`partition_counts`, the
+client-by-class counts of Fig. 1 (drawn by :mod:`fbo_cli.evidence.report.zohfl_section`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import ClassVar
 
 import torch
@@ -291,31 +290,3 @@ def partition_counts(data) -> torch.Tensor:
     lab = data.y[data.train_idx]
     oh = F.one_hot(lab, data.num_classes) * data.train_mask.unsqueeze(-1)
     return oh.sum(1)
-
-
-def draw_partition(ax, counts) -> None:
-    """Fig. 1 of ZO-HFL on ``ax``: a bubble chart of a client x class count matrix (area proportional to count)."""
-    import numpy as np
-
-    c = np.asarray(counts, dtype=float)
-    m, C = c.shape
-    ii, cc = np.meshgrid(np.arange(m), np.arange(C), indexing="ij")
-    ax.scatter(ii.ravel(), cc.ravel(), s=120.0 * c.ravel() / max(c.max(), 1.0), color="#D55E00", alpha=0.75,
-               edgecolors="none", clip_on=False)
-    ax.set_xticks(range(m))
-    ax.set_yticks(range(C))
-    ax.set_xlabel("client")
-    ax.set_ylabel("class")
-    ax.set_xlim(-0.7, m - 0.3)
-    ax.set_ylim(-0.7, C - 0.3)
-
-
-def plot_partition(counts: torch.Tensor, path: str | Path, title: str = "", formats=("png", "pdf", "svg")) -> Path:
-    """Fig. 1 of ZO-HFL: a bubble chart of the client x class counts, at a paper's column width (PNG, PDF,
-    SVG); returns the PNG's path."""
-    from ..grids import plotstyle as ps
-
-    fig, axes = ps.subplots(1, 1, width=ps.COLUMN_IN, panel_h=2.6)
-    draw_partition(axes[0][0], counts.cpu().numpy())
-    ps.suptitle(fig, title or "examples per client and class")
-    return ps.save(fig, Path(path), formats)[0]

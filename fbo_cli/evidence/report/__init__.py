@@ -34,13 +34,13 @@ import shutil
 from pathlib import Path
 
 from ...errors import UsageError
+from ...grids.verdicts import MARGIN, VERDICTS, claim_verdict, match_paper, paper_rows  # noqa: F401
 from ...runs.rundir import atomic_write, make_dirs, temp_folder
 from .evidence import BENCH_FILES, CHECK_FILES, EVIDENCE_FILES, SPEC_FILES, collect_evidence, prune_evidence  # noqa: F401
 from .pages import paper_figures, write_pages
 from .papers import PAPERS, Paper, fidelity_anchor  # noqa: F401
 from .render import counts_title, finding_md, render_html, render_markdown, slug, summary_md  # noqa: F401
 from .sections import Section, build_section  # noqa: F401
-from .verdicts import MARGIN, VERDICTS, claim_verdict, match_paper, paper_rows  # noqa: F401
 
 DATA_S = 20  # seconds to read the evidence and write the pages on 2 cores, figures aside
 FIGURES_MARK = ".fbo-figures"  # the report replaces only a figures folder that carries it
@@ -75,8 +75,8 @@ def build_report(root: Path, md_path: Path, html_path: Path, command: str = "fbo
     os.chmod(fresh, 0o777 & ~mask)  # mkdtemp's folder is private; the report's is not
     (fresh / FIGURES_MARK).write_text("written by fbo report; the next report replaces this folder\n")
     try:
+        from ...grids.plot_reuse import reusing
         from .figures import Evidence
-        from .reuse import reusing
 
         ev = Evidence(root)
         with reusing(figdir, fresh, root) as rec:

@@ -74,7 +74,7 @@ def draw(name: str, root: Path, out_dir: Path, formats=ps.FORMATS, evidence: Evi
                                       "noise": noise_figure}
         inputs = tuple((repr(exp), runs, curves) for exp, runs, curves in loaded)
         produce = lambda: kinds[fig.kind](fig, loaded, path, formats)  # noqa: E731
-    from .reuse import reuse
+    from ...grids.plot_reuse import reuse
 
     def named():  # the result as the report keeps it: file names, caption
         files, cap = produce()
@@ -287,7 +287,7 @@ def codasca_fig1(fig: PaperFigure, loaded, path: Path, formats, delta: float = 0
 
 
 def _partition(fig: PaperFigure, root: Path, path: Path, formats):
-    from ...tasks.hfl import draw_partition
+    from .zohfl_section import draw_partition
 
     files = [root / c for c in COUNTS if (root / c).is_file()]
     if not files:

@@ -13,10 +13,10 @@ from __future__ import annotations
 import math
 
 from ...grids.spec_types import Choice
+from ...grids.verdicts import FIT_SPLIT_SCORES
 from ...runs.rundir import md_row
 from .sections import Section
 from .tuning import choice_kind, tuning_records
-from .verdicts import FIT_SPLIT_SCORES
 
 SUFFIX = "_heldout"
 VALIDATION_SCORES = FIT_SPLIT_SCORES  # the upper loss on the split x is fitted on

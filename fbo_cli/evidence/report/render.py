@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ...grids.spec import Experiment
+from ...grids.verdicts import SEE, VERDICTS, one_verdict_per_comparison
 from ...runs.rundir import md_row
 from .evidence import BENCH_FILES, CHECK_FILES
 from .fold import html_folds, slug
@@ -18,7 +19,6 @@ from .papers import PAPERS, Paper, fidelity_anchor
 from .scorecard import with_scorecards
 from .sections import Section
 from .tuning import tuning_md
-from .verdicts import SEE, VERDICTS, one_verdict_per_comparison
 
 
 def render_markdown(sections: dict[str, list[Section]], root: Path, command: str,

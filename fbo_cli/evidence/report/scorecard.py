@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from ...grids.verdicts import VERDICTS
 from ...runs.rundir import md_row
 from .fold import slug
 from .papers import Paper, fidelity_anchor
 from .sections import Section
-from .verdicts import VERDICTS
 
 # a paper number's verdict (paper_rows' last column) as the scorecard counts it
 REACHED = {"consistent with": "reached", "consistent": "reached", "above": "reached (ours above)",

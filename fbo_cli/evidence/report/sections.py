@@ -12,7 +12,7 @@ import pandas as pd
 from ...errors import UsageError
 from ...grids.compare import write_report
 from ...grids.spec import Experiment
-from .verdicts import Verdict, claim_verdict, paper_rows, paper_tolerance, run_summaries, tuning_basis
+from ...grids.verdicts import Verdict, claim_verdict, paper_rows, paper_tolerance, run_summaries, tuning_basis
 
 
 @dataclass

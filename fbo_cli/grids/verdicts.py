@@ -11,8 +11,8 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from ...grids.spec import Experiment
-from ...grids.spec_types import Claim
+from .spec import Experiment
+from .spec_types import Claim
 
 CONFIDENCE = 0.95  # every interval of the report: two-sided 95%
 LOOKS = (0.05, 0.025)  # the error rate of each look of `compare --until-settled`: the spec's seeds, then the cap
@@ -352,7 +352,7 @@ PAPER_VERDICTS = ("consistent with", "above", "below", "inconclusive")
 
 
 def run_summaries(runs: pd.DataFrame, key: str):
-    from ...runs.rundir import read_summary
+    from ..runs.rundir import read_summary
 
     for d in runs.run_dir:
         s = read_summary(Path(d)) or {}

@@ -24,7 +24,8 @@ import pandas as pd
 
 MANIFEST = "reuse.json"
 # the code a figure depends on: a change to any of them redraws every figure
-CODE = ("plots.py", "plotstyle.py", "paper_figures.py", "report/figures.py", "report/reuse.py", "tasks/hfl.py")
+CODE = ("grids/plots.py", "grids/plotstyle.py", "grids/plot_reuse.py", "evidence/paper_figures.py",
+        "evidence/report/figures.py", "evidence/report/zohfl_section.py")
 
 _active: Reuse | None = None
 
