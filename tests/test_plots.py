@@ -10,13 +10,13 @@ import pytest
 from matplotlib.collections import PolyCollection
 
 from fbo_cli.evidence.paper_figures import PaperFigure
-from fbo_cli.grids import plotstyle as ps
+from fbo_cli.grids import plots as ps
 from fbo_cli.grids.spec import Experiment
 
 
 @pytest.fixture
 def captured(monkeypatch):
-    """The figures handed to ``plotstyle.save``, drawn (constrained layout applied) before they are saved."""
+    """The figures handed to ``plots.save``, drawn (constrained layout applied) before they are saved."""
     figs = []
     real = ps.save
 

@@ -44,7 +44,7 @@ def _out_folder(out_dir: Path) -> None:
 
 def _draw(name: str, root: Path, out_dir: Path, formats: list[str] | None) -> None:
     from ..evidence.report.figures import draw
-    from ..grids.plotstyle import parse_formats
+    from ..grids.plots import parse_formats
 
     with user_errors():
         fmts = parse_formats(formats)
@@ -86,7 +86,7 @@ def figure_zohfl_fig1(
     if dataset is None:
         return _draw("zohfl-fig1", root, out_dir, formats)
     from ..evidence.report.zohfl_section import fig1
-    from ..grids.plotstyle import parse_formats
+    from ..grids.plots import parse_formats
 
     with user_errors():
         fmts = parse_formats(formats)

@@ -77,7 +77,7 @@ def reproduce(
             raise typer.Exit(130) from None
         if counts:
             from ..evidence.report.zohfl_section import fig1
-            from ..grids.plotstyle import parse_formats
+            from ..grids.plots import parse_formats
 
             for dataset, alpha in counts:
                 png = fig1(dataset, alpha, 10, 0, "data", Path("results/figures"), parse_formats(None))

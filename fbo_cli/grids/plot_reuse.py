@@ -24,7 +24,7 @@ import pandas as pd
 
 MANIFEST = "reuse.json"
 # the code a figure depends on: a change to any of them redraws every figure
-CODE = ("grids/plots.py", "grids/plotstyle.py", "grids/plot_reuse.py", "evidence/paper_figures.py",
+CODE = ("grids/plots.py", "grids/plot_reuse.py", "evidence/paper_figures.py",
         "evidence/report/figures.py", "evidence/report/zohfl_section.py")
 
 _active: Reuse | None = None

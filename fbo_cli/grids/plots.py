@@ -1,22 +1,231 @@
-"""An experiment's curves: the headline metric against the spec's x axis, one panel per setting, one line
-per algorithm (mean over the seeds' done runs with a band), the target line, the paper's numbers as hollow
-diamonds, in the style of :mod:`fbo_cli.grids.plotstyle`. ``fbo compare`` writes it as ``curves.png`` (with PDF
-and SVG beside it); ``fbo report`` and ``fbo figure`` draw the papers' figures with it.
+"""Every plot fbo draws, in one style, and an experiment's curves.
+
+The style: a paper's two-column width (6.9 in; 3.3 in for one column), fonts of 8 pt or more at that size,
+colour-blind-safe colours (Okabe & Ito) fixed per method in every figure, one shared legend outside the data,
+bands clipped to the metric's range, constrained layout (the suptitle never covers a panel title), and every
+figure written as PNG, PDF and SVG. Every figure of fbo (``fbo compare``'s curves, ``fbo tune``'s,
+the report's papers' figures) draws with these helpers.
+
+The curves (:func:`plot_experiment`): the headline metric against the spec's x axis, one panel per setting,
+one line per algorithm (mean over the seeds' done runs with a band), the target line, the paper's numbers as
+hollow diamonds. ``fbo compare`` writes it as ``curves.png`` (with PDF and SVG beside it); ``fbo report`` and
+``fbo figure`` draw the papers' figures with it.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 import textwrap
 import warnings
+import zlib
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from ..runs.rundir import METRIC_LABELS, X_AXES
-from . import plotstyle as ps
 from .spec import BANDS, Experiment, overrides_note
+
+PAGE_IN, COLUMN_IN = 6.9, 3.3  # a two-column paper's text width and column width, inches
+FONT_PT = 8  # the smallest font on any figure
+FORMATS = ("png", "pdf", "svg")
+
+# Okabe & Ito (2008), the colour-blind-safe palette; yellow is left out (unreadable on white)
+OI = {"black": "#000000", "orange": "#E69F00", "sky": "#56B4E9", "green": "#009E73", "blue": "#0072B2",
+      "vermillion": "#D55E00", "purple": "#CC79A7", "grey": "#7F7F7F"}
+# each method's (colour, marker), the same in every figure; a paper's own method is vermillion
+METHODS: dict[str, tuple[str, str]] = {
+    "aggitd": ("vermillion", "o"), "aggitd-sgd": ("vermillion", "v"),
+    "fednest": ("blue", "s"), "fednest-sgd": ("blue", "<"),
+    "lfednest": ("sky", "^"), "lfednest-sgd": ("sky", ">"),
+    "fedbio": ("green", "D"), "fedbio-local": ("green", "d"),
+    "fedbioacc": ("orange", "v"), "fedbioacc-local": ("orange", "^"),
+    "adafbio": ("purple", "P"), "adafbio-adabelief": ("purple", "X"), "adafbio-none": ("black", "*"),
+    "fedavg": ("black", "s"), "fedavg-noisy": ("grey", "v"), "fedavg-clean": ("black", "o"),
+    "fedavg-ce": ("grey", "s"),
+    "fedprox": ("sky", "^"), "scaffold": ("green", "D"), "server-only": ("grey", "x"), "zohfl": ("vermillion", "o"),
+    "codaplus": ("blue", "s"), "codasca": ("vermillion", "o"),
+}
+DASHES = ["-", "--", "-.", ":"]  # rows of one method in one figure, in order
+MARKERS = "os^DvP<>X"  # a further row of one method's colour takes the next one not its own: grey scale tells it apart
+# the range a metric can take: bands are clipped to it and the y axis never shows beyond it
+METRIC_RANGE = {m: (0.0, 1.0) for m in ("test_acc", "train_acc", "val_acc", "test_acc_pooled", "test_auc",
+                                        "val_auc", "f1")}
+
+
+def use() -> None:
+    """Set the style (matplotlib's Agg backend, fonts, lines, grid) for the figures drawn next."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    matplotlib.rcParams.update({
+        "font.size": FONT_PT, "axes.titlesize": FONT_PT + 0.5, "axes.labelsize": FONT_PT,
+        "xtick.labelsize": FONT_PT, "ytick.labelsize": FONT_PT, "legend.fontsize": FONT_PT,
+        "figure.titlesize": FONT_PT + 1, "lines.linewidth": 1.3, "lines.markersize": 4,
+        "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3,
+        "grid.linewidth": 0.5, "svg.fonttype": "none", "pdf.fonttype": 42, "legend.frameon": False,
+        "figure.constrained_layout.h_pad": 0.04, "figure.constrained_layout.w_pad": 0.04,
+        "path.simplify_threshold": 0.5})
+
+
+def subplots(nrows: int, ncols: int, width: float = PAGE_IN, panel_h: float = 1.9, **kw):
+    """A figure of ``nrows`` x ``ncols`` panels at ``width`` inches, constrained layout, axes always 2-d."""
+    use()
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(nrows, ncols, figsize=(width, panel_h * nrows + 0.6), squeeze=False,
+                        layout="constrained", **kw)
+
+
+def method_style(algo: str) -> tuple[str, str]:
+    """(colour, marker) of a registry algorithm; one not in :data:`METHODS` gets a fixed one from its name."""
+    if algo in METHODS:
+        c, m = METHODS[algo]
+        return OI[c], m
+    h = zlib.crc32(algo.encode())
+    return list(OI.values())[h % len(OI)], "ohp8*"[h // len(OI) % 5]
+
+
+def row_styles(rows: list[tuple[str, str]]) -> dict[str, dict]:
+    """Line styles of a figure's rows ``(display name, algo)``: the method's colour and marker, and a new
+    dash for each further row of the same colour, so that rows stay distinct where they overlap."""
+    out, seen = {}, {}
+    if len(rows) > 1 and len({a for _, a in rows}) == 1:  # one method, several parameters: a colour per row
+        cols = [OI[c] for c in ("vermillion", "blue", "green", "orange", "sky", "purple", "black", "grey")]
+        return {name: {"color": cols[k % len(cols)], "marker": "os^Dv<>P"[k % 8], "ls": DASHES[k % len(DASHES)]}
+                for k, (name, _) in enumerate(rows)}
+    used: dict[str, set] = {}
+    for name, algo in rows:
+        c, m = method_style(algo)
+        k = seen[c] = seen.get(c, -1) + 1  # a second row in one colour gets the next dash and a marker of its own
+        taken = used.setdefault(c, set())
+        if m in taken:
+            m = next((x for x in MARKERS if x not in taken), m)
+        taken.add(m)
+        out[name] = {"color": c, "marker": m, "ls": DASHES[k % len(DASHES)]}
+    return out
+
+
+def empty(ax, text: str = "no finished runs") -> None:
+    """Say in the panel why it shows nothing (never an empty frame with a bare 0-1 axis)."""
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="0.4")
+
+
+def line(ax, x, y, style: dict, label: str, k: int = 0, n_marks: int = 6, **kw):
+    """A line with sparse markers (offset by ``k`` so that two lines' markers do not coincide)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    every = max(len(x) // n_marks, 1)
+    return ax.plot(x, y, color=style["color"], ls=style["ls"], marker=style["marker"],
+                   markevery=(min(k * max(every // 4, 1), max(len(x) - 1, 0)), every), label=label, **kw)
+
+
+def band(ax, x, lo, hi, color: str, metric: str, alpha: float = 0.18):
+    """A shaded band, clipped to the metric's range (:data:`METRIC_RANGE`)."""
+    lo, hi = np.asarray(lo, float), np.asarray(hi, float)
+    if metric in METRIC_RANGE:
+        a, b = METRIC_RANGE[metric]
+        lo, hi = np.clip(lo, a, b), np.clip(hi, a, b)
+    return ax.fill_between(x, lo, hi, color=color, alpha=alpha, lw=0)
+
+
+def positive(x, *ys):
+    """The points with x > 0 (what a log x axis can show): no line from 0 or across unmeasured decades."""
+    x = np.asarray(x, float)
+    keep = x > 0
+    return (x[keep], *[np.asarray(y, float)[keep] for y in ys])
+
+
+def limit_y(ax, metric: str) -> None:
+    """Keep the y axis inside the metric's range (a margin is fine, values beyond it are not)."""
+    if metric in METRIC_RANGE:
+        a, b = METRIC_RANGE[metric]
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(max(lo, a - 0.02), min(hi, b + 0.02))
+
+
+def paper_handle():
+    """The legend entry of the papers' numbers: hollow diamonds in the method's colour."""
+    from matplotlib.lines import Line2D
+
+    return Line2D([], [], ls="none", marker="D", mfc="none", mec="0.2", mew=1.2, ms=5,
+                  label="paper (hollow diamond, the method's colour)")
+
+
+def shared_legend(fig, extra: list | None = None, ncol: int | None = None):
+    """One legend for the whole figure, below the panels (outside the data): every labelled artist of
+    every panel once, in order of appearance, then ``extra`` handles."""
+    handles, labels = {}, []
+    for ax in fig.axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab.startswith("_"):
+                continue
+            if lab not in handles:
+                labels.append(lab)
+            if lab not in handles or _markers_only(handles[lab]) and not _markers_only(h):  # a drawn line first
+                handles[lab] = h
+    for h in extra or []:
+        if h.get_label() not in handles:
+            handles[h.get_label()] = h
+            labels.append(h.get_label())
+    if not labels:
+        return None
+    width = max(len(s) for s in labels)
+    ncol = ncol or max(1, min(len(labels), int(fig.get_figwidth() * 72 / (FONT_PT * 0.52 * width + 28))))
+    return fig.legend([handles[k] for k in labels], labels, loc="outside lower center", ncol=ncol)
+
+
+def _markers_only(h) -> bool:
+    return hasattr(h, "get_linestyle") and h.get_linestyle() in ("None", "none", "")
+
+
+def suptitle(fig, text: str) -> None:
+    """A figure title wrapped to the figure's width."""
+    chars = int(fig.get_figwidth() * 72 / ((FONT_PT + 1) * 0.55))
+    fig.suptitle("\n".join(textwrap.wrap(text, chars)))
+
+
+def save(fig, path: Path, formats=FORMATS) -> list[Path]:
+    """Write the figure atomically in each format (``path`` with its suffix replaced) and close it;
+    returns the files written, the PNG first."""
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    out = []
+    try:
+        for fmt in sorted(dict.fromkeys(formats), key=lambda f: f != "png"):
+            target = path.with_suffix("." + fmt)
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix="." + fmt)
+            os.close(fd)
+            try:
+                # tight: a panel title wider than its panel (a long method name) spills past the last panel's edge
+                fig.savefig(tmp, dpi=200, format=fmt, metadata={"Date": None} if fmt in ("svg", "pdf") else None,
+                            bbox_inches="tight", pad_inches=0.03)
+                m = os.umask(0)
+                os.umask(m)
+                os.chmod(tmp, 0o666 & ~m)
+                os.replace(tmp, target)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+            out.append(target)
+    finally:
+        plt.close(fig)
+    return out
+
+
+def parse_formats(values: list[str] | None) -> tuple[str, ...]:
+    """``--format`` values (repeatable, or comma lists) as a tuple of formats; raises UsageError."""
+    from ..errors import UsageError
+
+    fmts = [f.strip().lower() for v in values or [] for f in v.split(",") if f.strip()]
+    bad = [f for f in fmts if f not in FORMATS]
+    if bad:
+        raise UsageError(f"--format: unknown format {', '.join(bad)}; choose from {', '.join(FORMATS)}")
+    return tuple(dict.fromkeys(fmts)) or FORMATS
+
 
 LOG_X = ("samples", "floats_up")  # counts over decades: a log axis from the first measured point
 LABELS = {**METRIC_LABELS, "train_acc": "training accuracy", "val_auc": "validation AUC"}
@@ -33,7 +242,7 @@ def same_runs(name: str, twin: str) -> str:
 
 def caption(exp: Experiment, tail: float | None = None) -> str:
     """What the figure shows, in words: lines, bands (and their clipping), markers."""
-    rng = ps.METRIC_RANGE.get(exp.metric)
+    rng = METRIC_RANGE.get(exp.metric)
     out = [f"{LABELS.get(exp.metric, exp.metric)} against {X_AXES.get(exp.x, exp.x)}, one panel per setting. "
            f"Lines: mean over the seeds' done runs; shaded bands: {BANDS[exp.band]}"
            + (f", clipped to [{rng[0]:g}, {rng[1]:g}]" if rng else "") + "."]
@@ -75,12 +284,12 @@ def _mean_band(exp: Experiment, done: list[pd.DataFrame]):
                                                t95(len(done) - 1) / np.sqrt(len(done)))
             lo, hi = mean - half, mean + half
     if exp.x in LOG_X:
-        grid, mean, lo, hi = ps.positive(grid, mean, lo, hi)
+        grid, mean, lo, hi = positive(grid, mean, lo, hi)
     return grid, mean, lo, hi
 
 
 def plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFrame | None = None,
-                    tail: float | None = None, formats=ps.FORMATS, title: bool = True, inset: float = 0.0) -> float:
+                    tail: float | None = None, formats=FORMATS, title: bool = True, inset: float = 0.0) -> float:
     """Draw the figure into ``path`` (and the other ``formats`` beside it). ``tail``: only the last part of
     the x axis (from that share of its end), each panel's y axis fitted to it. Returns how squeezed the
     ends are: the smallest, over panels with two or more lines, of the spread of the lines' last values
@@ -100,9 +309,9 @@ def _plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFra
     n = len(settings)
     ncol = n if n <= 4 else 3
     nrow = math.ceil(n / ncol)
-    fig, axes = ps.subplots(nrow, ncol, width=ps.PAGE_IN if n > 1 else 4.6, panel_h=2.1, sharey=tail is None)
+    fig, axes = subplots(nrow, ncol, width=PAGE_IN if n > 1 else 4.6, panel_h=2.1, sharey=tail is None)
     algo_of = {a.name: a.algo for a in exp.algorithms}
-    styles = ps.row_styles([(a.name, algo_of[a.name]) for a in exp.algorithms])
+    styles = row_styles([(a.name, algo_of[a.name]) for a in exp.algorithms])
     squeeze, has_paper = 1.0, False
     for k, s in enumerate(settings):
         ax = axes[k // ncol][k % ncol]
@@ -142,16 +351,16 @@ def _plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFra
             shown[name] = (grid, mean)
             lines.append((grid, mean, lo, hi))
             if twin is not None or equal is not None:  # an earlier row's curve: its markers on that row's line
-                ps.line(ax, grid, mean, {**st_, "ls": "none"}, name, k=j, mfc="none")
+                line(ax, grid, mean, {**st_, "ls": "none"}, name, k=j, mfc="none")
                 notes.append(same_runs(name, twin) if twin is not None else f"{name} = {equal}, identical curves")
             else:
-                ps.line(ax, grid, mean, st_, name, k=j)
+                line(ax, grid, mean, st_, name, k=j)
                 styled.append((grid, mean, st_, j))
                 if len(done) > 1:
-                    ps.band(ax, grid, lo, hi, st_["color"], exp.metric)
+                    band(ax, grid, lo, hi, st_["color"], exp.metric)
             has_paper |= _paper_marks(ax, exp, name, s, st_["color"], grid)
         if not drawn:
-            ps.empty(ax)
+            empty(ax)
         ends = [m[np.isfinite(m)][-1] for _, m, _, _ in lines if np.isfinite(m).any()]
         if len(ends) > 1:
             span = np.ptp(np.concatenate([np.r_[lo[np.isfinite(lo)], hi[np.isfinite(hi)]] for _, _, lo, hi in lines]))
@@ -184,10 +393,10 @@ def _plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFra
             ax.set_xlim(cut, top * (1.02 if exp.x not in LOG_X else 1.2))
         if exp.target is not None:
             ax.axhline(exp.target, color="0.45", ls=":", lw=1, label=f"target {exp.target:g}")
-        width = int(fig.get_figwidth() / ncol * 72 / (ps.FONT_PT * 0.56))
+        width = int(fig.get_figwidth() / ncol * 72 / (FONT_PT * 0.56))
         head = [s] if n > 1 or s != "default" else []  # a spec's one unnamed setting needs no title
         ax.set_title("\n".join(w for t in [*head, *notes] for w in textwrap.wrap(t, width)),
-                     fontsize=ps.FONT_PT + (0.5 if not notes else 0))
+                     fontsize=FONT_PT + (0.5 if not notes else 0))
         ax.set_xlabel(X_AXES.get(exp.x, exp.x))
         ax.tick_params(labelleft=True)  # tick labels on every panel, shared y or not
         if k % ncol == 0:
@@ -195,13 +404,13 @@ def _plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFra
     for k in range(n, nrow * ncol):
         axes[k // ncol][k % ncol].set_visible(False)
     for ax in axes.flat:  # after every panel is drawn: a shared y axis fits them all first
-        ps.limit_y(ax, exp.metric)
-    ps.shared_legend(fig, [ps.paper_handle()] if has_paper else None)
+        limit_y(ax, exp.metric)
+    shared_legend(fig, [paper_handle()] if has_paper else None)
     if title:
         over = overrides_note(exp) if getattr(exp, "overrides", None) is not None else ""
         zoom = f" (zoom: the last {1 - tail:.0%} of the x axis)" if tail is not None else ""
-        ps.suptitle(fig, (exp.title or exp.name) + zoom + (f"; overridden: {over}" if over else ""))
-    ps.save(fig, path, formats)
+        suptitle(fig, (exp.title or exp.name) + zoom + (f"; overridden: {over}" if over else ""))
+    save(fig, path, formats)
     return squeeze
 
 
@@ -213,16 +422,16 @@ def _inset(ax, styled: list, metric: str, upper: bool) -> None:
     seen = []
     for x, m, st, k in styled:
         keep = x >= top / 2
-        ps.line(ins, x[keep], m[keep], st, "_inset", k=k, n_marks=3)
+        line(ins, x[keep], m[keep], st, "_inset", k=k, n_marks=3)
         seen.append(m[keep])
     v = np.concatenate(seen)
     v = v[np.isfinite(v)]
     if len(v):
         pad = 0.1 * max(float(np.ptp(v)), 1e-4)
         ins.set_ylim(float(v.min()) - pad, float(v.max()) + pad)
-    ins.set_title("last half, zoomed", fontsize=ps.FONT_PT, pad=2)
+    ins.set_title("last half, zoomed", fontsize=FONT_PT, pad=2)
     ins.grid(True, alpha=0.3)
-    ps.limit_y(ins, metric)
+    limit_y(ins, metric)
 
 
 def _paper_marks(ax, exp: Experiment, name: str, setting: str, color: str, grid: np.ndarray) -> bool:

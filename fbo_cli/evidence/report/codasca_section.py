@@ -149,7 +149,7 @@ def plot_auc_vs_window(agg, path: Path, delta: float) -> None:
     against I, one panel per client count, each algorithm's I = 1 AUC minus ``delta`` dotted; PNG, PDF, SVG."""
     import numpy as np
 
-    from ...grids import plotstyle as ps
+    from ...grids import plots as ps
 
     Ks = sorted(agg.K.dropna().unique(), reverse=True)
     fig, axes = ps.subplots(1, len(Ks), panel_h=2.3, sharey=True)

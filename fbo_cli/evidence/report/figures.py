@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ...errors import UsageError
-from ...grids import plotstyle as ps
+from ...grids import plots as ps
 from ..paper_figures import FIGURES, PaperFigure
 
 BY_NAME = {f.name: f for f in FIGURES}

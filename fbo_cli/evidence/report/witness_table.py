@@ -95,7 +95,7 @@ def witness_md(exp, runs: pd.DataFrame, curves: dict, root: Path, png: Path | No
 
 
 def _plot(panels, exp, png: Path) -> None:
-    from ...grids import plotstyle as ps
+    from ...grids import plots as ps
 
     fig, axes = ps.subplots(1, len(panels), width=min(ps.PAGE_IN, 2.4 * len(panels) + 0.6), sharey=True)
     theirs_c, ours_c = ps.OI["vermillion"], ps.OI["blue"]

@@ -61,7 +61,7 @@ def draw_partition(ax, counts) -> None:
 def plot_partition(counts: torch.Tensor, path: str | Path, title: str = "", formats=("png", "pdf", "svg")) -> Path:
     """Fig. 1 of ZO-HFL: a bubble chart of the client x class counts, at a paper's column width (PNG, PDF,
     SVG); returns the PNG's path."""
-    from ...grids import plotstyle as ps
+    from ...grids import plots as ps
 
     fig, axes = ps.subplots(1, 1, width=ps.COLUMN_IN, panel_h=2.6)
     draw_partition(axes[0][0], counts.cpu().numpy())

@@ -174,7 +174,7 @@ def plot_tuning(df: pd.DataFrame, ts: TuneSpec, path: Path, title: str, algo_of:
     score), each algorithm of the panel on its own row there, so that no algorithm's mark hides another's."""
     from matplotlib.ticker import LogLocator
 
-    from .. import plotstyle as ps
+    from .. import plots as ps
 
     df = df[~df.grid.isin(("confirmation", "margin"))]  # their verdicts are in "rejected"; their scores do not count
     keys = list(dict.fromkeys(k for g in ts.grids.values() for k in g))
