@@ -108,7 +108,7 @@ def gpu_factors() -> dict[tuple[str, str], tuple[float, float]]:
     of the same cases (``docs/results/bench/bench.md``), the first case of each (task, algorithm)."""
     from ..bench.cases import load_cases
 
-    root = Path(__file__).parents[1]
+    root = Path(__file__).parents[2]  # the checkout
     cpu, gpu = _bench_table(root / BENCH_CPU), _bench_table(root / BENCH_GPU)
     out: dict[tuple[str, str], tuple[float, float]] = {}
     for c in load_cases(root / "experiments" / "bench.yaml").cases:

@@ -120,7 +120,7 @@ def git_commit() -> str | None:
     import subprocess
     from pathlib import Path
 
-    here = Path(__file__).parent
+    here = Path(__file__).parents[1]  # fbo_cli/
     try:
         run = lambda *a: subprocess.run(["git", *a], cwd=here, text=True, capture_output=True, timeout=10)  # noqa: E731
         sha = run("rev-parse", "HEAD").stdout.strip()
