@@ -178,3 +178,18 @@ algorithms: [{{name: F, algo: fednest}}]
     tb = pd.read_csv(kill / "compare" / "k" / "table.csv")
     pd.testing.assert_frame_equal(ta, tb)
     assert any(json.loads(s.read_text()).get("resumed_from_iteration") for s in kill.glob("hyperrep/*/*/summary.json"))
+
+
+def test_a_runs_code_identity_is_computed_once_and_carried(tmp_path, monkeypatch):
+    """Checkpoints (one per outer iteration here), the resume's code check and the summary read the identity the
+    run's config computed once; none asks the class sources again."""
+    from fbo_cli.runs import identity
+
+    calls = []
+    real = identity.code_identity
+    monkeypatch.setattr(identity, "code_identity", lambda cfg: calls.append(cfg) or real(cfg))
+    cfg = _cfg("aggitd", tmp_path, max_iters=4, checkpoint_every=1, keep_checkpoint=True)
+    s = execute(cfg)
+    assert s["code"] == real(cfg) and len(calls) == 1
+    execute(cfg, fresh=False)  # resumes from the kept checkpoint: its code key is the carried one
+    assert len(calls) == 1

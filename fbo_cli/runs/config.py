@@ -8,6 +8,7 @@ or a bad value is a :class:`UsageError` naming the key and what it accepts.
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import json
 import math
@@ -105,6 +106,15 @@ class RunConfig:
     @property
     def entry(self) -> Entry:
         return self.user_entry or REGISTRY[self.algo]
+
+    @functools.cached_property
+    def code(self) -> dict[str, Any]:
+        """The run's code identity (what ``summary.json`` records as ``code``,
+        :func:`fbo_cli.runs.identity.code_identity`), computed once per run and carried (to a grid's worker too):
+        the checkpoint's code key, the staleness check and the summary read it here."""
+        from .identity import code_identity
+
+        return code_identity(self)
 
     @property
     def algo_ref(self) -> str:

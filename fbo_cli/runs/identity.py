@@ -182,7 +182,7 @@ def changes(cfg, summary: dict | None) -> tuple[list[str], list[str]]:
     for acc in (summary or {}).get("code_accepted") or []:
         if isinstance(acc, dict):
             then.update(acc.get("classes") or {})
-    now = code_identity(cfg)
+    now = cfg.code
     now = {**now["algorithm"], **now["task"]}
     diff = sorted(k for k in set(then) | set(now) if then.get(k) != now.get(k))
     return [k for k in diff if is_user(k)], [k for k in diff if not is_user(k)]
@@ -201,7 +201,7 @@ def stale_reason(cfg, summary: dict | None) -> str | None:
 def accepted(cfg, summary: dict) -> dict:
     """The summary with the record that the user accepts the current code for this run's numbers (the
     caller writes it into the run's ``summary.json``)."""
-    now = code_identity(cfg)
+    now = cfg.code
     user, builtin = changes(cfg, summary)
     entry = {"at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
              "classes": {k: v for part in ("algorithm", "task") for k, v in now[part].items() if k in user + builtin},

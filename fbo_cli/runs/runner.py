@@ -40,7 +40,7 @@ from ..sim.federation import Ledger
 from ..tasks import TASKS
 from . import checkpoint as ckpt
 from .config import RunConfig
-from .identity import code_identity, machine
+from .identity import machine
 from .rundir import (
     CHECKPOINT,
     atomic_write,
@@ -322,7 +322,7 @@ def _code_key(cfg: RunConfig) -> str:
     """One string for the algorithm's and the task's code (a checkpoint of other code is not resumed)."""
     import json
 
-    c = code_identity(cfg)
+    c = cfg.code
     return json.dumps([c["algorithm"], c["task"]], sort_keys=True)
 
 
@@ -483,7 +483,7 @@ def finish(cfg: RunConfig, rows: list[dict], status: str, why: str | None, failu
         "versions": {"fbo": __version__, "torch": torch.__version__, "python": platform.python_version()},
         "machine": ({"gpu": torch.cuda.get_device_name(torch.device(device))} if str(device).startswith("cuda")
                     else machine()),
-        "code": code_identity(cfg),
+        "code": cfg.code,
     }
     if resumed is not None:
         summary["resumed_from_iteration"] = resumed
