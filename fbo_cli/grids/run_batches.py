@@ -51,6 +51,7 @@ from ..runs import checkpoint as ckpt
 from ..runs.config import RunConfig
 from ..runs.rundir import (
     CHECKPOINT,
+    ended,
     evidence_roots,
     make_dirs,
     remove_temp_files,
@@ -348,8 +349,7 @@ def execute_batch(cfgs: Sequence[RunConfig], reuse: bool = True, fresh: bool = F
                 alone.append(i)
                 continue
             state, summary, why = run_status(c.run_dir)
-            if reuse and state == "finished" and summary.get("status") in ("done", "diverged") \
-                    and not stale_reason(c, summary):
+            if reuse and ended(state, summary) and not stale_reason(c, summary):
                 out[i] = {**summary, "reused": True}
                 continue
             if not fresh and (c.run_dir / CHECKPOINT).is_file():

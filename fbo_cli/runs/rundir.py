@@ -369,10 +369,19 @@ def run_status(run_dir: Path) -> tuple[str, dict[str, Any] | None, str]:
     return "missing", None, ""
 
 
+ENDINGS = ("done", "diverged")  # a finished run's statuses that end it: reused, never run again
+
+
+def ended(state: str, summary: dict[str, Any] | None) -> bool:
+    """Whether a run in ``state`` with ``summary`` (what :func:`run_status` read) has its completion record and an
+    ending (:data:`ENDINGS`): the one reading of a run's state that the runner, the batches and the executors
+    share."""
+    return state == "finished" and (summary or {}).get("status") in ENDINGS
+
+
 def is_finished(run_dir: Path) -> bool:
     """A run with its completion record and an ending (done or diverged): reused, never run again."""
-    state, s, _ = run_status(run_dir)
-    return state == "finished" and s.get("status") in ("done", "diverged")
+    return ended(*run_status(run_dir)[:2])
 
 
 def todo_runs(cells: list, rerun: bool = False, accept: bool = False, stale: dict | None = None) -> list:
@@ -387,7 +396,7 @@ def todo_runs(cells: list, rerun: bool = False, accept: bool = False, stale: dic
         if d in todo:
             continue
         state, s, _ = run_status(d)
-        if rerun or not (state == "finished" and s.get("status") in ("done", "diverged")):
+        if rerun or not ended(state, s):
             todo[d] = c
         elif why := stale_reason(c.cfg, s):
             if accept:

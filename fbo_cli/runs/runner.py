@@ -43,7 +43,9 @@ from .config import RunConfig
 from .identity import machine
 from .rundir import (
     CHECKPOINT,
+    ENDINGS,
     atomic_write,
+    ended,
     file_sha256,
     make_dirs,
     plot_run,
@@ -260,7 +262,7 @@ def _execute_locked(cfg: RunConfig, on_eval, reuse: bool, wait: bool, log, fresh
             raise RunBusy(f"run directory {run_dir} is in use by another fbo process")
         state, summary, why = run_status(run_dir)
         stale = None
-        if reuse and state == "finished" and summary.get("status") in ("done", "diverged"):
+        if reuse and ended(state, summary):
             from .identity import stale_reason
 
             stale = stale_reason(cfg, summary)
@@ -500,7 +502,7 @@ def finish(cfg: RunConfig, rows: list[dict], status: str, why: str | None, failu
             plot_run(run_dir / "curves.png", df, title, metric)
         summary["metrics_sha256"] = file_sha256(run_dir / "metrics.csv")
         write_json(run_dir / "summary.json", summary)  # the completion record: last
-        if not r.keep_checkpoint and status in ("done", "diverged"):
+        if not r.keep_checkpoint and status in ENDINGS:
             ck_path.unlink(missing_ok=True)  # a failed run keeps its last good checkpoint
     if failure is not None:
         raise failure

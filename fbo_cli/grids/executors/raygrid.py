@@ -179,8 +179,10 @@ def _land(run_dir: Path, files: dict[str, bytes], keep_checkpoint: bool) -> None
 def _ended(summary: bytes) -> bool:
     import json
 
+    from ...runs.rundir import ENDINGS
+
     try:
-        return json.loads(summary).get("status") in ("done", "diverged")
+        return json.loads(summary).get("status") in ENDINGS
     except (ValueError, AttributeError):
         return False
 
@@ -225,7 +227,7 @@ def _auto_address(ray) -> str:
 def _run_ray(cells, address, cpus_per_run, gpus_per_run, console, rerun, title, jobs, units) -> list[dict]:
     import time
 
-    from ...runs.rundir import CHECKPOINT, lock_run, run_status
+    from ...runs.rundir import CHECKPOINT, ended, lock_run, run_status
 
     ray = _import_ray()  # the options were checked when the GridOptions was made
     started = not ray.is_initialized()
@@ -276,7 +278,7 @@ def _run_ray(cells, address, cpus_per_run, gpus_per_run, console, rerun, title, 
                     for i, fd in zip(unit, fds):
                         c = cells[i]
                         state, summary, why = run_status(c.cfg.run_dir)
-                        if not rerun and state == "finished" and summary.get("status") in ("done", "diverged"):
+                        if not rerun and ended(state, summary):
                             os.close(fd)
                             out[i] = summary
                             _report(prog, overall, c, summary)
