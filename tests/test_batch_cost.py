@@ -9,7 +9,7 @@ import pytest
 
 from fbo_cli.grids.run_batches import batch_share, batch_speedups, cost_shares
 from fbo_cli.runs.config import resolve
-from fbo_cli.runs.rundir import estimate_cost
+from fbo_cli.runs.cost import estimate_cost
 
 HC = {"dataset": "digits", "clients": 4, "participation": 1.0, "partition": "dirichlet", "noise": 0.3,
       "batch_size": 16, "local_steps": 2, "rounds": 10, "threads": 1}
@@ -49,7 +49,7 @@ def test_cost_shares_group_as_the_executors_and_price_with_the_bench(tmp_path):
     (run / "config.yaml").write_text(json.dumps(cells[0].cfg.as_dict(), default=str))
     (run / "summary.json").write_text(json.dumps({"ledger": {"rounds": 10}, "train_time_s": 3.0,
                                                   "eval_time_s": 1.0, "device": "cpu"}))
-    from fbo_cli.runs.rundir import _seconds_per_round
+    from fbo_cli.runs.cost import _seconds_per_round
 
     _seconds_per_round.cache_clear()
     alone, _ = estimate_cost(cells[:2], roots=(tmp_path / "ev",))

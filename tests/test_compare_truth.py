@@ -171,7 +171,7 @@ def test_explosion_is_diverged(tmp_path):
 
 
 def test_loss_metric_best_is_lowest_and_target_is_reached_downwards(tmp_path):
-    from fbo_cli.runs.rundir import rounds_to_target
+    from fbo_cli.runs.table import rounds_to_target
 
     p = spec(tmp_path, extra="metric: test_loss\ntarget: 100.0")  # every loss is below 100: reached at once
     r = compare(p)

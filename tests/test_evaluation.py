@@ -158,7 +158,7 @@ def test_the_cost_estimate_matches_runs_of_the_same_local_work_not_the_median_of
 
     import yaml
 
-    from fbo_cli.runs.rundir import _seconds_per_round, estimate_cost
+    from fbo_cli.runs.cost import _seconds_per_round, estimate_cost
 
     def finished(name, I, eta, T0, secs, rounds=100):
         cfg = resolve("auc", "codaplus", {"clients": 4, "rounds": rounds, "eval_every": 50, "I": I, "eta": eta,

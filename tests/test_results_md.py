@@ -4,7 +4,7 @@
 def test_markdown_cells_escape_pipes_and_numbers_read_well():
     from markdown_it import MarkdownIt
 
-    from fbo_cli.runs.rundir import fmt_num, md_row
+    from fbo_cli.runs.table import fmt_num, md_row
 
     html = MarkdownIt("commonmark").enable("table").render(md_row(["a", "b"]) + "\n|---|---|\n" +
                                                            md_row(["x | y", 2]) + "\n")

@@ -15,9 +15,10 @@ from typer.testing import CliRunner
 
 from fbo_cli.cli import app
 from fbo_cli.errors import UsageError
-from fbo_cli.evidence.report import build_report, claim_verdict, collect_evidence, match_paper, prune_evidence
+from fbo_cli.evidence.report import build_report, collect_evidence, prune_evidence
 from fbo_cli.grids.spec import load_spec
 from fbo_cli.grids.tune import MAX_EXTENSIONS, grid_points, score_run
+from fbo_cli.grids.verdicts import claim_verdict, match_paper
 
 runner = CliRunner()
 

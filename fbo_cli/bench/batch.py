@@ -199,7 +199,8 @@ def main(runs: int = 8, iters: int = 3, reps: int = 3, threads: int = 1, only: s
             rows.append(bench_case(case, runs, iters, reps, device))
             print(rows[-1], flush=True)
     if out and rows:
-        from ..runs.rundir import atomic_write, code_commit, md_row
+        from ..runs.rundir import atomic_write, code_commit
+        from ..runs.table import md_row
 
         head = list(rows[0])
         where = (f"CUDA, {torch.cuda.get_device_name()}" if device == "cuda" else f"CPU, {threads} thread(s)")

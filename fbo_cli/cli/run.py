@@ -131,11 +131,11 @@ LONG_RUN_S = 3600.0  # a run estimated to take longer on this machine says so be
 
 
 def long_run_warning(cfg) -> None:
-    """Warn (stderr) when the cost model (:func:`fbo_cli.runs.rundir.estimate_cost`: finished runs of the kind)
+    """Warn (stderr) when the cost model (:func:`fbo_cli.runs.cost.estimate_cost`: finished runs of the kind)
     puts this run above an hour on this machine."""
     from types import SimpleNamespace
 
-    from ..runs.rundir import estimate_cost
+    from ..runs.cost import estimate_cost
 
     secs, unknown = estimate_cost([SimpleNamespace(cfg=cfg)])
     if not unknown and secs > LONG_RUN_S:

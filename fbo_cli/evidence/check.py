@@ -36,16 +36,9 @@ import numpy as np
 
 from ..errors import UsageError
 from ..grids.spec import Cell, load_spec
-from ..runs.rundir import (
-    atomic_write,
-    code_commit,
-    estimate_cost,
-    is_finished,
-    md_row,
-    read_metrics,
-    read_summary,
-    run_status,
-)
+from ..runs.cost import estimate_cost
+from ..runs.rundir import atomic_write, code_commit, is_finished, read_metrics, read_summary, run_status
+from ..runs.table import md_row
 
 EVIDENCE = Path("docs/results")
 CLOCK = ("train_time",)  # wall-clock columns of metrics.csv: not results

@@ -39,7 +39,8 @@ def spec_cost(spec: str | Path, overrides: dict[str, Any], todo: bool = False,
     their run batches priced by the CUDA batch bench (:func:`gpu_lanes_time`)."""
     from ..grids.run_batches import cost_shares
     from ..grids.tune import tune_cells, tune_spec, tuning_estimate
-    from ..runs.rundir import RUN_STARTUP_S, estimate_cost, todo_runs
+    from ..runs.cost import RUN_STARTUP_S, estimate_cost
+    from ..runs.rundir import todo_runs
 
     exp0 = load_spec(spec, overrides, use_tuned=False)
     tcells, est = [], None
@@ -73,8 +74,7 @@ def gpu_lanes_time(gpu_s: float, cells: list, batch: str | int, lanes: int | Non
     alone),
     divided by the lanes' gain."""
     from ..grids.run_batches import cost_shares
-    from ..runs.cost import GPU_LANES_FIT, lane_gain
-    from ..runs.rundir import estimate_cost
+    from ..runs.cost import GPU_LANES_FIT, estimate_cost, lane_gain
 
     cells = list({c.cfg.run_dir: c for c in cells}.values())
     alone = estimate_cost(cells)[0]
@@ -120,10 +120,10 @@ def gpu_factors() -> dict[tuple[str, str], tuple[float, float]]:
 
 def gpu_ratio(cells: list) -> float | None:
     """What ``cells`` cost on one GPU, runs one by one, as a share of their cost on this CPU (runs one by one):
-    the cost model's time of each run (:func:`fbo_cli.runs.rundir.estimate_cost`) with its training and its
+    the cost model's time of each run (:func:`fbo_cli.runs.cost.estimate_cost`) with its training and its
     evaluations scaled by :func:`gpu_factors`, over the runs whose (task, algorithm) both benches time; None
     when none is. A guide, not a measurement: the benches' cases stand for every run of their kind."""
-    from ..runs.rundir import estimate_cost
+    from ..runs.cost import estimate_cost
 
     f = gpu_factors()
     cells = [c for c in {c.cfg.run_dir: c for c in cells}.values() if (c.cfg.task, c.cfg.algo) in f]

@@ -21,17 +21,9 @@ import pandas as pd
 
 from ..errors import UsageError
 from ..runs.collapse import collapsed
-from ..runs.rundir import (
-    atomic_write,
-    cost_line,
-    fmt_num,
-    lower_is_better,
-    md_row,
-    read_metrics,
-    rounds_to_target,
-    run_status,
-    todo_runs,
-)
+from ..runs.cost import cost_line
+from ..runs.rundir import atomic_write, read_metrics, run_status, todo_runs
+from ..runs.table import fmt_num, lower_is_better, md_row, rounds_to_target
 from .executors import GridOptions
 from .plots import plot_experiment, t95  # noqa: F401  (compare's public API)
 from .run_batches import cost_shares

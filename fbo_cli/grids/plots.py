@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..runs.rundir import METRIC_LABELS, X_AXES
+from ..runs.table import METRIC_LABELS, X_AXES
 from .spec import BANDS, Experiment, overrides_note
 
 PAGE_IN, COLUMN_IN = 6.9, 3.3  # a two-column paper's text width and column width, inches

@@ -49,17 +49,8 @@ from ..algorithms.runs_as_clients import (
 from ..errors import UsageError
 from ..runs import checkpoint as ckpt
 from ..runs.config import RunConfig
-from ..runs.rundir import (
-    CHECKPOINT,
-    ended,
-    evidence_roots,
-    make_dirs,
-    remove_temp_files,
-    run_lock,
-    run_status,
-    write_csv,
-    write_yaml,
-)
+from ..runs.cost import evidence_roots
+from ..runs.rundir import CHECKPOINT, ended, make_dirs, remove_temp_files, run_lock, run_status, write_csv, write_yaml
 
 AUTO_MAX = 16  # --batch auto: at most this many runs in one batch
 

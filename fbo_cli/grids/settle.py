@@ -105,7 +105,8 @@ def second_look(exp: Experiment, spec: str | Path, overrides: dict[str, Any], ca
                 dry_run: bool = False, batch: str | int = "auto") -> SecondLook:
     """The second look's seeds for the claims still inconclusive after the first: planned (:func:`plan`),
     written to ``settled.yaml`` (not in a dry run, which says their cost instead) and loaded."""
-    from ..runs.rundir import cost_line, todo_runs
+    from ..runs.cost import cost_line
+    from ..runs.rundir import todo_runs
     from .compare import collect
     from .run_batches import cost_shares
 

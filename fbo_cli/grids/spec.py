@@ -23,7 +23,8 @@ from typing import Any
 
 from ..errors import UsageError
 from ..runs.config import RunConfig, check_path, load_config_file, resolve
-from ..runs.rundir import X_AXES, atomic_write
+from ..runs.rundir import atomic_write
+from ..runs.table import X_AXES
 from ..tasks import TASKS
 from .spec_checks import (  # noqa: F401  (parse_tune, MAX_*: spec's API)
     DERIVED,
@@ -317,7 +318,7 @@ def algo_overrides(exp: Experiment, a: AlgorithmEntry, overrides: dict[str, Any]
 def overrides_note(exp: Experiment) -> str:
     """What the command line changed from the spec, in words ('' when nothing): the ``--set`` keys (and the
     algorithms that ignore one), ``--seeds``."""
-    from ..runs.rundir import fmt_num
+    from ..runs.table import fmt_num
 
     parts = []
     for k, v in exp.overrides.items():

@@ -30,15 +30,7 @@ from typing import Any, Iterator
 import pandas as pd
 import yaml
 
-from .cost import (  # noqa: F401  (the package's interface)
-    PROCESS_STARTUP_S,
-    RUN_STARTUP_S,
-    _seconds_per_round,
-    cost_line,
-    estimate_cost,
-    evidence_roots,
-)
-from .table import METRIC_LABELS, X_AXES, fmt_num, lower_is_better, md_row, rounds_to_target  # noqa: F401
+from .table import METRIC_LABELS, X_AXES
 
 CHECKPOINT = "checkpoint.pt"
 

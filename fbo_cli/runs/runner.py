@@ -51,13 +51,13 @@ from .rundir import (
     plot_run,
     prune_empty_run,
     remove_temp_files,
-    rounds_to_target,
     run_lock,
     run_status,
     write_csv,
     write_json,
     write_yaml,
 )
+from .table import rounds_to_target
 
 
 def pick_device(name: str) -> torch.device:

@@ -24,7 +24,7 @@ the claim **holds in every seed** when ``better`` wins every pair, **holds in th
 wins on the mean over seeds (the median for rounds or iterations to the target) but not every pair,
 **does not hold** otherwise; **no data** when a side has no finished run. A run that never reaches
 the target counts as +∞ rounds, and a diverged run as the worst value (it loses its pair); failed
-runs are left out. Paper numbers are compared by the rule in :func:`match_paper`.
+runs are left out. Paper numbers are compared by the rule in :func:`fbo_cli.grids.verdicts.match_paper`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ import shutil
 from pathlib import Path
 
 from ...errors import UsageError
-from ...grids.verdicts import MARGIN, VERDICTS, claim_verdict, match_paper, paper_rows  # noqa: F401
 from ...runs.rundir import atomic_write, make_dirs, temp_folder
 from .evidence import BENCH_FILES, CHECK_FILES, EVIDENCE_FILES, SPEC_FILES, collect_evidence, prune_evidence  # noqa: F401
 from .pages import paper_figures, write_pages

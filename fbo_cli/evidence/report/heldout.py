@@ -14,7 +14,7 @@ import math
 
 from ...grids.spec_types import Choice
 from ...grids.verdicts import FIT_SPLIT_SCORES
-from ...runs.rundir import md_row
+from ...runs.table import md_row
 from .sections import Section
 from .tuning import choice_kind, tuning_records
 

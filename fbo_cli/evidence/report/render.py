@@ -11,7 +11,7 @@ import pandas as pd
 
 from ...grids.spec import Experiment
 from ...grids.verdicts import SEE, VERDICTS, one_verdict_per_comparison
-from ...runs.rundir import md_row
+from ...runs.table import md_row
 from .evidence import BENCH_FILES, CHECK_FILES
 from .fold import html_folds, slug
 from .heldout import heldout_md, pairs

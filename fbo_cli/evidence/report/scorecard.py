@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ...grids.verdicts import VERDICTS
-from ...runs.rundir import md_row
+from ...runs.table import md_row
 from .fold import slug
 from .papers import Paper, fidelity_anchor
 from .sections import Section

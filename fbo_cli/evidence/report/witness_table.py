@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ...runs.rundir import md_row
+from ...runs.table import md_row
 
 
 def welch(a: np.ndarray, b: np.ndarray, alpha: float = 0.05) -> tuple[float, float, float]:

@@ -6,7 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ...runs.rundir import PROCESS_STARTUP_S, RUN_STARTUP_S
+from ...runs.cost import PROCESS_STARTUP_S, RUN_STARTUP_S
 from ..spec import Cell, Experiment, TuneSpec, load_spec
 from .grid import tune_cells, tune_spec, tuning_todo
 from .record import recorded_runs
@@ -27,7 +27,7 @@ def tuning_estimate(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], ce
     cost model's seconds per run plus the fixed start-up; the grid's runs in run batches (``batch``,
     :func:`fbo_cli.grids.run_batches.cost_shares`), the runs a tuning adds one by one. Where no run of the grid's kind
     has run here, the runs it adds have no estimate either (counted in ``unknown``)."""
-    from ...runs.rundir import estimate_cost
+    from ...runs.cost import estimate_cost
     from ..run_batches import cost_shares
 
     pairs = {(c.algorithm, c.setting) for c, _ in cells}

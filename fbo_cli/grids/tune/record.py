@@ -14,7 +14,8 @@ import pandas as pd
 
 from ...errors import UsageError
 from ...runs.config import load_yaml
-from ...runs.rundir import atomic_write, fmt_num, write_yaml
+from ...runs.rundir import atomic_write, write_yaml
+from ...runs.table import fmt_num
 from ..spec import Experiment, TuneSpec
 from ..spec_types import Choice, chosen_on_disk
 from .rules import CONFIRM_SEEDS, MAX_EXTENSIONS

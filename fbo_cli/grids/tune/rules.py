@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...runs.rundir import fmt_num
+from ...runs.table import fmt_num
 from ..spec import Cell, TuneSpec
 from ..spec_types import Choice
 

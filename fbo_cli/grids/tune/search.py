@@ -11,7 +11,8 @@ from typing import Any
 import pandas as pd
 
 from ...errors import UsageError
-from ...runs.rundir import atomic_write, fmt_num, write_yaml
+from ...runs.rundir import atomic_write, write_yaml
+from ...runs.table import fmt_num
 from ..executors import GridOptions
 from ..spec import Cell, Experiment, TuneSpec, check_metrics, claim_folder, load_spec
 from ..spec_types import Choice, chosen_on_disk
@@ -33,7 +34,7 @@ from .rules import (
 
 def run_tuning(spec_path: str | Path, overrides: dict[str, Any], grid: GridOptions | None = None,
                rerun: bool = False, console=None, ranking_check: bool = True, accept_code_change: bool = False) -> Path:
-    from ...runs.rundir import cost_line
+    from ...runs.cost import cost_line
     from ..executors import run_cells
     from ..run_batches import cost_shares
 
