@@ -273,3 +273,32 @@ def test_a_user_algorithm_resumes_bit_for_bit(folder, stop_after_checkpoint):
     assert again.get("resumed_from_iteration") and whole["status"] == again["status"] == "done"
     a, b = (pd.read_csv(next((folder / x).glob("hyperrep/*/*/metrics.csv"))) for x in "ab")
     pd.testing.assert_frame_equal(a.drop(columns="train_time"), b.drop(columns="train_time"))
+
+
+BEFORE_THE_LAYERS = textwrap.dedent('''
+    from fbo_cli.algorithms import REGISTRY, FedNest
+    from fbo_cli.algorithms.base import BilevelAlgorithm, bounded  # noqa: F401
+
+
+    class Halved(FedNest):
+        """FedNest at half the outer step: a user's file as written against fbo_cli.algorithms before issue 51."""
+
+        label = "FedNest (half step)"
+
+        def outer_lr(self) -> float:
+            assert REGISTRY["fednest"].cls is FedNest
+            return self.hp.outer_lr / 2
+''')
+
+
+def test_a_user_algorithm_written_before_the_layers_runs_unchanged(tmp_path):
+    """``fbo_cli.algorithms`` (the registry, the built-in classes, ``base``'s classes and ``bounded``) is the one
+    public import path; the package's regrouping into layers (issue 51) leaves a user's file running."""
+    (tmp_path / "halved.py").write_text(BEFORE_THE_LAYERS)
+    r = cli("run", "hyperrep", "--algo", f"{tmp_path / 'halved.py'}:Halved", "--rounds", "4", "--quiet",
+            "--set", "clients=4", "--set", "dataset=digits", "--out-dir", tmp_path / "out")
+    assert r.exit_code == 0 and r.output.startswith("done"), r.output
+    import fbo_cli.algorithms
+
+    for user_file in Path(fbo_cli.algorithms.__file__).parent.glob("template*.py"):
+        assert "from fbo_cli.algorithms" in user_file.read_text()  # the templates users copy import the same way
