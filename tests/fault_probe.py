@@ -5,8 +5,8 @@ stray .lock left, for planted files the planted thing refused, and no file fbo d
 (every file the probe plants as "the user's" is checked at the end). Prints one line per input and
 the count.
 
-Not part of the test suite (the same cases live there as regressions, in tests/test_faults.py,
-tests/test_bad_input.py and tests/test_ray_cluster.py); this is the probe's own count, rerun at will:
+Not part of the test suite (the same cases live there as regressions, in tests/cli/test_faults.py,
+tests/cli/test_bad_input.py and tests/grids/test_ray_cluster.py); this is the probe's own count, rerun at will:
 
     .venv/bin/python tests/fault_probe.py
 """

@@ -14,7 +14,7 @@ python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.i
 python3 -c 'import fbo_cli.cli' || { echo "fbo_cli does not import"; exit 1; }
 if [ -z "${SKIP_CHECKS:-}" ]; then
 t0=$(date +%s)
-timeout 100 python3 -m pytest -q -x -p no:cacheprovider tests/test_cuda.py 2>&1 | tail -15 | tee "$OUT/cuda_tests.txt"
+timeout 100 python3 -m pytest -q -x -p no:cacheprovider tests/runs/test_cuda.py 2>&1 | tail -15 | tee "$OUT/cuda_tests.txt"
 echo "cuda tests: $(( $(date +%s) - t0 )) s"
 t0=$(date +%s)
 timeout 180 python3 -m fbo_cli bench --device cuda --min-seconds 0.5 2>&1 | tail -60 > "$OUT/bench_log.txt"

@@ -110,3 +110,11 @@ def test_the_report_takes_its_experiments_from_the_specs_paper_keys(tmp_path):
     (tmp_path / "e.yaml").write_text("task: hyperrep\npaper: zohfl\norder: first\nalgorithms: []\n")
     with pytest.raises(UsageError, match="'order' an integer"):
         report_index(tmp_path)
+
+
+def test_the_tests_mirror_the_layers():
+    """A test lives in the folder of the layer it tests (tests/<layer>/test_*.py); only this package-wide test, the
+    shared helpers and conftest sit in tests/ itself."""
+    tests = Path(__file__).parent
+    assert {p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "__"))} <= set(LAYERS)
+    assert [p.name for p in tests.glob("test_*.py")] == ["test_architecture.py"]

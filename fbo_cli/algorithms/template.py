@@ -28,7 +28,7 @@ variant with hyperparameters of its own extends the ``HP`` dataclass: ``class HP
 started with.
 
 Adding an algorithm is this file plus its registry line in ``algorithms/__init__.py``, plus a spec in
-``experiments/`` when it belongs to a paper (``tests/test_registry_links.py`` fails until the
+``experiments/`` when it belongs to a paper (``tests/algorithms/test_registry_links.py`` fails until the
 registry entry has a spec and a case in ``experiments/bench.yaml``, or an exemption with its reason).
 The report picks the spec up by its ``paper:`` key (the paper's part of the report, placed by
 ``order:``; a new paper is one ``Paper`` entry in ``report/papers.py``); ``docs/fidelity.md`` gets the

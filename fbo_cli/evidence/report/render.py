@@ -132,7 +132,7 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
                 if gpu_batch.is_file() else [])
         out += ([f"`{gpu}`:", "", gpu.read_text().strip(), ""] if gpu.is_file() else
                 ["Not measured: no GPU was available to the sessions that wrote this report, so the CUDA tests "
-                 "(`tests/test_cuda.py`) skipped and `make bench DEVICE=cuda` has not run. On a machine with "
+                 "(`tests/runs/test_cuda.py`) skipped and `make bench DEVICE=cuda` has not run. On a machine with "
                  "CUDA it writes `results/bench/cuda/`, which `fbo report --collect results` picks up.", ""])
     return count_inconclusive(with_scorecards("\n".join(out) + "\n", sections, papers), sections)
 

@@ -107,7 +107,7 @@ def test_a_grid_worker_in_another_process_imports_the_users_algorithm(folder):
     code = ("from fbo_cli.runs.config import resolve; import sys; "
             "c = resolve('hyperrep', sys.argv[1], {'dataset': 'digits'}); print(c.entry.cls.__name__, c.run_id)")
     out = subprocess.run([sys.executable, "-c", code, cfg.algo_ref], cwd="/", capture_output=True, text=True,
-                         env={"PYTHONPATH": str(Path(__file__).parent.parent), "PATH": "/usr/bin:/bin"})
+                         env={"PYTHONPATH": str(Path(__file__).parents[2]), "PATH": "/usr/bin:/bin"})
     assert out.stdout.split() == ["DecayFedNest", cfg.run_id], out.stderr
 
 

@@ -8,7 +8,7 @@ import yaml
 from fbo_cli.algorithms import REGISTRY
 from fbo_cli.runs.config import resolve
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXEMPT: dict[str, str] = {}  # algorithm -> why it has no spec or no bench case
 
 

@@ -16,7 +16,7 @@ def test_list_and_entry_point():
 
 
 def test_list_piped_keeps_whole_names(monkeypatch):
-    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
     r = invoke(["list"])
     assert r.exit_code == 0, r.output
     words = set(r.stdout.split())

@@ -7,7 +7,7 @@ import pytest
 
 from fbo_cli.runs.collapse import chance_level, collapsed
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_fall_to_chance_that_stays_is_a_collapse_and_nothing_else_is():

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from fbo_cli.cli import app
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 
 

@@ -4,7 +4,7 @@ explicit ``<a id="...">`` or a heading's GitHub slug."""
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FIDELITY = ROOT / "docs" / "fidelity.md"
 
 
@@ -18,7 +18,7 @@ def _anchors() -> set[str]:
 
 def _sources() -> list[Path]:
     files = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "experiments").glob("*.yaml"),
-             *(ROOT / "fbo_cli").rglob("*.py"), *(ROOT / "tests").glob("*.py")]
+             *(ROOT / "fbo_cli").rglob("*.py"), *(ROOT / "tests").rglob("*.py")]
     return [f for f in files if f.is_file()]
 
 

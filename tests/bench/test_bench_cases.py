@@ -9,7 +9,7 @@ from fbo_cli.bench import BenchOptions
 from fbo_cli.bench.cases import load_cases
 from fbo_cli.errors import UsageError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_case_lives_in_bench_yaml():

@@ -21,7 +21,7 @@ from fbo_cli.runs.config import flatten_run_config, resolve
 from fbo_cli.runs.identity import machine
 from fbo_cli.runs.runner import execute
 
-EVIDENCE = Path(__file__).resolve().parents[1] / "docs" / "results"
+EVIDENCE = Path(__file__).resolve().parents[2] / "docs" / "results"
 
 
 def _cfg(run_dir: Path, **over):
