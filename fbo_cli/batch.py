@@ -142,6 +142,17 @@ def seeds_batch(cfg: RunConfig) -> bool:
     return batchable(cfg) and cls.can_batch_seeds(cfg.hp, cfg.run)
 
 
+def seeds_line(cls: type) -> str:
+    """What ``fbo show`` says of an algorithm's seeds in run batches."""
+    if not getattr(cls, "batches", False):
+        return "run batches: none (its runs run alone)"
+    if cls.batch_seeds:
+        return ("run batches: float steps of one seed, and the seeds of a cell in one batch where every client takes "
+                "part in every round (each run its own data and draws, bit for bit the run alone): with --batch R, "
+                f"and with --batch auto where the batch bench measured a gain of at least {AUTO_SEEDS_MIN}x")
+    return f"run batches: float steps of one seed; its seeds never share a batch: {cls.seeds_unbatched}"
+
+
 AUTO_SEEDS_MIN = 1.2  # --batch auto: seeds share a batch where the batch bench measured at least this step ratio
 
 

@@ -37,6 +37,8 @@ from .base import Algorithm
 
 
 class HFLAlgorithm(Algorithm):
+    seeds_unbatched: ClassVar[str] = ("its client sets come from a generator of its own and its minibatches from "
+                                      "each seed's client tables, which a seed batch does not carry")
     tasks: ClassVar[tuple[str, ...]] = ("hfl",)
     rounds: ClassVar[str] = "1"
     work_grows: ClassVar[bool] = True  # ceil(tau sqrt(r + 1)) local steps in round r
