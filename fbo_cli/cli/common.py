@@ -121,12 +121,22 @@ def ignored_note(exp) -> None:
                   f"ignored by {', '.join(names)} (no such key)", highlight=False)
 
 
-JOBS_HELP = "Runs in parallel (processes; with --executor ray on a local Ray: the CPUs it starts with)."
+JOBS_HELP = ("Runs in parallel (processes; with --executor ray on a local Ray: the CPUs it starts with); auto: on a "
+             "CUDA GPU the processes its memory holds (lanes sharing it), else one per CPU core.")
 EXECUTOR_HELP = "serial | processes | ray. \\[default: serial for --jobs 1, else processes]"
 ADDRESS_HELP = "Ray cluster to join: auto or HOST:PORT. \\[default: a local Ray]"
 
 # the options fbo compare and fbo tune share: how a grid runs, and where
-Jobs = Annotated[int, typer.Option("--jobs", "-j", help=JOBS_HELP)]
+def _jobs(value) -> int:
+    from ..executors.common import parse_jobs
+
+    try:
+        return parse_jobs(value)
+    except UsageError as e:
+        raise typer.BadParameter(str(e)) from None
+
+
+Jobs = Annotated[int, typer.Option("--jobs", "-j", help=JOBS_HELP, parser=_jobs, metavar="N|auto")]
 Executor = Annotated[Optional[str], typer.Option(help=EXECUTOR_HELP)]
 Address = Annotated[Optional[str], typer.Option(help=ADDRESS_HELP)]
 CpusPerRun = Annotated[int, typer.Option(help="Ray: CPUs per run (its torch threads).")]
