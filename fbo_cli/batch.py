@@ -382,8 +382,9 @@ def execute_batch(cfgs: Sequence[RunConfig], reuse: bool = True, fresh: bool = F
                     by = {}
                     for i, run in zip(idx, runs):
                         by.setdefault(run.cfg.run.seed, []).append((i, run))
-                    for run in runs:
+                    for run in runs:  # from round 0 (a checkpoint the seed batch wrote goes)
                         run.note(f"its seeds step one after the other ({e})", show=False)
+                        (run.cfg.run_dir / CHECKPOINT).unlink(missing_ok=True)
                     groups[:0] = [([i for i, _ in g], [run for _, run in g]) for g in by.values() if len(g) > 1]
                     alone.extend(g[0][0] for g in by.values() if len(g) == 1)
                     continue
