@@ -32,3 +32,12 @@ def test_a_signal_after_the_loops_last_look_still_stops_the_command():
         assert signal.getsignal(signal.SIGTERM) is outside
     finally:
         signal.signal(signal.SIGTERM, old)
+
+
+def test_reproduce_without_specs_or_with_absurd_jobs_is_exit_2(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no experiments/ here
+    for args in (["reproduce", "--dry-run"], ["reproduce", "--paper", "aggitd", "--dry-run"], ["cost"]):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 2 and "no reproduction specs" in " ".join(r.output.split()), (args, r.output)
+    r = runner.invoke(app, ["reproduce", "--dry-run", "--jobs", "100000000"])
+    assert r.exit_code == 2 and "at most 4096 processes" in r.output, r.output

@@ -131,9 +131,15 @@ def _jobs(value) -> int:
     from ..executors.common import parse_jobs
 
     try:
-        return parse_jobs(value)
+        jobs = parse_jobs(value)
     except UsageError as e:
         raise typer.BadParameter(str(e)) from None
+    if jobs > MAX_JOBS:
+        raise typer.BadParameter(f"at most {MAX_JOBS} processes, got {jobs}")
+    return jobs
+
+
+MAX_JOBS = 4096  # more processes than any one machine (or local Ray) runs: a typo, refused before anything starts
 
 
 Jobs = Annotated[int, typer.Option("--jobs", "-j", help=JOBS_HELP, parser=_jobs, metavar="N|auto")]
