@@ -297,6 +297,14 @@ def _execute_locked(cfg: RunConfig, on_eval, reuse: bool, wait: bool, log, fresh
             return s
 
 
+class _LogFile(logging.FileHandler):
+    """run.log's handler: a write that fails (a full disk) fails the run, as any other write of it does,
+    instead of logging's "--- Logging error ---" traceback on stderr and a log with lines missing."""
+
+    def handleError(self, record) -> None:
+        raise  # noqa: PLE0704  (called inside emit's except: the OSError)
+
+
 @contextlib.contextmanager
 def _run_log(run_dir, log: Callable[[str], None] | None):
     """A ``note(msg)`` that logs to ``run_dir/run.log`` (appended, timestamped, through :mod:`logging`)
@@ -305,7 +313,7 @@ def _run_log(run_dir, log: Callable[[str], None] | None):
     logger.propagate = False
     logger.setLevel(logging.INFO)
     try:
-        handler = logging.FileHandler(run_dir / "run.log", encoding="utf-8")
+        handler = _LogFile(run_dir / "run.log", encoding="utf-8")
     except OSError as e:  # an existing run directory we may not write to
         raise UsageError(f"cannot write {run_dir / 'run.log'}: {e.strerror or e}") from None
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))

@@ -41,3 +41,34 @@ def test_reproduce_without_specs_or_with_absurd_jobs_is_exit_2(tmp_path, monkeyp
         assert r.exit_code == 2 and "no reproduction specs" in " ".join(r.output.split()), (args, r.output)
     r = runner.invoke(app, ["reproduce", "--dry-run", "--jobs", "100000000"])
     assert r.exit_code == 2 and "at most 4096 processes" in r.output, r.output
+
+
+def test_a_full_disk_under_a_library_or_the_run_log_is_the_message_not_a_traceback(tmp_path, capfd):
+    import errno
+    import logging
+
+    import typer
+
+    from fbo_cli.cli.common import user_errors
+    from fbo_cli.runner import _run_log
+
+    with pytest.raises(typer.Exit) as e, user_errors():
+        try:  # matplotlib's PDF writer on a full disk: an AttributeError raised while handling ENOSPC
+            raise OSError(errno.ENOSPC, "No space left on device", "tuning.pdf")
+        except OSError:
+            raise AttributeError("'Stream' object has no attribute 'pos'")  # noqa: B904
+    assert e.value.exit_code == 1 and "No space left on device (tuning.pdf)" in capfd.readouterr().err
+    with pytest.raises(AttributeError), user_errors():  # a bug stays a bug
+        raise AttributeError("x")
+
+    class Full:
+        def write(self, s):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def flush(self):
+            pass
+
+    with pytest.raises(OSError, match="No space"), _run_log(tmp_path, None) as note:
+        logging.getLogger(f"fbo.run.{tmp_path.name}").handlers[-1].stream = Full()
+        note("start")  # the run fails as at any other write, no "--- Logging error ---" traceback
+    assert "Logging error" not in capfd.readouterr().err
