@@ -38,6 +38,8 @@ from .runs_as_clients import Rate, run_hp
 
 
 class HFLAlgorithm(Algorithm):
+    seeds_unbatched: ClassVar[str] = ("its client sets come from a generator of its own and its minibatches from "
+                                      "each seed's client tables, which a seed batch does not carry")
     tasks: ClassVar[tuple[str, ...]] = ("hfl",)
     rounds: ClassVar[str] = "1"
     work_grows: ClassVar[bool] = True  # ceil(tau sqrt(r + 1)) local steps in round r

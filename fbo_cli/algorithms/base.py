@@ -64,6 +64,8 @@ class Algorithm:
     # ``RowSampler.of``
     # drawn with ``fed.gen``, oracle charges through ``_charge``, rounds through ``ledger.comm``)
     batch_seeds: ClassVar[bool] = False
+    # why its seeds never share a batch (``fbo show``; batch_seeds False)
+    seeds_unbatched: ClassVar[str] = "its step reads each seed's data outside the samplers a seed batch carries"
     seed_runs: Any = None  # in a seed batch, its runs (fbo_cli.algorithms.runs_as_clients._Seeds)
 
     @dataclass
@@ -172,6 +174,8 @@ class BilevelAlgorithm(Algorithm):
 
     tasks: ClassVar[tuple[str, ...]] = ("hyperrep",)
     task: BilevelTask
+    seeds_unbatched: ClassVar[str] = ("its lower rounds read each seed's full client splits (lower views, encodings) "
+                                      "and charge their oracles in bulk, and its client sets are drawn per seed")
 
     @classmethod
     def auto_batch(cls, hp: Any, task: str) -> bool:

@@ -122,6 +122,8 @@ class ClientRuns(Algorithm):
 
     batches: ClassVar[bool] = True
     client_state: ClassVar[tuple[str, ...]] = ()
+    seeds_unbatched: ClassVar[str] = ("the AUC objective's gradients read the seed's positive ratio p (its imbalance "
+                                      "subsampling is drawn per seed) and its random-round output draws per run")
 
     def step(self) -> None:
         self._fold(True)

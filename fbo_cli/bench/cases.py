@@ -23,10 +23,19 @@ class Cases:
 
 def load_cases(path: Path) -> Cases:
     """The cases file, read by fbo's bounded YAML loader (an alias bomb or a 20,000-deep file is refused) and
-    checked: anything malformed is a UsageError naming the file."""
-    from ..runs.config import load_config_file
+    checked: anything malformed is a UsageError naming the file. Not a spec (``load_config_file``): a file of
+    its own kind, read by the same bounded ``load_yaml``."""
+    from ..runs.config import MAX_YAML_BYTES, load_yaml
 
-    d = load_config_file(path)
+    try:
+        if path.stat().st_size > MAX_YAML_BYTES:  # refused before it is read
+            raise UsageError(f"{path} is {path.stat().st_size:,} bytes; fbo reads YAML files up to "
+                             f"{MAX_YAML_BYTES:,} bytes")
+        d = load_yaml(path.read_bytes(), str(path))
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
+    if not isinstance(d, dict):
+        raise UsageError(f"{path} must hold a mapping of key: value (cases, growth, ...), got {type(d).__name__}")
     cases, growth = d.get("cases") or [], d.get("growth") or []
     for key, rows in (("cases", cases), ("growth", growth)):
         if not isinstance(rows, list) or not all(isinstance(c, dict) and isinstance(c.get("name"), str)

@@ -50,16 +50,29 @@ def user_errors():
 
         err.print(f"[bold red]Error:[/bold red] {escape(str(e))}", markup=True, highlight=False)  # '[ray]' stays
         raise typer.Exit(2) from None
-    except OSError as e:  # the machine, not the input: a full disk, a quota, a read-only file system
-        import errno
-
-        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO):
+    except Exception as x:  # the machine, not the input: a full disk, a quota, a read-only file system, also
+        e = _machine_error(x)  # where a library failed in its turn while handling it (matplotlib's PDF writer)
+        if e is None:
             raise
         err.print(Text.assemble(("Error: ", "bold red"), f"{e.strerror or e}{f' ({e.filename})' if e.filename else ''}"
                                 "; nothing half-written stays: free some space and run the same command again "
                                 "(finished runs are reused, partial ones resume from their last checkpoint)"),
                   highlight=False)
         raise typer.Exit(1) from None
+
+
+def _machine_error(x: BaseException | None) -> OSError | None:
+    """The full disk, quota, read-only file system or I/O error behind ``x``: ``x`` itself or an exception it was
+    raised while handling (its ``__cause__``/``__context__`` chain); None when there is none."""
+    import errno
+
+    seen = set()
+    while x is not None and id(x) not in seen:
+        if isinstance(x, OSError) and x.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO):
+            return x
+        seen.add(id(x))
+        x = x.__cause__ or x.__context__
+    return None
 
 
 def threads_first() -> None:
@@ -121,12 +134,28 @@ def ignored_note(exp) -> None:
                   f"ignored by {', '.join(names)} (no such key)", highlight=False)
 
 
-JOBS_HELP = "Runs in parallel (processes; with --executor ray on a local Ray: the CPUs it starts with)."
+JOBS_HELP = ("Runs in parallel (processes; with --executor ray on a local Ray: the CPUs it starts with); auto: on a "
+             "CUDA GPU the processes its memory holds (lanes sharing it), else one per CPU core.")
 EXECUTOR_HELP = "serial | processes | ray. \\[default: serial for --jobs 1, else processes]"
 ADDRESS_HELP = "Ray cluster to join: auto or HOST:PORT. \\[default: a local Ray]"
 
 # the options fbo compare and fbo tune share: how a grid runs, and where
-Jobs = Annotated[int, typer.Option("--jobs", "-j", help=JOBS_HELP)]
+def _jobs(value) -> int:
+    from ..grids.executors.common import parse_jobs
+
+    try:
+        jobs = parse_jobs(value)
+    except UsageError as e:
+        raise typer.BadParameter(str(e)) from None
+    if jobs > MAX_JOBS:
+        raise typer.BadParameter(f"at most {MAX_JOBS} processes, got {jobs}")
+    return jobs
+
+
+MAX_JOBS = 4096  # more processes than any one machine (or local Ray) runs: a typo, refused before anything starts
+
+
+Jobs = Annotated[int, typer.Option("--jobs", "-j", help=JOBS_HELP, parser=_jobs, metavar="N|auto")]
 Executor = Annotated[Optional[str], typer.Option(help=EXECUTOR_HELP)]
 Address = Annotated[Optional[str], typer.Option(help=ADDRESS_HELP)]
 CpusPerRun = Annotated[int, typer.Option(help="Ray: CPUs per run (its torch threads).")]

@@ -20,7 +20,7 @@ def show(
     and where they differ on this task, the task's), with the common names (local_steps, lower_lr, ...)
     each key answers to."""
     from ..algorithms.base import VOCABULARY
-    from ..grids.run_batches import state_refusal
+    from ..grids.run_batches import seeds_line, state_refusal
     from ..runs.config import lookup
     from ..runs.describe import describe
 
@@ -33,6 +33,8 @@ def show(
                              f"rounds per outer iteration: {d.rounds}"), highlight=False)
     if source and (why := state_refusal(entry.cls)):
         view.print(f"run batches: its runs run alone, never in a batch: {why}", highlight=False)
+    else:
+        view.print(seeds_line(entry.cls), highlight=False)
     for sec in d.sections:
         t = Table(title=sec.title, title_justify="left")
         for c, kw in (("key", {"no_wrap": True}), ("default", {"no_wrap": True}), ("bounds", {}),

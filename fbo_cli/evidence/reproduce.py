@@ -20,11 +20,17 @@ class Step:
 
 
 def plan(paper: str | None = None) -> list[Step]:
-    """The reproduction's steps, papers in report order, each paper's specs by their ``order:``."""
+    """The reproduction's steps, papers in report order, each paper's specs by their ``order:``; none found (a
+    folder without the checkout's ``experiments/``) is a UsageError, not an empty reproduction."""
+    from ..errors import UsageError
     from ..grids.spec import has_tuning
     from .report.papers import reproduction_specs
 
-    return [Step(s, has_tuning(s)) for s in reproduction_specs(paper)]
+    steps = [Step(s, has_tuning(s)) for s in reproduction_specs(paper)]
+    if not steps:
+        raise UsageError(f"no reproduction specs (experiments/*.yaml naming their paper{': ' + paper if paper else ''})"
+                         f" in {Path('experiments').absolute()}; run it in the fbo checkout")
+    return steps
 
 
 def spec_cost(spec: str | Path, overrides: dict[str, Any], todo: bool = False,

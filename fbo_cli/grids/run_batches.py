@@ -145,6 +145,17 @@ def seeds_batch(cfg: RunConfig) -> bool:
     return batchable(cfg) and cls.can_batch_seeds(cfg.hp, cfg.run)
 
 
+def seeds_line(cls: type) -> str:
+    """What ``fbo show`` says of an algorithm's seeds in run batches."""
+    if not getattr(cls, "batches", False):
+        return "run batches: none (its runs run alone)"
+    if cls.batch_seeds:
+        return ("run batches: float steps of one seed, and the seeds of a cell in one batch where every client takes "
+                "part in every round (each run its own data and draws, bit for bit the run alone): with --batch R, "
+                f"and with --batch auto where the batch bench measured a gain of at least {AUTO_SEEDS_MIN}x")
+    return f"run batches: float steps of one seed; its seeds never share a batch: {cls.seeds_unbatched}"
+
+
 AUTO_SEEDS_MIN = 1.2  # --batch auto: seeds share a batch where the batch bench measured at least this step ratio
 
 
@@ -373,8 +384,9 @@ def execute_batch(cfgs: Sequence[RunConfig], reuse: bool = True, fresh: bool = F
                     by = {}
                     for i, run in zip(idx, runs):
                         by.setdefault(run.cfg.run.seed, []).append((i, run))
-                    for run in runs:
+                    for run in runs:  # from round 0 (a checkpoint the seed batch wrote goes)
                         run.note(f"its seeds step one after the other ({e})", show=False)
+                        (run.cfg.run_dir / CHECKPOINT).unlink(missing_ok=True)
                     groups[:0] = [([i for i, _ in g], [run for _, run in g]) for g in by.values() if len(g) > 1]
                     alone.extend(g[0][0] for g in by.values() if len(g) == 1)
                     continue

@@ -210,6 +210,7 @@ class _Stop:
 
     def __init__(self):
         self.old: dict[int, Any] = {}
+        self.signum: int | None = None
 
     @property
     def flag(self) -> bool:
@@ -225,13 +226,17 @@ class _Stop:
         if STOP.is_set():
             raise _StopNow
         STOP.set()
+        self.signum = signum
         with contextlib.suppress(OSError):
             os.write(2, b"stopping after this outer iteration (its checkpoint is written); again to stop now\n")
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, *exc):
         for sig, h in self.old.items():
             signal.signal(sig, h)
-        STOP.clear()  # this run has answered it
+        unanswered = STOP.is_set() and exc_type is None and self.signum is not None
+        STOP.clear()  # this run has answered it, or
+        if unanswered:  # it came after the loop's last look (the last evaluation, a batch's summaries): the
+            signal.raise_signal(self.signum)  # handler outside the run has it (the command stops, exit 130)
 
 
 def execute(cfg: RunConfig, on_eval: Callable[[dict[str, Any]], None] | None = None, write: bool = True,
@@ -294,6 +299,14 @@ def _execute_locked(cfg: RunConfig, on_eval, reuse: bool, wait: bool, log, fresh
             return s
 
 
+class _LogFile(logging.FileHandler):
+    """run.log's handler: a write that fails (a full disk) fails the run, as any other write of it does,
+    instead of logging's "--- Logging error ---" traceback on stderr and a log with lines missing."""
+
+    def handleError(self, record) -> None:
+        raise  # noqa: PLE0704  (called inside emit's except: the OSError)
+
+
 @contextlib.contextmanager
 def _run_log(run_dir, log: Callable[[str], None] | None):
     """A ``note(msg)`` that logs to ``run_dir/run.log`` (appended, timestamped, through :mod:`logging`)
@@ -302,7 +315,7 @@ def _run_log(run_dir, log: Callable[[str], None] | None):
     logger.propagate = False
     logger.setLevel(logging.INFO)
     try:
-        handler = logging.FileHandler(run_dir / "run.log", encoding="utf-8")
+        handler = _LogFile(run_dir / "run.log", encoding="utf-8")
     except OSError as e:  # an existing run directory we may not write to
         raise UsageError(f"cannot write {run_dir / 'run.log'}: {e.strerror or e}") from None
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))

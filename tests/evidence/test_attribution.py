@@ -26,6 +26,7 @@ def test_the_share_of_the_gap_closed_by_the_change_with_a_censored_before_row():
     assert "| A → B | s | rounds to target | 500 | 1400 (3/3 reached) | 1000 (3/3 reached) | 44%; 2.00x" in md
     # final: before 0.91, after 0.93, paper 0.95: half the gap; 2 points remain
     assert "| final | 0.95 | 0.9100 (3 seeds) | 0.9300 (3 seeds) | 50%; -2.0 points to the paper remain |" in md
+    assert "- *s*: A's rounds to target goes from 1400 to 1000 against the paper's 500: the change closes 44%" in md
     runs.loc[0, "rounds_to_target"] = None  # a seed never reached the target: counted as the budget, a bound
     md = attribution_md(exp, runs)
     assert "≥ 1567 (2/3 reached)" in md and "at least 53%" in md  # (1567 - 1000) / (1567 - 500)

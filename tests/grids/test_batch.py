@@ -311,8 +311,10 @@ def test_softmax_products_with_features_shared_by_the_runs_are_each_runs(C, h):
         alone = [sm.grad_diff(y[r * M:(r + 1) * M], anchors[r], A, t[r * M:(r + 1) * M], w[r * M:(r + 1) * M])
                  for r in range(R)]
         assert torch.equal(sm.grad_diff(y, anchors, A, t, w), torch.cat(alone))
-    if C == 10:  # the fast way is taken where it keeps the bits
-        assert federation.SAME_BITS and all(federation.SAME_BITS.values())
+    if C == 10:  # the check ran and was remembered; the fast way is taken only where it keeps the bits, which
+        # depends on the CPU's MKL path (kept on the evidence's machine, not on an AMX / AVX-512 FP16 Xeon, where
+        # the equalities above hold by the fallback)
+        assert federation.SAME_BITS
 
 
 def test_same_bits_takes_the_fast_way_only_where_it_keeps_the_bits():

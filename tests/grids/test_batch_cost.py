@@ -132,3 +132,23 @@ def test_one_gpu_with_lanes_and_batches_is_calibrated_on_table_2():
     per60 = auto * 60 / len(cells)
     assert 148 / 2 < per60 < 148 * 2, per60
     assert auto < off < gpu / 8  # the batches gain, and 8 lanes more than 8x the model's one by one (the fit)
+
+
+def test_jobs_auto_picks_the_lanes_from_gpu_memory(monkeypatch):
+    import os
+
+    import torch
+
+    from fbo_cli.errors import UsageError
+    from fbo_cli.grids.executors.common import parse_jobs
+    from fbo_cli.runs.cost import gpu_lanes
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert parse_jobs("auto") == (os.cpu_count() or 1) and parse_jobs("3") == parse_jobs(3) == 3
+    assert parse_jobs("0") == 0  # the commands refuse it (--jobs must be >= 1)
+    for bad in ("many", "2.5", ""):
+        with pytest.raises(UsageError, match="--jobs must be auto or a number"):
+            parse_jobs(bad)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=8e9))
+    assert parse_jobs("auto") == gpu_lanes(8e9, os.cpu_count() or 1) == min(4, os.cpu_count() or 1)

@@ -108,3 +108,15 @@ def test_auto_batches_seeds_where_the_batch_bench_measured_a_gain(tmp_path):
     assert seeds_gain(cfgs[0], (tmp_path,)) == (False, "the batch bench measured 0.95x for a seed batch on a CPU")
     assert group_batches(cfgs, 8, (tmp_path,)) == [[0, 1], [2, 3]]  # --batch R batches them all the same
     batch_speedups.cache_clear()
+
+
+def test_show_says_which_algorithms_batch_seeds_and_why_not():
+    from fbo_cli.cli import app
+    from typer.testing import CliRunner
+
+    for algo, says in [("fedavg-noisy", "the seeds of a cell in one batch"),
+                       ("codasca", "its seeds never share a batch: the AUC objective"),
+                       ("fedprox", "its seeds never share a batch: its client sets"),
+                       ("fednest", "its seeds never share a batch: its lower rounds")]:
+        r = CliRunner().invoke(app, ["show", algo])
+        assert r.exit_code == 0 and says in " ".join(r.output.split()), (algo, r.output[:300])

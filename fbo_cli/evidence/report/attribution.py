@@ -42,8 +42,8 @@ def _share(before: float, after: float, paper: float, censored: bool, rounds: bo
 
 
 def attribution_md(exp: Experiment, runs: pd.DataFrame) -> str:
-    """The attribution table of ``exp`` (empty without an ``attribution:``), one row per pair, setting and
-    quantity the paper reports."""
+    """The attribution of ``exp`` (empty without an ``attribution:``): a table with one row per pair, setting
+    and quantity the paper reports, then a sentence per setting on the share of the gap the change closes."""
     a = exp.attribution
     if a is None:
         return ""
@@ -55,6 +55,7 @@ def attribution_md(exp: Experiment, runs: pd.DataFrame) -> str:
              "number; negative: the change widens the gap).", "",
              "| row before → after | setting | quantity | paper | before | after | share of the gap closed |",
              "|---|---|---|---|---|---|---|"]
+    said: dict[str, list[str]] = {}
     for before, after in a.pairs.items():
         for setting, vals in ((exp.reference or {}).get(before) or {}).items():
             for key, label in QUANTITIES:
@@ -65,4 +66,10 @@ def attribution_md(exp: Experiment, runs: pd.DataFrame) -> str:
                 f, ft, _ = _ours(runs, after, setting, key, budget.get(setting, 0))
                 share = _share(b, f, float(paper), cens, key == "rounds_to_target")
                 lines.append(f"| {before} → {after} | {setting} | {label} | {paper:g} | {bt} | {ft} | {share} |")
+                if share != "–":
+                    said.setdefault(setting, []).append(
+                        f"{before.split(' (')[0]}'s {label} goes from {bt.split(' (')[0]} to {ft.split(' (')[0]} "
+                        f"against the paper's {paper:g}: the change closes {share}")
+    lines.append("")
+    lines += [f"- *{setting}*: " + "; ".join(parts) + "." for setting, parts in said.items()]
     return "\n".join(lines) + "\n"

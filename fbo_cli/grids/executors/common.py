@@ -7,6 +7,28 @@ from typing import Any, Protocol
 from ...errors import UsageError
 
 
+def parse_jobs(jobs: str | int) -> int:
+    """``--jobs``: a number of processes (the commands check it is positive), or ``auto``: on a CUDA GPU the processes
+    that share it (lanes) as its memory holds them (:func:`fbo_cli.runs.cost.gpu_lanes`: 1.75 GB each, measured
+    with Table 2's runs in batches of up to 3, at most one per CPU core), else one per CPU core."""
+    import os
+
+    s = str(jobs).strip().lower()
+    if s == "auto":
+        import torch
+
+        cpus = os.cpu_count() or 1
+        if torch.cuda.is_available():
+            from ...runs.cost import gpu_lanes
+
+            return gpu_lanes(torch.cuda.get_device_properties(0).total_memory, cpus)
+        return cpus
+    try:
+        return int(s)
+    except ValueError:
+        raise UsageError(f"--jobs must be auto or a number of processes; got {jobs!r}") from None
+
+
 class GridInterrupted(KeyboardInterrupt):
     """Ctrl-C during a Ray grid; ``str()`` says truthfully what became of the runs in flight."""
 

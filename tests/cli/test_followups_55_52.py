@@ -1,0 +1,74 @@
+"""Issues 55 and 52, the rest: fbo tune stops on a signal that comes between runs, the last bad inputs are
+exit 2, a spec's keys are checked and applied as --set applies them, your own folder works, and the
+estimates a user can plan by."""
+
+import os
+import signal
+
+import pytest
+from typer.testing import CliRunner
+
+from fbo_cli.cli import app
+
+runner = CliRunner()
+
+
+def test_a_signal_after_the_loops_last_look_still_stops_the_command():
+    """SIGTERM while a run (or a batch) writes its summaries, after its loop last checked the flag: the
+    handler outside the run gets it (fbo tune then ends with exit 130), not the next run's loop nor nobody."""
+    from fbo_cli.runs.runner import STOP, _Stop
+
+    def outside(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, outside)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with _Stop():
+                os.kill(os.getpid(), signal.SIGTERM)  # the run's handler: a flag, nobody looks at it again
+        assert not STOP.is_set()
+        with _Stop():  # a flag the run answered (Interrupted, or set by Ray's cancel without a signal): no more
+            STOP.set()
+        assert signal.getsignal(signal.SIGTERM) is outside
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def test_reproduce_without_specs_or_with_absurd_jobs_is_exit_2(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no experiments/ here
+    for args in (["reproduce", "--dry-run"], ["reproduce", "--paper", "aggitd", "--dry-run"], ["cost"]):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 2 and "no reproduction specs" in " ".join(r.output.split()), (args, r.output)
+    r = runner.invoke(app, ["reproduce", "--dry-run", "--jobs", "100000000"])
+    assert r.exit_code == 2 and "at most 4096 processes" in r.output, r.output
+
+
+def test_a_full_disk_under_a_library_or_the_run_log_is_the_message_not_a_traceback(tmp_path, capfd):
+    import errno
+    import logging
+
+    import typer
+
+    from fbo_cli.cli.common import user_errors
+    from fbo_cli.runs.runner import _run_log
+
+    with pytest.raises(typer.Exit) as e, user_errors():
+        try:  # matplotlib's PDF writer on a full disk: an AttributeError raised while handling ENOSPC
+            raise OSError(errno.ENOSPC, "No space left on device", "tuning.pdf")
+        except OSError:
+            raise AttributeError("'Stream' object has no attribute 'pos'")  # noqa: B904
+    assert e.value.exit_code == 1 and "No space left on device (tuning.pdf)" in capfd.readouterr().err
+    with pytest.raises(AttributeError), user_errors():  # a bug stays a bug
+        raise AttributeError("x")
+
+    class Full:
+        def write(self, s):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def flush(self):
+            pass
+
+    with pytest.raises(OSError, match="No space"), _run_log(tmp_path, None) as note:
+        logging.getLogger(f"fbo.run.{tmp_path.name}").handlers[-1].stream = Full()
+        note("start")  # the run fails as at any other write, no "--- Logging error ---" traceback
+    assert "Logging error" not in capfd.readouterr().err
