@@ -72,3 +72,32 @@ def test_a_full_disk_under_a_library_or_the_run_log_is_the_message_not_a_traceba
         logging.getLogger(f"fbo.run.{tmp_path.name}").handlers[-1].stream = Full()
         note("start")  # the run fails as at any other write, no "--- Logging error ---" traceback
     assert "Logging error" not in capfd.readouterr().err
+
+
+SPEC52 = ("name: s52\ntask: hyperrep\nseeds: [0]\nbase: {dataset: digits, clients: 4, rounds: 2}\n"
+          "algorithms: [{name: A, algo: aggitd, tune: {TUNE: [0.1, 0.2]}}, {name: B, algo: fedbio}]\n")
+
+
+@pytest.mark.parametrize("block", ["", "tune: {seeds: [100], rounds: 2}\n"])
+def test_a_tune_grid_key_the_algorithm_lacks_is_an_error_at_dry_run(tmp_path, block):
+    p = tmp_path / "s.yaml"
+    p.write_text(SPEC52.replace("TUNE", "foo") + block)
+    r = runner.invoke(app, ["compare", str(p), "--dry-run", "--out-dir", str(tmp_path / "o")])
+    assert r.exit_code == 2 and "its tune grid sets 'foo'" in " ".join(r.output.split()), r.output
+
+
+def test_a_setting_key_is_applied_where_the_algorithm_has_it_as_set_does(tmp_path):
+    from fbo_cli.spec import load_spec
+
+    p = tmp_path / "s.yaml"
+    p.write_text(SPEC52.replace("TUNE", "outer_lr") + "settings: [{name: one}, {name: t5, set: {tau: 5}}]\n"
+                 "tune: {seeds: [100], rounds: 2}\n")  # fedbio has no tau; aggitd has
+    exp = load_spec(p, {"out_dir": str(tmp_path / "o")})
+    assert exp.setting_ignored == {"one": {}, "t5": {"tau": ["B"]}}
+    tau = {(c.algorithm, c.setting): getattr(c.cfg.hp, "tau", None) for c in exp.cells}
+    assert tau[("A", "t5")] == 5 and tau[("A", "one")] == 1 and ("B", "t5") in tau
+    r = runner.invoke(app, ["tune", str(p), "--dry-run", "--out-dir", str(tmp_path / "o")])
+    assert r.exit_code == 0 and "setting 't5': tau: applies to A; ignored by B (no such key)" in r.output, r.output
+    p.write_text(SPEC52.replace("TUNE", "outer_lr") + "settings: [{name: t5, set: {nokey: 5}}]\n")
+    r = runner.invoke(app, ["compare", str(p), "--dry-run", "--out-dir", str(tmp_path / "o")])
+    assert r.exit_code == 2 and "setting 't5': nokey: no algorithm of the spec has the key" in r.output, r.output
