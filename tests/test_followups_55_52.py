@@ -101,3 +101,19 @@ def test_a_setting_key_is_applied_where_the_algorithm_has_it_as_set_does(tmp_pat
     p.write_text(SPEC52.replace("TUNE", "outer_lr") + "settings: [{name: t5, set: {nokey: 5}}]\n")
     r = runner.invoke(app, ["compare", str(p), "--dry-run", "--out-dir", str(tmp_path / "o")])
     assert r.exit_code == 2 and "setting 't5': nokey: no algorithm of the spec has the key" in r.output, r.output
+
+
+def test_a_dataset_make_setup_put_in_the_checkout_is_found_from_a_folder_of_ones_own(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    import fbo_cli.data.sources as src
+
+    install = tmp_path / "checkout" / "data"
+    (install / "MNIST" / "raw").mkdir(parents=True)
+    monkeypatch.setattr(src, "INSTALL_DATA", install)
+    monkeypatch.chdir(tmp_path)  # a folder of one's own, no data/ here
+    assert src.data_home("mnist", Path("data")) == install
+    assert src.data_home("mnist", Path("elsewhere")) == Path("elsewhere")  # --data-dir is what it says
+    assert src.data_home("cifar10", Path("data")) == Path("data")  # not in the checkout either: here (downloads)
+    (tmp_path / "data" / "MNIST").mkdir(parents=True)
+    assert src.data_home("mnist", Path("data")) == Path("data")  # one's own copy first
