@@ -117,3 +117,15 @@ def test_a_dataset_make_setup_put_in_the_checkout_is_found_from_a_folder_of_ones
     assert src.data_home("cifar10", Path("data")) == Path("data")  # not in the checkout either: here (downloads)
     (tmp_path / "data" / "MNIST").mkdir(parents=True)
     assert src.data_home("mnist", Path("data")) == Path("data")  # one's own copy first
+
+
+def test_list_says_where_it_looked_for_specs_and_report_spec_reads_your_results(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(app, ["list"])
+    assert r.exit_code == 0 and f"none in {tmp_path / 'experiments'}" in "".join(r.output.split("\n")), r.output
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "experiments" / "s.yaml").write_text(SPEC52.replace("TUNE", "outer_lr"))
+    r = runner.invoke(app, ["list"])
+    assert r.exit_code == 0 and "experiments/s.yaml" in r.output and str(tmp_path / "experiments") in r.output
+    r = runner.invoke(app, ["report", "--spec", "experiments/s.yaml"])  # your own runs: ./results, not the evidence
+    assert r.exit_code == 2 and "no results folder at results " in " ".join(r.output.split()), r.output
