@@ -129,3 +129,32 @@ def test_list_says_where_it_looked_for_specs_and_report_spec_reads_your_results(
     assert r.exit_code == 0 and "experiments/s.yaml" in r.output and str(tmp_path / "experiments") in r.output
     r = runner.invoke(app, ["report", "--spec", "experiments/s.yaml"])  # your own runs: ./results, not the evidence
     assert r.exit_code == 2 and "no results folder at results " in " ".join(r.output.split()), r.output
+
+
+def test_wall_time_counts_the_load_now():
+    from fbo_cli.results.cost import parallel
+
+    assert parallel(2, (0.0, 2)) == (2.0, "with 2 jobs")  # idle: the jobs run side by side
+    p, words = parallel(1, (3.0, 2))  # the machine: a load of 3 on 2 cores
+    assert p == 0.5 and words == "with 1 job on 0 idle of 2 cores (load 3.0 now)"
+    assert parallel(8, (0.0, 2))[0] == 2.0  # more jobs than cores: the cores
+
+
+def test_a_run_over_an_hour_at_the_load_now_says_so_before_it_starts(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "getloadavg", lambda: (200.0, 200.0, 200.0))
+    r = runner.invoke(app, ["run", "hyperrep", "--algo", "adafbio", "--dry-run"])  # its default 2,000 rounds
+    assert r.exit_code == 0 and "this run is estimated at about" in r.output and "(load 200.0 now" in r.output, r.output
+    p = tmp_path / "s.yaml"  # and in a grid: fbo compare (and tune) --dry-run name the longest run
+    p.write_text("name: long\ntask: hyperrep\nseeds: [0]\nalgorithms: [{name: Ada, algo: adafbio}]\n")
+    r = runner.invoke(app, ["compare", str(p), "--dry-run", "--out-dir", str(tmp_path / "o")])
+    assert r.exit_code == 0 and "the longest run (Ada · default · seed 0: 2000 rounds) takes about" in " ".join(
+        r.output.split()), r.output
+
+
+def test_tune_dry_run_says_the_waves_and_the_load(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.0, 3.0, 3.0))
+    p = tmp_path / "s.yaml"
+    p.write_text(SPEC52.replace("TUNE", "outer_lr") + "tune: {seeds: [100], rounds: 2}\n")
+    r = runner.invoke(app, ["tune", str(p), "--dry-run", "--out-dir", str(tmp_path / "o")])
+    text = " ".join(r.output.split())
+    assert r.exit_code == 0 and "waves run one after the other (at most 9)" in text and "(load 3.0 now)" in text, text

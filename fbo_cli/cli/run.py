@@ -127,22 +127,19 @@ def run(
         raise typer.Exit(1)
 
 
-LONG_RUN_S = 3600.0  # a run estimated to take longer on this machine says so before it starts
-
-
 def long_run_warning(cfg) -> None:
-    """Warn (stderr) when the cost model (:func:`fbo_cli.results.estimate_cost`: finished runs of the kind)
-    puts this run above an hour on this machine."""
+    """Warn (stderr) when the cost model (:func:`fbo_cli.results.estimate_cost`: finished runs of the kind), at
+    this machine's load now (:func:`fbo_cli.results.cost.parallel`), puts this run above an hour."""
     from types import SimpleNamespace
 
-    from ..results import estimate_cost
+    from ..results.cost import LONG_RUN_S, longest_run, parallel
 
-    secs, unknown = estimate_cost([SimpleNamespace(cfg=cfg)])
-    if not unknown and secs > LONG_RUN_S:
-        err.print(f"this run is estimated at about {secs / 3600:.1f} h on this machine ({cfg.run.rounds} "
-                  f"rounds, {cfg.run.clients} clients x participation {cfg.run.participation:g}; from finished runs "
-                  f"of its kind): fewer --rounds or --clients make it shorter; Ctrl-C keeps a checkpoint",
-                  style="yellow", highlight=False)
+    secs, _ = longest_run([SimpleNamespace(cfg=cfg)])
+    if secs > LONG_RUN_S:
+        err.print(f"this run is estimated at about {secs / 3600:.1f} h on this machine ({parallel(1)[1]}; "
+                  f"{cfg.run.rounds} rounds, {cfg.run.clients} clients x participation {cfg.run.participation:g}; "
+                  f"from finished runs of its kind): fewer --rounds or --clients make it shorter; Ctrl-C keeps a "
+                  "checkpoint", style="yellow", highlight=False)
 
 
 def config_layer(data: dict[str, Any], task: str | None, algo: str | None) -> tuple[str, str, dict[str, Any]]:
