@@ -158,3 +158,15 @@ def test_tune_dry_run_says_the_waves_and_the_load(tmp_path, monkeypatch):
     r = runner.invoke(app, ["tune", str(p), "--dry-run", "--out-dir", str(tmp_path / "o")])
     text = " ".join(r.output.split())
     assert r.exit_code == 0 and "waves run one after the other (at most 9)" in text and "(load 3.0 now)" in text, text
+
+
+def test_fbo_run_stopped_after_its_loops_last_look_is_exit_130(tmp_path, monkeypatch):
+    import fbo_cli.runner as rn
+
+    def late_signal(*a, **k):  # as if SIGTERM came during the last evaluation: re-delivered when the run ends
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rn, "finish", late_signal)
+    r = runner.invoke(app, ["run", "hyperrep", "--algo", "aggitd", "--dataset", "digits", "--rounds", "2",
+                            "--set", "clients=4", "--out-dir", str(tmp_path / "o")])
+    assert r.exit_code == 130 and "interrupted" in r.output and "Aborted" not in r.output, r.output

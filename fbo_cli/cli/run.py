@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 from ..errors import UsageError
-from .common import err, out, threads_first, user_errors
+from .common import err, interrupted_note, out, threads_first, user_errors
 
 
 def run_progress(console: Console) -> Progress:
@@ -110,6 +110,9 @@ def run(
             try:
                 summary = execute(cfg, on_eval=on_eval, wait=False, log=lambda m: err.print(m, highlight=False))
             except Interrupted:  # the runner said where it stopped (its log line): once
+                raise typer.Exit(130) from None
+            except KeyboardInterrupt as e:  # after the loop's last look (its last evaluation): its checkpoint stays
+                err.print(interrupted_note(e), style="yellow", highlight=False)
                 raise typer.Exit(130) from None
     if tensorboard:
         from ..export import to_tensorboard
