@@ -326,7 +326,8 @@ def _check_grid_keys(where: str, task: str, algos: list[AlgorithmEntry]) -> None
         if not isinstance(a.tune, dict):
             continue  # parse_tune says what a grid must be
         entry = REGISTRY.get(a.algo) or lookup(a.algo)[1]
-        bad = sorted(str(k) for k in a.tune if k not in known_keys(task, entry))
+        keys = known_keys(task, entry)  # a key "a,b" sets a and b to each value
+        bad = sorted(p.strip() for k in a.tune for p in str(k).split(",") if p.strip() not in keys)
         if bad:
             raise UsageError(f"{where}: algorithm '{a.name}': its tune grid sets {', '.join(map(repr, bad))}, "
                              f"which '{a.algo}' does not have (`fbo show {a.algo} --task {task}` lists its keys)")

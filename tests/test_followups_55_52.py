@@ -86,6 +86,16 @@ def test_a_tune_grid_key_the_algorithm_lacks_is_an_error_at_dry_run(tmp_path, bl
     assert r.exit_code == 2 and "its tune grid sets 'foo'" in " ".join(r.output.split()), r.output
 
 
+def test_a_tied_grid_key_is_checked_part_by_part(tmp_path):
+    p = tmp_path / "s.yaml"  # "a,b": both set to each value (the fedbio specs' inner_lr,aux_lr)
+    p.write_text(SPEC52.replace("TUNE", '"inner_lr, outer_lr"'))
+    r = runner.invoke(app, ["compare", str(p), "--dry-run", "--out-dir", str(tmp_path / "o")])
+    assert r.exit_code == 0, r.output
+    p.write_text(SPEC52.replace("TUNE", '"inner_lr,foo"'))
+    r = runner.invoke(app, ["compare", str(p), "--dry-run", "--out-dir", str(tmp_path / "o")])
+    assert r.exit_code == 2 and "its tune grid sets 'foo'" in " ".join(r.output.split()), r.output
+
+
 def test_a_setting_key_is_applied_where_the_algorithm_has_it_as_set_does(tmp_path):
     from fbo_cli.spec import load_spec
 
