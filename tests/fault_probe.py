@@ -583,6 +583,8 @@ def more_inputs(o: Path, env: dict) -> None:
     case("an edited spec and the old tuned.yaml", ["compare", str(tq), "--out-dir", str(o / "tq")],
          says="another tuning grid")
     case("fbo cost --jobs -3", ["cost", str(spec()), "--jobs", "-3"], says="--jobs must be >= 1")
+    case("fbo reproduce --dry-run --jobs 100000000", ["reproduce", "--dry-run", "--jobs", "100000000"],
+         says="at most 4096 processes")
     (ROOT / "mn" / "MNIST" / "raw").mkdir(parents=True)
     for nm in ["train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
                "t10k-labels-idx1-ubyte"]:
@@ -655,6 +657,8 @@ def issue55(o: Path, env: dict) -> None:
     try:
         case("report --prune from a folder without experiments/", ["report", "--from", str(ev), "--prune", "--md",
              "x.md", "--html", "x.html"], says="cannot read the reproduction specs")
+        case("reproduce --dry-run from a folder without experiments/", ["reproduce", "--dry-run"],
+             says="no reproduction specs")
     finally:
         os.chdir(here)
     check("... removes nothing (3 runs stay)", len(runs) == 3 and all(p.is_file() for p in runs), f"{runs}")

@@ -5,7 +5,7 @@
 # run batches on (--batch auto), 8 processes on the one GPU. Table 2's seeds do not share a batch (participation
 # 0.1: each seed draws its own client sets; `fbo show fednest`). Commit results/bench/cuda/batch.{md,csv} under
 # docs/results/bench/cuda/: fbo cost prices GPU batches from it and --batch auto batches seeds on a GPU by its
-# seeds column (fbo_cli/batch.py, seeds_gain). Budget: about 3 min of bench (64 seed builds per seeds case) and
+# seeds column (fbo_cli/grids/run_batches.py, seeds_gain). Budget: about 3 min of bench (64 seed builds per seeds case) and
 # 2.5 min of Table 2, within the 15 minutes of device time with the machine's start.
 # Usage: [R=64] bash tests/gpu_batch_check.sh [SECONDS_FOR_TABLE_2]   (OUT: where logs and a tarball of the runs go)
 # Data: the idx files gzipped under .gpu/MNIST and .gpu/FashionMNIST (the device machine reaches no network).

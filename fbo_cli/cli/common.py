@@ -128,9 +128,11 @@ def grid_overrides(set_: list[str] | None, out_dir: Path | None, data_dir: Path 
 
 
 def ignored_note(exp) -> None:
-    """Say which algorithms of a spec ignore a --set key they do not have (stderr)."""
-    for k, names in exp.ignored.items():
-        err.print(f"--set {k}: applies to {', '.join(a['name'] for a in exp.algorithms if a['name'] not in names)}; "
+    """Say which algorithms of a spec ignore a --set key, or a key of a setting, they do not have (stderr)."""
+    said = [(f"--set {k}", names) for k, names in exp.ignored.items()]
+    said += [(f"setting '{s}': {k}", names) for s, ign in exp.setting_ignored.items() for k, names in ign.items()]
+    for what, names in said:
+        err.print(f"{what}: applies to {', '.join(a['name'] for a in exp.algorithms if a['name'] not in names)}; "
                   f"ignored by {', '.join(names)} (no such key)", highlight=False)
 
 

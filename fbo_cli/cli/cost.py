@@ -49,7 +49,7 @@ def print_cost(specs: list, jobs: int, overrides: dict, todo: bool = False, batc
     for h in ("spec", "tuning", "compared", "core-min", "GPU min", "no est."):  # one word each: never broken
         t.add_column(h, justify="left" if h == "spec" else "right", no_wrap=h == "spec", overflow="fold",
                      min_width=len(h))
-    from ..runs.cost import GPU_LANES_FIT
+    from ..runs.cost import GPU_LANES_FIT, parallel
 
     lanes = GPU_LANES_FIT[0]
     total = largest = unknown = gpu = gpu_lanes = 0.0
@@ -68,9 +68,9 @@ def print_cost(specs: list, jobs: int, overrides: dict, todo: bool = False, batc
     t.columns[0].min_width = max(len(str(c)) for c in t.columns[0].cells)  # a spec's name is never cut
     print_table(t)
     none = f"; {int(unknown)} run(s) of a kind never run on this kind of device have no estimate"
+    p, words = parallel(max(jobs, 1))
     out.print(f"about {total / 3600:.1f} core-hours expected, at most {largest / 3600:.1f}: "
-              f"{total / 3600 / max(jobs, 1):.1f} to {largest / 3600 / max(jobs, 1):.1f} h of wall time with "
-              f"{jobs} job{'s' if jobs > 1 else ''}" + (none if unknown else "")
+              f"{total / 3600 / p:.1f} to {largest / 3600 / p:.1f} h of wall time {words}" + (none if unknown else "")
               + ("" if batch == "off" else f" (run batches: --batch {batch})"), highlight=False)
     out.print(f"one GPU: about {gpu_lanes / 3600:.1f} h with {lanes} processes sharing it (--jobs {lanes}) and run "
               f"batches (--batch {batch}), {gpu / 3600:.1f} h runs one by one: the committed CUDA bench (an H100) "

@@ -8,7 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import UsageError
-from .common import print_table, user_errors
+from .common import out, print_table, user_errors
 
 
 def list_() -> None:
@@ -61,10 +61,15 @@ def list_() -> None:
         t.add_row(name, " ".join((fn.__doc__ or "torchvision (data dir or download)").strip().split("\n\n")[0].split()))
     print_table(t)
     specs = sorted(Path("experiments").glob("*.yaml"))
-    if specs:
+    if not specs:
+        out.print(f"Experiment specs: none in {Path('experiments').absolute()} (fbo list looks in ./experiments; "
+                  "fbo compare takes a spec file from anywhere, the papers' are in the checkout's experiments/)",
+                  highlight=False)
+    else:
         from ..runs.config import load_yaml
 
-        t = Table(title="Experiment specs (fbo compare FILE)", title_justify="left")
+        t = Table(title=f"Experiment specs in {Path('experiments').absolute()} (fbo compare FILE)",
+                  title_justify="left")
         t.add_column("file", no_wrap=True)
         t.add_column("title", overflow="fold")
         for p in specs:

@@ -13,8 +13,9 @@ from .common import err, out, user_errors
 
 
 def report(
-    root: Path = typer.Option(Path("docs/results"), "--from", help="Results root to read (run directories); "
-                              "docs/results is the committed evidence."),
+    root: Optional[Path] = typer.Option(None, "--from", help="Results root to read (run directories); "
+                                        "docs/results is the committed evidence. \\[default: docs/results; with "
+                                        "--spec: results, your own runs]"),
     md: Optional[Path] = typer.Option(None, "--md", help="Markdown report. \\[default: docs/results.md; with "
                                       "--spec: results/report/partial.md, never the full report]"),
     html_out: Optional[Path] = typer.Option(None, "--html", help="The HTML report's index page; a page "
@@ -39,6 +40,7 @@ def report(
     from ..evidence.report import build_report, collect_evidence, prune_evidence
 
     partial = bool(spec)
+    root = root or Path("results" if partial else "docs/results")  # --spec: the runs fbo compare made here
     md = md or Path("results/report/partial.md" if partial else "docs/results.md")
     html_out = html_out or Path("results/report/partial.html" if partial else "results/report/report.html")
     with user_errors():

@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 from ..errors import UsageError
-from .common import err, out, threads_first, user_errors
+from .common import err, interrupted_note, out, threads_first, user_errors
 
 
 def run_progress(console: Console) -> Progress:
@@ -111,6 +111,9 @@ def run(
                 summary = execute(cfg, on_eval=on_eval, wait=False, log=lambda m: err.print(m, highlight=False))
             except Interrupted:  # the runner said where it stopped (its log line): once
                 raise typer.Exit(130) from None
+            except KeyboardInterrupt as e:  # after the loop's last look (its last evaluation): its checkpoint stays
+                err.print(interrupted_note(e), style="yellow", highlight=False)
+                raise typer.Exit(130) from None
     if tensorboard:
         from ..evidence.export import to_tensorboard
 
@@ -127,22 +130,19 @@ def run(
         raise typer.Exit(1)
 
 
-LONG_RUN_S = 3600.0  # a run estimated to take longer on this machine says so before it starts
-
-
 def long_run_warning(cfg) -> None:
-    """Warn (stderr) when the cost model (:func:`fbo_cli.runs.cost.estimate_cost`: finished runs of the kind)
-    puts this run above an hour on this machine."""
+    """Warn (stderr) when the cost model (:func:`fbo_cli.runs.cost.estimate_cost`: finished runs of the kind), at
+    this machine's load now (:func:`fbo_cli.runs.cost.parallel`), puts this run above an hour."""
     from types import SimpleNamespace
 
-    from ..runs.cost import estimate_cost
+    from ..runs.cost import LONG_RUN_S, longest_run, parallel
 
-    secs, unknown = estimate_cost([SimpleNamespace(cfg=cfg)])
-    if not unknown and secs > LONG_RUN_S:
-        err.print(f"this run is estimated at about {secs / 3600:.1f} h on this machine ({cfg.run.rounds} "
-                  f"rounds, {cfg.run.clients} clients x participation {cfg.run.participation:g}; from finished runs "
-                  f"of its kind): fewer --rounds or --clients make it shorter; Ctrl-C keeps a checkpoint",
-                  style="yellow", highlight=False)
+    secs, _ = longest_run([SimpleNamespace(cfg=cfg)])
+    if secs > LONG_RUN_S:
+        err.print(f"this run is estimated at about {secs / 3600:.1f} h on this machine ({parallel(1)[1]}; "
+                  f"{cfg.run.rounds} rounds, {cfg.run.clients} clients x participation {cfg.run.participation:g}; "
+                  f"from finished runs of its kind): fewer --rounds or --clients make it shorter; Ctrl-C keeps a "
+                  "checkpoint", style="yellow", highlight=False)
 
 
 def config_layer(data: dict[str, Any], task: str | None, algo: str | None) -> tuple[str, str, dict[str, Any]]:

@@ -58,10 +58,9 @@ def tune(
     with user_errors():
         grid = grid_options(jobs, executor, address, cpus_per_run, gpus_per_run, batch)
         overrides = grid_overrides(set_, out_dir, data_dir)
-        if set_:
-            from ..grids.spec import load_spec
+        from ..grids.spec import load_spec
 
-            ignored_note(load_spec(spec, overrides, use_tuned=False))
+        ignored_note(load_spec(spec, overrides, use_tuned=False))
         if ranking_only:
             outdir = tn.ranking_only(spec, overrides, grid, console=err)
             out.print(f"written: {outdir / 'ranking.csv'}; ranking_check in {outdir / 'tuned.yaml'}", highlight=False)

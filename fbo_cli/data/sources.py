@@ -260,11 +260,25 @@ def _load_cached(name: str, data_dir: Path, download: bool) -> Dataset:
     return ds
 
 
+INSTALL_DATA = Path(__file__).resolve().parents[2] / "data"  # the install's checkout's: where `make setup` puts them
+FOLDERS = {"mnist": "MNIST", "fashion-mnist": "FashionMNIST", "cifar10": "cifar-10-batches-py",
+           "cifar100": "cifar-100-python"}  # each file dataset's folder in a data dir
+
+
+def data_home(name: str, data_dir: Path) -> Path:
+    """Where ``name`` is read from: ``data_dir``; but at the default (``data``, relative: fbo run from a folder of
+    one's own) when the dataset is not there and is in the install's checkout's ``data/`` (``make setup``), that."""
+    if str(data_dir) != "data" or name not in FOLDERS or (data_dir / FOLDERS[name]).exists():
+        return data_dir
+    return INSTALL_DATA if (INSTALL_DATA / FOLDERS[name]).is_dir() else data_dir
+
+
 def load_dataset(name: str, data_dir: str | Path = "data", download: bool = True) -> Dataset:
-    """Load a dataset by name (cached per process)."""
+    """Load a dataset by name (cached per process), from :func:`data_home`."""
 
     if name not in LOADERS:
         raise UsageError(f"unknown dataset '{name}'; choose one of: {', '.join(LOADERS)}")
+    data_dir = data_home(name, Path(data_dir))
     key = (name, str(Path(data_dir).resolve()))
     if key not in _CACHE:
         try:

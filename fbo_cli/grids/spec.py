@@ -88,6 +88,7 @@ class Experiment:
     overrides: dict[str, Any] = field(default_factory=dict)  # the command line's --set keys
     seeds_given: bool = False  # --seeds replaced the spec's seeds
     ignored: dict[str, list[str]] = field(default_factory=dict)  # --set key -> the algorithms without it
+    setting_ignored: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # setting -> the same
 
     def __post_init__(self):  # rows given as mappings (tests, older callers) become typed
         self.algorithms = [AlgorithmEntry.of(a) for a in self.algorithms]
@@ -229,11 +230,14 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
     exp.overrides = {k: v for k, v in overrides.items() if k not in ("out_dir", "data_dir")}
     exp.seeds_given = seeds is not None
     exp.ignored = _ignored_keys(where, task, algos, overrides)
+    _check_grid_keys(where, task, algos)
+    exp.setting_ignored = {s.name: _ignored_keys(where, task, algos, s.set, f"setting '{s.name}': ")
+                           for s in settings}
     for seed in seed_list:  # seed-major: a first complete picture of the grid arrives early
         for s in settings:
             for a in algos:
                 tuned = tuned_layer(exp.tuned, a.name, s.name) if exp.tuned else {}
-                layers = (base, s.set, a.set, tuned, {"seed": seed, "target": exp.target},
+                layers = (base, setting_layer(exp, s, a), a.set, tuned, {"seed": seed, "target": exp.target},
                           algo_overrides(exp, a, overrides))
                 try:
                     cfg = resolve(task, a.algo, *layers)
@@ -250,8 +254,11 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
                 and not {c.algorithm, seen[c.cfg.run_dir].algorithm} & tuned_rows:
             raise UsageError(f"{where}: algorithms '{seen[c.cfg.run_dir].algorithm}' and '{c.algorithm}' are the same "
                              f"runs (same algo and settings); remove one")
+        # an algorithm that ignores a setting's key (one it does not have) runs that setting as another: shown twice
         if c.cfg.run_dir in seen and seen[c.cfg.run_dir].setting != c.setting \
-                and seen[c.cfg.run_dir].algorithm == c.algorithm:
+                and seen[c.cfg.run_dir].algorithm == c.algorithm \
+                and not any(c.algorithm in names for st in (c.setting, seen[c.cfg.run_dir].setting)
+                            for names in exp.setting_ignored.get(st, {}).values()):
             raise UsageError(f"{where}: settings '{seen[c.cfg.run_dir].setting}' and '{c.setting}' are the same runs "
                              f"(they set the same values); remove one")
         seen[c.cfg.run_dir] = c
@@ -292,9 +299,10 @@ def _check_entries(where: str, items: list, allowed: set[str], what: str, key: s
 
 
 def _ignored_keys(where: str, task: str, algos: list[AlgorithmEntry],
-                  overrides: dict[str, Any]) -> dict[str, list[str]]:
-    """``{key: [algorithm names]}``: the ``--set`` keys that some algorithms of the spec do not have (they
-    ignore them; the output says so). A key that no algorithm has is an error."""
+                  overrides: dict[str, Any], what: str = "--set ") -> dict[str, list[str]]:
+    """``{key: [algorithm names]}``: the ``--set`` keys (or a setting's keys, ``what`` naming it) that some
+    algorithms of the spec do not have (they ignore them; the output says so). A key that no algorithm has
+    is an error."""
     from ..runs.config import REGISTRY, known_keys, lookup
 
     out: dict[str, list[str]] = {}
@@ -305,9 +313,32 @@ def _ignored_keys(where: str, task: str, algos: list[AlgorithmEntry],
                 out.setdefault(k, []).append(a.name)
     for k, names in out.items():
         if len(names) == len(algos):
-            raise UsageError(f"{where}: --set {k}: no algorithm of the spec has the key '{k}' "
+            raise UsageError(f"{where}: {what}{k}: no algorithm of the spec has the key '{k}' "
                              f"(`fbo show ALGO --task {task}` lists each one's keys)")
     return out
+
+
+def _check_grid_keys(where: str, task: str, algos: list[AlgorithmEntry]) -> None:
+    """Every key of an algorithm's ``tune:`` grid is one of its keys: checked on load (``--dry-run`` and
+    ``fbo compare`` too), not first by ``fbo tune``, and with or without the spec's ``tune:`` block."""
+    from ..runs.config import REGISTRY, known_keys, lookup
+
+    for a in algos:
+        if not isinstance(a.tune, dict):
+            continue  # parse_tune says what a grid must be
+        entry = REGISTRY.get(a.algo) or lookup(a.algo)[1]
+        keys = known_keys(task, entry)  # a key "a,b" sets a and b to each value
+        bad = sorted(p.strip() for k in a.tune for p in str(k).split(",") if p.strip() not in keys)
+        if bad:
+            raise UsageError(f"{where}: algorithm '{a.name}': its tune grid sets {', '.join(map(repr, bad))}, "
+                             f"which '{a.algo}' does not have (`fbo show {a.algo} --task {task}` lists its keys)")
+
+
+def setting_layer(exp: Experiment, s, a: AlgorithmEntry) -> dict[str, Any]:
+    """The keys of setting ``s`` that apply to algorithm ``a``: as with ``--set``, a key an algorithm does not
+    have is ignored by it (``exp.setting_ignored``; the output says so)."""
+    ignored = exp.setting_ignored.get(s.name, {})
+    return {k: v for k, v in s.set.items() if a.name not in ignored.get(k, ())}
 
 
 def algo_overrides(exp: Experiment, a: AlgorithmEntry, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -444,7 +475,8 @@ def _add_settled(exp: Experiment, where: str, task: str, base: dict, overrides: 
                 if s is None or a is None or seed in exp.seeds:
                     continue  # a setting or algorithm the spec no longer has: its runs stay out
                 tuned = tuned_layer(exp.tuned, a.name, s.name) if exp.tuned else {}
-                layers = (base, s.set, a.set, tuned, {"seed": seed, "target": exp.target}, overrides)
+                layers = (base, setting_layer(exp, s, a), a.set, tuned, {"seed": seed, "target": exp.target},
+                          algo_overrides(exp, a, overrides))
                 try:
                     cfg = resolve(task, a.algo, *layers)
                 except UsageError as e:

@@ -178,13 +178,60 @@ RUN_STARTUP_S = 1.0
 PROCESS_STARTUP_S = 5.0
 
 
+def parallel(jobs: int, load: tuple[float, int] | None = None) -> tuple[float, str]:
+    """What wall time divides core time by with ``jobs`` processes on this machine as loaded now, and the words
+    that say so: each process gets ``min(1, cores / (load + jobs))`` of a core, ``load`` the 1-minute load
+    average (``os.getloadavg``; ``load``: (load, cores) given). A loaded machine (the issue's tuning: 3 min
+    estimated, 8.5 min taken at a load of ~4 on 2 cores) is said, with its idle cores."""
+    import os
+
+    if load is None:
+        try:
+            load = (os.getloadavg()[0], os.cpu_count() or 1)
+        except OSError:  # no load average here: as idle
+            load = (0.0, os.cpu_count() or 1)
+    busy, cores = load
+    p = jobs * min(1.0, cores / (busy + jobs))
+    words = f"with {jobs} job{'s' if jobs > 1 else ''}"
+    if busy >= 0.5:
+        words += f" on {max(cores - busy, 0):.0f} idle of {cores} cores (load {busy:.1f} now)"
+    return p, words
+
+
+LONG_RUN_S = 3600.0  # a run expected to take longer says so before it starts (fbo run, compare, tune)
+
+
+def longest_run(cells: list, jobs: int = 1) -> tuple[float, object | None]:
+    """(seconds, cell) of the run of ``cells`` expected to take longest on this machine as loaded now, each run
+    one of ``jobs`` processes (:func:`parallel`); (0, None) when none has an estimate."""
+    share = parallel(max(jobs, 1))[0] / max(jobs, 1)  # of a core, per process
+    best: tuple[float, object | None] = (0.0, None)
+    for c in {c.cfg.run_dir: c for c in cells}.values():
+        secs, unknown = estimate_cost([c])
+        if not unknown and secs / share > best[0]:
+            best = (secs / share, c)
+    return best
+
+
+def long_run_note(cells: list, jobs: int = 1) -> str:
+    """'' or the words that a run of ``cells`` is expected above :data:`LONG_RUN_S` (the longest one)."""
+    secs, c = longest_run(cells, jobs)
+    if secs <= LONG_RUN_S:
+        return ""
+    name = f"{c.algorithm} · {c.setting} · seed {c.seed}" if hasattr(c, "algorithm") else c.cfg.algo
+    return (f"the longest run ({name}: {c.cfg.run.rounds} rounds) takes about {secs / 3600:.1f} h on its own; "
+            "Ctrl-C keeps its checkpoint")
+
+
 def cost_line(todo: list, jobs: int, shares: Sequence[float] | None = None) -> str:
     if not todo:
         return "nothing left to run (every run is finished)"
     secs, unknown = estimate_cost(todo, shares=shares)
     known = len(todo) - unknown
     secs += known * RUN_STARTUP_S
-    est = (f"about {secs / 60:.0f} core-minutes ({secs / 60 / max(jobs, 1):.0f} min of wall time with {jobs} "
-           f"job{'s' if jobs > 1 else ''}) for the {known} whose kind has run before" if known else "no estimate")
+    p, words = parallel(max(jobs, 1))
+    est = (f"about {secs / 60:.0f} core-minutes ({secs / 60 / p:.0f} min of wall time {words}) for the {known} "
+           "whose kind has run before" if known else "no estimate")
+    long = long_run_note(todo, jobs) if known else ""
     return (f"{len(todo)} run(s) to do: {est}" + (f"; {unknown} of a kind never run here (no estimate)"
-                                                   if unknown and known else ""))
+                                                   if unknown and known else "") + (f"; {long}" if long else ""))

@@ -211,10 +211,12 @@ class _Stop:
     def __init__(self):
         self.old: dict[int, Any] = {}
         self.signum: int | None = None
+        self.answered = False  # the loop saw the flag (and stops the run itself)
 
     @property
     def flag(self) -> bool:
-        return STOP.is_set()
+        self.answered = self.answered or STOP.is_set()
+        return self.answered
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
@@ -233,7 +235,7 @@ class _Stop:
     def __exit__(self, exc_type, *exc):
         for sig, h in self.old.items():
             signal.signal(sig, h)
-        unanswered = STOP.is_set() and exc_type is None and self.signum is not None
+        unanswered = STOP.is_set() and not self.answered and exc_type is None and self.signum is not None
         STOP.clear()  # this run has answered it, or
         if unanswered:  # it came after the loop's last look (the last evaluation, a batch's summaries): the
             signal.raise_signal(self.signum)  # handler outside the run has it (the command stops, exit 130)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ...runs.cost import PROCESS_STARTUP_S, RUN_STARTUP_S
+from ...runs.cost import PROCESS_STARTUP_S, RUN_STARTUP_S, parallel
 from ..spec import Cell, Experiment, TuneSpec, load_spec
 from .grid import tune_cells, tune_spec, tuning_todo
 from .record import recorded_runs
@@ -48,9 +49,19 @@ def tuning_estimate(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], ce
     out = {"grid": len(cells), "todo": len(todo), "ranking": rank_runs,
            "expected": len(todo) + round(exp_more) + rank_runs, "largest": len(todo) + max_more + rank_runs,
            "run_s": run_s, "full_s": full_s, "unknown": unknown + (0 if known else round(exp_more) + rank_runs)}
+    # wall time: the grid's runs over the jobs as loaded now (:func:`parallel`), then the waves a tuning adds one
+    # after the other (a point beyond an edge at a time, up to MAX_EXTENSIONS, the confirmations, the ranking
+    # check), each with at most one run per (algorithm, setting) and seed in flight
+    p_grid, out["parallel"] = parallel(max(jobs, 1))
+    p_more = parallel(max(1, min(jobs, len(pairs) * n_seeds)))[0]
+    grid_s = todo_s + len(todo) * RUN_STARTUP_S
     for k, more in (("expected", exp_more), ("largest", max_more)):
         out[f"{k}_core_s"] = todo_s + more * run_s + rank_runs * full_s + out[k] * RUN_STARTUP_S
-        out[f"{k}_s"] = out[f"{k}_core_s"] / max(jobs, 1) + PROCESS_STARTUP_S * (1 + (jobs if jobs > 1 else 0))
+        out[f"{k}_s"] = (grid_s / p_grid + (out[f"{k}_core_s"] - grid_s) / p_more
+                         + PROCESS_STARTUP_S * (1 + (jobs if jobs > 1 else 0)))
+    ranked = 1 if rank_runs else 0
+    out["waves"] = (1 if todo else 0) + math.ceil(EXPECTED_EXTENSIONS) + 1 + ranked  # + the confirmations
+    out["max_waves"] = (1 if todo else 0) + MAX_EXTENSIONS + 2 + ranked  # + a margin probe, the confirmations
     out["expected_alone_core_s"] = out["expected_core_s"] - todo_s + todo_alone_s  # every run one by one
     return out
 
@@ -58,14 +69,15 @@ def tuning_estimate(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], ce
 def estimate_text(e: dict[str, Any], jobs: int) -> str:
     """The estimate in words (``fbo tune --dry-run``)."""
     mins = lambda s: "?" if s != s else f"{s / 60:.0f} min" if s >= 90 else f"{s:.0f} s"  # noqa: E731
+    waves = f"in about {e['waves']} waves run one after the other (at most {e['max_waves']})"
     if not e["todo"]:
         return (f"nothing left to run in the grid (its {e['grid']} runs are finished or recorded); extensions, "
                 f"confirmations and the ranking check may still add up to {e['largest']} runs "
-                f"({mins(e['largest_s'])} with {jobs} job{'s' if jobs > 1 else ''})")
+                f"({mins(e['largest_s'])} {e['parallel']}, {waves})")
     return (f"{e['todo']} of {e['grid']} grid runs to do; with the runs a tuning adds (extensions at a grid's edge, "
             f"confirmations, {e['ranking']} ranking-check runs at the evaluation budget) expect about "
             f"{e['expected']} runs in {mins(e['expected_s'])}, at most {e['largest']} runs in {mins(e['largest_s'])}"
-            f" of wall time with {jobs} job{'s' if jobs > 1 else ''} (start-up included: {PROCESS_STARTUP_S:g} s per "
+            f" of wall time {e['parallel']}, {waves} (start-up included: {PROCESS_STARTUP_S:g} s per "
             f"process, {RUN_STARTUP_S:g} s per run)"
             + (f"; {e['unknown']} grid run(s) of a kind never run here have no cost estimate" if e["unknown"] else ""))
 

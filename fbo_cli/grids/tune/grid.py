@@ -7,7 +7,7 @@ from typing import Any
 
 from ...errors import UsageError
 from ...runs.config import resolve
-from ..spec import Cell, Experiment, TuneSpec, algo_overrides
+from ..spec import Cell, Experiment, TuneSpec, algo_overrides, setting_layer
 from ..spec_types import AlgorithmEntry, SettingEntry
 from .rules import CONFIRM_SEEDS
 
@@ -47,7 +47,7 @@ def _layers(exp: Experiment, ts: TuneSpec, a: AlgorithmEntry, s: SettingEntry, p
             overrides: dict) -> tuple:
     """The config layers of one tuning run: the spec's base, the setting's and the algorithm's keys, the
     grid point, the tune block's ``set``, the seed (and the tuning budget), the command line's overrides."""
-    return (exp.base, s.set, a.set, point, ts.extra,
+    return (exp.base, setting_layer(exp, s, a), a.set, point, ts.extra,
             {"seed": seed, "target": None, **({"rounds": ts.rounds} if ts.rounds else {})},
             algo_overrides(exp, a, overrides))
 
