@@ -111,8 +111,9 @@ def test_auto_batches_seeds_where_the_batch_bench_measured_a_gain(tmp_path):
 
 
 def test_show_says_which_algorithms_batch_seeds_and_why_not():
-    from fbo_cli.cli import app
     from typer.testing import CliRunner
+
+    from fbo_cli.cli import app
 
     for algo, says in [("fedavg-noisy", "the seeds of a cell in one batch"),
                        ("codasca", "its seeds never share a batch: the AUC objective"),
