@@ -110,9 +110,10 @@ def scorecards_md(cards: list[Scorecard]) -> list[str]:
     """Every paper's card in one table (the index): claims by verdict, numbers reached, what is not tested."""
     out = ["## Scorecards: what reproduces", "",
            "Per paper: its claims checked, counted by verdict over settings (the rule below); its own numbers "
-           "against ours on its own data (\"reached\": consistent with the paper's value by the rule below, or ours "
-           "beats it; \"context only\": no verdict, e.g. another dataset or a tuned row); and how many of its claims "
-           "we could not test. Follow a paper for its card: each claim, each number, and why each difference.", "",
+           "against ours on its own data (\"reached\": equivalent to the paper's value by the rule below, or "
+           "ours beats it; \"context only\": no verdict, e.g. another dataset or a tuned row); and how many of its "
+           "claims we could not test. Follow a paper for its card: each claim, each number, and why each"
+           " difference.", "",
            "| paper | claims: verdicts | the paper's numbers on its data | claims not tested here |",
            "|---|---|---|---|"]
     for c in cards:
