@@ -236,14 +236,7 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
     for seed in seed_list:  # seed-major: a first complete picture of the grid arrives early
         for s in settings:
             for a in algos:
-                tuned = tuned_layer(exp.tuned, a.name, s.name) if exp.tuned else {}
-                layers = (base, setting_layer(exp, s, a), a.set, tuned, {"seed": seed, "target": exp.target},
-                          algo_overrides(exp, a, overrides))
-                try:
-                    cfg = resolve(task, a.algo, *layers)
-                except UsageError as e:
-                    raise UsageError(f"{where}: algorithm '{a.name}', setting '{s.name}': {e}") from None
-                exp.cells.append(Cell(a.name, s.name, seed, cfg, layers))
+                exp.cells.append(_cell(exp, where, task, base, overrides, a, s, seed))
     if seeds is None:  # the seeds `compare --until-settled` added (settled.yaml), after the spec's
         _add_settled(exp, where, task, base, overrides, settled)
     seen: dict[Path, Cell] = {}
@@ -332,6 +325,19 @@ def _check_grid_keys(where: str, task: str, algos: list[AlgorithmEntry]) -> None
         if bad:
             raise UsageError(f"{where}: algorithm '{a.name}': its tune grid sets {', '.join(map(repr, bad))}, "
                              f"which '{a.algo}' does not have (`fbo show {a.algo} --task {task}` lists its keys)")
+
+
+def _cell(exp: Experiment, where: str, task: str, base: dict, overrides: dict[str, Any], a: AlgorithmEntry, s,
+          seed: int) -> Cell:
+    """One cell of the grid: its config layers (base, setting, algorithm, tuned values, seed, --set) resolved."""
+    tuned = tuned_layer(exp.tuned, a.name, s.name) if exp.tuned else {}
+    layers = (base, setting_layer(exp, s, a), a.set, tuned, {"seed": seed, "target": exp.target},
+              algo_overrides(exp, a, overrides))
+    try:
+        cfg = resolve(task, a.algo, *layers)
+    except UsageError as e:
+        raise UsageError(f"{where}: algorithm '{a.name}', setting '{s.name}': {e}") from None
+    return Cell(a.name, s.name, seed, cfg, layers)
 
 
 def setting_layer(exp: Experiment, s, a: AlgorithmEntry) -> dict[str, Any]:
@@ -474,14 +480,7 @@ def _add_settled(exp: Experiment, where: str, task: str, base: dict, overrides: 
                 a = algos.get(name)
                 if s is None or a is None or seed in exp.seeds:
                     continue  # a setting or algorithm the spec no longer has: its runs stay out
-                tuned = tuned_layer(exp.tuned, a.name, s.name) if exp.tuned else {}
-                layers = (base, setting_layer(exp, s, a), a.set, tuned, {"seed": seed, "target": exp.target},
-                          algo_overrides(exp, a, overrides))
-                try:
-                    cfg = resolve(task, a.algo, *layers)
-                except UsageError as e:
-                    raise UsageError(f"{where}: algorithm '{a.name}', setting '{s.name}': {e}") from None
-                exp.cells.append(Cell(a.name, s.name, seed, cfg, layers))
+                exp.cells.append(_cell(exp, where, task, base, overrides, a, s, seed))
 
 
 def load_tuned(exp: Experiment) -> Tuned | None:
