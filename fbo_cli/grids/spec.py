@@ -432,15 +432,28 @@ def claim_folder(exp: Experiment, outdir: Path, write: bool = True) -> None:
     mine = f"{identity(exp)} {exp.path}\n"
     if mark.is_file():
         held = mark.read_text()
-        if held.split(" ")[0] != identity(exp):
-            other = held.partition(" ")[2].strip() or "another spec"
-            raise UsageError(f"{outdir} holds the results of {other}, a different spec with the same name "
-                             f"'{exp.name}': give {exp.path or 'this spec'} its own 'name:'")
+        if held.split(" ")[0] == identity(exp):
+            return
+        other = held.partition(" ")[2].strip()
+        if not (other and exp.path and _same_file(other, exp.path)):
+            raise UsageError(f"{outdir} holds the results of {other or 'another spec'}, a different spec with the same "
+                             f"name '{exp.name}': give {exp.path or 'this spec'} its own 'name:'")
+        # the same file, edited (a setting or an algorithm added or renamed): still this spec's folder
+        if write:
+            atomic_write(mark, mine)
         return
     if write:
         claim_root(outdir.parents[1])
         make_dirs(outdir)
         atomic_write(mark, mine)
+
+
+def _same_file(a, b) -> bool:
+    """Whether two spec paths (as given on the command line, so relative to the project folder) name one file."""
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return False
 
 
 def settled_path(exp: Experiment) -> Path:

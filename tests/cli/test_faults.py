@@ -116,6 +116,18 @@ def test_two_specs_with_one_name_do_not_share_a_folder(tmp_path):
     assert r.exit_code == 2
 
 
+def test_a_spec_file_edited_keeps_its_folder(tmp_path):
+    """A setting added to a spec (the same file) is the spec grown, not another spec: its folder stays its own."""
+    out = tmp_path / "out"
+    a = _spec(tmp_path / "a.yaml", "tiny")
+    assert runner.invoke(app, ["compare", str(a), "--out-dir", str(out)]).exit_code == 0
+    _spec(tmp_path / "a.yaml", "tiny", "[{name: B, algo: fednest}]")
+    r = runner.invoke(app, ["compare", str(a), "--out-dir", str(out), "--dry-run"])
+    assert r.exit_code == 0, r.output
+    b = _spec(tmp_path / "b.yaml", "tiny", "[{name: C, algo: fednest}]")  # another file of that name: refused
+    assert runner.invoke(app, ["compare", str(b), "--out-dir", str(out)]).exit_code == 2
+
+
 def test_a_copied_or_linked_run_directory_is_refused_and_redone(tmp_path):
     import shutil
 
