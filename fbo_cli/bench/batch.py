@@ -34,6 +34,7 @@ from ..algorithms.runs_as_clients import SeedsDiffer, evaluate_runs, stacked, st
 from ..grids.run_batches import seeds_batch
 from ..runs.config import resolve
 from ..runs.runner import build
+from .profiling import phases
 from .timing import Sgemm, _flops, product_share
 
 FACTORS = (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0, 2.8, 4.0, 5.6, 8.0, 11.0, 16.0, 22.0, 32.0, 45.0)
@@ -167,10 +168,15 @@ def bench_case(case: dict[str, Any], R: int = 8, iters: int = 3, reps: int = 3, 
     per_alone = t_alone + R * t_eval / every  # R runs' outer iteration with their share of evaluations
     per_batch = t_batch + t_eval_b / every
     iters_run = cfgs[0].run.rounds / (alone[0].algo.rounds_per_iteration() or 1)
-    seed_cols = {"seeds_step_ratio": "", "runs_per_hour_seeds_batched": "", "seeds_ratio": "", "seeds_note": why}
+    seed_cols = {"seeds_step_ratio": "", "seeds_bound": "", "runs_per_hour_seeds_batched": "", "seeds_ratio": "",
+                 "seeds_note": why}
     if t_seeds:  # a seed batch evaluates each run by its own build: R evaluations alone
         per_alone_s, per_batch_s = t_seeds[0] + R * t_eval / every, t_seeds[1] + R * t_eval / every
+        # what no seed batch can beat: each run's drawing and gathering of its minibatches (the sampling phase of
+        # its step, timed in place), which a seed batch does run by run from the run's generator, as the run alone
+        ph = phases(seeds[0].algo, device, iters)
         seed_cols.update(seeds_step_ratio=round(t_seeds[0] / t_seeds[1], 2),
+                         seeds_bound=round(ph["total"] / ph["sampling"], 2) if ph["sampling"] > 0 else float("inf"),
                          runs_per_hour_seeds_batched=round(3600 * R / (per_batch_s * iters_run), 2),
                          seeds_ratio=round(per_alone_s / per_batch_s, 2))
     return {"case": case["name"], "task": case["task"], "algo": case["algo"], "R": R,
@@ -186,23 +192,39 @@ def bench_case(case: dict[str, Any], R: int = 8, iters: int = 3, reps: int = 3, 
             "ratio": round(per_alone / per_batch, 2), **seed_cols}
 
 
+def _merged(csv_path: Path, new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of ``csv_path`` (an earlier ``--batch`` run, if any) with those of the cases measured again replaced
+    by ``new``, in the cases' order."""
+    import csv
+
+    old = list(csv.DictReader(csv_path.open())) if csv_path.is_file() else []
+    by = {r["case"]: r for r in old} | {r["case"]: r for r in new}
+    order = [c["name"] for c in CASES]
+    return sorted(by.values(), key=lambda r: order.index(r["case"]) if r["case"] in order else len(order))
+
+
 def main(runs: int = 8, iters: int = 3, reps: int = 3, threads: int = 1, only: str = "",
          out: str | Path | None = None, device: str = "cpu") -> list[dict[str, Any]]:
     """``fbo bench --batch R``: every case (or those whose name or algorithm is in ``only``), printed as it
     finishes, and the table written to ``out``/batch.md, its rows to ``out``/batch.csv (what ``fbo cost
     --batch`` prices run batches with, :func:`fbo_cli.grids.run_batches.batch_speedups`)."""
+    import datetime
+
+    from ..runs.rundir import atomic_write, code_commit
+    from ..runs.table import md_row
+
     torch.set_num_threads(threads)
     keys = set(filter(None, only.split(",")))
     rows = []
+    when = f"{code_commit().removeprefix(', commit ').split(' ')[0] or 'no git'} {datetime.date.today()}"
     for case in CASES:
         if not keys or case["name"] in keys or case["algo"] in keys:
-            rows.append(bench_case(case, runs, iters, reps, device))
+            rows.append({**bench_case(case, runs, iters, reps, device), "measured": when})
             print(rows[-1], flush=True)
     if out and rows:
-        from ..runs.rundir import atomic_write, code_commit
-        from ..runs.table import md_row
-
-        head = list(rows[0])
+        rows = _merged(Path(out) / "batch.csv", rows) if keys else rows
+        head = list(dict.fromkeys(k for r in rows for k in r))
+        rows = [{k: r.get(k, "") for k in head} for r in rows]
         where = (f"CUDA, {torch.cuda.get_device_name()}" if device == "cuda" else f"CPU, {threads} thread(s)")
         text = (f"# Run batches against runs one by one ({where}, R = {runs} step sizes of one "
                 f"seed)\n\n`fbo bench --batch {runs} --iters {iters}{' --device cuda' if device == 'cuda' else ''}`"
@@ -215,8 +237,12 @@ def main(runs: int = 8, iters: int = 3, reps: int = 3, threads: int = 1, only: s
                 f"ceiling_products: the same at the speed its products run in it (their share of a batched step: a "
                 f"small product runs far below the sgemm rate, batched or not). seeds_*: R seeds at the default "
                 f"step, one by one against one seed batch (each run its own data and draws, evaluated run by run) "
-                f"in the same window: seeds_step_ratio the steps alone, runs_per_hour_seeds_batched and seeds_ratio "
-                f"with the evaluations (one by one: runs_per_hour_one_by_one); seeds_note: why a case has none.\n\n"
+                f"in the same window: seeds_step_ratio the steps alone, seeds_bound the most a seed batch's step can "
+                f"gain (a run's step over the time it spends drawing and gathering its minibatches, timed in place: "
+                f"what a seed batch still does run by run, from each run's generator), runs_per_hour_seeds_batched "
+                f"and seeds_ratio with the evaluations (one by one: runs_per_hour_one_by_one); seeds_note: why a case "
+                f"has none. measured: the commit and day of each row (`--only` measures some cases again and keeps "
+                f"the other rows).\n\n"
                 + "\n".join([md_row(head), md_row(["---"] * len(head)), *(md_row([r[k] for k in head]) for r in rows)])
                 + "\n")
         atomic_write(Path(out) / "batch.md", text.encode())

@@ -27,3 +27,27 @@ def test_choices_and_changed_verdicts():
     assert "1 of 2 choices change with the held-out score; 1 of 2 claim verdicts" in md
     assert "| t2 | A beats B | IID | holds: +0.01 [+0.001, +0.02] (95%, paired t) (3) | inconclusive:" in md
     assert heldout_md([base]) == []
+
+
+def test_the_twins_verdict_counts_and_the_originals_is_see():
+    """Where the held-out twin decides a claim and setting, the original's fit-split verdict becomes "see <twin>"
+    (so no tally counts it), while the table of changed verdicts still shows it; a verdict the twin does not
+    re-decide (another setting) stays."""
+    from fbo_cli.evidence.report.heldout import defer_to_twins
+    from fbo_cli.evidence.report.scorecard import scorecard
+
+    v = lambda verdict, tuning="fit split": Verdict(verdict, "d", "+0.01 [+0.001, +0.02] (95%, paired t)", 3,
+                                                    tuning=tuning)
+    base = _sec("t2", {"FedNest": {"IID": {"outer_lr": 8.1}}},
+                [("A beats B", "IID", v("holds")), ("A beats B", "non-IID", v("holds")),
+                 ("A beats B (paper's steps)", "IID", v("holds", ""))])
+    ho = _sec("t2_heldout", {"FedNest": {"IID": {"outer_lr": 0.3}}},
+              [("A beats B", "IID", v("inconclusive", "held-out"))])
+    assert defer_to_twins([base, ho]) == 1
+    assert [x.verdict for _, _, x in base.verdicts] == ["see t2_heldout", "holds", "holds"]
+    assert "whose verdict counts: inconclusive" in base.verdicts[0][2].detail
+    md = "\n".join(heldout_md([base, ho]))
+    assert "| t2 | A beats B | IID | holds: +0.01 [+0.001, +0.02] (95%, paired t) (3) | inconclusive:" in md
+    base.exp.title, ho.exp.title = "T2", "T2 held out"
+    card = scorecard(SimpleNamespace(fidelity="", unchecked=[]), [base, ho])
+    assert card.claims["holds"] == 2 and card.claims["inconclusive"] == 1

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from ...grids.spec_types import Choice
-from ...grids.verdicts import FIT_SPLIT_SCORES
+from ...grids.verdicts import FIT_SPLIT_SCORES, SEE
 from ...runs.table import md_row
 from .sections import Section
 from .tuning import choice_kind, tuning_records
@@ -58,10 +58,31 @@ def choice_rows(base: Section, ho: Section) -> list[tuple[str, str, str, str, bo
     return rows
 
 
+def defer_to_twins(sections: list[Section]) -> int:
+    """The twin's verdict counts: a verdict of the original resting on its validation-split tuning, where the
+    held-out twin has a verdict for the same claim and setting, becomes "see <twin>" (not counted in the
+    summary's tallies or the scorecards), its own verdict kept in the detail and in ``base.before_twin`` for the
+    table of verdicts that changed (:func:`verdict_rows`). Changes ``sections`` in place; returns how many."""
+    n = 0
+    for base, ho in pairs(sections):
+        twin = {(c, st): v for c, st, v in ho.verdicts or [] if v.verdict != "no data"}
+        base.before_twin = {}
+        for i, (c, st, v) in enumerate(base.verdicts or []):
+            t = twin.get((c, st))
+            if t is None or v.tuning != "fit split" or v.verdict.startswith(SEE):
+                continue
+            base.before_twin[(c, st)] = v
+            detail = (f"re-tuned on held-out data in `{ho.exp.name}`, whose verdict counts: {t.verdict}; here, on "
+                      f"the validation-split tuning: {v.verdict} ({v.detail})")
+            base.verdicts[i] = (c, st, v._replace(verdict=SEE + ho.exp.name, detail=detail))
+            n += 1
+    return n
+
+
 def verdict_rows(base: Section, ho: Section) -> tuple[int, list[tuple[str, ...]]]:
     """(claims compared, the claims and settings whose verdict differs: claim, setting, before with its
     interval, after with its interval)."""
-    before = {(c, s): v for c, s, v in base.verdicts or []}
+    before = {**{(c, s): v for c, s, v in base.verdicts or []}, **base.before_twin}
     n, rows = 0, []
     for c, s, v in ho.verdicts or []:
         b = before.get((c, s))
@@ -114,7 +135,7 @@ def heldout_md(sections: list[Section]) -> list[str]:
     rest = on_validation_split(sections)
     out += ["The held-out score is therefore the bilevel tasks' default (a spec's `tune:` block without "
             "`score:`). Where an experiment has a held-out twin, the twin's verdicts are the ones that count; "
-            "the summary marks the original's rows as superseded. "
+            "the original's verdicts they re-decide read *see* the twin and are not counted in the tallies. "
             + (f"{len(rest)} bilevel experiments were tuned on the validation split before the default changed "
                "and pin that score in their spec until they are re-tuned (their re-tuning did not fit the compute "
                f"so far; `fbo cost` prices it): {', '.join(f'`{n}`' for n in rest)}." if rest else

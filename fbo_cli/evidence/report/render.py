@@ -14,7 +14,7 @@ from ...grids.verdicts import SEE, VERDICTS, one_verdict_per_comparison
 from ...runs.table import md_row
 from .evidence import BENCH_FILES, CHECK_FILES
 from .fold import html_folds, slug
-from .heldout import heldout_md, pairs
+from .heldout import defer_to_twins, heldout_md, pairs
 from .papers import PAPERS, Paper, fidelity_anchor
 from .scorecard import with_scorecards
 from .sections import Section
@@ -81,6 +81,7 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
            "evaluation to its end; like a diverged run it is counted in its own column, left out of means and "
            "losing its pair. Failed runs are left out.", ""]
     one_verdict_per_comparison([sec for secs in sections.values() for sec in secs])
+    defer_to_twins([sec for secs in sections.values() for sec in secs])
     out += summary_md(sections, papers)
     for paper in papers:
         out += [f"## {paper.title}", ""]

@@ -4,7 +4,7 @@ paper's numbers, compute, missing runs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -29,6 +29,7 @@ class Section:
     derived_md: str = ""  # tables derived from the runs (``derived:`` in the spec)
     witness_md: str = ""  # the paper's own code beside ours (``witness:`` in the spec)
     tolerance: tuple[float, str] = (0.02, "")  # the paper's numbers' tolerance and why (:func:`paper_tolerance`)
+    before_twin: dict = field(default_factory=dict)  # (claim, setting) -> its verdict before its held-out twin's
 
 
 def compute_line(runs: pd.DataFrame, tuning_csv: Path) -> str:
