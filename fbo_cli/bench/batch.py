@@ -24,6 +24,7 @@ other, and a neighbour's load lands on one of them.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -216,10 +217,13 @@ def main(runs: int = 8, iters: int = 3, reps: int = 3, threads: int = 1, only: s
     torch.set_num_threads(threads)
     keys = set(filter(None, only.split(",")))
     rows = []
-    when = f"{code_commit().removeprefix(', commit ').split(' ')[0] or 'no git'} {datetime.date.today()}"
+    sha = code_commit().removeprefix(", commit ")  # "<sha>" or "<sha> with uncommitted changes to fbo_cli/"
+    when = f"{sha.split(' ')[0] + ('+changes' if ' ' in sha else '') if sha else 'no git'} {datetime.date.today()}"
+    load = [os.getloadavg()[0]]
     for case in CASES:
         if not keys or case["name"] in keys or case["algo"] in keys:
             rows.append({**bench_case(case, runs, iters, reps, device), "measured": when})
+            load.append(os.getloadavg()[0])
             print(rows[-1], flush=True)
     if out and rows:
         rows = _merged(Path(out) / "batch.csv", rows) if keys else rows
@@ -227,9 +231,11 @@ def main(runs: int = 8, iters: int = 3, reps: int = 3, threads: int = 1, only: s
         rows = [{k: r.get(k, "") for k in head} for r in rows]
         where = (f"CUDA, {torch.cuda.get_device_name()}" if device == "cuda" else f"CPU, {threads} thread(s)")
         text = (f"# Run batches against runs one by one ({where}, R = {runs} step sizes of one "
-                f"seed)\n\n`fbo bench --batch {runs} --iters {iters}{' --device cuda' if device == 'cuda' else ''}`"
-                f"{code_commit()}, torch {torch.__version__}. Seconds per outer iteration and run; runs per hour "
-                f"at the case's budget with one evaluation per run every eval_every iterations (a batch evaluates "
+                f"seed)\n\n`fbo bench --batch {runs} --iters {iters}{' --device cuda' if device == 'cuda' else ''}"
+                f"{' --only ' + only if keys else ''}`{code_commit()}, torch {torch.__version__}, the machine's load "
+                f"average {min(load):.1f} to {max(load):.1f} during the run (on {os.cpu_count()} cores). Seconds per "
+                f"outer iteration and run; runs per hour at the case's budget with one evaluation per run every "
+                f"eval_every iterations (a batch evaluates "
                 f"its runs in one pass where the task can: hyper-cleaning, hfl); step_ratio: the steps alone, ratio: "
                 f"with the evaluations. gflop_per_run: the step's matrix products (GFLOP per outer iteration and run); "
                 f"eff_*: their rate against this machine's sgemm in the same window (2048² fp32, the same threads); "
