@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import queue
 import signal
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor
+from concurrent.futures import wait as first_done
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 
@@ -53,9 +55,15 @@ def _run_serial(cells, console, rerun, title, units) -> list[dict]:
     return out  # type: ignore[return-value]
 
 
-def _die_with_parent(parent: int) -> None:
+_ROUNDS = None  # a pool worker's queue for its units' rounds: (pool, unit, rounds), drawn as the driver's bars
+
+
+def _die_with_parent(parent: int, rounds=None) -> None:
     """Pool initializer: SIGTERM this worker when its parent dies (Linux ``PR_SET_PDEATHSIG``; the
-    runner then writes its checkpoint and stops), and exit at once if the parent is already gone."""
+    runner then writes its checkpoint and stops), and exit at once if the parent is already gone; ``rounds``:
+    the queue the worker's runs report their rounds on."""
+    global _ROUNDS
+    _ROUNDS = rounds
     with contextlib.suppress(Exception):
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
     if os.getppid() != parent:
@@ -63,8 +71,9 @@ def _die_with_parent(parent: int) -> None:
 
 
 def _worker(task: str, algo: str, layers: list[tuple], threads: int, rerun: bool, wait: bool,
-            parent: int) -> list[dict]:
-    """The runs of one unit (one run, or a batch), in a pool's process."""
+            parent: int, tag: tuple = ()) -> list[dict]:
+    """The runs of one unit (one run, or a batch), in a pool's process; its rounds go to the driver's queue
+    under ``tag`` (its pool and unit) at every evaluation (a batch's first run speaks for it)."""
     import torch
 
     from ...runs.config import resolve
@@ -74,7 +83,15 @@ def _worker(task: str, algo: str, layers: list[tuple], threads: int, rerun: bool
         cfgs = [resolve(task, algo, *ly) for ly in layers]
     except UsageError as e:
         return [{"status": "failed", "error": str(e)}] * len(layers)
-    s = [_one(cfgs[0], rerun, wait)] if len(cfgs) == 1 else _one_batch(cfgs, rerun, wait)
+    q = _ROUNDS
+
+    def said(row):
+        with contextlib.suppress(Exception):  # a lost progress report never fails a run
+            q.put_nowait((*tag, int(row["rounds"])))
+
+    one = (lambda row: said(row)) if q is not None and tag else None
+    batch = (lambda k, row: k == 0 and said(row)) if one else None
+    s = [_one(cfgs[0], rerun, wait, one)] if len(cfgs) == 1 else _one_batch(cfgs, rerun, wait, batch)
     if os.getppid() != parent:  # the driver died: do not linger
         os._exit(0)
     return s
@@ -83,38 +100,66 @@ def _worker(task: str, algo: str, layers: list[tuple], threads: int, rerun: bool
 def _run_processes(cells, jobs, console, rerun, title, units) -> list[dict]:
     threads = max(1, (os.cpu_count() or 1) // jobs)
     out: list[dict | None] = [None] * len(cells)
+    ctx = get_context("spawn")
+    rounds_q = ctx.Queue()
     with _progress(console) as prog:
         overall = prog.add_task(title, total=len(cells), info="")
         lost: dict[tuple, int] = {}  # how often a unit's worker died under it
+        bars: dict[tuple, int] = {}  # (pool, unit) -> its bar of rounds, from its first report to its end
+        pools = 0
         for wait in (False, True):
             todo = [u for u in ([i for i in unit if out[i] is None or out[i]["status"] == "busy"] for unit in units)
                     if u]
             while todo:
                 broken = []
-                with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
-                                         initializer=_die_with_parent, initargs=(os.getpid(),)) as pool:
+                pools += 1
+
+                def show(todo=todo, pool_no=pools):
+                    """Draw the rounds the workers reported (of this pool's units; an older pool's are dropped)."""
+                    while True:
+                        try:
+                            p, k, r = rounds_q.get_nowait()
+                        except (queue.Empty, OSError, ValueError):
+                            return
+                        if p != pool_no:
+                            continue
+                        c0 = cells[todo[k][0]]
+                        if (p, k) not in bars:
+                            what = _label(c0) if len(todo[k]) == 1 else f"{c0.algorithm} · batch of {len(todo[k])}"
+                            bars[(p, k)] = prog.add_task(what, total=c0.cfg.run.rounds, info="rounds")
+                        prog.update(bars[(p, k)], completed=min(r, c0.cfg.run.rounds))
+
+                with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx,
+                                         initializer=_die_with_parent, initargs=(os.getpid(), rounds_q)) as pool:
                     futs = {pool.submit(_worker, cells[u[0]].cfg.task, cells[u[0]].cfg.algo_ref,
                                         [cells[i].layers for i in u], threads, rerun and not wait, wait,
-                                        os.getpid()): k for k, u in enumerate(todo)}
-                    for fut in as_completed(futs):
-                        k = futs[fut]
-                        try:
-                            res = fut.result()
-                        except BrokenProcessPool:  # a worker was killed (the OOM killer, kill -9): the pool is lost
-                            key = tuple(todo[k])
-                            lost[key] = lost.get(key, 0) + 1
-                            if lost[key] < 2:
-                                broken.append(todo[k])
-                                continue
-                            res = [{"status": "failed", "error": "its worker process was killed twice (out of memory? "
-                                    "kill -9?); run the same command again to resume it from its checkpoint"}
-                                   ] * len(todo[k])
-                        for i, s in zip(todo[k], res, strict=True):
-                            out[i] = s
-                            if s["status"] == "interrupted":
-                                raise KeyboardInterrupt
-                            if s["status"] != "busy":
-                                _report(prog, overall, cells[i], s, say_resume=True)
+                                        os.getpid(), (pools, k)): k for k, u in enumerate(todo)}
+                    pending = set(futs)
+                    while pending:
+                        done, pending = first_done(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                        show()
+                        for fut in done:
+                            k = futs[fut]
+                            bar = bars.pop((pools, k), None)
+                            if bar is not None:
+                                prog.remove_task(bar)
+                            try:
+                                res = fut.result()
+                            except BrokenProcessPool:  # a worker was killed (the OOM killer, kill -9): the pool is lost
+                                key = tuple(todo[k])
+                                lost[key] = lost.get(key, 0) + 1
+                                if lost[key] < 2:
+                                    broken.append(todo[k])
+                                    continue
+                                res = [{"status": "failed", "error": "its worker process was killed twice (out of "
+                                        "memory? kill -9?); run the same command again to resume it from its "
+                                        "checkpoint"}] * len(todo[k])
+                            for i, s in zip(todo[k], res, strict=True):
+                                out[i] = s
+                                if s["status"] == "interrupted":
+                                    raise KeyboardInterrupt
+                                if s["status"] != "busy":
+                                    _report(prog, overall, cells[i], s, say_resume=True)
                 if broken:
                     prog.console.print(f"a worker process died: {len(broken)} task(s) in flight go on in a fresh "
                                        f"pool (a run whose worker dies twice is counted as failed)", highlight=False)
