@@ -51,3 +51,20 @@ def test_the_twins_verdict_counts_and_the_originals_is_see():
     base.exp.title, ho.exp.title = "T2", "T2 held out"
     card = scorecard(SimpleNamespace(fidelity="", unchecked=[]), [base, ho])
     assert card.claims["holds"] == 2 and card.claims["inconclusive"] == 1
+
+
+def test_a_tuned_row_without_a_choice_is_not_tuned_yet():
+    """A claim about tuned steps gets no verdict in a setting where a tuned side has no choice yet (its runs stand
+    at the spec's values); a tuning that accepted none (the spec's values stand, recorded) keeps its verdict."""
+    from fbo_cli.evidence.report.sections import untuned
+
+    algos = [SimpleNamespace(name="A", tune={"lr": [1, 2]}), SimpleNamespace(name="B", tune={}),
+             SimpleNamespace(name="C", tune={"lr": [1, 2]})]
+    tuned = Tuned.of({"chosen": {"A": {"s1": {"lr": 1}}, "C": {"s2": {"_none": "every value diverged"}}},
+                      "grids": {}})
+    exp = SimpleNamespace(algorithms=algos, tuned=tuned)
+    claim = lambda better, than: SimpleNamespace(better=better, than=than)  # noqa: E731
+    assert untuned(exp, claim("A", "B"), ["s1"]) == ""
+    assert untuned(exp, claim("A", "B"), ["s2"]) == "A in s2"
+    assert untuned(exp, claim("A", "B"), ["s1", "s2"]) == "A in s2"
+    assert untuned(exp, claim("C", "B"), ["s2"]) == ""

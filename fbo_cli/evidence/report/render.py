@@ -217,11 +217,11 @@ def summary_md(sections: dict[str, list[Section]], papers: tuple[Paper, ...]) ->
                 continue
             for claim in dict.fromkeys(c for c, *_ in sec.verdicts):
                 vs = [(st, v) for c, st, v in sec.verdicts if c == claim]
-                counts = ", ".join(f"**{k}** {n}" + (f" ({fit} on a fit-split tuning)" if (
+                counts = ", ".join([f"**{k}** {n}" + (f" ({fit} on a fit-split tuning)" if (
                     fit := sum(v.verdict == k and v.tuning == "fit split" for _, v in vs)) else "")
-                    for k in VERDICTS if (n := sum(v.verdict == k for _, v in vs)))
-                counts += "".join(f", **{k}** {n}" for k in dict.fromkeys(v.verdict for _, v in vs)
-                                  if k.startswith(SEE) and (n := sum(v.verdict == k for _, v in vs)))
+                    for k in VERDICTS if (n := sum(v.verdict == k for _, v in vs))]
+                    + [f"**{k}** {n}" for k in dict.fromkeys(v.verdict for _, v in vs)
+                       if k.startswith(SEE) and (n := sum(v.verdict == k for _, v in vs))])
                 cis = "; ".join(f"{st}: {v.interval.split(' (')[0]} ({v.n})" for st, v in vs if v.interval)
                 out.append(md_row((paper.title, link, claim, counts, cis)))
     out += ["", COUNT_MARK, "", basis_line(built)]

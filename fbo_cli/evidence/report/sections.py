@@ -11,7 +11,7 @@ import pandas as pd
 
 from ...errors import UsageError
 from ...grids.compare import write_report
-from ...grids.spec import Experiment
+from ...grids.spec import Experiment, tuned_entry
 from ...grids.verdicts import Verdict, claim_verdict, paper_rows, paper_tolerance, run_summaries, tuning_basis
 
 
@@ -30,6 +30,14 @@ class Section:
     witness_md: str = ""  # the paper's own code beside ours (``witness:`` in the spec)
     tolerance: tuple[float, str] = (0.02, "")  # the paper's numbers' tolerance and why (:func:`paper_tolerance`)
     before_twin: dict = field(default_factory=dict)  # (claim, setting) -> its verdict before its held-out twin's
+
+
+def untuned(exp: Experiment, claim, settings: list[str]) -> str:
+    """The tuned sides of ``claim`` that have no choice yet in ``settings`` (no entry in ``tuned.yaml``: their runs
+    are at the spec's values, not tuned ones), in words; '' when every tuned side has one."""
+    tuned = [a.name for a in exp.algorithms if a.tune and a.name in (claim.better, claim.than)]
+    return "; ".join(f"{a} in {s}" for a in dict.fromkeys(tuned) for s in settings
+                     if not tuned_entry(exp.tuned, a, s).values and "none" not in tuned_entry(exp.tuned, a, s).notes)
 
 
 def compute_line(runs: pd.DataFrame, tuning_csv: Path) -> str:
@@ -92,6 +100,9 @@ def build_section(spec: str, root: Path, work: Path, figdir: Path | None = None,
         pairs = claim.across or [[s, None] for s in names if not claim.settings or s in claim.settings]
         for s, t in pairs:  # across: one setting against another, seed by seed
             v = claim_verdict(table, claim, s, t, len(exp.seeds), exact)._replace(tuning=basis)
+            if basis and (waiting := untuned(exp, claim, [s] if t is None else [s, t])):
+                v = Verdict("no data", f"not tuned yet: {waiting} (run `fbo tune`); the claim is about tuned steps",
+                            "", 0, tuning=basis)
             sec.verdicts.append((claim.text, s if t is None else f"{s} vs {t}", v))
     if exp.attribution:
         from .attribution import attribution_md
