@@ -21,3 +21,8 @@ class DatasetMissing(UsageError):
         if cause:
             msg += f" (download failed: {cause.splitlines()[0][:200]})"
         super().__init__(msg)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM to the command (a scheduler's stop, ``kill``): ends it as Ctrl-C does, but reached this process
+    alone, so the executors pass it on to the processes they started (Ctrl-C reaches the whole process group)."""

@@ -92,7 +92,9 @@ def _term_as_ctrl_c() -> None:
     import threading
 
     def stop(signum, frame):
-        raise KeyboardInterrupt
+        from ..errors import Terminated
+
+        raise Terminated
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, stop)

@@ -193,3 +193,36 @@ def test_a_runs_code_identity_is_computed_once_and_carried(tmp_path, monkeypatch
     assert s["code"] == real(cfg) and len(calls) == 1
     execute(cfg, fresh=False)  # resumes from the kept checkpoint: its code key is the carried one
     assert len(calls) == 1
+
+
+def test_sigterm_to_a_pooled_compare_stops_it_and_starts_no_queued_run(tmp_path):
+    """SIGTERM to the driver alone (a scheduler's stop): its workers are told to stop (they write their checkpoints),
+    the queued runs never start, and it exits 130 promptly (before: the pool ran every queued run to its end)."""
+    out = tmp_path / "t"
+    out.mkdir()
+    spec = out / "exp.yaml"
+    spec.write_text(f"""
+name: t
+task: hyperrep
+seeds: [0, 1, 2, 3, 4, 5]
+base: {{dataset: digits, clients: 6, participation: 0.5, rounds: 4000, checkpoint_every: 5, threads: 1,
+        out_dir: {out}}}
+algorithms: [{{name: F, algo: fednest}}]
+""")
+    p = subprocess.Popen(CLI + ["compare", str(spec), "--jobs", "2", "--batch", "off"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, start_new_session=True)  # its own group: the signal reaches it alone
+    t0 = time.time()
+    while not any(out.glob("hyperrep/*/*/checkpoint.pt")):
+        assert p.poll() is None, p.communicate()
+        assert time.time() - t0 < 120
+        time.sleep(0.05)
+    workers = [c for c in _children(p.pid) if _alive(c)]
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=150)
+    assert p.returncode == 130, err
+    assert not any(_alive(w) for w in workers)
+    started = list(out.glob("hyperrep/*/*"))
+    # the two in flight, and at most the one call the pool had handed on already (stopped at once, too); the
+    # others queued never began, and none ran to its end
+    assert 1 <= len(started) <= 3, started
+    assert all(run_status(d)[0] != "done" for d in started), [run_status(d) for d in started]

@@ -97,6 +97,30 @@ def _worker(task: str, algo: str, layers: list[tuple], threads: int, rerun: bool
     return s
 
 
+@contextlib.contextmanager
+def _stopping(pool: ProcessPoolExecutor):
+    """The pool, shut down as it is left: after its work, waiting for it; on a stop (Ctrl-C, SIGTERM, an error),
+    with its queued runs cancelled, so that no run starts after the stop, the runs in progress told to stop (a
+    SIGTERM to this process alone is passed on to the workers; Ctrl-C reached them with the process group) and
+    waited for while they write their checkpoints."""
+    from ...errors import Terminated
+
+    try:
+        yield pool
+    except BaseException as e:
+        procs = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for p in procs if isinstance(e, Terminated) or not isinstance(e, KeyboardInterrupt) else ():
+            with contextlib.suppress(OSError, ValueError):
+                if p.is_alive():
+                    os.kill(p.pid, signal.SIGTERM)
+        for p in procs:
+            with contextlib.suppress(OSError, ValueError, AssertionError):
+                p.join(timeout=120)
+        raise
+    pool.shutdown(wait=True)
+
+
 def _run_processes(cells, jobs, console, rerun, title, units) -> list[dict]:
     threads = max(1, (os.cpu_count() or 1) // jobs)
     out: list[dict | None] = [None] * len(cells)
@@ -129,8 +153,8 @@ def _run_processes(cells, jobs, console, rerun, title, units) -> list[dict]:
                             bars[(p, k)] = prog.add_task(what, total=c0.cfg.run.rounds, info="rounds")
                         prog.update(bars[(p, k)], completed=min(r, c0.cfg.run.rounds))
 
-                with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx,
-                                         initializer=_die_with_parent, initargs=(os.getpid(), rounds_q)) as pool:
+                with _stopping(ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_die_with_parent,
+                                                   initargs=(os.getpid(), rounds_q))) as pool:
                     futs = {pool.submit(_worker, cells[u[0]].cfg.task, cells[u[0]].cfg.algo_ref,
                                         [cells[i].layers for i in u], threads, rerun and not wait, wait,
                                         os.getpid(), (pools, k)): k for k, u in enumerate(todo)}
