@@ -415,7 +415,17 @@ def _run_group(runs: list[_Run], on_eval) -> list[dict | None]:
     still in the batch when a step raised is ``None`` (to run again alone). Runs of one seed share one build (its
     data, generator and ledger); runs of several seeds (a seed batch) are each built as alone and evaluated each
     by its own build."""
-    from ..runs.runner import Interrupted, _save_checkpoint, _Stop, _StopNow, build, check_rounds, diverged, finish
+    from ..runs.runner import (
+        Interrupted,
+        _save_checkpoint,
+        _Stop,
+        _StopNow,
+        budget_left,
+        build,
+        check_rounds,
+        diverged,
+        finish,
+    )
 
     cfg0 = runs[0].cfg
     r = cfg0.run
@@ -479,11 +489,7 @@ def _run_group(runs: list[_Run], on_eval) -> list[dict | None]:
     with _Stop() as stop:
         try:
             first = evaluate(list(active))
-            while active and led.rounds < r.rounds:
-                if r.max_iters is not None and led.iterations >= r.max_iters:
-                    break
-                if r.time_limit is not None and runs[active[0]].train_time >= r.time_limit:
-                    break
+            while active and budget_left(r, led, runs[active[0]].train_time):
                 t0, before = time.perf_counter(), led.rounds
                 algo.step()
                 led.iterations += 1

@@ -524,16 +524,19 @@ def finish(cfg: RunConfig, rows: list[dict], status: str, why: str | None, failu
     return summary
 
 
+def budget_left(r, led: Ledger, train_time: float) -> bool:
+    """Whether a run (or a run batch, by its common ledger) takes another outer iteration: rounds, iterations
+    (``max_iters``) and training time (``time_limit``) are all left."""
+    return (led.rounds < r.rounds and (r.max_iters is None or led.iterations < r.max_iters)
+            and (r.time_limit is None or train_time < r.time_limit))
+
+
 def _loop(algo, led: Ledger, r, evaluate: Callable[[], dict], add_time: Callable[[float], None],
           train_time: Callable[[], float], first: dict, save: Callable[[], None],
           stop: _Stop) -> tuple[str, str | None]:
     """Step until a budget is spent; returns the status (``done``, ``diverged`` or ``interrupted``) and,
     for ``diverged``, why."""
-    while led.rounds < r.rounds:
-        if r.max_iters is not None and led.iterations >= r.max_iters:
-            break
-        if r.time_limit is not None and train_time() >= r.time_limit:
-            break
+    while budget_left(r, led, train_time()):
         t0, before = time.perf_counter(), led.rounds
         algo.step()
         led.iterations += 1
