@@ -44,6 +44,8 @@ def compare(
                                        "still open, run them, look again, until each is decided or at the cap "
                                        "(fbo_cli/grids/settle.py and the report's rule)."),
     cap: int = typer.Option(10, help="--until-settled: the last look's seeds (the most a setting gets)."),
+    looks: int = typer.Option(0, "--looks", min=0, help="--until-settled: take at most this many more looks "
+                              "now (0: until every claim is decided or at the cap); a later call goes on."),
     accept_code_change: bool = typer.Option(False, "--accept-code-change", help="Keep finished runs whose "
                                             "algorithm's code changed since (recorded in their summary.json)."),
 ) -> None:
@@ -82,8 +84,10 @@ def compare(
         try:
             outdir = cmp.run_experiment(exp, grid, rerun=rerun, no_run=no_run, console=err,
                                         accept_code_change=accept_code_change)
-            while until_settled and (more := _settle(exp, spec, overrides, cap, jobs)) is not None:
-                exp = more  # the next look's seeds, run; then look again (at most one pass per look)
+            taken = 0
+            while until_settled and (not looks or taken < looks) \
+                    and (more := _settle(exp, spec, overrides, cap, jobs)) is not None:
+                exp, taken = more, taken + 1  # the next look's seeds, run; then look again (at most one pass per look)
                 outdir = cmp.run_experiment(exp, grid, rerun=False, no_run=no_run, console=err,
                                             accept_code_change=accept_code_change)
         except KeyboardInterrupt as e:
