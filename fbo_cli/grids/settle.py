@@ -96,7 +96,7 @@ def write_settled(exp: Experiment, added: list[dict], cap: int) -> Path:
             m["seeds"] = sorted(set(m["seeds"]) | set(e["seeds"]))
         else:
             merged[e["setting"]] = e
-    doc = {"cap": cap, "looks": list(looks(cap)), "alpha": [round(a, 6) for a in look_alphas(cap)],
+    doc = {"cap": cap, "looks": list(looks(cap)), "alpha": [float(round(a, 6)) for a in look_alphas(cap)],
            "procedure": "fbo compare --until-settled (fbo_cli/grids/settle.py): looks at 3, 6 and the cap, error "
                         "spent by O'Brien-Fleming-type alpha spending (5% over all looks); an open claim's two "
                         "algorithms get seeds up to its next look in the settings they pair",
