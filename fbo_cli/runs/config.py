@@ -122,7 +122,11 @@ class RunConfig:
         return self.source or self.algo
 
     def as_dict(self) -> dict[str, Any]:
-        src = {"algo_source": self.source} if self.source else {}
+        src = {}
+        if self.source:  # a user's algorithm: where it lives, and which code (in its runs' identity)
+            from .identity import code_key
+
+            src = {"algo_source": self.source, "algo_code": code_key(self.entry.cls)}
         return {"task": self.task, "algo": self.algo, **src, **asdict(self.run),
                 "task_params": asdict(self.task_params), "hp": asdict(self.hp)}
 
@@ -321,7 +325,8 @@ def flatten_run_config(data: dict[str, Any]) -> dict[str, Any]:
     """A run's resolved ``config.yaml`` (``task_params`` and ``hp`` nested) as one flat layer, so that
     ``fbo run --config results/<task>/<algo>/<run-id>/config.yaml`` repeats that run; a flat file is
     returned as it is."""
-    out = {k: v for k, v in data.items() if k not in ("task_params", "hp", "device_used", "algo_source")}
+    out = {k: v for k, v in data.items() if k not in ("task_params", "hp", "device_used", "algo_source",
+                                                         "algo_code")}
     for group in ("task_params", "hp"):
         nested = data.get(group)
         if nested is None:
@@ -384,6 +389,7 @@ def resolve(task: str, algo: str, *layers: dict[str, Any], base: Path | None = N
     for layer in layers:
         user.update({k: v for k, v in layer.items() if v is not None or k in ("target", "max_iters")})
     user.pop("algo_source", None)  # a run's config.yaml: where its algorithm was (the caller has used it)
+    user.pop("algo_code", None)  # and which code it was (the code now enters the identity)
     algo, entry, source = lookup(algo, base)
     for key, what in (("algo", "--algo (fbo run) or the spec's 'algorithms' list (fbo compare)"),
                       ("task", "the TASK argument (fbo run) or the spec's 'task' (fbo compare)")):
