@@ -44,18 +44,76 @@ def is_reference(ref: str) -> bool:
     return ":" in ref
 
 
+class _Forbidden(BaseException):
+    """What a user's code did at import that would forge fbo's outcome (its exit status, its files' place)."""
+
+
+def _library(fn) -> bool:
+    """Whether ``fn`` (a callable given to ``atexit.register``) is an installed library's or Python's own, as
+    opposed to the user's (a lambda or function of their file, a ``partial`` of ``os._exit``)."""
+    import inspect
+    import sysconfig
+
+    try:
+        f = Path(inspect.getfile(fn)).resolve()
+    except (TypeError, OSError):
+        return False
+    roots = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return any(f.is_relative_to(Path(r).resolve()) for r in roots)
+
+
+@contextlib.contextmanager
+def _guards(did: list):
+    """While a user's code is imported: ``os._exit``, an exit handler of the user's (``atexit.register``) and a
+    change of the working folder (``os.chdir``, or any way: checked after) raise, and are recorded in ``did``,
+    so that no import can choose fbo's exit status or move where a relative ``--out-dir`` lands."""
+    import atexit
+    import posix
+
+    def forbid(why):
+        did.append(why)
+        raise _Forbidden(why)
+
+    def _exit(code=0, *a):
+        forbid(f"it called os._exit({code!r})")
+
+    def register(fn, *a, **kw):
+        if not _library(fn):
+            forbid("it registered an exit handler (atexit.register)")
+        return real_register(fn, *a, **kw)
+
+    def chdir(path, *a, **kw):
+        forbid(f"it changed the working folder (os.chdir({str(path)!r}))")
+
+    real = (os._exit, posix._exit, atexit.register, os.chdir, os.fchdir)
+    real_register = atexit.register
+    cwd = os.getcwd()
+    os._exit = posix._exit = _exit
+    atexit.register, os.chdir, os.fchdir = register, chdir, chdir
+    try:
+        yield
+    finally:
+        os._exit, posix._exit, atexit.register, os.chdir, os.fchdir = real
+        if os.getcwd() != cwd:
+            os.chdir(cwd)
+            did.append("it changed the working folder")
+
+
 @contextlib.contextmanager
 def _user_code(where: str):
     """Contain the import of a user's code: ``sys.exit``, a ``KeyboardInterrupt`` it raises and any exception
-    become a UsageError (exit 2) naming ``where`` and the error; ``sys.argv`` is the file alone while it runs
-    (an argument parser run at import sees none of fbo's) and fbo's again after. A real Ctrl-C (SIGINT) meanwhile
-    stops fbo with 130 (a second one even when the code swallows the first)."""
+    become a UsageError (exit 2) naming ``where`` and the error, and so do ``os._exit``, an exit handler and a
+    change of the working folder (:func:`_guards`), even when the code catches what they raise; ``sys.argv`` is
+    the file alone while it runs (an argument parser run at import sees none of fbo's) and fbo's again after. A
+    real Ctrl-C (SIGINT) meanwhile stops fbo with 130 (a second one even when the code swallows the first)."""
     hit = []
+    did: list[str] = []
+    hard_exit = os._exit  # the real one (the guards replace it)
 
     def interrupt(signum, frame):
         if hit:
             os.write(2, b"interrupted while importing a user's algorithm\n")
-            os._exit(130)
+            hard_exit(130)
         hit.append(signum)
         raise KeyboardInterrupt
 
@@ -66,7 +124,8 @@ def _user_code(where: str):
         old = None
     error = None
     try:
-        yield
+        with _guards(did):
+            yield
     except BaseException as e:
         error = e
     finally:
@@ -76,6 +135,9 @@ def _user_code(where: str):
     if hit:  # whatever the code made of the interrupt (it may have swallowed it)
         print(f"interrupted while importing {where}: nothing was run", file=sys.stderr)
         raise SystemExit(130)
+    if did:  # whatever the code made of what the guard raised
+        raise UsageError(f"{where}: {did[0]} at import; fbo's exit status and working folder are its own "
+                         "(nothing was run)")
     if isinstance(error, UsageError):
         raise error
     if error is not None:
@@ -86,8 +148,9 @@ def _user_code(where: str):
 
 def _load_file(path: Path):
     """The module of a user's Python file, loaded once per version of the file, registered in
-    ``sys.modules`` (dataclasses and type hints need it), with the file's folder on ``sys.path`` while it
-    loads (so that it may import a helper beside it)."""
+    ``sys.modules`` (dataclasses and type hints need it), with the file's folder first on ``sys.path`` while it
+    loads (so that it may import a helper beside it), and last after (so that ``step()`` may import one too; two
+    folders whose helpers share a name should import them at the top of the file, where each finds its own)."""
     st = path.stat()
     key = (str(path), st.st_mtime_ns, st.st_size)
     if key in _FILES:
@@ -116,6 +179,8 @@ def _load_file(path: Path):
         raise
     finally:
         sys.path.remove(str(path.parent))
+    if str(path.parent) not in sys.path:  # a helper imported inside step() is found for the run too (last, so
+        sys.path.append(str(path.parent))  # that it shadows no installed module)
     _FILES[key] = mod
     return mod
 
@@ -199,9 +264,16 @@ def folder_algorithms(folder: Path) -> tuple[list[dict], dict[str, str]]:
     :class:`Algorithm` or a built-in algorithm (directly or through another class of the folder): what
     ``fbo list`` shows, without running any of it."""
     from . import REGISTRY
+    from .base import Algorithm
 
     classes, broken = read_folder(folder)
     known = {"Algorithm"} | {e.cls.__name__ for e in REGISTRY.values()}
+    todo = [Algorithm]  # and fbo's bases (BilevelAlgorithm, the client-state and hfl families)
+    while todo:
+        for c in todo.pop().__subclasses__():
+            if c.__module__.startswith("fbo_cli.") and c.__name__ not in known:
+                known.add(c.__name__)
+                todo.append(c)
     found: dict[str, dict] = {}
     while grew := [c for c in classes if c["ref"] not in found and set(c["bases"]) & known]:
         for c in grew:
@@ -226,6 +298,20 @@ def entry_points() -> dict[str, str]:
     from importlib.metadata import entry_points as eps
 
     return {ep.name: ep.value for ep in eps(group=ENTRY_POINT_GROUP)}
+
+
+def entry_point_problem(ref: str) -> str | None:
+    """What is wrong with an entry point's ``module:Class`` that can be seen without running any of its code (its
+    form, whether its top-level package is installed), or None: ``fbo list`` names entry points without importing
+    them (an import may loop, exit or print)."""
+    target, _, cls = ref.rpartition(":")
+    if not target or not cls.isidentifier() or not all(p.isidentifier() for p in target.split(".")):
+        return f"not module:Class: {ref!r}"
+    try:
+        found = importlib.util.find_spec(target.split(".")[0])  # a top-level name: finding it runs nothing
+    except (ImportError, ValueError):
+        found = None
+    return None if found is not None else f"no module '{target.split('.')[0]}' is installed"
 
 
 def find(name: str, base: Path | None = None):

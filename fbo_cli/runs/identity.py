@@ -272,8 +272,9 @@ def adopt(cfg, old: Path, summary: dict) -> None:
 
     new = cfg.run_dir
     with run_lock(new):
+        skip = (".lock", CHECKPOINT, "summary.json", "config.yaml")
         for f in sorted(old.iterdir()):
-            if f.is_file() and not f.is_symlink() and f.name not in (".lock", CHECKPOINT, "summary.json", "config.yaml"):
+            if f.is_file() and not f.is_symlink() and f.name not in skip:
                 atomic_write(new / f.name, f.read_bytes())
         write_yaml(new / "config.yaml", cfg.as_dict())
         write_json(new / "summary.json", {**accepted(cfg, summary), "run_id": new.name, "adopted_from": old.name})

@@ -109,3 +109,25 @@ def test_accepted_hashes_add_to_the_record():
     assert changes(cfg, s) == ([], [])
     back = SimpleNamespace(code={"algorithm": {"u.U": "old"}, "task": {}, "commit": None})
     assert changes(back, s) == ([], [])  # the recorded code is still the run's
+
+
+def test_a_helper_imported_inside_step_is_found_during_the_run(tmp_path):
+    from fbo_cli.runs.runner import execute
+
+    (tmp_path / "lazy").mkdir()
+    (tmp_path / "lazy" / "lazyhelp61.py").write_text(HELP.format(f="0.999"))
+    (tmp_path / "lazy" / "lz.py").write_text(textwrap.dedent('''
+        from fbo_cli.algorithms.fednest import FedNest
+
+
+        class Lazy(FedNest):
+            def step(self):
+                from lazyhelp61 import damp
+
+                super().step()
+                self.x = damp(self.x)
+    '''))
+    cfg = resolve("hyperrep", f"{tmp_path / 'lazy' / 'lz.py'}:Lazy",
+                  {"dataset": "digits", "clients": 4, "participation": 0.5, "rounds": 10, "threads": 1,
+                   "out_dir": str(tmp_path / "r")})
+    assert execute(cfg)["status"] == "done"
