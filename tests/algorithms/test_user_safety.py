@@ -308,3 +308,32 @@ def test_an_interrupted_run_alone_stops_the_batch(tmp_path, monkeypatch):
     with pytest.raises(rn.Interrupted):
         execute_batch(cfgs)  # alone (undeclared state): the first run's Ctrl-C is not a failure to go past
     assert len(calls) == 1
+
+
+# the template's method with rounds_per_iteration() None ("varies") and a step that forgets one round's charge
+FORGETS = textwrap.dedent('''
+    from fbo_cli.algorithms.template_bilevel import TemplateBilevel
+
+
+    class Forgets(TemplateBilevel):
+        rounds = "N + T + 3"
+
+        def rounds_per_iteration(self):
+            return None
+
+        def hypergrad(self, x, y, train, val):  # with T = 0
+            p = self.grad_mean(self.task.f, 1, x, y, self.noise(val.full()))
+            self.ledger.comm(train.M, y.shape[-1])
+            h = self.hypergradient(x, y, self.hp.lam * p, train, val, per_client=False).h
+            return h  # forgot: self.ledger.comm(M, x.shape[-1], 0)
+''').replace("self.hp.lam * p", "self.hp.lam * p").replace('rounds = "N + T + 3"', 'rounds = "N + 3"')
+
+
+def test_a_forgotten_round_fails_even_where_rounds_per_iteration_varies_in_one_message(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "forgets.py").write_text(FORGETS)
+    r = cli("run", "hyperrep", "--algo", "forgets.py:Forgets", "--dataset", "digits", "--clients", "4",
+            "--participation", "0.5", "--rounds", "20", "--set", "T=0")
+    out = " ".join(r.output.split())
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    assert "forgets.py" in "".join(r.output.split()) and "step()" in out and "charged 3" in out, out
