@@ -146,6 +146,49 @@ def _user_code(where: str):
         raise UsageError(f"{where}: {what}") from None
 
 
+# fbo's classes a user's code changed at import (``FedNest.outer_lr = ...``): class -> {attribute: the file}. A
+# built-in algorithm's run in such a process would be another code's under the built-in's run id
+# (:func:`patched`).
+PATCHED: dict[type, dict[str, str]] = {}
+_MISSING = object()
+
+
+def _fbo_classes() -> dict[type, dict]:
+    """``{class: a copy of its namespace}`` of every class of fbo's modules loaded now (and the classes nested in
+    them, ``FedNest.HP``)."""
+    out: dict[type, dict] = {}
+    for name, mod in list(sys.modules.items()):
+        if name != "fbo_cli" and not name.startswith("fbo_cli."):
+            continue
+        todo = [v for v in list(vars(mod).values()) if isinstance(v, type) and v.__module__ == name]
+        while todo:
+            c = todo.pop()
+            if c not in out:
+                out[c] = dict(vars(c))
+                todo += [v for v in out[c].values() if isinstance(v, type) and v.__module__ == name]
+    return out
+
+
+def _record_patches(before: dict[type, dict], where: str) -> None:
+    """Add to :data:`PATCHED` what of ``before`` (:func:`_fbo_classes`) differs now."""
+    for c, was in before.items():
+        now = vars(c)
+        for k in set(was) | set(now):
+            if was.get(k, _MISSING) is not now.get(k, _MISSING):
+                PATCHED.setdefault(c, {})[k] = where
+
+
+def patched(cls: type, task_cls: type) -> str | None:
+    """Which attribute of ``cls``'s or ``task_cls``'s classes (their MROs and nested classes) a user's code changed
+    at import, and where (:data:`PATCHED`), as ``'FedNest.outer_lr' (by FILE)``; None when none."""
+    for c in [*cls.__mro__, *task_cls.__mro__]:
+        for owner in [c, *(v for v in vars(c).values() if isinstance(v, type))]:
+            if PATCHED.get(owner):
+                attr = sorted(PATCHED[owner])[0]
+                return f"{owner.__qualname__}.{attr} (changed by {PATCHED[owner][attr]})"
+    return None
+
+
 def _load_file(path: Path):
     """The module of a user's Python file, loaded once per version of the file, registered in
     ``sys.modules`` (dataclasses and type hints need it), with the file's folder first on ``sys.path`` while it
@@ -166,9 +209,11 @@ def _load_file(path: Path):
     for m in [m for m, f in _LOCAL.items() if f.parent != path.parent]:  # another folder's helper of that name
         sys.modules.pop(m, None)
     sys.path.insert(0, str(path.parent))
+    before = _fbo_classes()
     try:
         with _user_code(str(path)):
             spec.loader.exec_module(mod)
+        _record_patches(before, str(path))
         _LOCAL.update({m: Path(v.__file__) for m, v in list(sys.modules.items()) if m != name
                        and getattr(v, "__file__", None) and Path(v.__file__).parent == path.parent})
     except BaseException:
@@ -222,8 +267,10 @@ def load_reference(ref: str, base: Path | None = None):
         if not path.is_file():
             raise UsageError(f"'{ref}': no file {path}")
         return _algorithm_class(_load_file(path), cls_name, str(path)), f"{path}:{cls_name}"
+    before = _fbo_classes()
     with _user_code(f"'{ref}': module '{target}'"):
         mod = importlib.import_module(target)
+    _record_patches(before, target)
     return _algorithm_class(mod, cls_name, target), f"{target}:{cls_name}"
 
 

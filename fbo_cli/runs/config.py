@@ -131,6 +131,13 @@ class RunConfig:
                 "task_params": asdict(self.task_params), "hp": asdict(self.hp)}
 
     def identity(self) -> str:
+        if not self.source:  # a built-in: refused where a user's code changed its classes in this process
+            from ..algorithms.external import patched
+
+            if why := patched(self.entry.cls, TASKS[self.task]):
+                raise UsageError(f"a user's code changed fbo's {why} at import: a run of the built-in '{self.algo}' "
+                                 "here would be that code's under the built-in's run id; subclass instead "
+                                 "(class Mine(FedNest) with its own outer_lr), or run the built-in without it")
         d = comparable(self.as_dict())
         return hashlib.sha1(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:10]
 

@@ -131,3 +131,29 @@ def test_a_helper_imported_inside_step_is_found_during_the_run(tmp_path):
                   {"dataset": "digits", "clients": 4, "participation": 0.5, "rounds": 10, "threads": 1,
                    "out_dir": str(tmp_path / "r")})
     assert execute(cfg)["status"] == "done"
+
+
+def test_a_user_file_that_patches_a_built_in_cannot_make_or_reuse_its_runs(tmp_path, monkeypatch):
+    """Issue 62: ``FedNest.outer_lr = lambda self: 0.0`` at import, beside the built-in fednest: refused, naming
+    the attribute (the patched run would otherwise be stored and reused under the built-in's run id)."""
+    import fbo_cli.algorithms.external as external
+    from fbo_cli.algorithms.fednest import FedNest
+    from fbo_cli.errors import UsageError
+    from fbo_cli.grids.spec import load_spec
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "u.py").write_text("from fbo_cli.algorithms.fednest import FedNest\n\n"
+                                   "FedNest.outer_lr = lambda self: 0.0\n\n\nclass U(FedNest):\n    pass\n")
+    (tmp_path / "s.yaml").write_text(SPEC.replace("./proj_a/my_algos/stormbio.py:StormBiO", "./u.py:U")
+                                     .replace("./proj_b/my_algos/stormbio.py:StormBiO", "fednest"))
+    real = FedNest.__dict__.get("outer_lr")
+    monkeypatch.setattr(external, "PATCHED", {}, raising=False)
+    try:
+        with pytest.raises(UsageError, match=r"FedNest\.outer_lr") as e:
+            [c.cfg.run_id for c in load_spec(tmp_path / "s.yaml").cells]
+        assert "u.py" in str(e.value)
+    finally:
+        if real is None:
+            del FedNest.outer_lr
+        else:
+            FedNest.outer_lr = real
