@@ -122,3 +122,15 @@ def test_fbo_list_lists_a_bilevel_algorithm_subclass(tmp_path, monkeypatch):
         "    tasks = ('hyperrep',)\n")
     r = runner.invoke(app, ["list"], env={"COLUMNS": "250"})
     assert r.exit_code == 0 and "mine.py:MyBi" in r.output, r.output
+
+
+def test_a_pool_worker_ended_by_user_code_names_the_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "die.py").write_text("import os\n" + ALGO + "\n    def step(self):\n        os._exit(4)\n")
+    (tmp_path / "s.yaml").write_text(
+        "name: die\ntask: hyperrep\nmetric: test_acc\nseeds: [0]\n"
+        "base: {dataset: digits, clients: 4, participation: 0.5, rounds: 4, threads: 1}\n"
+        "algorithms:\n  - {name: D, algo: ./die.py:Mine}\n  - {name: D2, algo: ./die.py:Mine, set: {tau: 2}}\n")
+    r = runner.invoke(app, ["compare", "s.yaml", "--jobs", "2", "--batch", "1"], env={"COLUMNS": "250"})
+    text = "".join(r.output.split())
+    assert r.exit_code != 0 and str(tmp_path / "die.py").replace(" ", "") in text and "os._exit" in text, r.output
