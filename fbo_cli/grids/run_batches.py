@@ -335,6 +335,7 @@ def execute_batch(cfgs: Sequence[RunConfig], reuse: bool = True, fresh: bool = F
     (:class:`fbo_cli.runs.runner.Interrupted`) once every run's checkpoint is written."""
     from ..runs.identity import stale_reason
     from ..runs.runner import Interrupted, RunBusy, _run_log, execute
+    from .batch_check import refusal
 
     out: list[dict | None] = [None] * len(cfgs)
     alone: list[int] = []
@@ -364,6 +365,12 @@ def execute_batch(cfgs: Sequence[RunConfig], reuse: bool = True, fresh: bool = F
         for idx in by_seed.values():
             if len(idx) == 1:  # nothing to share: the run alone
                 alone.append(idx[0])
+                continue
+            if why := refusal([cfgs[i] for i in idx]):  # a user's class: its batch shown equal to its runs alone
+                for i in idx:
+                    with _run_log(cfgs[i].run_dir, log) as note:
+                        note(f"{cfgs[i].algo}: {why}")
+                alone.extend(idx)
                 continue
             runs = []
             seeds = sorted({cfgs[i].run.seed for i in idx})

@@ -337,3 +337,34 @@ def test_a_forgotten_round_fails_even_where_rounds_per_iteration_varies_in_one_m
     out = " ".join(r.output.split())
     assert r.exit_code == 1 and "Traceback" not in r.output, r.output
     assert "forgets.py" in "".join(r.output.split()) and "step()" in out and "charged 3" in out, out
+
+
+# declares its state, but its step mixes the runs of a batch (a mean over every run's x): its batch differs
+MIXES = textwrap.dedent('''
+    from fbo_cli.algorithms.fednest import FedNest
+
+
+    class Mixes(FedNest):
+        batch_state = FedNest.batch_state
+
+        def step(self):
+            super().step()
+            self.x = self.x - 0.01 * self.x.mean()
+''')
+
+
+def test_a_user_batch_is_checked_against_its_runs_alone_before_it_batches(tmp_path):
+    from fbo_cli.grids import batch_check
+    from fbo_cli.grids.run_batches import execute_batch
+
+    batch_check._VERDICTS.clear()
+    keys = {**KEYS, "rounds": 30, "out_dir": str(tmp_path / "r")}
+    bad = [resolve("hyperrep", user(tmp_path, MIXES, "mixes.py"), {**keys, "outer_lr": lr}) for lr in (0.01, 0.02)]
+    out = execute_batch(bad)
+    assert all(s["status"] == "done" and "batch_runs" not in s for s in out)  # refused: they ran alone
+    log = (bad[0].run_dir / "run.log").read_text()
+    assert "differ from its runs alone" in log and "self.x" in log, log
+    good = [resolve("hyperrep", user(tmp_path, DECLARED, "declared.py"), {**keys, "outer_lr": lr})
+            for lr in (0.01, 0.02)]
+    out = execute_batch(good)
+    assert all(s["batch_runs"] == 2 for s in out)
