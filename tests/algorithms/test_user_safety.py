@@ -368,3 +368,28 @@ def test_a_user_batch_is_checked_against_its_runs_alone_before_it_batches(tmp_pa
             for lr in (0.01, 0.02)]
     out = execute_batch(good)
     assert all(s["batch_runs"] == 2 for s in out)
+
+
+def test_an_interrupted_user_batch_resumes_as_a_batch_bit_for_bit(tmp_path):
+    from fbo_cli.grids.run_batches import execute_batch
+    from fbo_cli.runs import runner
+
+    src = user(tmp_path, DECLARED, "declared.py")
+    cfgs = {w: [resolve("hyperrep", src, {**KEYS, "rounds": 40, "eval_every": 1, "outer_lr": lr,
+                                          "out_dir": str(tmp_path / w)}) for lr in (0.01, 0.02)]
+            for w in ("whole", "cut")}
+    assert all(s["batch_runs"] == 2 for s in execute_batch(cfgs["whole"]))
+    seen = []
+
+    def stop_at_the_third(k, row):
+        seen.append(k)
+        if len(seen) == 6:  # both runs evaluated twice after the start
+            runner.STOP.set()
+
+    with pytest.raises(runner.Interrupted):
+        execute_batch(cfgs["cut"], on_eval=stop_at_the_third)
+    out = execute_batch(cfgs["cut"])
+    assert [(s["resumed_from_iteration"], s["batch_runs"]) for s in out] == [(2, 2)] * 2
+    assert "resume:" in (cfgs["cut"][0].run_dir / "run.log").read_text()
+    for a, b in zip(cfgs["whole"], cfgs["cut"]):
+        pd.testing.assert_frame_equal(metrics(a.run_dir), metrics(b.run_dir))
