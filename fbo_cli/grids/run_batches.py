@@ -18,8 +18,11 @@ Each run keeps its own run directory, written as the runner writes a run alone (
 ``metrics.csv`` at every evaluation, checkpoints every ``checkpoint_every`` outer iterations,
 ``summary.json`` last, through :func:`fbo_cli.runs.runner.finish`), so reports, resume and ``fbo check`` work
 unchanged above it. A run that diverges (the runner's rule, per run) ends there, its summary is written,
-and its rows leave the batch; the others go on. A run already finished is reused; one with a checkpoint, or
-whose directory another process holds, runs alone (:func:`fbo_cli.runs.runner.execute`) after the batch.
+and its rows leave the batch; the others go on. A run already finished is reused; the runs of one seed that
+hold checkpoints of one iteration resume as a batch (:mod:`fbo_cli.grids.batch_resume`); another with a
+checkpoint, or one whose directory another process holds, runs alone (:func:`fbo_cli.runs.runner.execute`)
+after the batch. A user's class batches only once its batch is shown equal to its runs alone
+(:mod:`fbo_cli.grids.batch_check`).
 
 What batches, and how close a batched run is to the same run alone: docs/fidelity.md#batches ("Run batches").
 """
