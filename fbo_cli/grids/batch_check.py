@@ -28,7 +28,7 @@ _CHECKING: set[tuple] = set()
 def _key(cfg: RunConfig) -> tuple:
     from ..runs.identity import code_key
 
-    return cfg.source, code_key(cfg.entry.cls), cfg.task, cfg.run.dataset
+    return cfg.source, code_key(cfg.code["algorithm"]), cfg.task, cfg.run.dataset
 
 
 def _short(cfg: RunConfig, root: Path) -> RunConfig:

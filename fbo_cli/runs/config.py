@@ -126,7 +126,7 @@ class RunConfig:
         if self.source:  # a user's algorithm: where it lives, and which code (in its runs' identity)
             from .identity import code_key
 
-            src = {"algo_source": self.source, "algo_code": code_key(self.entry.cls)}
+            src = {"algo_source": self.source, "algo_code": code_key(self.code["algorithm"])}
         return {"task": self.task, "algo": self.algo, **src, **asdict(self.run),
                 "task_params": asdict(self.task_params), "hp": asdict(self.hp)}
 

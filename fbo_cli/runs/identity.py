@@ -114,12 +114,12 @@ def user_code_hash(cls: type) -> str:
     return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def code_key(cls: type) -> str:
+def code_key(hashes: dict[str, str]) -> str:
     """What of a user's algorithm's code enters its runs' identity (``algo_code`` in its ``config.yaml``): one hash
-    of the user classes of its MRO (:func:`class_hashes`). Two files of one name in two folders with other code
-    are two algorithms with their own runs; an edit makes new runs (the run of the code before is *stale*,
-    :func:`predecessor`, and ``--accept-code-change`` may adopt it)."""
-    user = {k: v for k, v in class_hashes(cls).items() if is_user(k)}
+    of the user classes of its MRO in ``hashes`` (:func:`class_hashes`, as ``RunConfig.code`` holds them). Two
+    files of one name in two folders with other code are two algorithms with their own runs; an edit makes new
+    runs (the run of the code before is *stale*, :func:`predecessor`, and ``--accept-code-change`` may adopt it)."""
+    user = {k: v for k, v in hashes.items() if is_user(k)}
     return hashlib.sha256(json.dumps(user, sort_keys=True).encode()).hexdigest()[:12]
 
 
