@@ -229,6 +229,9 @@ def stale_reason(cfg, summary: dict | None) -> str | None:
     return f"stale: the source of {what}{where} changed since the run was made"
 
 
+_CONFIGS: dict[tuple[Path, int], Any] = {}
+
+
 def predecessor(cfg) -> tuple[Path, dict] | None:
     """``(run folder, summary)`` of the latest finished run of a user's algorithm that this file (the same
     absolute ``algo_source``) made with other code, with everything else of ``cfg``'s identity equal: the run an
@@ -248,7 +251,11 @@ def predecessor(cfg) -> tuple[Path, dict] | None:
         return None
     for d in dirs:
         try:
-            data = load_yaml((d / "config.yaml").read_bytes(), str(d / "config.yaml"))
+            f = d / "config.yaml"
+            key = (f, f.stat().st_mtime_ns)
+            if key not in _CONFIGS:  # a tuning's many points read each other's configs once
+                _CONFIGS[key] = load_yaml(f.read_bytes(), str(f))
+            data = _CONFIGS[key]
         except Exception:  # not a run of ours: never adopted
             continue
         if not isinstance(data, dict) or data.get("algo_source") != cfg.source:
