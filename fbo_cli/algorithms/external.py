@@ -173,7 +173,7 @@ def _record_patches(before: dict[type, dict], where: str) -> None:
     """Add to :data:`PATCHED` what of ``before`` (:func:`_fbo_classes`) differs now."""
     for c, was in before.items():
         now = vars(c)
-        for k in set(was) | set(now):
+        for k in (set(was) | set(now)) - {"__annotations__"}:  # Python may create that one on a read
             if was.get(k, _MISSING) is not now.get(k, _MISSING):
                 PATCHED.setdefault(c, {})[k] = where
 
