@@ -15,6 +15,7 @@ from ...runs.table import md_row
 from .evidence import BENCH_FILES, CHECK_FILES
 from .fold import html_folds, slug
 from .heldout import defer_to_twins, heldout_md, pairs
+from .numbers import CONTRADICTS, outcome
 from .papers import PAPERS, Paper, fidelity_anchor
 from .scorecard import with_scorecards
 from .sections import Section
@@ -305,9 +306,19 @@ def _render_section_md(sec: Section) -> list[str]:
                   "paper's value.", ""]
         lines += [f"| algorithm | setting | quantity | paper ({ds}) | ours ({_datasets(exp)}; mean ± std, done runs) "
                   f"| verdict |", "|---|---|---|---|---|---|"]
-        lines += [md_row(r) for r in sec.paper_rows]
+        notes = sec.paper_notes or [""] * len(sec.paper_rows)
+        lines += [md_row((*r[:-1], number_cell(r[-1], note))) for r, note in zip(sec.paper_rows, notes)]
         lines.append("")
     return lines
+
+
+def number_cell(verdict: str, note: str = "") -> str:
+    """A paper number's verdict cell: "reached" only for equivalence, ours above or below in those words, the
+    note (a collapse contradicted, the seeds an open number needs) after it; context rows keep their reason."""
+    if verdict.startswith("context"):
+        return verdict
+    words = outcome(verdict, note == CONTRADICTS)
+    return f"**{words}**" + (f"; {note}" if note and note != CONTRADICTS else "")
 
 
 def counts_title(path: Path) -> str:

@@ -1,7 +1,7 @@
 """A scorecard per paper: what reproduces, on one screen. It is computed from the sections' verdicts (the
 claims' by :func:`.verdicts.claim_verdict`, the paper's numbers' by :func:`.verdicts.paper_rows`), never
-typed: the claims counted by verdict, the paper's headline numbers against ours on its own data (reached,
-not reached, inconclusive, or context only and why), and what differs from the paper, one line each,
+typed: the claims counted by verdict, the paper's headline numbers against ours on its own data (reached, i.e.
+equivalent; ours above or below; inconclusive; or context only and why), and what differs from the paper, one line each,
 linked to the detail. Each paper's page opens with its card; the index shows every card's counts in one
 table.
 """
@@ -11,20 +11,17 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ...grids.verdicts import VERDICTS
+from ...grids.verdicts import SEE, VERDICTS
 from ...runs.table import md_row
 from .fold import slug
+from .numbers import collapse_pairs, outcome
 from .papers import Paper, fidelity_anchor
 from .sections import Section
 
-# a paper number's verdict (paper_rows' last column) as the scorecard counts it
-REACHED = {"consistent with": "reached", "consistent": "reached", "above": "reached (ours above)",
-           "below (faster)": "reached (faster)",
-           "below": "not reached", "above (slower)": "not reached (slower)", "inconclusive": "inconclusive",
-           "no data": "not run yet"}
 # context only: no verdict by the rule (another dataset or target, or a tuned row: ours at our steps; the reason is
-# on the paper's page)
-NUMBER_KINDS = ("reached", "not reached", "inconclusive", "not run yet", "context only")
+# on the paper's page). "reached" is an equivalence pass only (:mod:`.numbers`).
+NUMBER_KINDS = ("reached", "ours above", "ours below", "ours slower", "ours faster", "inconclusive", "not run yet",
+                "context only")
 
 
 @dataclass
@@ -56,17 +53,21 @@ def scorecard(paper: Paper, sections: list[Section]) -> Scorecard:
         for claim in dict.fromkeys(c for c, *_ in sec.verdicts or []):
             vs = [v.verdict for c, _, v in sec.verdicts if c == claim]
             card.claims.update(v for v in vs if v in VERDICTS)  # not those decided in another section
-            card.claim_rows.append((claim, link, ", ".join(f"**{k}** {n}" for k in VERDICTS
-                                                          if (n := vs.count(k)))))
-        for algo, setting, what, theirs, ours, verdict in sec.paper_rows or []:
+            card.claim_rows.append((claim, link, ", ".join([f"**{k}** {n}" for k in VERDICTS if (n := vs.count(k))]
+                                                          + [f"*{k}* {vs.count(k)}" for k in dict.fromkeys(vs)
+                                                             if k.startswith(SEE)])))
+        collapse = collapse_pairs(sec.exp)
+        notes = sec.paper_notes or [""] * len(sec.paper_rows or [])
+        for (algo, setting, what, theirs, ours, verdict), note in zip(sec.paper_rows or [], notes):
             if verdict.startswith("context"):
                 key = (link, verdict.removeprefix("context: "))
                 context[key] = context.get(key, 0) + 1
                 card.tally["context only"] += 1
                 continue
-            outcome = REACHED.get(verdict, verdict)
-            card.tally[kind(outcome)] += 1
-            card.numbers.append((link, f"{algo}, {setting}: {what}", theirs, ours.split(";")[0], outcome))
+            said = outcome(verdict, (algo, setting) in collapse)
+            card.tally[kind(said)] += 1
+            card.numbers.append((link, f"{algo}, {setting}: {what}", theirs, ours.split(";")[0],
+                                 said + (f"; {note}" if note and said == "inconclusive" else "")))
     anchor = fidelity_anchor(paper.fidelity) if paper.fidelity else ""
     detail = f" ([fidelity](fidelity.md#{anchor}))" if anchor else ""
     card.differences = [f"{claim}: {why}{detail}" for claim, why in paper.unchecked]
@@ -110,8 +111,8 @@ def scorecards_md(cards: list[Scorecard]) -> list[str]:
     """Every paper's card in one table (the index): claims by verdict, numbers reached, what is not tested."""
     out = ["## Scorecards: what reproduces", "",
            "Per paper: its claims checked, counted by verdict over settings (the rule below); its own numbers "
-           "against ours on its own data (\"reached\": equivalent to the paper's value by the rule below, or "
-           "ours beats it; \"context only\": no verdict, e.g. another dataset or a tuned row); and how many of its "
+           "against ours on its own data (\"reached\": equivalent to the paper's value by the rule below, and "
+           "nothing else; \"ours above\" and \"ours below\" are their own outcomes; \"context only\": no verdict, e.g. another dataset or a tuned row); and how many of its "
            "claims we could not test. Follow a paper for its card: each claim, each number, and why each"
            " difference.", "",
            "| paper | claims: verdicts | the paper's numbers on its data | claims not tested here |",

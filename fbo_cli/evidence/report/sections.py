@@ -13,6 +13,7 @@ from ...errors import UsageError
 from ...grids.compare import write_report
 from ...grids.spec import Experiment, tuned_entry
 from ...grids.verdicts import Verdict, claim_verdict, paper_rows, paper_tolerance, run_summaries, tuning_basis
+from .numbers import number_notes
 
 
 @dataclass
@@ -22,6 +23,7 @@ class Section:
     table_md: str = ""
     verdicts: list[tuple[str, str, Verdict]] | None = None  # (claim, setting, verdict with its numbers)
     paper_rows: list[tuple[str, str, str, str, str, str]] | None = None
+    paper_notes: list[str] = field(default_factory=list)  # per paper row: seeds its equivalence needs, a collapse
     missing: list[str] | None = None
     figures: list[tuple[Path, str]] | None = None  # (the figure's SVG, its caption)
     compute: str = ""
@@ -110,6 +112,7 @@ def build_section(spec: str, root: Path, work: Path, figdir: Path | None = None,
         sec.derived_md = "\n".join(x for x in (sec.derived_md, attribution_md(exp, runs)) if x)
     sec.tolerance = paper_tolerance(exp)
     sec.paper_rows = paper_rows(exp, runs, sec.tolerance[0])
+    sec.paper_notes = number_notes(exp, runs, sec.paper_rows, sec.tolerance[0])
     if exp.witness:
         from .witness_table import witness_md
 
