@@ -54,7 +54,7 @@ def need_text(values: np.ndarray, paper: float, tol: float) -> str:
         return "its seeds that never reach the target leave no t plan; more seeds decide it"
     n = seeds_needed(values, paper, tol)
     if n is None:
-        return f"equivalence not reachable: |ours − paper| = {abs(values.mean() - paper):.4g} ≥ ±{tol:.4g}"
+        return f"equivalence not reachable: ours − paper = {values.mean() - paper:+.4g}, not inside ±{tol:.4g}"
     if n > MAX_SEEDS:
         return f"equivalence needs more than {MAX_SEEDS:,} seeds at this spread"
     return f"equivalence needs {n} seeds at this spread (`fbo cost` prices them)"

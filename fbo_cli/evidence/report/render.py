@@ -381,7 +381,8 @@ def render_html(markdown: str, figs: dict[str, list[tuple[str, str, int]]] | Non
                     for tag, anchor, inline in toc)
     links = " · ".join(f"<b>{html.escape(t)}</b>" if h == here else f'<a href="{h}">{html.escape(t)}</a>'
                        for h, t in pages or [])
-    nav = (f'<nav class="pages">{links}</nav>' if links else "") + f'<nav><b>Contents</b><ul>{items}</ul></nav>'
+    nav = ((f'<nav class="pages">{links}</nav>' if links else "")  # the contents folded: the first screen is the answer
+           + f'<nav><details><summary><b>Contents</b></summary><ul>{items}</ul></details></nav>')
     css = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222;"
            "font-size:15px;line-height:1.45}"
            "table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px}"
@@ -390,7 +391,10 @@ def render_html(markdown: str, figs: dict[str, list[tuple[str, str, int]]] | Non
            "h2{border-bottom:2px solid #444;margin-top:2em}code{background:#f5f5f5;padding:0 3px}"
            "nav{background:#fafafa;border:1px solid #ddd;padding:.5em 1em;margin:1em 0}nav ul{margin:.3em 0}"
            "nav li.h3{margin-left:1.5em;font-size:13px}nav.pages{font-size:14px}"
-           "details{margin:.5em 0 1em}summary{cursor:pointer;color:#0645ad;font-size:14px}")
+           "details{margin:.5em 0 1em}summary{cursor:pointer;color:#0645ad;font-size:14px}"
+           "nav details{margin:0}h1{font-size:24px;margin:.3em 0}"
+           ".bottom{font-size:13px;line-height:1.3}.bottom p{margin:.35em 0 .1em}.bottom ul{margin:0;padding-left:1.4em}"
+           ".bottom li{margin:0}")
     cut = body.find("</h1>") + len("</h1>") if "</h1>" in body else 0  # the title, then the contents
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>fbo results</title><style>{css}</style>"
             f"</head><body>{body[:cut]}{nav}{body[cut:]}<script>addEventListener('load',()=>document.body.dataset."

@@ -92,19 +92,22 @@ def numbers_line(card: Scorecard) -> str:
 
 
 def scorecard_md(card: Scorecard) -> list[str]:
-    """The card that opens a paper's page."""
+    """The card under a paper's bottom line: the counts, then each claim and number behind a fold."""
+    from .fold import fold
+
     out = [f"**Scorecard.** Claims: {claims_line(card)}. The paper's numbers against ours on the paper's own "
            f"data: {numbers_line(card)}.", ""]
+    rows = []
     if card.claim_rows:
-        out += ["| claim | experiment | verdicts over its settings |", "|---|---|---|"]
-        out += [md_row(r) for r in card.claim_rows] + [""]
+        rows += ["| claim | experiment | verdicts over its settings |", "|---|---|---|"]
+        rows += [md_row(r) for r in card.claim_rows] + [""]
     if card.numbers:
-        out += ["| experiment | paper number | paper | ours (mean ± std) | outcome |", "|---|---|---|---|---|"]
-        out += [md_row(r) for r in card.numbers] + [""]
+        rows += ["| experiment | paper number | paper | ours (mean ± std) | outcome |", "|---|---|---|---|---|"]
+        rows += [md_row(r) for r in card.numbers] + [""]
     if card.differences:
-        out += ["**What differs from the paper, and why** (one line each):", ""]
-        out += [f"- {d}" for d in card.differences] + [""]
-    return out
+        rows += ["**What differs from the paper, and why** (one line each):", ""]
+        rows += [f"- {d}" for d in card.differences] + [""]
+    return out + fold("Each claim and number of the scorecard, and what differs", rows)
 
 
 def scorecards_md(cards: list[Scorecard]) -> list[str]:
@@ -112,9 +115,9 @@ def scorecards_md(cards: list[Scorecard]) -> list[str]:
     out = ["## Scorecards: what reproduces", "",
            "Per paper: its claims checked, counted by verdict over settings (the rule below); its own numbers "
            "against ours on its own data (\"reached\": equivalent to the paper's value by the rule below, and "
-           "nothing else; \"ours above\" and \"ours below\" are their own outcomes; \"context only\": no verdict, e.g. another dataset or a tuned row); and how many of its "
-           "claims we could not test. Follow a paper for its card: each claim, each number, and why each"
-           " difference.", "",
+           "nothing else; \"ours above\" and \"ours below\" are their own outcomes; \"context only\": no "
+           "verdict, e.g. another dataset or a tuned row); and how many of its claims we could not test. Follow a "
+           "paper for its card: each claim, each number, and why each difference.", "",
            "| paper | claims: verdicts | the paper's numbers on its data | claims not tested here |",
            "|---|---|---|---|"]
     for c in cards:
@@ -125,9 +128,11 @@ def scorecards_md(cards: list[Scorecard]) -> list[str]:
 
 
 def with_scorecards(md: str, sections: dict[str, list[Section]], papers: tuple[Paper, ...]) -> str:
-    """The report's Markdown laid out (:func:`.fold.layout`) with every paper's scorecard: all of them after the
-    report's lead paragraph, each at the head of its paper's part."""
+    """The report's Markdown laid out (:func:`.fold.layout`) with every paper's bottom line (:mod:`.bottomline`)
+    and scorecard: all of them first in the index, each at the head of its paper's part."""
+    from .bottomline import bottom_line_md, paper_bottom_md
     from .fold import layout
 
     cards = [scorecard(p, sections.get(p.key, [])) for p in papers]
-    return layout(md, scorecards_md(cards), {c.paper.title: scorecard_md(c) for c in cards})
+    return layout(md, bottom_line_md(papers, sections) + scorecards_md(cards),
+                  {c.paper.title: paper_bottom_md(c.paper, sections) + scorecard_md(c) for c in cards})

@@ -23,6 +23,7 @@ class Section:
     table_md: str = ""
     verdicts: list[tuple[str, str, Verdict]] | None = None  # (claim, setting, verdict with its numbers)
     paper_rows: list[tuple[str, str, str, str, str, str]] | None = None
+    attribution_rows: list[tuple] = field(default_factory=list)  # :func:`.attribution.shares`
     paper_notes: list[str] = field(default_factory=list)  # per paper row: seeds its equivalence needs, a collapse
     missing: list[str] | None = None
     figures: list[tuple[Path, str]] | None = None  # (the figure's SVG, its caption)
@@ -107,9 +108,10 @@ def build_section(spec: str, root: Path, work: Path, figdir: Path | None = None,
                             "", 0, tuning=basis)
             sec.verdicts.append((claim.text, s if t is None else f"{s} vs {t}", v))
     if exp.attribution:
-        from .attribution import attribution_md
+        from .attribution import attribution_md, shares
 
         sec.derived_md = "\n".join(x for x in (sec.derived_md, attribution_md(exp, runs)) if x)
+        sec.attribution_rows = shares(exp, runs)
     sec.tolerance = paper_tolerance(exp)
     sec.paper_rows = paper_rows(exp, runs, sec.tolerance[0])
     sec.paper_notes = number_notes(exp, runs, sec.paper_rows, sec.tolerance[0])
