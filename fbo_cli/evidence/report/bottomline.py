@@ -73,8 +73,8 @@ def data_text(paper: str, found: list[Check]) -> str:
     ds = list(dict.fromkeys(d for x in found for d in x.datasets))
     name = lambda d: SHORT.get(d, d)  # noqa: E731
     mine = PAPER_DATA.get(paper, ())
-    if not mine:
-        return f"reconstruction on {', '.join(map(name, ds))}"
+    if not mine:  # the paper's name line says that every run is our reconstruction
+        return ", ".join(map(name, ds))
     same, other = [name(d) for d in ds if d in mine], [name(d) for d in ds if d not in mine]
     return ", ".join(filter(None, (", ".join(same), f"analog {', '.join(other)}" if other else "")))
 
@@ -135,7 +135,8 @@ def paper_block(paper: Paper, sections: dict[str, list[Section]], link: str = ""
     name = paper.title.split(":")[0]
     who = paper.title.split(":", 1)[1].strip() if ":" in paper.title else ""
     head = f"**[{name}](#{slug(paper.title.replace('`', ''))})**" if link else f"**{name}**"
-    out = [f"{head} · {who}", ""]
+    out = [f"{head} · {who}" + ("" if PAPER_DATA.get(paper.key) else " · prints no experiment: every run is our "
+                                                                    "reconstruction"), ""]
     out += [claim_line(paper.key, h, sections) for h in HEADLINES.get(paper.key, ())]
     out.append(numbers_text(paper, sections.get(paper.key, [])))
     return out + [""]

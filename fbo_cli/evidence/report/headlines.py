@@ -23,7 +23,7 @@ class Headline:
 # the datasets' short names on the first screen
 SHORT = {"mnist": "MNIST", "fashion-mnist": "F-MNIST", "cifar10": "CIFAR-10", "synth-c100": "synthetic"}
 # a paper without numbers beside ours: why, in a few words
-NO_NUMBERS = {"fedbio": "it prints no experiment", "adafbio": "it prints no experiment",
+NO_NUMBERS = {"fedbio": "it prints none", "adafbio": "it prints none",
               "codasca": "its I_max is on ImageNet-IH, not offline: context only"}
 
 PAPER_DATA: dict[str, tuple[str, ...]] = {

@@ -381,9 +381,9 @@ def render_html(markdown: str, figs: dict[str, list[tuple[str, str, int]]] | Non
                     for tag, anchor, inline in toc)
     links = " · ".join(f"<b>{html.escape(t)}</b>" if h == here else f'<a href="{h}">{html.escape(t)}</a>'
                        for h, t in pages or [])
-    nav = ((f'<nav class="pages">{links}</nav>' if links else "")  # the contents folded: the first screen is the answer
-           + f'<nav><details><summary><b>Contents</b></summary><ul>{items}</ul></details></nav>')
-    css = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222;"
+    # the pages and the contents (folded) in one box: the first screen is the answer (:mod:`.bottomline`)
+    nav = f'<nav class="pages">{links}<details><summary><b>Contents</b></summary><ul>{items}</ul></details></nav>'
+    css = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:.5em auto;padding:0 1em;color:#222;"
            "font-size:15px;line-height:1.45}"
            "table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px}"
            "th{background:#f3f3f3}figure{margin:1em 0}figure img{max-width:100%;height:auto;border:1px solid #eee}"
@@ -392,9 +392,10 @@ def render_html(markdown: str, figs: dict[str, list[tuple[str, str, int]]] | Non
            "nav{background:#fafafa;border:1px solid #ddd;padding:.5em 1em;margin:1em 0}nav ul{margin:.3em 0}"
            "nav li.h3{margin-left:1.5em;font-size:13px}nav.pages{font-size:14px}"
            "details{margin:.5em 0 1em}summary{cursor:pointer;color:#0645ad;font-size:14px}"
-           "nav details{margin:0}h1{font-size:24px;margin:.3em 0}"
-           ".bottom{font-size:13px;line-height:1.3}.bottom p{margin:.35em 0 .1em}.bottom ul{margin:0;padding-left:1.4em}"
-           ".bottom li{margin:0}")
+           "nav details{margin:.2em 0 0}h1{font-size:22px;margin:.3em 0}nav.pages{padding:.3em 1em}"
+           "h2#bottom-line-what-reproduces-per-paper{margin:.4em 0 .2em;font-size:20px}"
+           ".bottom{font-size:13px;line-height:1.25}.bottom p{margin:.3em 0 0}"
+           ".bottom ul{margin:0;padding-left:1.4em}.bottom li{margin:0}")
     cut = body.find("</h1>") + len("</h1>") if "</h1>" in body else 0  # the title, then the contents
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>fbo results</title><style>{css}</style>"
             f"</head><body>{body[:cut]}{nav}{body[cut:]}<script>addEventListener('load',()=>document.body.dataset."
