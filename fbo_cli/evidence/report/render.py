@@ -156,10 +156,24 @@ def count_inconclusive(md: str, sections: dict[str, list[Section]]) -> str:
     line = (f"**Inconclusive, counted.** {total} lines of this report say inconclusive: {claims} claim verdicts "
             f"(one line per claim and setting, in the sections), {papers} verdicts on the papers' numbers, and "
             f"{total - claims - papers} more (the scorecards' and the summary's rows that count them, the rule, the "
-            f"findings' tables and this line). More seeds decide them: `fbo compare SPEC --until-settled`.")
+            f"findings' tables and this line). " + more_seeds(sections))
     if not claims + papers:  # the report's own wording is no verdict to count
         line = "**Inconclusive, counted.** None of this report's verdicts is inconclusive."
     return md.replace(COUNT_MARK, line, 1)
+
+
+def more_seeds(sections: dict[str, list[Section]]) -> str:
+    """What more seeds can do for the open claim verdicts: those below the cap of `--until-settled` can be decided
+    by it; those read at the cap stay open under the rule (no look past it)."""
+    from ...grids.settle import CAP
+
+    vs = [v for secs in sections.values() for sec in secs for _, _, v in sec.verdicts or []
+          if v.verdict == "inconclusive"]
+    capped = sum(v.n >= CAP for v in vs)
+    return ((f"More seeds may decide the {len(vs) - capped} below the cap: `fbo compare SPEC --until-settled`"
+             if len(vs) > capped else "None is below the cap")
+            + (f"; the {capped} read at the cap of {CAP} seeds stay open under this rule (no look past it)."
+               if capped else "."))
 
 
 def figures_md(paper: Paper, sections: list[Section]) -> list[str]:
@@ -185,7 +199,8 @@ def finding_md(paper: Paper, sections: list[Section]) -> list[str]:
             if claim.startswith(paper.finding_claims)]
     held = sum(r[2] == "**holds**" for r in rows)
     out = [f"**The finding first.** {paper.finding}", "",
-           f"Checked in {len(rows)} experiment settings; it holds (95% interval above the margin) in {held} of them:",
+           f"Checked in {len(rows)} experiment settings; it holds (a claim of no difference: the 95% interval inside "
+           f"± the margin) in {held} of them:",
            "", "| experiment | setting | verdict | paired difference, 95% interval (test) | seeds | the numbers |",
            "|---|---|---|---|---|---|"]
     return out + [md_row(r) for r in rows] + [""]
@@ -274,7 +289,7 @@ def _render_section_md(sec: Section) -> list[str]:
     named = [f.name for f in FIGURES if sec.spec in f.specs and f.kind in ("curves", "codasca")]
     lines = [f"### {title}", "", f"Spec `{sec.spec}`; regenerate with `fbo compare {sec.spec}`"
              + (" after `fbo tune` of the same spec" if sec.exp.tune else "")
-             + f". Budget {_budget(exp)}; seeds {exp.seeds}."
+             + f". Budget {_budget(exp)}; seeds {exp.seeds}" + _settled(sec) + "."
              + (f" Its figure: `fbo figure {named[0]}` (at the head of this paper's part)." if named else ""), ""]
     if exp.description:
         lines += [exp.description, ""]
@@ -319,6 +334,13 @@ def number_cell(verdict: str, note: str = "") -> str:
         return verdict
     words = outcome(verdict, note == CONTRADICTS)
     return f"**{words}**" + (f"; {note}" if note and note != CONTRADICTS else "")
+
+
+def _settled(sec: Section) -> str:
+    """Where `--until-settled` added seeds, how many the verdicts read (the spec's list names the first look's)."""
+    most = max((v.n for _, _, v in sec.verdicts or []), default=0)
+    return (f", and up to {most} where `fbo compare --until-settled` added seeds (each verdict names its own)"
+            if most > len(sec.exp.seeds) else "")
 
 
 def counts_title(path: Path) -> str:
