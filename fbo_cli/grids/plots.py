@@ -339,7 +339,7 @@ def _plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFra
             done = [r for q, r in mine.items() if st.get(q, "done") == "done"]
             bad = {q: sum(v == q for v in st.values()) for q in ("diverged", "collapsed", "failed", "not run")}
             note = ", ".join(f"{c} {q}" for q, c in bad.items() if c)
-            if note or (done and len(done) < len(exp.seeds)):
+            if (note or (done and len(done) < len(exp.seeds))) and twin is None:  # a twin's runs: said once
                 notes.append(f"{name}: n={len(done)}" + (f", {note}" if note else ""))
             if not done:
                 ax.plot([], [], color=st_["color"], ls=st_["ls"], marker=st_["marker"], label=name)
@@ -395,7 +395,8 @@ def _plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFra
             ax.axhline(exp.target, color="0.45", ls=":", lw=1, label=f"target {exp.target:g}")
         width = int(fig.get_figwidth() / ncol * 72 / (FONT_PT * 0.56))
         head = [s] if n > 1 or s != "default" else []  # a spec's one unnamed setting needs no title
-        ax.set_title("\n".join(w for t in [*head, *notes] for w in textwrap.wrap(t, width)),
+        said = ["; ".join(notes)] if notes else []  # one paragraph: a panel's title stays short
+        ax.set_title("\n".join(w for t in [*head, *said] for w in textwrap.wrap(t, width, break_on_hyphens=False)),
                      fontsize=FONT_PT + (0.5 if not notes else 0))
         ax.set_xlabel(X_AXES.get(exp.x, exp.x))
         ax.tick_params(labelleft=True)  # tick labels on every panel, shared y or not
@@ -420,13 +421,20 @@ INSET_SPOTS = ((0.42, 0.22, 0.55, 0.36), (0.42, 0.52, 0.55, 0.36), (0.14, 0.22, 
 INSET_PAD = (0.1, 0.12, 0.02, 0.1)  # the room its tick labels and title take: left, below, right, above
 
 
+def _fraction(v: np.ndarray, lim: tuple[float, float], scale: str) -> np.ndarray:
+    """Values as fractions of an axis's limits (0 at the first, 1 at the second), on its linear or log scale."""
+    f = (lambda a: np.log10(np.maximum(a, 1e-300))) if scale == "log" else np.asarray  # noqa: E731
+    lo, hi = f(np.asarray(lim, float))
+    return (f(np.asarray(v, float)) - lo) / (hi - lo) if hi != lo else np.full(len(v), 0.5)
+
+
 def inset_spot(ax, styled: list) -> tuple[float, float, float, float] | None:
     """The first spot of :data:`INSET_SPOTS` whose rectangle (with its labels' room) covers no point of the panel's
     lines, in the panel's current limits; None when each covers one (the inset is then left out)."""
-    ax.get_xlim(), ax.get_ylim()  # the limits of the lines drawn so far (autoscaled now)
     pts = np.concatenate([np.c_[x, m] for x, m, *_ in styled])
     pts = pts[np.isfinite(pts).all(1)]
-    frac = ax.transLimits.transform(pts) if len(pts) else np.empty((0, 2))
+    frac = np.c_[_fraction(pts[:, 0], ax.get_xlim(), ax.get_xscale()),  # the limits autoscaled now (a shared
+                 _fraction(pts[:, 1], ax.get_ylim(), ax.get_yscale())]  # axis's transLimits may be stale)
     for x0, y0, w, h in INSET_SPOTS:
         left, below, right, above = INSET_PAD
         inside = ((frac[:, 0] >= x0 - left) & (frac[:, 0] <= x0 + w + right)
