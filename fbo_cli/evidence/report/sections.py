@@ -128,7 +128,8 @@ def build_section(spec: str, root: Path, work: Path, figdir: Path | None = None,
 
 def section_figures(exp: Experiment, runs: pd.DataFrame, curves: dict, figdir: Path) -> list[tuple[Path, str]]:
     """The section's curves (SVG, PDF, PNG in ``figdir``): the spec's x axis, a zoom on the last half when the
-    lines' ends are squeezed together, and each ``x_also`` axis; with their captions."""
+    lines' ends are squeezed together (shown first then: the whole axis hides their differences), and each
+    ``x_also`` axis; with their captions."""
     from dataclasses import replace
 
     from ...grids.compare import ZOOM_BELOW
@@ -141,7 +142,7 @@ def section_figures(exp: Experiment, runs: pd.DataFrame, curves: dict, figdir: P
     if squeeze < ZOOM_BELOW:
         zoom = figdir / f"{exp.name}_zoom.png"
         plot_experiment(exp, curves, zoom, runs, tail=0.5, title=False)
-        out.append((zoom.with_suffix(".svg"), caption(exp, tail=0.5)))
+        out.insert(0, (zoom.with_suffix(".svg"), caption(exp, tail=0.5)))  # the spread is small: the zoom first
     for xa in exp.x_also:
         other = replace(exp, x=xa)
         p = figdir / f"{exp.name}_{xa}.png"
