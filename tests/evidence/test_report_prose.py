@@ -29,3 +29,17 @@ def test_a_settled_section_says_its_verdicts_read_more_seeds_than_the_spec_lists
 
 def test_the_estimate_without_previous_figures_is_per_figure():
     assert "about 4 s each" in estimate(0, 0.0)
+
+
+def test_a_how_chosen_cell_says_what_the_tuning_record_says(tmp_path):
+    import pandas as pd
+
+    from fbo_cli.evidence.report.tuning import how_chosen
+
+    (tmp_path / "compare" / "t").mkdir(parents=True)
+    pd.DataFrame({"algorithm": "A", "setting": "s", "lr": [0.01, 0.1, 1.0], "rejected": [False, False, True],
+                  "grid": "grid"}).to_csv(tmp_path / "compare" / "t" / "tuning.csv", index=False)
+    exp = SimpleNamespace(name="t", out_root=tmp_path, tuned={"chosen": {"A": {"s": {"lr": 0.1}}}, "grids": {}})
+    table = "| algorithm | setting | values | how chosen |\n|---|---|---|---|\n| A | s | lr=0.1 | tuned |"
+    assert "| A | s | lr=0.1 | tuned (beside a rejected value, from the tuning record: lr=0.1 is beside the " \
+           "rejected lr=1) |" in how_chosen(table, exp)

@@ -66,7 +66,8 @@ def scorecard(paper: Paper, sections: list[Section]) -> Scorecard:
                 continue
             said = outcome(verdict, (algo, setting) in collapse)
             card.tally[kind(said)] += 1
-            card.numbers.append((link, f"{algo}, {setting}: {what}", theirs, ours.split(";")[0],
+            lost = [x.strip() for x in ours.split(";")[1:] if x.strip().endswith("left out")]  # runs not in the mean
+            card.numbers.append((link, f"{algo}, {setting}: {what}", theirs, "; ".join([ours.split(";")[0], *lost]),
                                  said + (f"; {note}" if note and said == "inconclusive" else "")))
     anchor = fidelity_anchor(paper.fidelity) if paper.fidelity else ""
     detail = f" ([fidelity](fidelity.md#{anchor}))" if anchor else ""

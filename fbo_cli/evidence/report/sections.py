@@ -84,7 +84,9 @@ def build_section(spec: str, root: Path, work: Path, figdir: Path | None = None,
     if runs.empty:
         return sec
     out = work / exp.name
-    sec.table_md = write_report(exp, out, plots=False)  # the table comes back as data
+    from .tuning import how_chosen
+
+    sec.table_md = how_chosen(write_report(exp, out, plots=False), exp)  # the table comes back as data
     if figdir is not None and not any(spec in f.specs and f.kind in ("curves", "codasca") for f in FIGURES):
         sec.figures = section_figures(exp, runs, curves, figdir)
     sec.compute = compute_line(runs, root / "compare" / exp.name / "tuning.csv")
