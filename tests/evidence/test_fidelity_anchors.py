@@ -94,3 +94,27 @@ def test_the_fedbio_held_out_retuning_counts_in_fidelity_follow_the_evidence():
                if tuned_layer(old, a, "p=0.4") != tuned_layer(new, a, "p=0.4")]
     assert f"**{WORDS[len(changed)]} choices change**" in text, changed
     assert "FedBiOAcc keeps its choice" not in text or "FedBiOAcc" not in changed
+
+
+def test_table2s_attribution_shares_and_ratios_in_fidelity_follow_the_evidence(monkeypatch):
+    """The shares of FBO-AggITD's gap that the inner step closes, with their 95% intervals, as the report's
+    attribution computes them; and FedNest / FBO-AggITD at inner 0.01 per setting."""
+    from fbo_cli.evidence.report.attribution import shares
+
+    monkeypatch.chdir(ROOT)
+    text = " ".join(FIDELITY.read_text().split())
+    exp, runs = _runs("aggitd_table2.yaml")
+    rows = [r for r in shares(exp, runs) if r[0].startswith("FBO-AggITD")]
+    assert len(rows) == 4
+    for _before, _after, setting, label, paper, bt, ft, share in rows:
+        told = share.split(";")[0]  # "63% [95%: 52% to 75%]"
+        if label == "final":
+            assert f"{bt.split(' (')[0]} → {ft.split(' (')[0]} (paper {paper:g}; {told}" in text, (setting, told)
+        else:
+            assert f"{told}; {share.split('; ')[1].split(' the')[0]} remains" in text, (setting, told)
+    for setting in ("IID, tau=1", "IID, tau=5", "non-IID, tau=1", "non-IID, tau=5"):
+        fed, _ = _rounds(runs, "FedNest (the public code's script: inner 0.01)", setting)
+        agg, _ = _rounds(runs, "FBO-AggITD (the public code's script: inner 0.01)", setting)
+        row = next(line for line in FIDELITY.read_text().splitlines()
+                   if line.startswith(f"| {setting.replace(', tau=', ', τ = ')} | ") and "→" in line)
+        assert row.split(" | ")[-1].split()[0].rstrip("|").strip() == f"{fed / agg:.1f}x", (setting, row)
