@@ -14,7 +14,7 @@ from scipy.stats import t
 
 from fbo_cli.evidence.report.bottomline import bottom_line_md, claim_line, paper_bottom_md
 from fbo_cli.evidence.report.headlines import FINDINGS, HEADLINES
-from fbo_cli.evidence.report.numbers import number_notes, seeds_needed
+from fbo_cli.evidence.report.numbers import need_text, number_notes, seeds_needed
 from fbo_cli.evidence.report.papers import PAPERS
 from fbo_cli.evidence.report.scorecard import scorecard
 from fbo_cli.evidence.report.sections import Section
@@ -107,3 +107,4 @@ def test_the_seeds_an_open_number_needs():
     notes = number_notes(exp, runs, [("A", "s", "final", "", "", "inconclusive"),
                                      ("B", "s", "final", "", "", "inconclusive")], tol)
     assert re.search(rf"needs {n} seeds", notes[0]) and "not reachable" in notes[1]
+    assert f"({n - 3} more runs, about {(n - 3) * 2.5:,.0f} core-minutes)" in need_text(vals, paper, tol, 2.5)

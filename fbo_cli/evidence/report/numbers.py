@@ -48,8 +48,9 @@ def seeds_needed(values: np.ndarray, paper: float, tol: float) -> int | None:
     return n
 
 
-def need_text(values: np.ndarray, paper: float, tol: float) -> str:
-    """The note of an inconclusive number: the seeds it needs, or why none suffice."""
+def need_text(values: np.ndarray, paper: float, tol: float, minutes: float | None = None) -> str:
+    """The note of an inconclusive number: the seeds it needs (and, with ``minutes`` a run, what the runs still
+    missing cost), or why none suffice."""
     if len(values) == 0 or not np.isfinite(values).all():
         return "its seeds that never reach the target leave no t plan; more seeds decide it"
     n = seeds_needed(values, paper, tol)
@@ -57,7 +58,23 @@ def need_text(values: np.ndarray, paper: float, tol: float) -> str:
         return f"equivalence not reachable: ours − paper = {values.mean() - paper:+.4g}, not inside ±{tol:.4g}"
     if n > MAX_SEEDS:
         return f"equivalence needs more than {MAX_SEEDS:,} seeds at this spread"
-    return f"equivalence needs {n} seeds at this spread (`fbo cost` prices them)"
+    more = n - len(values)
+    cost = f", about {more * minutes:,.0f} core-minutes" if minutes and more > 0 else ""
+    return f"equivalence needs {n} seeds at this spread ({more} more run{'s' * (more != 1)}{cost})"
+
+
+def run_minutes(g: pd.DataFrame) -> float | None:
+    """The mean core-minutes of one run of these (training and evaluation, from their summaries); None unknown."""
+    from pathlib import Path
+
+    from ...runs.rundir import read_summary
+
+    t = []
+    for d in g.run_dir.dropna() if "run_dir" in g else []:
+        s = read_summary(Path(d)) or {}
+        if "train_time_s" in s:
+            t.append(float(s["train_time_s"] or 0) + float(s.get("eval_time_s") or 0))
+    return sum(t) / len(t) / 60 if t else None
 
 
 def collapse_pairs(exp) -> set[tuple[str, str]]:
@@ -82,7 +99,7 @@ def number_notes(exp, runs: pd.DataFrame, rows: list[tuple[str, ...]], tol: floa
             v = g[c].astype(float).to_numpy() if c in g else np.array([])
             counts = c == "rounds_to_target"
             t = 0.1 * abs(paper) if counts or paper > 1 else tol
-            notes.append(need_text(v, paper, t))
+            notes.append(need_text(v, paper, t, run_minutes(g)))
         else:
             notes.append("")
     return notes
