@@ -16,6 +16,7 @@ from .fold import slug
 from .headlines import FINDINGS, HEADLINES, NO_NUMBERS, PAPER_DATA, SHORT, Headline
 from .numbers import CONTRADICTS
 from .papers import Paper
+from .scorecard import scorecard, scorecard_md, scorecards_md
 from .sections import Section
 
 DECIDED = VERDICTS[:3]  # holds, does not hold, inconclusive: a "see" verdict counts where it points, no data nowhere
@@ -90,8 +91,6 @@ def claim_line(paper: str, h: Headline, sections: dict[str, list[Section]]) -> s
 def numbers_text(paper: Paper, sections: list[Section]) -> str:
     """The paper's numbers in one line: reached (equivalent), ours above, below, open (with the seeds they need),
     context; and the main attribution where a spec has one."""
-    from .scorecard import scorecard
-
     card = scorecard(paper, sections)
     t = card.tally
     judged = sum(t.values()) - t["context only"]
@@ -181,3 +180,13 @@ def paper_bottom_md(paper: Paper, sections: dict[str, list[Section]]) -> list[st
         return []
     return [OPEN_MARK, "", "**Bottom line.**", "", *paper_block(paper, sections)[2:],
             *findings_block((paper,), sections), CLOSE_MARK, ""]
+
+
+def with_scorecards(md: str, sections: dict[str, list[Section]], papers: tuple[Paper, ...]) -> str:
+    """The report's Markdown laid out (:func:`.fold.layout`) with every paper's bottom line and scorecard
+    (:mod:`.scorecard`): all of them first in the index, each at the head of its paper's part."""
+    from .fold import layout
+
+    cards = [scorecard(p, sections.get(p.key, [])) for p in papers]
+    return layout(md, bottom_line_md(papers, sections) + scorecards_md(cards),
+                  {c.paper.title: paper_bottom_md(c.paper, sections) + scorecard_md(c) for c in cards})

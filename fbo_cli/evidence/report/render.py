@@ -12,12 +12,12 @@ import pandas as pd
 from ...grids.spec import Experiment
 from ...grids.verdicts import SEE, VERDICTS, one_verdict_per_comparison
 from ...runs.table import md_row
+from .bottomline import with_scorecards
 from .evidence import BENCH_FILES, CHECK_FILES
 from .fold import html_folds, slug
 from .heldout import defer_to_twins, heldout_md, pairs
 from .numbers import CONTRADICTS, outcome
 from .papers import PAPERS, Paper, fidelity_anchor
-from .scorecard import with_scorecards
 from .sections import Section
 from .tuning import tuning_md
 

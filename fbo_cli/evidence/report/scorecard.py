@@ -126,14 +126,3 @@ def scorecards_md(cards: list[Scorecard]) -> list[str]:
         out.append(md_row((f"[{short}](#{slug(c.paper.title.replace('`', ''))})", claims_line(c).split(": ", 1)[-1],
                            numbers_line(c), str(len(c.paper.unchecked)))))
     return out + [""]
-
-
-def with_scorecards(md: str, sections: dict[str, list[Section]], papers: tuple[Paper, ...]) -> str:
-    """The report's Markdown laid out (:func:`.fold.layout`) with every paper's bottom line (:mod:`.bottomline`)
-    and scorecard: all of them first in the index, each at the head of its paper's part."""
-    from .bottomline import bottom_line_md, paper_bottom_md
-    from .fold import layout
-
-    cards = [scorecard(p, sections.get(p.key, [])) for p in papers]
-    return layout(md, bottom_line_md(papers, sections) + scorecards_md(cards),
-                  {c.paper.title: paper_bottom_md(c.paper, sections) + scorecard_md(c) for c in cards})

@@ -8,10 +8,9 @@ import pandas as pd
 
 from ...grids.spec import Experiment
 from ...grids.spec_types import Choice, Tuned
-from .sections import Section
 
 
-def tuning_md(sections: list[Section]) -> list[str]:
+def tuning_md(sections: list) -> list[str]:  # of .sections.Section (it imports this module)
     """The tuned choices of every section counted by how they relate to their grid (interior, the largest
     or smallest stable value, at an edge not resolved, none accepted), and each tuned spec's budget."""
     kinds = {"interior": 0, "stable": 0, "valid": 0, "edge": 0, "none": 0}
