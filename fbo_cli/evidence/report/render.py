@@ -155,8 +155,8 @@ def count_inconclusive(md: str, sections: dict[str, list[Section]]) -> str:
     total = sum("inconclusive" in line for line in md.splitlines())  # this line is among them
     line = (f"**Inconclusive, counted.** {total} lines of this report say inconclusive: {claims} claim verdicts "
             f"(one line per claim and setting, in the sections), {papers} verdicts on the papers' numbers, and "
-            f"{total - claims - papers} more (the bottom lines', the scorecards' and the summary's rows that count them, the rule, the "
-            f"findings' tables and this line). " + more_seeds(sections))
+            f"{total - claims - papers} more (the bottom lines', the scorecards' and the summary's rows that count "
+            f"them, the rule, the findings' tables and this line). " + more_seeds(sections))
     if not claims + papers:  # the report's own wording is no verdict to count
         line = "**Inconclusive, counted.** None of this report's verdicts is inconclusive."
     return md.replace(COUNT_MARK, line, 1)
