@@ -115,30 +115,30 @@ class _RunOracles:
     call (per-run globals ``[R, d]``, alone or beside stacked ones) is made run by run, each run's call exactly
     the call of the run alone (its rows, its global, the batch); the results are stacked back (``[R*M, ...]``,
     or ``[R, d]`` for the ``_mean`` oracles). But a call the task's oracles name in ``run_globals`` takes the
-    per-run globals beside the stacked rows as they are, in one folded call (hyper-cleaning's SVRG pair: each
-    run's x and anchor for its M rows); and one they name in ``fold_globals`` is one folded call at each run's
-    globals repeated for its M rows (a ``_mean`` oracle: its client oracle, then each run's mean) wherever that
-    gives the bits of the calls run by run (:func:`fbo_cli.sim.federation.same_bits`, checked on the first call of each
-    shape). A batch entry with ``R*M`` rows carries per-run values already (the
-    features of an encoded split, :class:`RunSplit`)."""
+    per-run globals beside the stacked rows as they are, in one folded call (the oracles' ``runs`` set to R;
+    hyper-cleaning's SVRG pair: each run's x and anchor for its M rows; every hyperrep oracle, the means'
+    ``[R, d]`` too); and one they name in ``fold_globals`` is one folded call at each run's globals repeated for
+    its M rows (a ``_mean`` oracle: its client oracle, then each run's mean). Both wherever that gives the bits of
+    the calls run by run (:func:`fbo_cli.sim.federation.same_bits`, checked on the first call of each shape). The
+    placeholder a loss that takes no x gets (``task.takes_x``) is passed as it is. A batch entry with ``R*M``
+    rows carries per-run values already (the features of an encoded split, :class:`RunSplit`)."""
 
-    def __init__(self, inner, algo):
-        self.o, self.algo = inner, algo
+    def __init__(self, inner, algo, takes_x: bool = True):
+        self.o, self.algo, self.takes_x = inner, algo, takes_x
 
     def __getattr__(self, k):
         return getattr(self.o, k)
 
-    def _call(self, name: str, batch, ts: list, put: Callable, mean: bool = False):
-        """``put(ts, batch)`` -> the inner call's arguments; ``ts`` the tensor arguments in order."""
+    def _call(self, name: str, batch, ts: list, put: Callable, mean: bool = False, tag=None):
+        """``put(ts, batch)`` -> the inner call's arguments; ``ts`` the tensor arguments in order (``tag``: what
+        else tells two calls apart, the argnum)."""
         R, M = self.algo.runs, batch["w"].shape[0]
         if self.algo.seed_runs is not None:  # a seed batch's draws: each run's own rows, stacked run-major
             M //= R
         N = R * M
         blocks = any(isinstance(t, BlockStack) for t in ts)  # FedBiO's copies of x: stacked, always folded
-        rows = (N, R) if M > 1 and name in getattr(self.o, "run_globals", ()) else (N,)  # per-run globals it takes
-        if (R > 1 or blocks) and not mean and all(t.dim() >= 2 and t.shape[0] in rows for t in ts) \
-                and any(t.shape[0] == N for t in ts):
-            return getattr(self.o, name)(*put(ts, self._repeat(batch, R, N)))
+        xs = ts if self.takes_x else ts[1:]  # the tensors the call reads
+        glob = M > 1 and name in getattr(self.o, "run_globals", ())  # per-run globals [R, d] it takes
 
         def run_by_run():
             outs = []
@@ -150,6 +150,20 @@ class _RunOracles:
                                            for k, v in batch.items()}
                 outs.append(getattr(self.o, name)(*put(tr, br)))
             return torch.stack(outs) if mean else torch.cat(outs)
+
+        if (R > 1 or blocks) and all(t.dim() >= 2 and t.shape[0] in ((N, R) if glob else (N,)) for t in xs) \
+                and (glob or not mean and any(t.shape[0] == N for t in xs)):
+            def fold():
+                o = self.o
+                if R > 1:
+                    o = copy.copy(o)
+                    o.runs = R
+                return getattr(o, name)(*put(ts, self._repeat(batch, R, N)))
+            if blocks or (self.takes_x and not glob):  # the clients' rows stacked: always the runs' bits
+                return fold()
+            key = ("runs", name, tag, getattr(self.o.fn, "__name__", ""), *(tuple(t.shape) for t in ts),
+                   tuple(batch["w"].shape), tuple(batch["X"].shape), ts[-1].dtype, ts[-1].device)
+            return same_bits(key, fold, run_by_run)
 
         if R > 1 and M > 1 and not blocks and name in getattr(self.o, "fold_globals", ()) \
                 and all(t.dim() == 2 and t.shape[0] in (N, R) for t in ts):
@@ -174,7 +188,7 @@ class _RunOracles:
         return hit[1]
 
     def grad(self, argnum, a, b, batch):
-        return self._call("grad", batch, [a, b], lambda t, bt: (argnum, t[0], t[1], bt))
+        return self._call("grad", batch, [a, b], lambda t, bt: (argnum, t[0], t[1], bt), tag=argnum)
 
     def grads(self, a, b, batch):
         raise NotImplementedError("grads in a run batch")
@@ -192,7 +206,7 @@ class _RunOracles:
         return self._call("cross", batch, [a, b, v], lambda t, bt: (t[0], t[1], bt, t[2]))
 
     def grad_mean(self, argnum, a, b, batch):
-        return self._call("grad_mean", batch, [a, b], lambda t, bt: (argnum, t[0], t[1], bt), mean=True)
+        return self._call("grad_mean", batch, [a, b], lambda t, bt: (argnum, t[0], t[1], bt), mean=True, tag=argnum)
 
     def hvp_mean(self, a, b, batch, v):
         return self._call("hvp_mean", batch, [a, b, v], lambda t, bt: (t[0], t[1], bt, t[2]), mean=True)
@@ -244,14 +258,13 @@ class _TaskView:
         return getattr(self._task, k)
 
     def oracles(self, fn):
-        return _RunOracles(self._task.oracles(fn), self._algo)
+        return _RunOracles(self._task.oracles(fn), self._algo, self._task.takes_x(fn))
 
-    def lower_view(self, x, split):
+    def lower_view(self, x, split):  # the task's lower view (its placeholder, g_enc) of the runs' x [R, dx]
         if not self._task.reuse:
             return self._task.lower_view(x, split)
-        views = [self._task.lower_view(xr, split) for xr in rows_of(self._algo, x)]
-        a, fn, _ = views[0]
-        return a, fn, RunSplit(torch.cat([v[2].X for v in views]), split.y, split.mask, split.extra, len(views))
+        H = self._task.encode_runs(x, split.X)
+        return x.new_zeros(0), self._task.g_enc, RunSplit(H, split.y, split.mask, split.extra, len(x))
 
 
 def stacked(algo, hps: Sequence[Any]):

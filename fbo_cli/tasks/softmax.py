@@ -47,11 +47,22 @@ def _times_features(Kt: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
 
 def _rows_times(Kt: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     """``[M, n, h]``: ``K B`` per client for a class-major ``Kt [M, K, n]`` and ``B [K, h]`` (one 2-D
-    product over all clients' rows) or ``[M, K, h]``."""
+    product over all clients' rows) or ``[M, K, h]``; in a run batch ``B [R, K, h]``, each run's for its
+    ``M/R`` clients' rows (the run's 2-D product, the run dimension written out: one ``bmm``)."""
+    M, K, n = Kt.shape
     if B.dim() == 2:
-        M, K, n = Kt.shape
         return (Kt.mT.reshape(M * n, K) @ B).view(M, n, -1)
+    if B.shape[0] < M:
+        R = B.shape[0]
+        return torch.bmm(Kt.mT.reshape(R, M // R * n, K), B).view(M, n, -1)
     return Kt.mT @ B
+
+
+def runs_of(y: torch.Tensor, A: torch.Tensor) -> int:
+    """The R runs of a run batch's heads ``y [R, dy]`` on their clients' features ``A [R*M, n, h]`` (each
+    run's head for its M clients' rows, ``M > 1``); 0 for a global head ``[dy]``, client heads ``[M, dy]``
+    or the heads of R runs on features they share (``y [R*M, dy]``, ``A [M, n, h]``)."""
+    return y.shape[0] if y.dim() == 2 and y.shape[0] < A.shape[0] else 0
 
 
 class SoftmaxHead:
@@ -76,6 +87,11 @@ class SoftmaxHead:
         if y.dim() == 1:
             M, n, h = A.shape
             return torch.addmm(b.unsqueeze(1), W, A.reshape(M * n, h).T).view(-1, M, n).transpose(0, 1)
+        if runs_of(y, A):  # each run's addmm above, the run dimension written out
+            N, n, h = A.shape
+            R = y.shape[0]
+            L = torch.baddbmm(b.mT, W, A.reshape(R, N // R * n, h).mT)
+            return L.view(R, -1, N // R, n).transpose(1, 2).reshape(N, -1, n)
         R = y.shape[0] // A.shape[0]
         if R > 1:  # the R runs' heads on features shared by the runs (same_bits)
             return same_bits(("logits", tuple(y.shape), tuple(A.shape), A.dtype, A.device),
@@ -85,13 +101,18 @@ class SoftmaxHead:
 
     def logits2_t(self, y: torch.Tensor, v: torch.Tensor, A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``logits_t`` of two heads on the same features (one product ``[W; V] Aᵀ`` for two global heads)."""
-        if y.dim() != 1 or v.dim() != 1:
-            return self.logits_t(y, A), self.logits_t(v, A)
         (W, b), (V, c) = self.split(y), self.split(v)
         M, n, h = A.shape
-        L = torch.addmm(torch.cat([b, c]).unsqueeze(1), torch.cat([W, V]), A.reshape(M * n, h).T)
-        L = L.view(2, self.C, M, n).transpose(1, 2)
-        return L[0], L[1]
+        if y.dim() == 1 and v.dim() == 1:
+            L = torch.addmm(torch.cat([b, c]).unsqueeze(1), torch.cat([W, V]), A.reshape(M * n, h).T)
+            L = L.view(2, self.C, M, n).transpose(1, 2)
+            return L[0], L[1]
+        R = runs_of(y, A)
+        if R and v.shape[0] == R:  # two heads per run: each run's product above, the run dimension written out
+            L = torch.baddbmm(torch.cat([b, c], -1).mT, torch.cat([W, V], 1), A.reshape(R, M // R * n, h).mT)
+            L = L.view(R, 2, self.C, M // R, n).transpose(2, 3)
+            return L[:, 0].reshape(M, self.C, n), L[:, 1].reshape(M, self.C, n)
+        return self.logits_t(y, A), self.logits_t(v, A)
 
     def probs_t(self, y: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
         """``[M, C, n]``: ``Pᵀ``."""
@@ -113,13 +134,18 @@ class SoftmaxHead:
         return torch.cat([gW.flatten(-2), gb], -1)
 
     def grad(self, y, A, t, w, mean: bool = False) -> torch.Tensor:
-        """``[M, dy]``: ``∇_y ℓ`` (``mean``: its client mean ``[dy]``)."""
+        """``[M, dy]``: ``∇_y ℓ`` (``mean``: its client mean ``[dy]``; ``[R, dy]`` each run's, for R runs' heads)."""
         Rt = self.residual_t(self.probs_t(y, A), t, w)
-        return self._mean(Rt, A) if mean else self.flat(_times_features(Rt, A), Rt.sum(-1))
+        return self._mean(Rt, A, runs_of(y, A)) if mean else self.flat(_times_features(Rt, A), Rt.sum(-1))
 
-    def _mean(self, Kt: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
-        """``[dy]``: the client mean of ``flat(Kᵀ A, Σ_n K)``, one 2-D product over all clients' rows."""
+    def _mean(self, Kt: torch.Tensor, A: torch.Tensor, runs: int = 0) -> torch.Tensor:
+        """``[dy]``: the client mean of ``flat(Kᵀ A, Σ_n K)``, one 2-D product over all clients' rows; ``runs``:
+        ``[R, dy]``, each run's mean over its clients (its 2-D product, the run dimension written out)."""
         M, C, n = Kt.shape
+        if runs:
+            R, m = runs, M // runs
+            K = Kt.view(R, m, C, n).transpose(1, 2).reshape(R, C, m * n)
+            return torch.cat([torch.bmm(K, A.reshape(R, m * n, -1)).flatten(1), K.sum(2)], 1).div_(m)
         K = Kt.transpose(0, 1).reshape(C, M * n)
         return torch.cat([(K @ A.reshape(M * n, -1)).flatten(), K.sum(1)]).div_(M)
 
@@ -159,7 +185,7 @@ class SoftmaxHead:
     def hvp(self, y, A, t, w, v, mean: bool = False) -> torch.Tensor:
         """``[M, dy]``: ``∇²_y ℓ v`` (``mean``: its client mean ``[dy]``)."""
         St = self._PS_t(y, A, v, w)[1]
-        return self._mean(St, A) if mean else self.flat(_times_features(St, A), St.sum(-1))
+        return self._mean(St, A, runs_of(y, A)) if mean else self.flat(_times_features(St, A), St.sum(-1))
 
     def dA(self, y, A, t, w) -> torch.Tensor:
         """``[M, n, h]``: ``∂ℓ/∂A = R W``."""
@@ -171,6 +197,8 @@ class SoftmaxHead:
         W, V = self.split(y)[0], self.split(v)[0]
         if W.dim() != V.dim():
             W, V = torch.broadcast_tensors(W, V)
+        elif W.shape[0] != V.shape[0]:  # a run batch: each run's head for its clients' rows beside theirs
+            W = W.repeat_interleave(V.shape[0] // W.shape[0], 0)
         K = torch.cat([St, self.residual_t(Pt, t, w)], -2)
         return _rows_times(K, torch.cat([W, V], -2))
 
