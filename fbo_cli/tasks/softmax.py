@@ -101,14 +101,15 @@ class SoftmaxHead:
 
     def logits2_t(self, y: torch.Tensor, v: torch.Tensor, A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``logits_t`` of two heads on the same features (one product ``[W; V] Aᵀ`` for two global heads)."""
-        (W, b), (V, c) = self.split(y), self.split(v)
         M, n, h = A.shape
         if y.dim() == 1 and v.dim() == 1:
+            (W, b), (V, c) = self.split(y), self.split(v)
             L = torch.addmm(torch.cat([b, c]).unsqueeze(1), torch.cat([W, V]), A.reshape(M * n, h).T)
             L = L.view(2, self.C, M, n).transpose(1, 2)
             return L[0], L[1]
         R = runs_of(y, A)
         if R and v.shape[0] == R:  # two heads per run: each run's product above, the run dimension written out
+            (W, b), (V, c) = self.split(y), self.split(v)
             L = torch.baddbmm(torch.cat([b, c], -1).mT, torch.cat([W, V], 1), A.reshape(R, M // R * n, h).mT)
             L = L.view(R, 2, self.C, M // R, n).transpose(2, 3)
             return L[:, 0].reshape(M, self.C, n), L[:, 1].reshape(M, self.C, n)
