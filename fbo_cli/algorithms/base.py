@@ -267,22 +267,22 @@ class BilevelAlgorithm(Algorithm):
             q = self.spread(q, split.M)
         # charged in bulk, as the per-step charges add up: every epoch visits each client's n_i examples
         # in ceil(n_i / batch_size) steps in which the client is active
-        n = split.counts
+        n = split.sizes
         k = (2 if q is not None else 1) * epochs
-        self.ledger.oracle("grads", k * ((n + batch_size - 1) // batch_size).sum(), k * n.sum())
-        for batch, active in split.epochs(self.fed.gen, epochs, batch_size):
+        self.ledger.oracle("grads", k * sum((c + batch_size - 1) // batch_size for c in n), k * sum(n))
+        for batch, on in split.epochs(self.fed.gen, epochs, batch_size):
             batch = self.noise(batch)
             if q is not None:
-                d = self.grad_diff(fn, a, yi, y, batch, active, charge=False) + q
+                d = self.grad_diff(fn, a, yi, y, batch, charge=False) + q
             else:
-                d = self.grad(fn, 1, a, yi, batch, active, charge=False)
+                d = self.grad(fn, 1, a, yi, batch, charge=False)
             if not self.batched:
-                yi = torch.addcmul(yi, d, active[:, None].to(d.dtype), value=-lr)
+                yi = torch.addcmul(yi, d, on, value=-lr)
             elif isinstance(lr, (int, float)):
-                yi = torch.addcmul(yi, d, active.repeat(runs)[:, None].to(d.dtype), value=-lr)
+                yi = torch.addcmul(yi, d, on.repeat(runs, 1), value=-lr)
             else:  # a step per run (fbo_cli.grids.run_batches.Rate): yi + round(-lr d) (0 or 1),
                 # as addcmul rounds it alone
-                yi = torch.addcmul(yi, -lr * d, active.repeat(runs)[:, None].to(d.dtype))
+                yi = torch.addcmul(yi, -lr * d, on.repeat(runs, 1))
         return yi
 
     def lower_anchor(self, a, fn: Callable, split: Split, y: torch.Tensor) -> torch.Tensor:

@@ -223,16 +223,10 @@ class RunSplit(Split):
 
     runs: int = 1
 
-    def _batch(self, pos, flat, m):
+    def _rows_X(self, pos, flat):  # flat: [M*b] positions, the same for every run
         M, n = self.mask.shape
-        R, flat = self.runs, flat.reshape(-1)
-        take = lambda t: t.reshape(M * n, -1).index_select(0, flat).view(*pos.shape, *t.shape[2:])  # noqa: E731
-        w = m.to(self.X.dtype)
-        w = w / w.sum(1, keepdim=True).clamp_(min=1)
-        X = self.X.reshape(R, M * n, -1).index_select(1, flat).view(R * M, pos.shape[1], *self.X.shape[2:])
-        out = {"X": X, "y": take(self.y), "w": w}
-        out.update({k: take(v) for k, v in self.extra.items()})
-        return out
+        return self.X.reshape(self.runs, M * n, -1).index_select(1, flat).view(self.runs * M, pos.shape[1],
+                                                                                 *self.X.shape[2:])
 
 
 def rows_of(algo, t: torch.Tensor) -> tuple:
