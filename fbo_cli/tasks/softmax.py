@@ -74,6 +74,7 @@ class SoftmaxHead:
 
     def __init__(self, classes: int, width: int):
         self.C, self.h = classes, width
+        self._buf: tuple | None = None  # the SVRG pair's heads-and-anchor buffer (:meth:`_pair`)
 
     def split(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(W, b)``: ``[C, h], [C]`` for a global head, ``[M, C, h], [M, 1, C]`` for stacked heads."""
@@ -156,14 +157,8 @@ class SoftmaxHead:
         features ``A [M, n, h]`` shared by the runs: each row the product of the run alone (``same_bits``)."""
         N = y1.shape[0] if y1.dim() == 2 else 0
         if y1.dim() == 2 and (y0.dim() == 1 or y0.shape[0] != N):  # client heads against their anchor: one product
-            (W1, b1), (W0, b0) = self.split(y1), self.split(y0)
             C, R = self.C, N // A.shape[0]
-            if y0.dim() == 1:
-                W0, b0 = W0.expand(N, -1, -1), b0.view(1, C, 1).expand(N, -1, -1)
-            else:  # the runs' anchors, each repeated for its run's rows
-                W0 = W0.unsqueeze(1).expand(-1, N // y0.shape[0], -1, -1).flatten(0, 1)
-                b0 = b0.mT.unsqueeze(1).expand(-1, N // y0.shape[0], -1, -1).flatten(0, 1)
-            Wc, bc = torch.cat([W1, W0], 1), torch.cat([b1.mT, b0], 1)  # [N, 2C, h], [N, 2C, 1]
+            Wc, bc = self._pair(y1, y0)  # [N, 2C, h], [N, 2C, 1]
             if R > 1:
                 L = same_bits(("pair", tuple(Wc.shape), tuple(A.shape), A.dtype, A.device),
                               lambda: _by_run(torch.baddbmm(_by_client(bc, R), _by_client(Wc, R), A.mT), R),
@@ -175,6 +170,26 @@ class SoftmaxHead:
         else:
             Dt = (self.probs_t(y1, A) - self.probs_t(y0, A)).mul_(w.unsqueeze(-2))
         return self.flat(_times_features(Dt, A), Dt.sum(-1))
+
+    def _pair(self, y1: torch.Tensor, y0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[N, 2C, h], [N, 2C, 1]``: the client heads ``y1 [N, dy]`` beside their anchor ``y0`` (``[dy]``, or in a
+        run batch the runs' ``[R, dy]``, each for its run's rows), the weights and the biases. The steps of a lower
+        round share the anchor: the buffer is kept for it, its anchor half written once and the heads' half copied
+        in at each call (two copies instead of building and concatenating both halves every step)."""
+        N, C, h = y1.shape[0], self.C, self.h
+        hit = self._buf
+        if hit is None or hit[0] is not y0 or hit[1] != y0._version or hit[2].shape[0] != N \
+                or hit[2].dtype != y1.dtype or hit[2].device != y1.device:
+            Wc, bc = y1.new_empty(N, 2 * C, h), y1.new_empty(N, 2 * C, 1)
+            W0, b0 = self.split(y0)
+            k = N // y0.shape[0] if y0.dim() == 2 else N
+            Wc[:, C:] = W0.reshape(-1, C, h).repeat_interleave(k, 0)
+            bc[:, C:, 0] = b0.reshape(-1, C).repeat_interleave(k, 0)
+            heads = Wc.view(N, -1).narrow(1, 0, C * h), bc.view(N, -1).narrow(1, 0, C)
+            self._buf = hit = (y0, y0._version, Wc, bc, *heads)
+        hit[4].copy_(y1.narrow(1, 0, C * h))
+        hit[5].copy_(y1.narrow(1, C * h, C))
+        return hit[2], hit[3]
 
     def _PS_t(self, y, A, v, w) -> tuple[torch.Tensor, torch.Tensor]:
         """``[M, C, n]`` twice: ``Pᵀ`` and ``Sᵀ``, ``S = w (P ⊙ U - P (P·U))``, ``U = A Vᵀ + c``."""
