@@ -213,7 +213,21 @@ class BilevelAlgorithm(Algorithm):
         return self.task.noise(self.fed.gen, batch)
 
     def _charge(self, kind: str, batch: Batch, active: torch.Tensor | None = None, times: int = 1) -> None:
-        used = batch["w"] > 0
+        w = batch["w"]
+        if active is None and isinstance(self.ledger, Ledger):
+            # the charge of a batch's weights, read once (an outer iteration charges the same full splits again and
+            # again): on the CPU as Python ints, elsewhere as tensors the ledger sums there (no host sync)
+            cache = self.__dict__.setdefault("_charged", {})
+            hit = cache.get(id(w))
+            if hit is None or hit[0] is not w:
+                used = w > 0
+                n = torch.stack([used.any(1).sum(), used.sum()])
+                if len(cache) >= 8:
+                    cache.clear()
+                cache[id(w)] = hit = (w, n.tolist() if n.device.type == "cpu" else n.unbind())
+            self.ledger.oracle(kind, hit[1][0] * times, hit[1][1] * times)
+            return
+        used = w > 0
         if active is not None:
             used = used & active[:, None]
         self.ledger.charge_rows(kind, used, times)
