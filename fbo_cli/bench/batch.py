@@ -197,6 +197,41 @@ def bench_case(case: dict[str, Any], R: int = 8, iters: int = 3, reps: int = 3, 
             "ratio": round(per_alone / per_batch, 2), **seed_cols}
 
 
+def calls_case(case: dict[str, Any], R: int = 8, device: str = "cpu") -> dict[str, Any]:
+    """The aten calls of one outer iteration (:func:`fbo_cli.bench.ops.step_calls`, warm): a run alone's
+    (``ops_one``) and a batch's of r runs at the case's first r grid points, for r = 1, 2, 4, ... up to R
+    (``ops_R<r>``): no clock, so it measures on a loaded machine too (``fbo bench --batch R --calls``)."""
+    base = resolve(case["task"], case["algo"], {**case["set"], "device": device})
+    v0 = getattr(base.hp, case["key"])
+    cfgs = [resolve(case["task"], case["algo"], {**case["set"], "device": device, case["key"]: v0 * f})
+            for f in factors(R)]
+    row: dict[str, Any] = {"case": case["name"], "task": case["task"], "algo": case["algo"],
+                           "ops_one": step_calls(build(cfgs[0]).algo)}
+    for r in sorted({R} | {2 ** k for k in range(R.bit_length()) if 2 ** k <= R}):
+        row[f"ops_R{r}"] = step_calls(stacked(build(cfgs[0]).algo, [c.hp for c in cfgs[:r]]), warm=2)
+    return row
+
+
+def calls_main(runs: int, threads: int = 1, only: str = "", out: str | Path | None = None,
+               device: str = "cpu") -> list[dict[str, Any]]:
+    """``fbo bench --batch R --calls``: :func:`calls_case` of every case (or ``only``), printed as each finishes
+    and written to ``out``/calls.csv."""
+    from ..runs.rundir import atomic_write
+
+    torch.set_num_threads(threads)
+    keys = set(filter(None, only.split(",")))
+    rows = []
+    for case in CASES:
+        if not keys or case["name"] in keys or case["algo"] in keys:
+            rows.append(calls_case(case, runs, device))
+            print(rows[-1], flush=True)
+    if out and rows:
+        head = list(dict.fromkeys(k for r in rows for k in r))
+        atomic_write(Path(out) / "calls.csv", "\n".join([",".join(head), *(",".join(str(r.get(k, "")) for k in head)
+                                                                          for r in rows)]).encode() + b"\n")
+    return rows
+
+
 def _merged(csv_path: Path, new: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rows of ``csv_path`` (an earlier ``--batch`` run, if any) with those of the cases measured again replaced
     by ``new``, in the cases' order."""
