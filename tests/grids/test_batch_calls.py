@@ -46,3 +46,26 @@ def test_every_variant_batches_in_one_computation_bit_for_bit(algo, keys):
         for _ in range(3):
             a.step()
         assert torch.equal(a.x, b.x[r]) and torch.equal(a.y, b.y[r]), r
+
+
+@pytest.mark.parametrize("keys", [{}, {"test_on": "clients", "eval": "test,val,train", "heldout_frac": 0.1}])
+def test_hyperrep_scores_a_batch_in_one_pass_as_each_run_alone(keys, monkeypatch):
+    """hyperrep's evaluation of a batch's runs (HyperRep.evaluate_runs): every chunk of rows encoded for the runs
+    in one product, each run's metrics bit for bit its evaluation alone; once checked, no run's encoding is made
+    alone (the first layer is applied to each chunk once for all runs)."""
+    from fbo_cli.algorithms.runs_as_clients import evaluate_runs, show
+    from fbo_cli.tasks.hyperrep import HyperRep
+
+    torch.set_num_threads(1)
+    b, cfgs = batch_of("fednest", 3, **keys)
+    b.step()
+    view = build(cfgs[0]).algo
+    alone = []
+    for r, c in enumerate(cfgs):
+        show(b, view, r, c.hp)
+        alone.append(view.evaluate())
+    assert evaluate_runs(b, view, range(3), [c.hp for c in cfgs]) == alone
+    made = []
+    encode = HyperRep.encode
+    monkeypatch.setattr(HyperRep, "encode", lambda self, x, X: made.append(1) or encode(self, x, X))
+    assert evaluate_runs(b, view, range(3), [c.hp for c in cfgs]) == alone and not made
