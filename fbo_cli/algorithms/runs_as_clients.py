@@ -114,14 +114,13 @@ class _RunOracles:
     name in ``shared_keys``: hyper-cleaning's features, which its products share between the runs). Any other
     call (per-run globals ``[R, d]``, alone or beside stacked ones) is made run by run, each run's call exactly
     the call of the run alone (its rows, its global, the batch); the results are stacked back (``[R*M, ...]``,
-    or ``[R, d]`` for the ``_mean`` oracles). But a call the task's oracles name in ``run_globals`` takes the
-    per-run globals beside the stacked rows as they are, in one folded call (the oracles' ``runs`` set to R;
-    hyper-cleaning's SVRG pair: each run's x and anchor for its M rows; every hyperrep oracle, the means'
-    ``[R, d]`` too); and one they name in ``fold_globals`` is one folded call at each run's globals repeated for
-    its M rows (a ``_mean`` oracle: its client oracle, then each run's mean). Both wherever that gives the bits of
-    the calls run by run (:func:`fbo_cli.sim.federation.same_bits`, checked on the first call of each shape). The
-    placeholder a loss that takes no x gets (``task.takes_x``) is passed as it is. A batch entry with ``R*M``
-    rows carries per-run values already (the features of an encoded split, :class:`RunSplit`)."""
+    or ``[R, d]`` for the ``_mean`` oracles). But a call the oracles name in ``run_globals`` takes the per-run
+    globals beside the stacked rows as they are, in one call (``runs`` set to R; hyper-cleaning's SVRG pair, every
+    hyperrep oracle, means ``[R, d]``), and one in ``fold_globals`` is one call at each run's globals repeated for
+    its M rows (a ``_mean``: then each run's mean); both where that gives the bits of the calls run by run
+    (:func:`fbo_cli.sim.federation.same_bits`, checked on the first call of each shape). The placeholder of a
+    loss that takes no x (``task.takes_x``) is passed as it is. A batch entry with ``R*M`` rows carries per-run
+    values already (the features of an encoded split, :class:`RunSplit`)."""
 
     def __init__(self, inner, algo, takes_x: bool = True):
         self.o, self.algo, self.takes_x = inner, algo, takes_x
@@ -130,8 +129,7 @@ class _RunOracles:
         return getattr(self.o, k)
 
     def _call(self, name: str, batch, ts: list, put: Callable, mean: bool = False, tag=None):
-        """``put(ts, batch)`` -> the inner call's arguments; ``ts`` the tensor arguments in order (``tag``: what
-        else tells two calls apart, the argnum)."""
+        """``put(ts, batch)`` -> the inner call's arguments; ``ts`` the tensor arguments in order; ``tag``: argnum."""
         R, M = self.algo.runs, batch["w"].shape[0]
         if self.algo.seed_runs is not None:  # a seed batch's draws: each run's own rows, stacked run-major
             M //= R
@@ -139,7 +137,6 @@ class _RunOracles:
         blocks = any(isinstance(t, BlockStack) for t in ts)  # FedBiO's copies of x: stacked, always folded
         xs = ts if self.takes_x else ts[1:]  # the tensors the call reads
         glob = M > 1 and name in getattr(self.o, "run_globals", ())  # per-run globals [R, d] it takes
-
         def run_by_run():
             outs = []
             parts = [None if t.dim() < 2 else t.split(M) if t.shape[0] == N and M > 1 else rows_of(self.algo, t)
@@ -154,16 +151,13 @@ class _RunOracles:
         if (R > 1 or blocks) and all(t.dim() >= 2 and t.shape[0] in ((N, R) if glob else (N,)) for t in xs) \
                 and (glob or not mean and any(t.shape[0] == N for t in xs)):
             def fold():
-                o = self.o
-                if R > 1:
-                    o = copy.copy(o)
-                    o.runs = R
+                o = copy.copy(self.o)
+                o.runs = R
                 return getattr(o, name)(*put(ts, self._repeat(batch, R, N)))
-            if blocks or (self.takes_x and not glob):  # the clients' rows stacked: always the runs' bits
-                return fold()
             key = ("runs", name, tag, getattr(self.o.fn, "__name__", ""), *(tuple(t.shape) for t in ts),
                    tuple(batch["w"].shape), tuple(batch["X"].shape), ts[-1].dtype, ts[-1].device)
-            return same_bits(key, fold, run_by_run)
+            # the clients' rows stacked (all but per-run globals or a placeholder): always the runs' bits
+            return fold() if blocks or (self.takes_x and not glob) else same_bits(key, fold, run_by_run)
 
         if R > 1 and M > 1 and not blocks and name in getattr(self.o, "fold_globals", ()) \
                 and all(t.dim() == 2 and t.shape[0] in (N, R) for t in ts):
@@ -224,9 +218,8 @@ class RunSplit(Split):
     runs: int = 1
 
     def _rows_X(self, pos, flat):  # flat: [M*b] positions, the same for every run
-        M, n = self.mask.shape
-        return self.X.reshape(self.runs, M * n, -1).index_select(1, flat).view(self.runs * M, pos.shape[1],
-                                                                                 *self.X.shape[2:])
+        X, (M, n) = self.X, self.mask.shape
+        return X.reshape(self.runs, M * n, -1).index_select(1, flat).view(self.runs * M, pos.shape[1], *X.shape[2:])
 
 
 def rows_of(algo, t: torch.Tensor) -> tuple:
