@@ -23,7 +23,7 @@ from ..errors import UsageError
 from ..runs.collapse import collapsed
 from ..runs.cost import cost_line
 from ..runs.rundir import atomic_write, read_metrics, run_status, todo_runs
-from ..runs.table import fmt_num, lower_is_better, md_row, rounds_to_target
+from ..runs.table import fmt_num, lower_is_better, md_row, read_columns, within_budget
 from .executors import GridOptions
 from .plots import plot_experiment, t95  # noqa: F401  (compare's public API)
 from .run_batches import cost_shares
@@ -140,18 +140,11 @@ def collect(exp: Experiment, warn=None) -> tuple[pd.DataFrame, dict[tuple[str, s
             rows.append({**base, "status": "failed", "error": s.get("error")})
             continue
         curves[(c.algorithm, c.setting, c.seed)] = m
-        budget = c.cfg.run.rounds
-        within = m[m["rounds"] <= budget] if (m["rounds"] <= budget).any() else m
-        series = within[exp.metric]
+        within = within_budget(m, c.cfg.run.rounds)
         status = s["status"]
-        why = collapsed(series, exp.metric, c.cfg.run.dataset) if status == "done" else None
+        why = collapsed(within[exp.metric], exp.metric, c.cfg.run.dataset) if status == "done" else None
         row = {**base, "status": "collapsed" if why else status, **({"collapsed_because": why} if why else {}),
-               "rounds_to_target": rounds_to_target(m, exp.metric, exp.target),
-               "iterations_to_target": rounds_to_target(m, exp.metric, exp.target, x="iterations"),
-               "final": float(series.iloc[-1]),
-               "best": float(series.min() if lower_is_better(exp.metric) else series.max()),
-               "final_mean_last5": float(series.tail(5).mean()),
-               "rounds": int(within["rounds"].iloc[-1]), "iterations": int(within["iterations"].iloc[-1]),
+               **read_columns(m, exp.metric, exp.target, c.cfg.run.rounds),
                "train_time_s": s.get("train_time_s"), "seconds_per_round": s.get("seconds_per_round")}
         for k in m.columns:
             if k not in row and m[k].dtype.kind in "fi":
@@ -232,6 +225,8 @@ def summarize(exp: Experiment, runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.Dat
                 hit = col("rounds_to_target").dropna()
                 put("rounds to target", hit, ("-" if g.empty else _ms(hit, counts=True) if len(hit) else "never")
                     + f" ({len(hit)}/{len(g)})")
+                low = col("rounds_to_target_low").dropna()  # the resolution: crossed in (low, rounds]
+                num["rounds to target low"] = low.mean() if len(low) else math.nan
                 its = col("iterations_to_target")
                 put("iterations to target", its, None if len(hit) else "never")
             put("final", col("final"))
