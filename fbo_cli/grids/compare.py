@@ -329,7 +329,7 @@ def tuned_note(exp: Experiment) -> str:
             vals = tuned_layer(exp.tuned, a.name, s.name)
             keys = list(a.tune)
             if vals:
-                edge = edge_note(tuned_entry(exp.tuned, a.name, s.name))
+                edge = tuned_entry(exp.tuned, a.name, s.name).how_chosen()
                 how = "tuned" + (f" ({edge})" if edge else "")
                 rows.append((a.name, s.name, ", ".join(f"{k}={fmt_num(v)}" for k, v in vals.items()), how))
             elif keys:
