@@ -1,0 +1,44 @@
+"""Selection on the command line (issue 61, item 8): ``fbo compare SPEC -a NAME --setting NAME`` runs and reports
+a subset of a spec without editing it, the spec's very runs in its results folder; an unknown name is exit 2
+listing the allowed ones."""
+
+import pandas as pd
+from cli_helpers import run
+
+
+def _spec(tmp_path):
+    spec = tmp_path / "exp.yaml"
+    spec.write_text(f"""
+name: sub
+task: hyperrep
+seeds: [0]
+base: {{dataset: digits, clients: 6, participation: 0.5, rounds: 10, threads: 1, out_dir: {tmp_path}}}
+algorithms: [{{name: A, algo: aggitd}}, {{name: F, algo: fednest}}]
+settings: [{{name: iid, set: {{partition: iid}}}}, {{name: shards, set: {{partition: shards}}}}]
+claims:
+  - {{text: "A beats F", metric: final, better: A, than: F, mode: max}}
+""")
+    return spec
+
+
+def test_compare_runs_and_reports_only_the_selected_algorithm_and_setting(tmp_path):
+    spec = _spec(tmp_path)
+    r = run("compare", str(spec), "-a", "A", "--setting", "iid")
+    assert r.exit_code == 0, r.output
+    runs = pd.read_csv(tmp_path / "compare" / "sub" / "runs.csv")
+    assert list(zip(runs.algorithm, runs.setting)) == [("A", "iid")]
+    assert [p.parts[-3] for p in tmp_path.glob("hyperrep/*/*/summary.json")] == ["aggitd"]
+    # the whole spec afterwards reuses that run (the same run id, the same folder)
+    done = next(tmp_path.glob("hyperrep/aggitd/*/summary.json")).stat().st_mtime_ns
+    r = run("compare", str(spec), "-S", "iid")
+    assert r.exit_code == 0, r.output
+    assert next(tmp_path.glob("hyperrep/aggitd/*/summary.json")).stat().st_mtime_ns == done
+    assert len(list(tmp_path.glob("hyperrep/*/*/summary.json"))) == 2
+
+
+def test_an_unknown_algorithm_or_setting_is_exit_2_naming_the_allowed_ones(tmp_path):
+    spec = _spec(tmp_path)
+    r = run("compare", str(spec), "-a", "Nope")
+    assert r.exit_code == 2 and "'Nope'" in r.output and "A, F" in r.output
+    r = run("compare", str(spec), "--setting", "noniid", "--dry-run")
+    assert r.exit_code == 2 and "iid, shards" in r.output
