@@ -47,6 +47,8 @@ def tune(
                                       "(from its tuning.csv: each choice's top 3 points at the evaluation budget)."),
     accept_code_change: bool = typer.Option(False, "--accept-code-change", help="Keep finished tuning runs whose "
                                             "algorithm's code changed since (recorded in their summary.json)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars and no notes while it runs (as "
+                               "`fbo run -q`); the chosen values are printed at the end."),
 ) -> None:
     """Choose every algorithm's hyperparameters on validation data: run the spec's grids on the tuning
     seeds with a short budget, reject diverging or oscillating runs, pick the best validation score,
@@ -73,7 +75,8 @@ def tune(
             out.print(tn.dry_run_text(spec, overrides, rerun, jobs, grid.batch), highlight=False)
             return
         try:
-            outdir = tn.run_tuning(spec, overrides, grid, rerun=rerun, console=err, ranking_check=ranking_check,
+            outdir = tn.run_tuning(spec, overrides, grid, rerun=rerun, console=None if quiet else err,
+                                   ranking_check=ranking_check,
                                    accept_code_change=accept_code_change)
         except KeyboardInterrupt as e:
             err.print(interrupted_note(e), style="yellow", highlight=False)
