@@ -82,9 +82,14 @@ def run(
         cfg = resolve(task, algo, file_layer, cli_layer, parse_sets(set_))
         long_run_warning(cfg)
         if dry_run:
+            from types import SimpleNamespace
+
             import yaml
 
+            from ..runs.cost import cost_line
+
             typer.echo(f"# fbo run, resolved (run directory {cfg.run_dir}; nothing was run)")
+            typer.echo(f"# time: {cost_line([SimpleNamespace(cfg=cfg)], 1)}")  # a comment: the YAML stays valid
             typer.echo(yaml.safe_dump(cfg.as_dict(), sort_keys=False).rstrip("\n"))
             return
         claim_root(cfg.run.out_dir)

@@ -144,3 +144,14 @@ def test_run_help_shows_defaults():
     for cmd in ("compare", "tune"):
         r = invoke([cmd, "--help"])
         assert r.exit_code == 0 and "[default: results]" in " ".join(r.stdout.replace("│", " ").split())
+
+
+def test_run_dry_run_gives_a_time_estimate_and_stays_yaml(tmp_path):
+    # issue 61, item 8: the dry run says what the run will cost (the cost model of fbo_cli/runs/cost.py)
+    import yaml
+
+    r = invoke(["run", "hyperrep", "--algo", "aggitd", "--dry-run", "--out-dir", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    line = next(x for x in r.stdout.splitlines() if x.startswith("# time:"))
+    assert "core-minutes" in line or "no estimate" in line
+    assert yaml.safe_load(r.stdout)["algo"] == "aggitd"
