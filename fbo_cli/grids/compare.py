@@ -106,7 +106,40 @@ def run_experiment(exp: Experiment, grid: GridOptions | None = None, rerun: bool
             exp.outcomes.update({c.cfg.run_dir: r for c, r in zip(todo, res)})
     write_report(exp, outdir, no_run=no_run,  # a corrupt run directory is named with the reason it is not counted
                  warn=(lambda m: console.print(m, style="yellow", markup=False, highlight=False)) if console else None)
+    write_command_line(exp, outdir)
     return outdir
+
+
+COMMAND_LINE = "command_line.yaml"  # a compare's --set keys and --seeds, beside the table they made
+
+
+def write_command_line(exp: Experiment, outdir: Path) -> None:
+    """Record what the command line changed from the spec (``--set``, ``--seeds``) beside the table, so that
+    ``fbo report --spec`` finds the runs of a compare made with them (their run ids hold the keys; the folder's
+    name does not); a compare without them removes the record."""
+    from ..runs.rundir import write_yaml
+
+    rec = {**({"set": exp.overrides} if exp.overrides else {}), **({"seeds": exp.seeds} if exp.seeds_given else {})}
+    if rec:
+        write_yaml(outdir / COMMAND_LINE, rec)
+    else:
+        (outdir / COMMAND_LINE).unlink(missing_ok=True)
+
+
+def command_line(root: Path, spec: str | Path) -> tuple[dict, list[int] | None]:
+    """(the ``--set`` keys, the ``--seeds`` or None) of the last compare of ``spec`` under the results root
+    ``root`` (:func:`write_command_line`); none recorded: ``({}, None)``."""
+    from ..runs.config import load_config_file, load_yaml
+
+    try:
+        name = load_config_file(spec).get("name") or Path(spec).stem
+        f = Path(root) / "compare" / str(name) / COMMAND_LINE
+        rec = load_yaml(f.read_bytes(), str(f)) if f.is_file() else {}
+    except (UsageError, OSError):
+        return {}, None
+    rec = rec if isinstance(rec, dict) else {}
+    sets, seeds = rec.get("set") or {}, rec.get("seeds")
+    return (sets if isinstance(sets, dict) else {}), (seeds if isinstance(seeds, list) else None)
 
 
 # --------------------------------------------------------------------------------------------------

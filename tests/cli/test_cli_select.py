@@ -42,3 +42,20 @@ def test_an_unknown_algorithm_or_setting_is_exit_2_naming_the_allowed_ones(tmp_p
     assert r.exit_code == 2 and "'Nope'" in r.output and "A, F" in r.output
     r = run("compare", str(spec), "--setting", "noniid", "--dry-run")
     assert r.exit_code == 2 and "iid, shards" in r.output
+
+
+def test_report_spec_reads_a_compare_made_with_set(tmp_path, monkeypatch):
+    # issue 61, item 8: the runs of `compare --set` have run ids of their own (the results folder's name does not
+    # say so): the compare records its --set beside its table, and `fbo report --spec` reads those runs
+    monkeypatch.chdir(tmp_path)
+    spec = _spec(tmp_path)
+    r = run("compare", str(spec), "-a", "A", "-S", "iid", "--set", "rounds=6")
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "compare" / "sub" / "command_line.yaml").is_file()
+    r = run("report", "--spec", str(spec), "--from", str(tmp_path), "--md", str(tmp_path / "p.md"),
+            "--html", str(tmp_path / "p.html"))
+    assert r.exit_code == 0, r.output
+    assert "1 of 4 runs present" in " ".join(r.output.split())
+    r = run("compare", str(spec), "-a", "A", "-S", "iid")  # without --set: the record goes
+    assert r.exit_code == 0, r.output
+    assert not (tmp_path / "compare" / "sub" / "command_line.yaml").exists()
