@@ -59,3 +59,33 @@ def test_report_spec_reads_a_compare_made_with_set(tmp_path, monkeypatch):
     r = run("compare", str(spec), "-a", "A", "-S", "iid")  # without --set: the record goes
     assert r.exit_code == 0, r.output
     assert not (tmp_path / "compare" / "sub" / "command_line.yaml").exists()
+
+
+def test_tune_one_algorithm_keeps_the_recorded_tuning_of_the_others(tmp_path):
+    import yaml
+
+    spec = tmp_path / "t.yaml"
+    spec.write_text(f"""
+name: tsub
+task: hyperrep
+seeds: [0]
+base: {{dataset: digits, clients: 4, participation: 0.5, rounds: 4, threads: 1, out_dir: {tmp_path}}}
+tune: {{seeds: [100], rounds: 4, tail: 0.5}}
+algorithms:
+  - {{name: A, algo: aggitd, tune: {{outer_lr: [0.01, 0.03, 0.1]}}}}
+  - {{name: F, algo: fednest, tune: {{outer_lr: [0.01, 0.03, 0.1]}}}}
+""")
+    r = run("tune", str(spec), "-q", "--no-ranking-check")
+    assert r.exit_code == 0, r.output
+    folder = tmp_path / "compare" / "tsub"
+    before = yaml.safe_load((folder / "tuned.yaml").read_text())["chosen"]
+    f_rows = pd.read_csv(folder / "tuning.csv").query("algorithm == 'F'")
+    r = run("tune", str(spec), "-q", "--no-ranking-check", "-a", "A", "--rerun")
+    assert r.exit_code == 0, r.output
+    after = yaml.safe_load((folder / "tuned.yaml").read_text())["chosen"]
+    assert after["F"] == before["F"] and set(after) == {"A", "F"}
+    table = pd.read_csv(folder / "tuning.csv")
+    assert set(table.algorithm) == {"A", "F"}
+    pd.testing.assert_frame_equal(table.query("algorithm == 'F'").reset_index(drop=True), f_rows.reset_index(drop=True))
+    r = run("tune", str(spec), "-a", "Nope", "--dry-run")
+    assert r.exit_code == 2 and "A, F" in r.output

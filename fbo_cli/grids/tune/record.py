@@ -86,6 +86,35 @@ def write_record(exp: Experiment, spec_path: str | Path, ts: TuneSpec, outdir: P
                 chosen)
 
 
+def keep_the_rest(exp: Experiment, ts: TuneSpec, table: pd.DataFrame, chosen: dict, extended: dict, confirm: dict,
+                  margin: dict, ranking) -> tuple:
+    """A tuning of a subset of the spec (``fbo tune -a/-S``) completed with the recorded tuning of the rest, so that
+    its record (``tuning.csv``, ``tuned.yaml``, ``ranking.csv``) still holds every (algorithm, setting): the rows,
+    choices, extensions, confirmations, margin probes and ranking verdicts of the pairs it did not tune are kept as
+    recorded. Returns ``(table, chosen, extended, confirm, margin, ranking)``."""
+    mine = {(a.name, s.name) for a in exp.algorithms for s in exp.settings if ts.setting in (None, s.name)}
+    try:
+        outdir, tuned, old = recorded_tuning(exp)
+    except UsageError:  # nothing recorded yet: the subset is the record
+        return table, chosen, extended, confirm, margin, ranking
+    theirs = lambda a, s: (a, s) not in mine  # noqa: E731
+    table = pd.concat([old[[theirs(a, s) for a, s in zip(old.algorithm, old.setting)]], table], ignore_index=True)
+    merged = {a: {s: Choice.of(c) for s, c in per.items() if theirs(a, s)}
+              for a, per in (tuned.get("chosen") or {}).items()}
+    for a, per in chosen.items():
+        merged.setdefault(a, {}).update(per)
+    pairs = lambda d: {tuple(k.split(" | ")): v for k, v in (d or {}).items() if theirs(*k.split(" | "))}  # noqa: E731
+    extended = {**pairs(tuned.get("extended")), **extended}
+    confirm = {**{k: v["points"] for k, v in pairs(tuned.get("confirmed")).items()}, **confirm}
+    margin = {**pairs(tuned.get("margin")), **(margin or {})}
+    if ranking is not None and isinstance(tuned.get("ranking_check"), dict) and (outdir / "ranking.csv").is_file():
+        rows = pd.read_csv(outdir / "ranking.csv")
+        rows = rows[[theirs(a, s) for a, s in zip(rows.algorithm, rows.setting)]]
+        ranking = (pd.concat([rows, ranking[0]], ignore_index=True),
+                   {**{k: v for k, v in tuned["ranking_check"].items() if theirs(*k.split(" | "))}, **ranking[1]})
+    return table, merged, extended, confirm, margin, ranking
+
+
 def user_code(exp: Experiment) -> dict[str, dict[str, str]]:
     """``{algorithm: {module.Class: hash}}`` of the spec's users' algorithms (:mod:`fbo_cli.runs.identity`): the code
     a tuning was made with, which ``fbo compare`` checks ``tuned.yaml`` against."""
