@@ -177,13 +177,35 @@ def collect(exp: Experiment, warn=None) -> tuple[pd.DataFrame, dict[tuple[str, s
         status = s["status"]
         why = collapsed(within[exp.metric], exp.metric, c.cfg.run.dataset) if status == "done" else None
         row = {**base, "status": "collapsed" if why else status, **({"collapsed_because": why} if why else {}),
-               **read_columns(m, exp.metric, exp.target, c.cfg.run.rounds),
+               **read_columns(m, exp.metric, exp.target, c.cfg.run.rounds), "eval_grid": eval_grid(c.cfg, s),
                "train_time_s": s.get("train_time_s"), "seconds_per_round": s.get("seconds_per_round")}
         for k in m.columns:
             if k not in row and m[k].dtype.kind in "fi":
                 row[f"final_{k}" if k in ("rounds", "iterations") else k] = float(within[k].iloc[-1])
         rows.append(row)
     return pd.DataFrame(rows), curves
+
+
+def eval_grid(cfg, summary: dict) -> int | None:
+    """The rounds between a run's evaluations: ``eval_rounds`` (one grid for every method), else ``eval_every``
+    times its rounds per outer iteration (each method its own grid; None where its iterations vary)."""
+    rpi = summary.get("rounds_per_iteration")
+    return cfg.run.eval_rounds or (cfg.run.eval_every * rpi if isinstance(rpi, int) else None)
+
+
+def grid_note(exp: Experiment, runs: pd.DataFrame) -> str | None:
+    """A warning when the methods of one setting were evaluated on different round grids (their rounds to the
+    target are then read at different resolutions; a verdict takes each crossing as the interval it is)."""
+    if exp.target is None or "eval_grid" not in runs:
+        return None
+    for s, g in runs.dropna(subset=["eval_grid"]).groupby("setting", sort=False):
+        per = g.groupby("algorithm", sort=False).eval_grid.first()
+        if per.nunique() > 1:
+            shown = ", ".join(f"{a} every {int(v)}" for a, v in per.items())
+            return (f"{exp.name}: setting {s}: the methods were evaluated on different round grids ({shown} rounds): "
+                    f"rounds to target are read at those resolutions; set eval_rounds (e.g. in the spec's base) to "
+                    f"evaluate every method on one grid")
+    return None
 
 
 def same_runs(exp: Experiment) -> dict[tuple[str, str], list[str]]:
@@ -312,6 +334,8 @@ def write_report(exp: Experiment, outdir: Path, no_run: bool = False, warn=None,
     exp.incomplete = int(runs.status.isin(["failed", "not run"]).sum())
     if no_run and not (runs.status != "not run").any():
         raise UsageError(f"no finished runs for experiment '{exp.name}' (run it without --no-run)")
+    if warn and (note := grid_note(exp, runs)):
+        warn(note)
     table, numbers = summarize(exp, runs)
     md = table_markdown(exp, table)
     if plots:  # the figures beside the table: what their lines and bands are

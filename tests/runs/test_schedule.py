@@ -84,3 +84,27 @@ def test_a_runs_summary_is_re_derived_from_its_metrics_rows(tmp_path):
     cols = read_columns(pd.read_csv(c.run_dir / "metrics.csv"), "test_acc", 0.3, 32)
     assert {k: s[k] for k in ("final", "best", "rounds_to_target", "rounds_to_target_low")} == \
         {k: cols[k] for k in ("final", "best", "rounds_to_target", "rounds_to_target_low")}
+
+
+def test_compare_says_when_its_methods_were_evaluated_on_different_round_grids(tmp_path):
+    from cli_helpers import run
+
+    spec = tmp_path / "exp.yaml"
+    spec.write_text(f"""
+name: grids
+task: hyperrep
+target: 0.2
+seeds: [0]
+base: {{dataset: digits, clients: 6, participation: 0.5, hidden: 16, rounds: 20, threads: 1, out_dir: {tmp_path}}}
+algorithms: [{{name: A, algo: aggitd}}, {{name: F, algo: fednest}}]
+""")
+    r = run("compare", str(spec))
+    assert r.exit_code == 0, r.output
+    assert "different round grids (A every 5, F every 10 rounds)" in " ".join(r.stderr.split())
+    runs = pd.read_csv(tmp_path / "compare" / "grids" / "runs.csv")
+    assert dict(zip(runs.algorithm, runs.eval_grid)) == {"A": 5, "F": 10}
+    r = run("compare", str(spec), "--set", "eval_rounds=10")  # one grid: nothing to say
+    assert r.exit_code == 0, r.output
+    assert "round grids" not in r.stderr
+    runs = pd.read_csv(tmp_path / "compare" / "grids" / "runs.csv")
+    assert set(runs.eval_grid) == {10} and "rounds_to_target_low" in runs
