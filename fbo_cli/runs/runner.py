@@ -1,5 +1,5 @@
-"""The runner: builds a run from its config, steps the algorithm until the budget is spent,
-evaluates every ``eval_every`` outer iterations, and writes the run directory.
+"""The runner: builds a run from its config, steps the algorithm until the budget is spent, evaluates it
+by :mod:`fbo_cli.runs.schedule` (``eval_every``, or a grid of ``eval_rounds``), and writes the run directory.
 
 Divergence rule: a run stops with status ``diverged`` (keeping its rows) when its iterate or a
 metric becomes NaN/inf, or when a loss it reports (every metric named ``*loss``) exceeds
