@@ -500,8 +500,7 @@ def _run_group(runs: list[_Run], on_eval) -> list[dict | None]:
                 for k in active:
                     runs[k].train_time += dt
                 gone = {k: "the iterate has NaN/inf entries" for p, k in enumerate(active) if not ok[p]}
-                last = runs[active[0]].rows[-1]["rounds"]  # the runs of a batch are evaluated together
-                if evaluation_due(r, led.iterations, led.rounds, last, view.rounds_per_iteration()):
+                if evaluation_due(r, led, runs[active[0]].rows[-1]["rounds"], view.rounds_per_iteration()):
                     for k, row in evaluate([k for k in active if k not in gone]).items():
                         if why := diverged(row, first[k]):
                             gone[k] = why

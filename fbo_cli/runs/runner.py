@@ -454,8 +454,7 @@ def _execute(cfg: RunConfig, on_eval, write: bool, log) -> dict:
         try:
             if not rows:
                 evaluate()
-            status, why = _loop(algo, led, r, evaluate, add_time, lambda: train_time, rows[0], save, stop,
-                                lambda: rows[-1]["rounds"])
+            status, why = _loop(algo, led, r, evaluate, add_time, lambda: train_time, rows, save, stop)
             if status == "done" and rows[-1]["iterations"] != led.iterations:
                 evaluate()
         except Interrupted:
@@ -532,11 +531,11 @@ def budget_left(r, led: Ledger, train_time: float) -> bool:
 
 
 def _loop(algo, led: Ledger, r, evaluate: Callable[[], dict], add_time: Callable[[float], None],
-          train_time: Callable[[], float], first: dict, save: Callable[[], None],
-          stop: _Stop, last_rounds: Callable[[], int]) -> tuple[str, str | None]:
-    """Step until a budget is spent, evaluating by :func:`fbo_cli.runs.schedule.evaluation_due` (``last_rounds``:
-    the rounds of the last evaluation); returns the status (``done``, ``diverged`` or ``interrupted``) and,
-    for ``diverged``, why."""
+          train_time: Callable[[], float], rows: list[dict], save: Callable[[], None],
+          stop: _Stop) -> tuple[str, str | None]:
+    """Step until a budget is spent, evaluating by :func:`fbo_cli.runs.schedule.evaluation_due` (``rows``: the
+    run's evaluations so far); returns the status (``done``, ``diverged`` or ``interrupted``) and, for ``diverged``,
+    why."""
     while budget_left(r, led, train_time()):
         t0, before = time.perf_counter(), led.rounds
         algo.step()
@@ -546,8 +545,8 @@ def _loop(algo, led: Ledger, r, evaluate: Callable[[], dict], add_time: Callable
         add_time(time.perf_counter() - t0)
         if not ok:
             return "diverged", "the iterate has NaN/inf entries"
-        if evaluation_due(r, led.iterations, led.rounds, last_rounds(), algo.rounds_per_iteration()):
-            why = diverged(evaluate(), first)
+        if evaluation_due(r, led, rows[-1]["rounds"], algo.rounds_per_iteration()):
+            why = diverged(evaluate(), rows[0])
             if why:
                 return "diverged", why
         if stop.flag:

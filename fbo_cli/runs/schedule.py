@@ -20,10 +20,11 @@ Both then end with an evaluation at the run's last iteration (the runner's, afte
 from __future__ import annotations
 
 
-def evaluation_due(r, iterations: int, rounds: int, last_rounds: int, rounds_per_iteration: int | None) -> bool:
-    """Whether the outer iteration that just ended (the run is at ``iterations`` and ``rounds``; its last
-    evaluation was at ``last_rounds``) is evaluated, by the run settings ``r`` (:class:`RunSettings`)."""
-    every = getattr(r, "eval_rounds", None)
+def evaluation_due(r, led, last_rounds: int, rounds_per_iteration: int | None) -> bool:
+    """Whether the outer iteration that just ended (the run, or a run batch, at the ledger ``led``'s iterations
+    and rounds; its last evaluation at ``last_rounds``) is evaluated, by the run settings ``r``
+    (:class:`fbo_cli.runs.config.RunSettings`)."""
+    iterations, rounds, every = led.iterations, led.rounds, r.eval_rounds
     if not every:
         return iterations % r.eval_every == 0
     if rounds // every > last_rounds // every:  # the first iteration that reached a new grid point
