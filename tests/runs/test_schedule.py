@@ -108,3 +108,15 @@ algorithms: [{{name: A, algo: aggitd}}, {{name: F, algo: fednest}}]
     assert "round grids" not in r.stderr
     runs = pd.read_csv(tmp_path / "compare" / "grids" / "runs.csv")
     assert set(runs.eval_grid) == {10} and "rounds_to_target_low" in runs
+
+
+def test_the_schedule_moves_no_number_of_the_training(tmp_path):
+    # the evaluations read the iterate and draw nothing: the rows of a grid are the every-iteration run's rows
+    grid = resolve("hyperrep", "fednest", {**HR, "rounds": 32, "eval_rounds": 15, "out_dir": str(tmp_path)})
+    every = resolve("hyperrep", "fednest", {**HR, "rounds": 32, "eval_every": 1, "out_dir": str(tmp_path)})
+    execute(grid)
+    execute(every)
+    a = pd.read_csv(grid.run_dir / "metrics.csv").drop(columns="train_time")
+    b = pd.read_csv(every.run_dir / "metrics.csv").drop(columns="train_time").set_index("iterations")
+    assert list(a.rounds) == [0, 20, 30, 40]
+    pd.testing.assert_frame_equal(a.set_index("iterations"), b.loc[a.iterations])
