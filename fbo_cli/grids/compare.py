@@ -126,14 +126,13 @@ def write_command_line(exp: Experiment, outdir: Path) -> None:
         (outdir / COMMAND_LINE).unlink(missing_ok=True)
 
 
-def command_line(root: Path, spec: str | Path) -> tuple[dict, list[int] | None]:
-    """(the ``--set`` keys, the ``--seeds`` or None) of the last compare of ``spec`` under the results root
-    ``root`` (:func:`write_command_line`); none recorded: ``({}, None)``."""
-    from ..runs.config import load_config_file, load_yaml
+def command_line(root: Path, name: str) -> tuple[dict, list[int] | None]:
+    """(the ``--set`` keys, the ``--seeds`` or None) of the last compare of the spec named ``name`` under the
+    results root ``root`` (:func:`write_command_line`); none recorded: ``({}, None)``."""
+    from ..runs.config import load_yaml
 
     try:
-        name = load_config_file(spec).get("name") or Path(spec).stem
-        f = Path(root) / "compare" / str(name) / COMMAND_LINE
+        f = Path(root) / "compare" / name / COMMAND_LINE
         rec = load_yaml(f.read_bytes(), str(f)) if f.is_file() else {}
     except (UsageError, OSError):
         return {}, None

@@ -45,8 +45,10 @@ class Evidence:
             from ...grids.compare import collect, command_line
             from ...grids.spec import load_spec
 
-            sets, seeds = command_line(self.root, spec)  # a compare made with --set / --seeds: its runs
-            exp = load_spec(spec, {**sets, "out_dir": str(self.root)}, seeds)
+            exp = load_spec(spec, {"out_dir": str(self.root)})
+            sets, seeds = command_line(self.root, exp.name)  # a compare made with --set / --seeds: its runs
+            if sets or seeds is not None:
+                exp = load_spec(spec, {**sets, "out_dir": str(self.root)}, seeds)
             runs, curves = collect(exp)
             self._cache[spec] = (exp, runs, curves)
         return self._cache[spec]
