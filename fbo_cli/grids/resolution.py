@@ -3,8 +3,9 @@ rounds, so its crossing of the target is known only to lie in (``rounds_to_targe
 (:func:`fbo_cli.runs.table.read_columns`). Two methods on two round grids (or one coarse grid) can order their
 upper ends one way while the true crossings lie the other way; a verdict on rounds to a target is therefore
 taken at both ends: it holds only where it holds with the claim's better side at the late end of its intervals
-and the other side at the early end, it does not hold only where it does not at the ends most favourable to the
-claim, and it is inconclusive where the two readings disagree (the grid is too coarse to decide).
+and the other side at the early end (the round after its last evaluation short of the target), it does not hold
+only where it does not at the ends most favourable to the claim, and it is inconclusive where the two readings
+disagree (the grid is too coarse to decide).
 
 A wrapper around :func:`fbo_cli.grids.verdicts.claim_verdict` (same arguments), which it calls twice; any other
 claim is passed through unchanged.
@@ -21,12 +22,15 @@ HIGH, LOW = "rounds_to_target", "rounds_to_target_low"
 
 
 def _at(runs: pd.DataFrame, ends: dict[tuple[str, str], str]) -> pd.DataFrame:
-    """``runs`` with the rounds to target of each (algorithm, setting) in ``ends`` read at the named end."""
+    """``runs`` with the rounds to target of each (algorithm, setting) in ``ends`` read at the named end: the
+    early end is the first round the crossing can be, one after the last evaluation short of the target (rounds
+    are whole; two crossings seen in successive intervals of one grid stay ordered), and the first row's own
+    rounds where that one had reached it already."""
     out = runs.copy()
     for (algo, setting), col in ends.items():
         if col == LOW:
             rows = (out.algorithm == algo) & (out.setting == setting)
-            out.loc[rows, HIGH] = out.loc[rows, LOW]
+            out.loc[rows, HIGH] = (out.loc[rows, LOW] + 1).clip(upper=out.loc[rows, HIGH])
     return out
 
 

@@ -32,3 +32,11 @@ def test_a_crossing_the_grid_orders_keeps_its_verdict():
     assert rounds_verdict(runs, CLAIM, "s").verdict == claim_verdict(runs, CLAIM, "s").verdict == "holds"
     flipped = {**CLAIM, "better": "B", "than": "A"}
     assert rounds_verdict(runs, flipped, "s").verdict == "does not hold"
+
+
+def test_crossings_in_successive_intervals_of_one_grid_stay_ordered():
+    # both on a grid of 10: A crossed in (30, 40], B in (40, 50]: A was first, whatever the rounds inside
+    runs = _runs([40] * 6, [30] * 6, [50] * 6, [40] * 6)
+    assert rounds_verdict(runs, CLAIM, "s", first=6).verdict == "holds"
+    same = _runs([40] * 6, [30] * 6, [40] * 6, [30] * 6)  # the same interval: no order
+    assert rounds_verdict(same, CLAIM, "s", first=6).verdict == "inconclusive"
