@@ -35,18 +35,18 @@ def _at(runs: pd.DataFrame, ends: dict[tuple[str, str], str]) -> pd.DataFrame:
 
 
 def rounds_verdict(runs: pd.DataFrame, claim: Claim | dict, setting: str, than_setting: str | None = None,
-                   first: int = 3, exact: bool = False) -> Verdict:
-    """:func:`claim_verdict` with rounds to a target read as intervals (the module doc): the same verdict where
-    both ends of the intervals give it, else *inconclusive* (with the reason in its detail)."""
+                   *args, **kwargs) -> Verdict:
+    """:func:`claim_verdict` (the same arguments, passed on) with rounds to a target read as intervals (the module
+    doc): the same verdict where both ends of the intervals give it, else *inconclusive* (the reason in its
+    detail)."""
     claim = Claim.of(claim)
-    if claim.metric != HIGH or claim.mode == "equal" or LOW not in runs:
-        return claim_verdict(runs, claim, setting, than_setting, first, exact)
+    verdict = lambda r: claim_verdict(r, claim, setting, than_setting, *args, **kwargs)  # noqa: E731
     better, than = (claim.better, setting), (claim.than, than_setting or setting)
-    if better == than:
-        return claim_verdict(runs, claim, setting, than_setting, first, exact)
+    if claim.metric != HIGH or claim.mode == "equal" or LOW not in runs or better == than:
+        return verdict(runs)
     late, early = (HIGH, LOW) if claim.mode == "min" else (LOW, HIGH)  # against the claim: better late, than early
-    against = claim_verdict(_at(runs, {better: late, than: early}), claim, setting, than_setting, first, exact)
-    towards = claim_verdict(_at(runs, {better: early, than: late}), claim, setting, than_setting, first, exact)
+    against = verdict(_at(runs, {better: late, than: early}))
+    towards = verdict(_at(runs, {better: early, than: late}))
     if against.verdict == towards.verdict or against.verdict == "holds":
         return against
     if towards.verdict == "does not hold":
