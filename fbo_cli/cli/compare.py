@@ -39,10 +39,13 @@ def compare(
     no_run: bool = typer.Option(False, "--no-run", help="Only aggregate the runs already done."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Say how many runs are left and what they cost "
                                  "(core-minutes, from finished runs of the same kind); run nothing."),
-    until_settled: bool = typer.Option(False, "--until-settled", help="Then add seeds, up to --cap, to the "
-                                       "settings of the claims still inconclusive, and run them (a second and last "
-                                       "look; the procedure is in fbo_cli/grids/settle.py and the report's rule)."),
-    cap: int = typer.Option(10, help="--until-settled: the most seeds a setting gets."),
+    until_settled: bool = typer.Option(False, "--until-settled", help="Then follow the sequential design: "
+                                       "add the next look's seeds (3, 6, then --cap) to the settings of the claims "
+                                       "still open, run them, look again, until each is decided or at the cap "
+                                       "(fbo_cli/grids/settle.py and the report's rule)."),
+    cap: int = typer.Option(10, help="--until-settled: the last look's seeds (the most a setting gets)."),
+    looks: int = typer.Option(0, "--looks", min=0, help="--until-settled: take at most this many more looks "
+                              "now (0: until every claim is decided or at the cap); a later call goes on."),
     accept_code_change: bool = typer.Option(False, "--accept-code-change", help="Keep finished runs whose "
                                             "algorithm's code changed since (recorded in their summary.json)."),
     algorithm: Optional[list[str]] = typer.Option(None, "--algorithm", "-a", help="Run and report only this "
@@ -87,8 +90,10 @@ def compare(
         try:
             outdir = cmp.run_experiment(exp, grid, rerun=rerun, no_run=no_run, console=err,
                                         accept_code_change=accept_code_change)
-            if until_settled and (more := _settle(exp, spec, overrides, cap, jobs)) is not None:
-                exp = more
+            taken = 0
+            while until_settled and (not looks or taken < looks) \
+                    and (more := _settle(exp, spec, overrides, cap, jobs)) is not None:
+                exp, taken = more, taken + 1  # the next look's seeds, run; then look again (at most one pass per look)
                 outdir = cmp.run_experiment(exp, grid, rerun=False, no_run=no_run, console=err,
                                             accept_code_change=accept_code_change)
         except KeyboardInterrupt as e:

@@ -1,19 +1,20 @@
-"""Seeds until settled (``fbo compare SPEC --until-settled``): more seeds, by a procedure fixed in advance,
-for the claims whose verdict is inconclusive.
+"""Seeds until settled (``fbo compare SPEC --until-settled``): the sequential design of the verdicts, run.
 
-The procedure, stated before any look (and in the report's rule):
+The design, fixed before any look (:mod:`fbo_cli.grids.verdicts`, and the report's rule):
 
-1. **First look** at the spec's seeds: every claim in every setting gets its verdict at 95%
-   (:func:`fbo_cli.grids.verdicts.claim_verdict`).
-2. For each claim and setting still *inconclusive*, the two algorithms it compares get seeds up to the
-   **cap** (default 10) in the settings it pairs: the spec's seeds, then the next integers. Nothing else is
-   run: a setting whose claims are decided keeps the spec's seeds.
-3. **Second and last look** at the cap, at 97.5% (Bonferroni over the two looks: a false verdict at most
-   7.5% of the time in all). A claim still inconclusive there stays inconclusive: no look past the cap.
-   Claims on derived quantities (CODASCA's I_max) are not extended: their seeds are those of every
-   window, which this procedure does not add.
+1. **Looks** at 3, 6 and 10 seed pairs (the cap; ``--cap`` moves the last look). Look k spends the error
+   ``a_k`` of the Lan-DeMets spending function of O'Brien-Fleming type at the information fraction ``n_k /
+   cap`` (at 5% in all: 0.035%, 1.11%, 3.85%); by the union bound the error of a verdict over all its looks is
+   at most 5%. An early look needs overwhelming evidence.
+2. Every claim in every setting is read at its looks in order; the **first look that decides** gives its
+   verdict, and it is never read again (its later seeds, added for other claims, do not count for it).
+3. For each claim and setting still open at its last look reached, the two algorithms it compares get seeds
+   up to the **next look** in the settings it pairs: the spec's seeds, then the next integers. Nothing else is
+   run: a setting whose claims are decided keeps its seeds. A claim open at the cap is *inconclusive*.
+   Claims on derived quantities (CODASCA's I_max) are not extended: their seeds are those of every window,
+   which this procedure does not add.
 
-The added seeds are written to ``<out>/compare/<name>/settled.yaml`` (``{cap, looks, added: [{setting,
+The added seeds are written to ``<out>/compare/<name>/settled.yaml`` (``{cap, looks, alpha, added: [{setting,
 algorithms, seeds}]}``), which :func:`fbo_cli.grids.spec.load_spec` reads like ``tuned.yaml``: the extra cells
 are part of the experiment from then on, and ``fbo report --collect`` keeps the file with the evidence.
 """
@@ -29,16 +30,18 @@ import yaml
 from ..errors import UsageError
 from .spec import Experiment, load_settled, load_spec, settled_path  # noqa: F401  (settle's API)
 
-CAP = 10
+from .verdicts import CAP, claim_verdict, look_alphas, looks
 
 
-def plan(exp: Experiment, runs, cap: int = CAP) -> tuple[list[dict], list[str]]:
-    """(the seeds to add: ``[{setting, algorithms, seeds}]``, the claims that asked for them as text)."""
-    from .verdicts import claim_verdict
+def plan(exp: Experiment, runs, cap: int = CAP, to_cap: bool = False) -> tuple[list[dict], list[str]]:
+    """(the seeds to add for the next look: ``[{setting, algorithms, seeds}]``, the open claims that asked for
+    them, as text). Every open claim's next look is the first look above its pairs; the seeds added are those
+    up to the largest next look asked for in the setting (a look is a number of pairs, so a claim that asks for
+    fewer reads its own look within them)."""
 
     if cap <= len(exp.seeds):
         raise UsageError(f"--cap {cap}: the spec already has {len(exp.seeds)} seeds; the cap must be larger")
-    need: dict[str, set[str]] = {}
+    need: dict[str, dict] = {}
     why = []
     names = [s.name for s in exp.settings]
     for claim in exp.claims:
@@ -46,19 +49,37 @@ def plan(exp: Experiment, runs, cap: int = CAP) -> tuple[list[dict], list[str]]:
             continue  # a derived quantity (I_max): not extended
         pairs = claim.across or [(s, None) for s in names if not claim.settings or s in claim.settings]
         for s, t in pairs:
-            v = claim_verdict(runs, claim, s, t, first=len(exp.seeds))
-            if v.verdict == "inconclusive" and v.n < cap:
-                need.setdefault(s, set()).add(claim.better)
-                need.setdefault(t or s, set()).add(claim.than)
-                why.append(f"{claim.text} ({s}{f' vs {t}' if t else ''}: {v.interval}, {v.n} seeds)")
-    extra, k = [], max(exp.seeds) + 1
-    while len(exp.seeds) + len(extra) < cap:
-        extra.append(k)
-        k += 1
+            v = claim_verdict(runs, claim, s, t, first=len(exp.seeds), cap=cap)
+            if v.verdict == "inconclusive" and v.more:
+                target = cap if to_cap else v.n + v.more
+                for side, where in ((claim.better, s), (claim.than, t or s)):
+                    e = need.setdefault(where, {"algorithms": set(), "seeds": 0})
+                    e["algorithms"].add(side)
+                    e["seeds"] = max(e["seeds"], target)
+                why.append(f"{claim.text} ({s}{f' vs {t}' if t else ''}: {v.interval}, {v.n} seeds; "
+                           f"look {v.look + 1} needs {target})")
     order = {n: i for i, n in enumerate(names)}
     algos = [a.name for a in exp.algorithms]
-    return ([{"setting": s, "algorithms": [a for a in algos if a in need[s]], "seeds": extra}
-             for s in sorted(need, key=order.get)], why)
+    have = {e["setting"]: set(e["seeds"]) | set(exp.seeds) for e in (exp.settled or {}).get("added", [])}
+    added = [{"setting": s, "algorithms": [a for a in algos if a in need[s]["algorithms"]],
+              "seeds": _seeds_up_to(exp.seeds, need[s]["seeds"])} for s in sorted(need, key=order.get)]
+    # a look whose seeds are all planned already (a run of it failed): nothing new to run, no loop
+    added = [e for e in added if e["seeds"] and not set(e["seeds"]) <= have.get(e["setting"], set(exp.seeds))
+             or e["seeds"] and set(e["algorithms"]) - _algorithms_added(exp, e["setting"])]
+    return added, why
+
+
+def _algorithms_added(exp: Experiment, setting: str) -> set[str]:
+    return {a for e in (exp.settled or {}).get("added", []) if e["setting"] == setting for a in e["algorithms"]}
+
+
+def _seeds_up_to(spec_seeds: list[int], n: int) -> list[int]:
+    """The seeds beyond the spec's that make ``n`` in all: the next integers after its largest."""
+    extra, k = [], max(spec_seeds) + 1
+    while len(spec_seeds) + len(extra) < n:
+        extra.append(k)
+        k += 1
+    return extra
 
 
 def write_settled(exp: Experiment, added: list[dict], cap: int) -> Path:
@@ -75,9 +96,10 @@ def write_settled(exp: Experiment, added: list[dict], cap: int) -> Path:
             m["seeds"] = sorted(set(m["seeds"]) | set(e["seeds"]))
         else:
             merged[e["setting"]] = e
-    doc = {"cap": cap, "looks": [len(exp.seeds), cap], "alpha": [0.05, 0.025],
-           "procedure": "fbo compare --until-settled (fbo_cli/settle.py): the inconclusive claims' two "
-                        "algorithms get seeds up to the cap in the settings they pair; two looks, no third",
+    doc = {"cap": cap, "looks": list(looks(cap)), "alpha": [float(round(a, 6)) for a in look_alphas(cap)],
+           "procedure": "fbo compare --until-settled (fbo_cli/grids/settle.py): looks at 3, 6 and the cap, error "
+                        "spent by O'Brien-Fleming-type alpha spending (5% over all looks); an open claim's two "
+                        "algorithms get seeds up to its next look in the settings they pair",
            "added": list(merged.values())}
     atomic_write(p, yaml.safe_dump(doc, sort_keys=False))
     return p
@@ -103,8 +125,8 @@ class SecondLook:
 
 def second_look(exp: Experiment, spec: str | Path, overrides: dict[str, Any], cap: int, jobs: int,
                 dry_run: bool = False, batch: str | int = "auto") -> SecondLook:
-    """The second look's seeds for the claims still inconclusive after the first: planned (:func:`plan`),
-    written to ``settled.yaml`` (not in a dry run, which says their cost instead) and loaded."""
+    """The next look's seeds for the claims still open: planned (:func:`plan`), written to ``settled.yaml`` (not
+    in a dry run, which says their cost instead, and what every open claim to the cap would cost) and loaded."""
     from ..runs.cost import cost_line
     from ..runs.rundir import todo_runs
     from .compare import collect
@@ -114,12 +136,16 @@ def second_look(exp: Experiment, spec: str | Path, overrides: dict[str, Any], ca
     added, why = plan(exp, runs[runs.status != "not run"], cap)
     if not added:
         return SecondLook(["until settled: every claim is decided, or at the cap, or not yet run: no seeds to add"])
-    notes = [f"until settled: {len(why)} claim(s) inconclusive at the first look:"] + [f"  {w}" for w in why]
+    notes = [f"until settled: {len(why)} claim(s) open at their last look:"] + [f"  {w}" for w in why]
     notes += [f"  adds seeds {e['seeds'][0]}-{e['seeds'][-1]} to {e['setting']}: {', '.join(e['algorithms'])}"
               for e in added]
     if dry_run:
         more = load_spec(spec, overrides, None, settled={"added": added})
         todo = todo_runs(more.cells, False)
-        return SecondLook(notes, cost=f"until settled: {cost_line(todo, jobs, cost_shares(todo, batch))}")
+        worst, _ = plan(exp, runs[runs.status != "not run"], cap, to_cap=True)
+        most = todo_runs(load_spec(spec, overrides, None, settled={"added": worst}).cells, False)
+        return SecondLook(notes, cost=f"until settled, the next look: {cost_line(todo, jobs, cost_shares(todo, batch))}"
+                          f"\nuntil settled, every open claim to the cap ({cap} seeds; at most): "
+                          f"{cost_line(most, jobs, cost_shares(most, batch))}")
     write_settled(exp, added, cap)
     return SecondLook(notes, exp=load_spec(spec, overrides, None))

@@ -14,8 +14,10 @@ import pandas as pd
 from .spec import Experiment
 from .spec_types import Claim
 
-CONFIDENCE = 0.95  # every interval of the report: two-sided 95%
-LOOKS = (0.05, 0.025)  # the error rate of each look of `compare --until-settled`: the spec's seeds, then the cap
+CONFIDENCE = 0.95  # every descriptive interval of the report (tables, paper numbers' ours): two-sided 95%
+ALPHA = 1 - CONFIDENCE  # the error of a claim's verdict over all its looks (the sequential design below)
+LOOK_SEEDS = (3, 6, 10)  # the looks of the sequential design: a verdict is read at 3, then 6, then 10 seed pairs
+CAP = LOOK_SEEDS[-1]
 
 
 class Verdict(NamedTuple):
@@ -23,9 +25,31 @@ class Verdict(NamedTuple):
     verdict: str  # holds | does not hold | inconclusive | no data
     detail: str  # means, wins over pairs
     interval: str  # "+0.0123 [+0.0041, +0.0205], paired t" (the claim's direction is +)
-    n: int  # seed pairs
+    n: int  # seed pairs read (those of the look that decided it, else of the last look reached)
     runs: tuple = (frozenset(), frozenset())  # the run ids behind the pairs: better's, than's (one verdict each)
     tuning: str = ""  # what a tuned side's choice rests on: "held-out", "fit split" ("": no tuned side)
+    look: int = 0  # the look (1-based) that decided it, or the last look reached when it is still open; 0: none
+    p: float = math.nan  # the repeated p-value: the smallest error over all looks at which the design decides
+    more: int = 0  # an open verdict: the seed pairs its next look needs (0: decided, or at the last look)
+
+
+def looks(cap: int = CAP) -> tuple[int, ...]:
+    """The seed counts of the looks: 3 and 6 (those below ``cap``), then ``cap``."""
+    return tuple(n for n in LOOK_SEEDS[:-1] if n < cap) + (cap,)
+
+
+def look_alphas(cap: int = CAP, alpha: float = ALPHA) -> tuple[float, ...]:
+    """The error spent at each look (:func:`looks`): the Lan-DeMets spending function of O'Brien-Fleming type,
+    ``a(t) = 2 - 2 Phi(z_{1-alpha/2} / sqrt(t))`` at the information fraction ``t = n / cap``, taken in
+    increments. The increments sum to ``alpha``, so by the union bound the error over all looks is at most
+    ``alpha`` whatever the looks' correlation; an early look spends almost nothing (3 of 10 seeds: 0.035%), so a
+    verdict decided there needs overwhelming evidence."""
+    from scipy.stats import norm
+
+    z = norm.ppf(1 - alpha / 2)
+    spent = [2 - 2 * norm.cdf(z / math.sqrt(n / cap)) for n in looks(cap)]
+    spent[-1] = alpha
+    return tuple(b - a for a, b in zip([0.0] + spent[:-1], spent))
 
 
 def t_interval(d: np.ndarray, alpha: float = 1 - CONFIDENCE) -> tuple[float, float, float]:
@@ -82,12 +106,13 @@ def decide(lo: float, hi: float, margin: float, equal: bool = False) -> str:
 
 
 def claim_verdict(runs: pd.DataFrame, claim: Claim | dict, setting: str, than_setting: str | None = None,
-                  first: int = 3, exact: bool = False) -> Verdict:
-    """The verdict of one claim in one setting, by the rule in the module doc. With ``than_setting`` (a
-    claim's ``across`` pair) the ``than`` side's runs come from that setting: the same seeds are paired
-    across the two settings. The interval's level is that of the look at which the pairs were compared
-    (:func:`look_alpha`; ``first``: the spec's number of seeds). ``exact``: the quantity is grid-valued
-    (:func:`paired_interval`); +∞ in it is a value censored at the grid's top ("≥ top")."""
+                  first: int = 3, exact: bool = False, cap: int = CAP) -> Verdict:
+    """The verdict of one claim in one setting, by the sequential design (:func:`sequential`): the seed pairs
+    in seed order, read at each look (3, 6, ``cap`` pairs) at that look's level until one decides. With
+    ``than_setting`` (a claim's ``across`` pair) the ``than`` side's runs come from that setting: the same seeds
+    are paired across the two settings. ``first``: the spec's number of seeds (a spec with more than ``cap``
+    seeds reads its last look at all of them). ``exact``: the quantity is grid-valued (:func:`paired_interval`);
+    +∞ in it is a value censored at the grid's top ("≥ top")."""
     claim = Claim.of(claim)
     metric, mode = claim.metric, claim.mode
     sign = -1.0 if mode == "min" else 1.0
@@ -102,13 +127,9 @@ def claim_verdict(runs: pd.DataFrame, claim: Claim | dict, setting: str, than_se
         return v
 
     a, b = side(claim.better, setting), side(claim.than, than_setting or setting)
-    common = a.index.intersection(b.index)
+    common = a.index.intersection(b.index).sort_values()
     if a.empty or b.empty or common.empty:
         return Verdict("no data", "", "", 0)
-    ids = []  # the runs of the pairs, by run id (the same run under two specs has one id)
-    for name, where in ((claim.better, setting), (claim.than, than_setting or setting)):
-        g = runs[(runs.algorithm == name) & (runs.setting == where) & runs.seed.isin(common)]
-        ids.append(frozenset(Path(str(d)).name for d in g.run_dir.dropna()) if "run_dir" in g else frozenset())
     counts = metric.endswith("to_target")
     margin = float(claim.margin if claim.margin is not None else 0.0 if counts else MARGIN)
     a, b = a[common].to_numpy(), b[common].to_numpy()
@@ -122,28 +143,101 @@ def claim_verdict(runs: pd.DataFrame, claim: Claim | dict, setting: str, than_se
     if equal:
         d = a - b
         d[np.isnan(d)] = 0.0
-    alpha = look_alpha(len(d), first)
-    m, lo, hi, test = paired_interval(d, alpha, exact)
+    seq = sequential(d, margin, equal, exact, max(cap, first))
+    n = seq.n
+    a, b, d = a[:n], b[:n], d[:n]
+    ids = []  # the runs of the pairs read, by run id (the same run under two specs has one id)
+    for name, where in ((claim.better, setting), (claim.than, than_setting or setting)):
+        g = runs[(runs.algorithm == name) & (runs.setting == where) & runs.seed.isin(common[:n])]
+        ids.append(frozenset(Path(str(d)).name for d in g.run_dir.dropna()) if "run_dir" in g else frozenset())
+    m, lo, hi, test = seq.interval
     center = (lambda v: float(np.median(v))) if counts or exact else (lambda v: float(np.mean(v)))
     wins = int(sum(abs(x) <= margin for x in d)) if equal else int(sum(x > margin for x in d))
     show = (lambda v: "≥ the grid's top (censored)" if v == math.inf else _fmt(v)) if exact else _fmt
     detail = (f"{show(center(a))} vs {show(center(b))}; "
               + (f"within {margin:g} in {wins}/{len(d)} seeds" if equal else f"wins {wins}/{len(d)} seeds"))
-    level = f"{1 - alpha:.1%}".replace(".0%", "%")
+    level = f"{100 * (1 - seq.alpha):.4g}%"
     if factor is not None:  # d is log(than / better): shown as the ratio
         ratio = lambda v: "∞" if v == math.inf else "0" if v == -math.inf else f"{math.exp(v):.3g}x"
         detail += f"; by more than {factor:g}x in {wins}/{len(d)} seeds"
         interval = f"{ratio(m)} [{ratio(lo)}, {ratio(hi)}] ({level}, {test}, of than / better)"
     else:
         interval = f"{_fmt_d(m)} [{_fmt_d(lo)}, {_fmt_d(hi)}] ({level}, {test})"
-    return Verdict(decide(lo, hi, margin, equal), detail, interval, len(d), tuple(ids))
+    detail += f"; {seq.when()}"
+    return Verdict(seq.verdict, detail, interval, n, tuple(ids), look=seq.look, p=seq.p, more=seq.more)
 
 
-def look_alpha(n: int, first: int = 3) -> float:
-    """The error rate of the look at which ``n`` seed pairs were compared: the spec's seeds (``first``, at
-    most) are the first look at 5%; more seeds come only from `compare --until-settled`, whose second and
-    last look is at 2.5% (so that both looks together err at most 7.5% of the time)."""
-    return LOOKS[0] if n <= first else LOOKS[1]
+class Sequential(NamedTuple):
+    """What the sequential design read: the verdict, the look that decided it (or the last look reached), the
+    pairs read there, that look's error and interval, the repeated p-value, and the pairs the next look needs."""
+    verdict: str
+    look: int
+    n: int
+    alpha: float
+    interval: tuple
+    p: float
+    more: int
+    of: int  # the number of looks
+
+    def when(self) -> str:
+        """'decided at look 2 of 3 (6 seeds)' or 'open at look 1 of 3: 3 more seeds for look 2'."""
+        if self.verdict != "inconclusive":
+            return f"decided at look {self.look} of {self.of} ({self.n} seeds)"
+        if self.more:
+            return (f"open at look {self.look} of {self.of}" if self.look else "before the first look") + \
+                f": {self.more} more seed{'s' * (self.more > 1)} for look {self.look + 1}"
+        return f"inconclusive at the last look ({self.n} seeds)"
+
+
+def sequential(d: np.ndarray, margin: float, equal: bool = False, exact: bool = False, cap: int = CAP
+               ) -> Sequential:
+    """The sequential design over the paired differences ``d`` (in seed order): at look k (:func:`looks`, the
+    first ``n_k`` values) the interval at level ``1 - a_k`` (:func:`look_alphas`) decides (:func:`decide`); the
+    first look that decides gives the verdict and later pairs are not read. Fewer pairs than the first look:
+    open. The repeated p-value is ``min_k q_k * ALPHA / a_k`` over the looks read, ``q_k`` the smallest level at
+    which look k would decide: a valid p-value (a weighted Bonferroni over the looks), below ``ALPHA`` exactly
+    when the design decided."""
+    ns, alphas = looks(cap), look_alphas(cap)
+    p, last = 1.0, None
+    for k, (n, a) in enumerate(zip(ns, alphas)):
+        if len(d) < n:
+            break
+        dk = d[:n]
+        iv = paired_interval(dk, a, exact)
+        verdict = decide(iv[1], iv[2], margin, equal)
+        p = min(p, _decisive_level(dk, margin, equal, exact) * ALPHA / a)
+        last = Sequential(verdict, k + 1, n, a, iv, min(p, 1.0), 0, len(ns))
+        if verdict != "inconclusive":
+            return last
+    if last is None:  # before the first look: the interval at its level, no verdict
+        n = len(d)
+        return Sequential("inconclusive", 0, n, alphas[0], paired_interval(d, alphas[0], exact), 1.0,
+                          ns[0] - n, len(ns))
+    more = ns[last.look] - len(d) if last.look < len(ns) else 0
+    return last._replace(more=max(more, 0))
+
+
+def _decisive_level(d: np.ndarray, margin: float, equal: bool, exact: bool) -> float:
+    """The smallest error level at which the interval of ``d`` decides (1.0: none does): for the paired t
+    interval in closed form (it decides once ``t_{1-a/2} * se`` falls below the distance of the mean from the
+    nearest boundary, ``margin`` or for an equality claim ``±margin``), else by bisection over the level in log
+    space (the intervals are nested, so the decided set is monotone in the level)."""
+    if not exact and len(d) >= 2 and np.isfinite(d).all() and _vary(d):
+        from scipy.stats import t
+
+        m, se = float(np.mean(d)), float(np.std(d, ddof=1)) / math.sqrt(len(d))
+        gap = abs(margin - abs(m)) if equal else abs(m - margin)
+        return min(1.0, float(2 * t.sf(gap / se, len(d) - 1)))
+    decides = lambda a: decide(*paired_interval(d, a, exact)[1:3], margin, equal) != "inconclusive"  # noqa: E731
+    if not decides(1.0 - 1e-12):
+        return 1.0
+    lo, hi = math.log(1e-300), math.log(1.0 - 1e-12)  # decides at exp(hi), maybe not at exp(lo)
+    if decides(math.exp(lo)):
+        return 0.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if decides(math.exp(mid)) else (mid, hi)
+    return math.exp(hi)
 
 
 LOSING = ("diverged", "collapsed")  # statuses that count as the method's worst outcome in a pair
@@ -165,7 +259,6 @@ def _fmt_d(v: float) -> str:
     return f"{v:+.4g}".replace("-", "−")
 
 
-EQUIVALENCE = 0.90  # the interval of the equivalence test (two one-sided tests at 5% each)
 
 
 def _interval(v: np.ndarray, alpha: float) -> tuple[float, float, float, str]:
@@ -176,15 +269,18 @@ def _interval(v: np.ndarray, alpha: float) -> tuple[float, float, float, str]:
     return (*sign_interval(v, alpha), "order statistics, median")
 
 
-def match_paper(ours: pd.Series, paper: float, tolerance: float, counts: bool = False) -> tuple[str, str]:
-    """(verdict, our intervals) for one number of the paper, by an equivalence test (TOST). Ours is
-    **consistent with** the paper's when the 90% interval of ours − paper lies inside ± the tolerance (two
-    one-sided tests at 5%: equivalence shown, not a failure to reject); **above** or **below** when the 95%
-    interval of ours − paper lies beyond + or − the tolerance; **inconclusive** otherwise, and with one seed.
-    The interval is the t interval of our mean; for rounds to a target with seeds that never reach it (never
-    = +∞), or values that are all equal (a zero-variance t interval is no interval), the order-statistics
-    interval of our median. Tolerance: the section's (:func:`paper_tolerance`) for fractions, 10% of the
-    paper's value for round counts."""
+def match_paper(ours: pd.Series, paper: float, tolerance: float, counts: bool = False, cap: int = CAP
+                ) -> tuple[str, str]:
+    """(verdict, our intervals) for one number of the paper, by an equivalence test (TOST) read by the
+    sequential design of the claims (:func:`looks`, :func:`look_alphas`; ``ours`` in seed order). At look k
+    (its first ``n_k`` seeds, error ``a_k``) ours is **consistent with** the paper's when the ``1 - 2 a_k``
+    interval of ours − paper lies inside ± the tolerance (two one-sided tests at ``a_k``: equivalence shown,
+    not a failure to reject); **above** or **below** when the ``1 - a_k`` interval lies beyond + or − the
+    tolerance; the first look that decides gives the verdict; **inconclusive** when none does (and before the
+    first look). The interval is the t interval of our mean; for rounds to a target with seeds that never reach
+    it (never = +∞), or values that are all equal (a zero-variance t interval is no interval), the
+    order-statistics interval of our median. Tolerance: the section's (:func:`paper_tolerance`) for fractions,
+    10% of the paper's value for round counts."""
     v = ours.astype(float).to_numpy()
     v = v[~np.isnan(v)] if not counts else np.where(np.isnan(v), math.inf, v)
     if len(v) == 0:
@@ -192,11 +288,30 @@ def match_paper(ours: pd.Series, paper: float, tolerance: float, counts: bool = 
     tol = 0.1 * abs(paper) if counts or paper > 1 else tolerance
     if len(v) == 1:
         return "inconclusive", f"{_fmt(float(v[0]))} (1 seed: no interval)"
-    m, lo, hi, test = _interval(v, 1 - CONFIDENCE)
-    _, elo, ehi, _ = _interval(v, 1 - EQUIVALENCE)
+    ns, alphas = looks(max(cap, len(v))), look_alphas(max(cap, len(v)))
+    read = None
+    for k, (n, a) in enumerate(zip(ns, alphas)):
+        if len(v) < n:
+            break
+        read = _match_at(v[:n], paper, tol, a) + (f"; decided at look {k + 1} of {len(ns)} ({n} seeds)",)
+        if read[0] != "inconclusive":
+            return read[0], read[1] + read[2]
+        read = read[:2] + (f"; open at look {k + 1} of {len(ns)}" + (
+            f": {ns[k + 1] - len(v)} more seeds for look {k + 2}" if k + 1 < len(ns) else " (the last)"),)
+    if read is None:
+        read = ("inconclusive", _match_at(v, paper, tol, alphas[0])[1],
+                f"; before the first look: {ns[0] - len(v)} more seed{'s' * (ns[0] - len(v) > 1)}")
+    return read[0], read[1] + read[2]
+
+
+def _match_at(v: np.ndarray, paper: float, tol: float, a: float) -> tuple[str, str]:
+    """One look of :func:`match_paper` at error ``a``."""
+    m, lo, hi, test = _interval(v, a)
+    _, elo, ehi, _ = _interval(v, 2 * a)
     d = lambda x: _fmt_d(x - paper)  # noqa: E731
-    text = (f"{_fmt(m)} [{_fmt(lo)}, {_fmt(hi)}] (95%, {test}); ours − paper, 90%: [{d(elo)}, {d(ehi)}] "
-            f"against ±{tol:.4g}").replace("−∞ (a run diverged or collapsed)", "−∞")
+    text = (f"{_fmt(m)} [{_fmt(lo)}, {_fmt(hi)}] ({100 * (1 - a):.4g}%, {test}); ours − paper, "
+            f"{100 * (1 - 2 * a):.4g}%: [{d(elo)}, {d(ehi)}] against ±{tol:.4g}"
+            ).replace("−∞ (a run diverged or collapsed)", "−∞")
     if lo - paper > tol:
         return "above", text
     if hi - paper < -tol:
@@ -275,7 +390,7 @@ def paper_rows(exp: Experiment, runs: pd.DataFrame, tol: float) -> list[tuple[st
                 pt, ot = on.get("target"), exp.target
                 what = k if not counts else f"rounds to {pt:.0%}" if pt == ot and pt is not None else \
                     f"rounds to target (paper's {pt if pt is None else f'{pt:.0%}'}, ours {ot:.0%})"
-                ours = g[c].astype(float) if c in g else pd.Series(dtype=float)
+                ours = g.set_index("seed")[c].sort_index().astype(float) if c in g else pd.Series(dtype=float)
                 verdict, interval = match_paper(ours, float(v), tol, counts) if not ours.empty else ("no data", "")
                 if ours.empty:
                     text = "–"

@@ -288,33 +288,74 @@ def test_a_choice_next_to_a_rejected_value_is_confirmed_on_more_seeds_or_replace
     assert unconfirmed(choose(interior, ts)) == []  # interior: nothing to confirm
 
 
-def test_claim_verdict_is_a_paired_interval_against_the_margin():
+def _pairs(a, b, metric="final"):
+    n = len(a)
+    return pd.DataFrame({"algorithm": ["A"] * n + ["B"] * n, "setting": "s", "seed": list(range(n)) * 2,
+                         "status": "done", metric: list(a) + list(b)})
+
+
+def test_claim_verdict_is_a_paired_interval_against_the_margin_read_at_the_looks():
     runs = pd.DataFrame({"algorithm": ["A"] * 3 + ["B"] * 3, "setting": "s", "seed": [0, 1, 2] * 2,
                          "status": "done", "final": [0.9, 0.8, 0.7, 0.85, 0.85, 0.6],
                          "rounds_to_target": [100, np.nan, 50, 200, 300, np.nan]})
     claim = {"text": "", "metric": "final", "better": "A", "than": "B", "mode": "max"}
     v = claim_verdict(runs, claim, "s")  # d = 0.05, -0.05, 0.1: mean 0.033, t interval far wider than that
     assert v.verdict == "inconclusive" and "wins 2/3" in v.detail and v.n == 3 and "paired t" in v.interval
+    assert (v.look, v.more) == (1, 3) and v.p >= 0.05  # open at look 1: 3 more pairs for look 2
     v = claim_verdict(runs, {**claim, "metric": "rounds_to_target", "mode": "min"}, "s")
-    assert v.verdict == "inconclusive" and "sign test" in v.interval  # a never: 3 pairs cannot decide at 95%
-    runs.loc[runs.algorithm == "A", "final"] = [0.9, 0.91, 0.9]
-    runs.loc[runs.algorithm == "B", "final"] = [0.85, 0.85, 0.86]  # d = 0.05, 0.06, 0.04: interval [0.025, 0.075]
-    v = claim_verdict(runs, claim, "s")
-    assert v.verdict == "holds" and v.interval.startswith("+0.05 [+0.02516, +0.07484] (95%, paired t)")
-    assert claim_verdict(runs, {**claim, "than": "C"}, "s").verdict == "no data"
-    runs.loc[runs.algorithm == "B", "final"] = [0.899, 0.91, 0.899]  # d = 0.001, 0, 0.001: below the margin
-    assert claim_verdict(runs, claim, "s").verdict == "does not hold"
-    assert claim_verdict(runs, {**claim, "margin": 0.0}, "s").verdict == "inconclusive"  # [-0.0004, 0.0018]
+    assert v.verdict == "inconclusive" and "sign test" in v.interval  # a never: 3 pairs cannot decide
+    # d = 0.05, 0.06, 0.04: far above the margin, yet look 1 spends 0.035%: t(2) at 99.98% is ~54, no decision
+    three = _pairs([0.9, 0.91, 0.9], [0.85, 0.85, 0.86])
+    assert claim_verdict(three, claim, "s").verdict == "inconclusive"
+    six = _pairs([0.9, 0.91, 0.9] * 2, [0.85, 0.85, 0.86] * 2)  # the same at look 2 (6 pairs, 1.11%): decided
+    v = claim_verdict(six, claim, "s")
+    assert (v.verdict, v.look, v.n, v.more) == ("holds", 2, 6, 0) and v.p < 0.05
+    assert v.interval.startswith("+0.05 [") and "98.89%, paired t" in v.interval
+    assert claim_verdict(six, {**claim, "than": "C"}, "s").verdict == "no data"
+    close = _pairs([0.9, 0.91, 0.9] * 2, [0.899, 0.91, 0.899] * 2)  # d = 0.001, 0, 0.001: below the margin
+    assert claim_verdict(close, claim, "s").verdict == "does not hold"
+    v = claim_verdict(close, {**claim, "margin": 0.0}, "s")
+    assert (v.verdict, v.look, v.more) == ("inconclusive", 2, 4)  # open at look 2: 4 more pairs for look 3
     equal = {**claim, "mode": "equal"}  # |d| <= 0.001 and its interval inside +-0.005
-    v = claim_verdict(runs, equal, "s")
-    assert v.verdict == "holds" and "within 0.005 in 3/3" in v.detail
-    assert claim_verdict(runs, {**equal, "margin": 0.0001}, "s").verdict == "inconclusive"
-    runs.loc[runs.algorithm == "B", "final"] = [0.8, 0.8, 0.81]
-    assert claim_verdict(runs, {**equal, "margin": 0.01}, "s").verdict == "does not hold"  # d ~ 0.1 > 0.01
+    v = claim_verdict(close, equal, "s")
+    assert v.verdict == "holds" and "within 0.005 in 6/6" in v.detail
+    assert claim_verdict(close, {**equal, "margin": 0.0001}, "s").verdict == "inconclusive"
+    far = _pairs([0.9, 0.91, 0.9] * 2, [0.8, 0.8, 0.81] * 2)
+    assert claim_verdict(far, {**equal, "margin": 0.01}, "s").verdict == "does not hold"  # d ~ 0.1 > 0.01
     for status in ("diverged", "collapsed"):  # the method's worst outcome: a sign test over -inf
         runs.loc[(runs.algorithm == "A") & (runs.seed == 2), "status"] = status
         v = claim_verdict(runs, claim, "s")
-        assert v.verdict == "inconclusive" and "wins 2/3" in v.detail and "sign test" in v.interval
+        assert v.verdict == "inconclusive" and "wins 1/3" in v.detail and "sign test" in v.interval
+
+
+def test_the_looks_spend_five_percent_and_an_early_decision_stands():
+    from fbo_cli.grids.verdicts import ALPHA, look_alphas, looks
+
+    assert looks() == (3, 6, 10) and looks(20) == (3, 6, 20) and looks(5) == (3, 5)
+    a = look_alphas()
+    assert abs(sum(a) - ALPHA) < 1e-12 and a[0] < 0.001 < a[1] < a[2]  # O'Brien-Fleming: the first look ~nothing
+    claim = {"text": "", "metric": "final", "better": "A", "than": "B", "mode": "max"}
+    # decided at look 2 on seeds 0-5; seeds 6-9 (added for another claim) go the other way: not read for it
+    runs = _pairs([0.9, 0.91, 0.9] * 2 + [0.1] * 4, [0.85, 0.85, 0.86] * 2 + [0.9] * 4)
+    v = claim_verdict(runs, claim, "s")
+    assert (v.verdict, v.look, v.n) == ("holds", 2, 6) and "decided at look 2 of 3 (6 seeds)" in v.detail
+    assert len(v.runs[0]) == 0 or len(v.runs[0]) == 6  # the runs read are those of the look
+
+
+def test_the_sequential_design_errs_at_most_its_level_under_the_null():
+    from fbo_cli.grids.verdicts import decide, look_alphas, looks, paired_interval, sequential
+
+    rng = np.random.default_rng(1)  # numpy's generator: the same draws on every machine
+    wrong = 0
+    for _ in range(2000):  # the design's looks without the p-value's bisection (the same decisions, faster)
+        d = rng.normal(0.0, 1.0, 10)
+        wrong += any(decide(*paired_interval(d[:n], a)[1:3], 0.0) != "inconclusive"
+                     for n, a in zip(looks(), look_alphas()))
+    assert wrong <= 0.05 * 2000  # 84 here; one look at 5% each would err about 10% of the time
+    strong = sequential(np.full(10, 1.0) + rng.normal(0, 0.01, 10), 0.0)
+    assert strong.verdict == "holds" and strong.look == 1 and strong.p < 0.05  # overwhelming at look 1 decides
+    weak = sequential(rng.normal(0.0, 1.0, 10), 0.0)
+    assert (weak.verdict == "inconclusive") == (weak.p >= 0.05)  # the repeated p-value agrees with the design
 
 
 def test_sign_interval_decides_with_six_pairs_and_takes_never():
@@ -331,8 +372,11 @@ def test_a_claim_across_two_settings_pairs_one_algorithms_seeds_between_them():
     runs = pd.DataFrame({"algorithm": "A", "setting": ["tau=5"] * 3 + ["tau=1"] * 3, "seed": [0, 1, 2] * 2,
                          "status": "done", "rounds_to_target": [300, 400, 420, 500, 520, 600]})
     claim = {"text": "", "metric": "rounds_to_target", "better": "A", "than": "A", "mode": "min"}
-    v = claim_verdict(runs, claim, "tau=5", "tau=1")  # d = 200, 120, 180
-    assert v.verdict == "holds" and "wins 3/3" in v.detail and v.detail.startswith("400 vs 520")
+    v = claim_verdict(runs, claim, "tau=5", "tau=1")  # d = 200, 120, 180: open at look 1
+    assert v.verdict == "inconclusive" and "wins 3/3" in v.detail and v.detail.startswith("400 vs 520")
+    runs = pd.DataFrame({"algorithm": "A", "setting": ["tau=5"] * 6 + ["tau=1"] * 6, "seed": list(range(6)) * 2,
+                         "status": "done", "rounds_to_target": [300, 400, 420] * 2 + [500, 520, 600] * 2})
+    assert claim_verdict(runs, claim, "tau=5", "tau=1").verdict == "holds"
     assert claim_verdict(runs, claim, "tau=1", "tau=5").verdict == "does not hold"
     assert claim_verdict(runs, claim, "tau=5", "tau=9").verdict == "no data"
 
@@ -358,22 +402,22 @@ def test_imax_per_seed_is_the_largest_tolerated_window_and_needs_every_window():
     assert imax_per_seed(runs[runs.setting != "K=4, I=32"], exp).empty  # a missing window: no I_max
 
 
-def test_match_paper_is_an_equivalence_test_against_the_tolerance():
-    # 90% t interval of ours - paper: [-0.0234, -0.0066], not inside +-0.02 (the old rule: 0.83 inside the 95%
-    # interval [0.803, 0.827] widened by 0.02, "consistent with")
-    assert match_paper(pd.Series([0.81, 0.815, 0.82]), 0.83, 0.02)[0] == "inconclusive"
-    assert match_paper(pd.Series([0.82, 0.825, 0.83]), 0.83, 0.02)[0] == "consistent with"  # [-0.0134, +0.0034]
-    assert match_paper(pd.Series([0.82, 0.825, 0.83]), 0.83, 0.01)[0] == "inconclusive"  # a tighter tolerance
-    assert match_paper(pd.Series([0.80, 0.82, 0.81]), 0.83, 0.02)[0] == "inconclusive"
-    assert match_paper(pd.Series([0.70, 0.71, 0.70]), 0.83, 0.02)[0] == "below"
+def test_match_paper_is_an_equivalence_test_against_the_tolerance_read_at_the_looks():
+    six = lambda v: pd.Series(list(v) * 2)  # noqa: E731  (look 2: 6 seeds at 1.11%)
+    assert match_paper(pd.Series([0.82, 0.825, 0.83]), 0.83, 0.02)[0] == "inconclusive"  # look 1: ~nothing spent
+    assert match_paper(six([0.81, 0.815, 0.82]), 0.83, 0.02)[0] == "inconclusive"  # [-0.027, -0.003] at 97.8%
+    v, text = match_paper(six([0.82, 0.825, 0.83]), 0.83, 0.02)
+    assert v == "consistent with" and "decided at look 2 of 3 (6 seeds)" in text
+    assert match_paper(six([0.82, 0.825, 0.83]), 0.83, 0.01)[0] == "inconclusive"  # a tighter tolerance
+    assert match_paper(six([0.70, 0.71, 0.70]), 0.83, 0.02)[0] == "below"
     assert match_paper(pd.Series([0.5, 0.9]), 0.83, 0.02)[0] == "inconclusive"  # a wide spread is never favourable
     assert match_paper(pd.Series([0.85]), 0.85, 0.02)[0] == "inconclusive"  # one seed: no interval
-    assert match_paper(pd.Series([0.85] * 3), 0.85, 0.02)[0] == "inconclusive"  # no zero-variance t interval
-    assert match_paper(pd.Series([960.0, 1000, 980]), 1000.0, 0.02, counts=True)[0] == "consistent with"  # 10%
-    assert match_paper(pd.Series([900.0, 950, 920]), 1000.0, 0.02, counts=True)[0] == "inconclusive"  # 90%: -119
-    never = pd.Series([np.nan] * 6)  # six seeds that never reach the target: the median's interval is [inf, inf]
-    assert match_paper(never, 1630.0, 0.02, counts=True)[0] == "above"
-    assert match_paper(never[:3], 1630.0, 0.02, counts=True)[0] == "inconclusive"  # three cannot decide at 95%
+    assert match_paper(six([0.85] * 3), 0.85, 0.02)[0] == "inconclusive"  # no zero-variance t interval
+    assert match_paper(six([960.0, 1000, 980]), 1000.0, 0.02, counts=True)[0] == "consistent with"  # 10%
+    assert match_paper(six([900.0, 950, 920]), 1000.0, 0.02, counts=True)[0] == "inconclusive"
+    never = pd.Series([np.nan] * 10)  # seeds that never reach the target: the median's interval is [inf, inf]
+    assert match_paper(never, 1630.0, 0.02, counts=True)[0] == "above"  # look 3: the sign test decides
+    assert match_paper(never[:6], 1630.0, 0.02, counts=True)[0] == "inconclusive"  # 6 cannot decide at 1.11%
     assert match_paper(pd.Series([np.nan]), 0.5, 0.02)[0] == "no data"
 
 
@@ -617,8 +661,7 @@ def test_only_an_unresolved_edge_note_says_edge():
 
 
 def test_a_factor_claim_tests_the_ratio_of_the_paired_values():
-    runs = pd.DataFrame({"algorithm": ["A"] * 3 + ["B"] * 3, "setting": "s", "seed": [0, 1, 2] * 2,
-                         "status": "done", "rounds_to_target": [500, 520, 480, 1500, 1640, 1420]})
+    runs = _pairs([500, 520, 480] * 2, [1500, 1640, 1420] * 2, "rounds_to_target")  # 6 seeds: look 2
     claim = {"text": "", "metric": "rounds_to_target", "better": "A", "than": "B", "mode": "min", "factor": 2}
     v = claim_verdict(runs, claim, "s")  # ratios 3.0, 3.15, 2.96: the interval of the ratio lies above 2
     assert v.verdict == "holds" and "of than / better" in v.interval and v.interval.startswith("3.04x")
@@ -642,3 +685,15 @@ def test_a_choice_beside_a_rejected_value_is_no_interior_choice_and_an_unexplore
     assert choice_kind({"lr": 0.1, "mom": 0.7}, rec.assign(rejected=False), "A", "s")[0] == "interior"
     tied = rec.assign(mom=rec.lr)  # lr and mom tuned together (a grid key "lr,mom"): one line, lr=1 rejected
     assert choice_kind({"lr": 0.1, "mom": 0.1}, tied, "A", "s", {"lr,mom": [0.01, 0.1, 1.0]})[0] == "stable"
+
+
+def test_the_repeated_p_value_in_closed_form_is_the_edge_of_the_decision():
+    from fbo_cli.grids import verdicts
+
+    rng = np.random.default_rng(2)
+    for equal in (False, True):
+        for _ in range(5):
+            d = rng.normal(0.01, 0.01, 6)
+            level = verdicts._decisive_level(d, 0.005, equal, False)
+            decides = lambda a: verdicts.decide(*verdicts.paired_interval(d, a)[1:3], 0.005, equal) != "inconclusive"
+            assert level == 1.0 or (decides(level * 1.001) and not decides(level * 0.999))
