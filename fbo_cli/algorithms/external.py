@@ -44,18 +44,76 @@ def is_reference(ref: str) -> bool:
     return ":" in ref
 
 
+class _Forbidden(BaseException):
+    """What a user's code did at import that would forge fbo's outcome (its exit status, its files' place)."""
+
+
+def _library(fn) -> bool:
+    """Whether ``fn`` (a callable given to ``atexit.register``) is an installed library's or Python's own, as
+    opposed to the user's (a lambda or function of their file, a ``partial`` of ``os._exit``)."""
+    import inspect
+    import sysconfig
+
+    try:
+        f = Path(inspect.getfile(fn)).resolve()
+    except (TypeError, OSError):
+        return False
+    roots = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return any(f.is_relative_to(Path(r).resolve()) for r in roots)
+
+
+@contextlib.contextmanager
+def _guards(did: list):
+    """While a user's code is imported: ``os._exit``, an exit handler of the user's (``atexit.register``) and a
+    change of the working folder (``os.chdir``, or any way: checked after) raise, and are recorded in ``did``,
+    so that no import can choose fbo's exit status or move where a relative ``--out-dir`` lands."""
+    import atexit
+    import posix
+
+    def forbid(why):
+        did.append(why)
+        raise _Forbidden(why)
+
+    def _exit(code=0, *a):
+        forbid(f"it called os._exit({code!r})")
+
+    def register(fn, *a, **kw):
+        if not _library(fn):
+            forbid("it registered an exit handler (atexit.register)")
+        return real_register(fn, *a, **kw)
+
+    def chdir(path, *a, **kw):
+        forbid(f"it changed the working folder (os.chdir({str(path)!r}))")
+
+    real = (os._exit, posix._exit, atexit.register, os.chdir, os.fchdir)
+    real_register = atexit.register
+    cwd = os.getcwd()
+    os._exit = posix._exit = _exit
+    atexit.register, os.chdir, os.fchdir = register, chdir, chdir
+    try:
+        yield
+    finally:
+        os._exit, posix._exit, atexit.register, os.chdir, os.fchdir = real
+        if os.getcwd() != cwd:
+            os.chdir(cwd)
+            did.append("it changed the working folder")
+
+
 @contextlib.contextmanager
 def _user_code(where: str):
     """Contain the import of a user's code: ``sys.exit``, a ``KeyboardInterrupt`` it raises and any exception
-    become a UsageError (exit 2) naming ``where`` and the error; ``sys.argv`` is the file alone while it runs
-    (an argument parser run at import sees none of fbo's) and fbo's again after. A real Ctrl-C (SIGINT) meanwhile
-    stops fbo with 130 (a second one even when the code swallows the first)."""
+    become a UsageError (exit 2) naming ``where`` and the error, and so do ``os._exit``, an exit handler and a
+    change of the working folder (:func:`_guards`), even when the code catches what they raise; ``sys.argv`` is
+    the file alone while it runs (an argument parser run at import sees none of fbo's) and fbo's again after. A
+    real Ctrl-C (SIGINT) meanwhile stops fbo with 130 (a second one even when the code swallows the first)."""
     hit = []
+    did: list[str] = []
+    hard_exit = os._exit  # the real one (the guards replace it)
 
     def interrupt(signum, frame):
         if hit:
             os.write(2, b"interrupted while importing a user's algorithm\n")
-            os._exit(130)
+            hard_exit(130)
         hit.append(signum)
         raise KeyboardInterrupt
 
@@ -66,7 +124,8 @@ def _user_code(where: str):
         old = None
     error = None
     try:
-        yield
+        with _guards(did):
+            yield
     except BaseException as e:
         error = e
     finally:
@@ -76,6 +135,9 @@ def _user_code(where: str):
     if hit:  # whatever the code made of the interrupt (it may have swallowed it)
         print(f"interrupted while importing {where}: nothing was run", file=sys.stderr)
         raise SystemExit(130)
+    if did:  # whatever the code made of what the guard raised
+        raise UsageError(f"{where}: {did[0]} at import; fbo's exit status and working folder are its own "
+                         "(nothing was run)")
     if isinstance(error, UsageError):
         raise error
     if error is not None:
@@ -84,10 +146,54 @@ def _user_code(where: str):
         raise UsageError(f"{where}: {what}") from None
 
 
+# fbo's classes a user's code changed at import (``FedNest.outer_lr = ...``): class -> {attribute: the file}. A
+# built-in algorithm's run in such a process would be another code's under the built-in's run id
+# (:func:`patched`).
+PATCHED: dict[type, dict[str, str]] = {}
+_MISSING = object()
+
+
+def _fbo_classes() -> dict[type, dict]:
+    """``{class: a copy of its namespace}`` of every class of fbo's modules loaded now (and the classes nested in
+    them, ``FedNest.HP``)."""
+    out: dict[type, dict] = {}
+    for name, mod in list(sys.modules.items()):
+        if name != "fbo_cli" and not name.startswith("fbo_cli."):
+            continue
+        todo = [v for v in list(vars(mod).values()) if isinstance(v, type) and v.__module__ == name]
+        while todo:
+            c = todo.pop()
+            if c not in out:
+                out[c] = dict(vars(c))
+                todo += [v for v in out[c].values() if isinstance(v, type) and v.__module__ == name]
+    return out
+
+
+def _record_patches(before: dict[type, dict], where: str) -> None:
+    """Add to :data:`PATCHED` what of ``before`` (:func:`_fbo_classes`) differs now."""
+    for c, was in before.items():
+        now = vars(c)
+        for k in (set(was) | set(now)) - {"__annotations__"}:  # Python may create that one on a read
+            if was.get(k, _MISSING) is not now.get(k, _MISSING):
+                PATCHED.setdefault(c, {})[k] = where
+
+
+def patched(cls: type, task_cls: type) -> str | None:
+    """Which attribute of ``cls``'s or ``task_cls``'s classes (their MROs and nested classes) a user's code changed
+    at import, and where (:data:`PATCHED`), as ``'FedNest.outer_lr' (by FILE)``; None when none."""
+    for c in [*cls.__mro__, *task_cls.__mro__]:
+        for owner in [c, *(v for v in vars(c).values() if isinstance(v, type))]:
+            if PATCHED.get(owner):
+                attr = sorted(PATCHED[owner])[0]
+                return f"{owner.__qualname__}.{attr} (changed by {PATCHED[owner][attr]})"
+    return None
+
+
 def _load_file(path: Path):
     """The module of a user's Python file, loaded once per version of the file, registered in
-    ``sys.modules`` (dataclasses and type hints need it), with the file's folder on ``sys.path`` while it
-    loads (so that it may import a helper beside it)."""
+    ``sys.modules`` (dataclasses and type hints need it), with the file's folder first on ``sys.path`` while it
+    loads (so that it may import a helper beside it), and last after (so that ``step()`` may import one too; two
+    folders whose helpers share a name should import them at the top of the file, where each finds its own)."""
     st = path.stat()
     key = (str(path), st.st_mtime_ns, st.st_size)
     if key in _FILES:
@@ -103,9 +209,11 @@ def _load_file(path: Path):
     for m in [m for m, f in _LOCAL.items() if f.parent != path.parent]:  # another folder's helper of that name
         sys.modules.pop(m, None)
     sys.path.insert(0, str(path.parent))
+    before = _fbo_classes()
     try:
         with _user_code(str(path)):
             spec.loader.exec_module(mod)
+        _record_patches(before, str(path))
         _LOCAL.update({m: Path(v.__file__) for m, v in list(sys.modules.items()) if m != name
                        and getattr(v, "__file__", None) and Path(v.__file__).parent == path.parent})
     except BaseException:
@@ -116,6 +224,8 @@ def _load_file(path: Path):
         raise
     finally:
         sys.path.remove(str(path.parent))
+    if str(path.parent) not in sys.path:  # a helper imported inside step() is found for the run too (last, so
+        sys.path.append(str(path.parent))  # that it shadows no installed module)
     _FILES[key] = mod
     return mod
 
@@ -157,8 +267,10 @@ def load_reference(ref: str, base: Path | None = None):
         if not path.is_file():
             raise UsageError(f"'{ref}': no file {path}")
         return _algorithm_class(_load_file(path), cls_name, str(path)), f"{path}:{cls_name}"
+    before = _fbo_classes()
     with _user_code(f"'{ref}': module '{target}'"):
         mod = importlib.import_module(target)
+    _record_patches(before, target)
     return _algorithm_class(mod, cls_name, target), f"{target}:{cls_name}"
 
 
@@ -199,9 +311,16 @@ def folder_algorithms(folder: Path) -> tuple[list[dict], dict[str, str]]:
     :class:`Algorithm` or a built-in algorithm (directly or through another class of the folder): what
     ``fbo list`` shows, without running any of it."""
     from . import REGISTRY
+    from .base import Algorithm
 
     classes, broken = read_folder(folder)
     known = {"Algorithm"} | {e.cls.__name__ for e in REGISTRY.values()}
+    todo = [Algorithm]  # and fbo's bases (BilevelAlgorithm, the client-state and hfl families)
+    while todo:
+        for c in todo.pop().__subclasses__():
+            if c.__module__.startswith("fbo_cli.") and c.__name__ not in known:
+                known.add(c.__name__)
+                todo.append(c)
     found: dict[str, dict] = {}
     while grew := [c for c in classes if c["ref"] not in found and set(c["bases"]) & known]:
         for c in grew:
@@ -226,6 +345,20 @@ def entry_points() -> dict[str, str]:
     from importlib.metadata import entry_points as eps
 
     return {ep.name: ep.value for ep in eps(group=ENTRY_POINT_GROUP)}
+
+
+def entry_point_problem(ref: str) -> str | None:
+    """What is wrong with an entry point's ``module:Class`` that can be seen without running any of its code (its
+    form, whether its top-level package is installed), or None: ``fbo list`` names entry points without importing
+    them (an import may loop, exit or print)."""
+    target, _, cls = ref.rpartition(":")
+    if not target or not cls.isidentifier() or not all(p.isidentifier() for p in target.split(".")):
+        return f"not module:Class: {ref!r}"
+    try:
+        found = importlib.util.find_spec(target.split(".")[0])  # a top-level name: finding it runs nothing
+    except (ImportError, ValueError):
+        found = None
+    return None if found is not None else f"no module '{target.split('.')[0]}' is installed"
 
 
 def find(name: str, base: Path | None = None):

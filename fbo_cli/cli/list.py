@@ -30,8 +30,7 @@ def list_() -> None:
         t.add_row(name, e.label, ", ".join(e.tasks), e.cls.rounds, e.cls.paper)
     print_table(t)
     with user_errors():
-        from ..algorithms.external import entry_points, folder_algorithms
-        from ..runs.config import lookup
+        from ..algorithms.external import entry_point_problem, entry_points, folder_algorithms
 
         rows = []  # ./algorithms/*.py read from their source, never run; entry points loaded, a broken one named
         classes, broken = folder_algorithms(Path("algorithms"))
@@ -41,14 +40,12 @@ def list_() -> None:
             tasks = ", ".join(map(str, tasks)) if isinstance(tasks, (tuple, list)) else f"those of {c['bases'][0]}"
             rows.append((c["names"][0], c["ref"] + (f" (error: {twins[0]} has the same name)" if twins else ""), tasks))
         rows += [(Path(f).name, f"broken: {why}", "") for f, why in broken.items()]
-        for name, ref in entry_points().items():
-            try:
-                rows.append((name, ref, ", ".join(lookup(ref)[1].tasks)))
-            except UsageError as e:
-                rows.append((name, f"broken: {e}", ""))
+        for name, ref in entry_points().items():  # named, never imported (an import may hang or exit)
+            why = entry_point_problem(ref)
+            rows.append((name, f"broken: {why}" if why else ref, "" if why else "read when used"))
         if rows:
             t = Table(title="Your algorithms (./algorithms/*.py, read without running them, and entry points "
-                      "fbo.algorithms)", title_justify="left")
+                      "fbo.algorithms, named without importing them)", title_justify="left")
             for c in ("algorithm", "source", "tasks"):
                 t.add_column(c, no_wrap=c == "algorithm", overflow="fold")
             for row in rows:

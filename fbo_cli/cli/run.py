@@ -73,7 +73,7 @@ def run(
     from ..data import load_dataset
     from ..runs.config import load_config_file, parse_sets, resolve
     from ..runs.rundir import claim_root, make_dirs, prune_empty_run
-    from ..runs.runner import Interrupted, execute
+    from ..runs.runner import Interrupted, LedgerError, execute
 
     threads_first()
     with user_errors():
@@ -126,6 +126,9 @@ def run(
                 summary = execute(cfg, on_eval=on_eval, wait=False, log=lambda m: err.print(m, highlight=False))
             except Interrupted:  # the runner said where it stopped (its log line): once
                 raise typer.Exit(130) from None
+            except LedgerError as e:  # the algorithm's own bug: one message naming its step, no traceback of fbo's
+                err.print(f"failed: {e} (results: {cfg.run_dir})", style="red", highlight=False)
+                raise typer.Exit(1) from None
             except KeyboardInterrupt as e:  # after the loop's last look (its last evaluation): its checkpoint stays
                 err.print(interrupted_note(e), style="yellow", highlight=False)
                 raise typer.Exit(130) from None

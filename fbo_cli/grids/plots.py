@@ -339,7 +339,7 @@ def _plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFra
             done = [r for q, r in mine.items() if st.get(q, "done") == "done"]
             bad = {q: sum(v == q for v in st.values()) for q in ("diverged", "collapsed", "failed", "not run")}
             note = ", ".join(f"{c} {q}" for q, c in bad.items() if c)
-            if note or (done and len(done) < len(exp.seeds)):
+            if (note or (done and len(done) < len(exp.seeds))) and twin is None:  # a twin's runs: said once
                 notes.append(f"{name}: n={len(done)}" + (f", {note}" if note else ""))
             if not done:
                 ax.plot([], [], color=st_["color"], ls=st_["ls"], marker=st_["marker"], label=name)
@@ -366,7 +366,7 @@ def _plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFra
             span = np.ptp(np.concatenate([np.r_[lo[np.isfinite(lo)], hi[np.isfinite(hi)]] for _, _, lo, hi in lines]))
             squeeze = min(squeeze, float(np.ptp(ends) / span) if span > 0 else 1.0)
             if tail is None and span > 0 and np.ptp(ends) / span < inset:
-                _inset(ax, styled, exp.metric, upper=float(np.mean(ends)) > float(np.mean(ax.get_ylim())))
+                _inset(ax, styled, exp.metric)
         if exp.x in LOG_X:
             ax.set_xscale("log")
         if exp.metric in LOG_Y:
@@ -395,7 +395,8 @@ def _plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFra
             ax.axhline(exp.target, color="0.45", ls=":", lw=1, label=f"target {exp.target:g}")
         width = int(fig.get_figwidth() / ncol * 72 / (FONT_PT * 0.56))
         head = [s] if n > 1 or s != "default" else []  # a spec's one unnamed setting needs no title
-        ax.set_title("\n".join(w for t in [*head, *notes] for w in textwrap.wrap(t, width)),
+        said = ["; ".join(notes)] if notes else []  # one paragraph: a panel's title stays short
+        ax.set_title("\n".join(w for t in [*head, *said] for w in textwrap.wrap(t, width, break_on_hyphens=False)),
                      fontsize=FONT_PT + (0.5 if not notes else 0))
         ax.set_xlabel(X_AXES.get(exp.x, exp.x))
         ax.tick_params(labelleft=True)  # tick labels on every panel, shared y or not
@@ -414,11 +415,56 @@ def _plot_experiment(exp: Experiment, curves: dict, path: Path, runs: pd.DataFra
     return squeeze
 
 
-def _inset(ax, styled: list, metric: str, upper: bool) -> None:
-    """An inset of the panel's lines over the last half of its x axis, y fitted to them, placed away from where
-    they end (below them when they end high)."""
+# where an inset may go, in axes fractions (x0, y0, width, height): its own tick labels and title need the room
+# around it (left, below, above), so each sits inside the panel, clear of the main axes' labels
+INSET_SPOTS = ((0.42, 0.22, 0.55, 0.36), (0.42, 0.52, 0.55, 0.36), (0.14, 0.22, 0.55, 0.36), (0.14, 0.52, 0.55, 0.36))
+INSET_PAD = (0.1, 0.12, 0.02, 0.1)  # the room its tick labels and title take: left, below, right, above
+
+
+def _fraction(v: np.ndarray, lim: tuple[float, float], scale: str) -> np.ndarray:
+    """Values as fractions of an axis's limits (0 at the first, 1 at the second), on its linear or log scale."""
+    f = (lambda a: np.log10(np.maximum(a, 1e-300))) if scale == "log" else np.asarray  # noqa: E731
+    lo, hi = f(np.asarray(lim, float))
+    return (f(np.asarray(v, float)) - lo) / (hi - lo) if hi != lo else np.full(len(v), 0.5)
+
+
+def inset_spot(ax, styled: list) -> tuple[float, float, float, float] | None:
+    """The first spot of :data:`INSET_SPOTS` whose rectangle (with its labels' room) covers no point of the panel's
+    lines, in the panel's current limits; None when each covers one (the inset is then left out)."""
+    pts = np.concatenate([np.c_[x, m] for x, m, *_ in styled])
+    pts = pts[np.isfinite(pts).all(1)]
+    frac = np.c_[_fraction(pts[:, 0], ax.get_xlim(), ax.get_xscale()),  # the limits autoscaled now (a shared
+                 _fraction(pts[:, 1], ax.get_ylim(), ax.get_yscale())]  # axis's transLimits may be stale)
+    for x0, y0, w, h in INSET_SPOTS:
+        left, below, right, above = INSET_PAD
+        inside = ((frac[:, 0] >= x0 - left) & (frac[:, 0] <= x0 + w + right)
+                  & (frac[:, 1] >= y0 - below) & (frac[:, 1] <= y0 + h + above))
+        if not inside.any():
+            return x0, y0, w, h
+    return None
+
+
+def _between(x: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A line's finite points and 200 more along it (an inset must not cover it between its points either)."""
+    ok = np.isfinite(x) & np.isfinite(m)
+    x, m = np.asarray(x, float)[ok], np.asarray(m, float)[ok]
+    if len(x) < 2:
+        return x, m
+    fine = np.linspace(x.min(), x.max(), 200)
+    order = np.argsort(x)
+    return np.r_[x, fine], np.r_[m, np.interp(fine, x[order], m[order])]
+
+
+def _inset(ax, styled: list, metric: str) -> bool:
+    """An inset of the panel's lines over the last half of its x axis, y fitted to them, where it covers no curve,
+    axis or title (:func:`inset_spot`); left out (False) where no such spot exists."""
+    from matplotlib.ticker import MaxNLocator
+
     top = max(float(np.nanmax(x)) for x, *_ in styled)
-    ins = ax.inset_axes([0.4, 0.1, 0.57, 0.42] if upper else [0.4, 0.5, 0.57, 0.42])
+    spot = inset_spot(ax, [_between(x, m) for x, m, *_ in styled])
+    if spot is None:
+        return False
+    ins = ax.inset_axes(list(spot))
     seen = []
     for x, m, st, k in styled:
         keep = x >= top / 2
@@ -430,8 +476,11 @@ def _inset(ax, styled: list, metric: str, upper: bool) -> None:
         pad = 0.1 * max(float(np.ptp(v)), 1e-4)
         ins.set_ylim(float(v.min()) - pad, float(v.max()) + pad)
     ins.set_title("last half, zoomed", fontsize=FONT_PT, pad=2)
+    ins.tick_params(labelsize=FONT_PT - 1)
+    ins.xaxis.set_major_locator(MaxNLocator(2))
     ins.grid(True, alpha=0.3)
     limit_y(ins, metric)
+    return True
 
 
 def _paper_marks(ax, exp: Experiment, name: str, setting: str, color: str, grid: np.ndarray) -> bool:

@@ -18,8 +18,11 @@ Each run keeps its own run directory, written as the runner writes a run alone (
 ``metrics.csv`` at every evaluation, checkpoints every ``checkpoint_every`` outer iterations,
 ``summary.json`` last, through :func:`fbo_cli.runs.runner.finish`), so reports, resume and ``fbo check`` work
 unchanged above it. A run that diverges (the runner's rule, per run) ends there, its summary is written,
-and its rows leave the batch; the others go on. A run already finished is reused; one with a checkpoint, or
-whose directory another process holds, runs alone (:func:`fbo_cli.runs.runner.execute`) after the batch.
+and its rows leave the batch; the others go on. A run already finished is reused; the runs of one seed that
+hold checkpoints of one iteration resume as a batch (:mod:`fbo_cli.grids.batch_resume`); another with a
+checkpoint, or one whose directory another process holds, runs alone (:func:`fbo_cli.runs.runner.execute`)
+after the batch. A user's class batches only once its batch is shown equal to its runs alone
+(:mod:`fbo_cli.grids.batch_check`).
 
 What batches, and how close a batched run is to the same run alone: docs/fidelity.md#batches ("Run batches").
 """
@@ -52,6 +55,7 @@ from ..runs.config import RunConfig
 from ..runs.cost import evidence_roots
 from ..runs.rundir import CHECKPOINT, ended, make_dirs, remove_temp_files, run_lock, run_status, write_csv, write_yaml
 from ..runs.schedule import evaluation_due
+from .batch_resume import ResumeApart, put_states, restore_runs
 
 AUTO_MAX = 16  # --batch auto: at most this many runs in one batch
 
@@ -336,10 +340,12 @@ def execute_batch(cfgs: Sequence[RunConfig], reuse: bool = True, fresh: bool = F
     (:class:`fbo_cli.runs.runner.Interrupted`) once every run's checkpoint is written."""
     from ..runs.identity import stale_reason
     from ..runs.runner import Interrupted, RunBusy, _run_log, execute
+    from .batch_check import refusal
 
     out: list[dict | None] = [None] * len(cfgs)
     alone: list[int] = []
     again: set[int] = set()  # runs of a batch that failed, run again alone
+    back: list[int] = []  # runs with a checkpoint
     if len(cfgs) == 1 or not all(batchable(c) for c in cfgs):
         alone = list(range(len(cfgs)))
     with contextlib.ExitStack() as held:
@@ -355,32 +361,50 @@ def execute_batch(cfgs: Sequence[RunConfig], reuse: bool = True, fresh: bool = F
             if reuse and ended(state, summary) and not stale_reason(c, summary):
                 out[i] = {**summary, "reused": True}
                 continue
-            if not fresh and (c.run_dir / CHECKPOINT).is_file():
-                alone.append(i)  # resumes from its checkpoint, alone
+            if not fresh and (c.run_dir / CHECKPOINT).is_file():  # resumes from its checkpoint: with the runs of
+                if seeds_batch(c):  # its seed as a batch (batch_resume), alone where the algorithm batches seeds
+                    alone.append(i)
+                else:
+                    back.append(i)
                 continue
             todo.append(i)
-        by_seed: dict[int | str, list[int]] = {}
+        by_seed: dict[int | str | tuple, list[int]] = {}
         for i in todo:  # a seed group: the runs of one seed, or of every seed where the algorithm batches seeds
             by_seed.setdefault("seeds" if seeds_batch(cfgs[i]) else cfgs[i].run.seed, []).append(i)
-        for idx in by_seed.values():
+        for i in back:
+            by_seed.setdefault(("resume", cfgs[i].run.seed), []).append(i)
+        for key, idx in by_seed.items():
             if len(idx) == 1:  # nothing to share: the run alone
                 alone.append(idx[0])
+                continue
+            if why := refusal([cfgs[i] for i in idx]):  # a user's class: its batch shown equal to its runs alone
+                for i in idx:
+                    with _run_log(cfgs[i].run_dir, log) as note:
+                        note(f"{cfgs[i].algo}: {why}")
+                alone.extend(idx)
                 continue
             runs = []
             seeds = sorted({cfgs[i].run.seed for i in idx})
             which = f"of seed {seeds[0]}" if len(seeds) == 1 else f"of seeds {', '.join(map(str, seeds))}"
+            resume = isinstance(key, tuple)
             for i in idx:
                 note = held.enter_context(_run_log(cfgs[i].run_dir, log))
-                (cfgs[i].run_dir / CHECKPOINT).unlink(missing_ok=True)
-                note(f"start: {cfgs[i].task}/{cfgs[i].algo} {cfgs[i].run_id} (in a batch of {len(todo)} runs, "
-                     f"{len(idx)} {which} stepped together)", show=False)
+                if not resume:
+                    (cfgs[i].run_dir / CHECKPOINT).unlink(missing_ok=True)
+                note(f"{'resume' if resume else 'start'}: {cfgs[i].task}/{cfgs[i].algo} {cfgs[i].run_id} (in a batch "
+                     f"of {len(idx) if resume else len(todo)} runs, {len(idx)} {which} stepped together)", show=False)
                 runs.append(_Run(cfgs[i], note))
             groups = [(idx, runs)]
             while groups:
                 idx, runs = groups.pop(0)
                 emit = (lambda k, row, idx=idx: on_eval(idx[k], row)) if on_eval else None
                 try:
-                    done = _run_group(runs, emit)
+                    done = _run_group(runs, emit, resume)
+                except ResumeApart as e:  # their checkpoints resume alone
+                    for run in runs:
+                        run.note(f"resumes alone ({e})", show=False)
+                    alone.extend(idx)
+                    continue
                 except SeedsDiffer as e:  # one seed after the other
                     by = {}
                     for i, run in zip(idx, runs):
@@ -411,7 +435,7 @@ def execute_batch(cfgs: Sequence[RunConfig], reuse: bool = True, fresh: bool = F
     return out  # type: ignore[return-value]
 
 
-def _run_group(runs: list[_Run], on_eval) -> list[dict | None]:
+def _run_group(runs: list[_Run], on_eval, resume: bool = False) -> list[dict | None]:
     """Step the runs of one seed group to the end of their budget (:func:`fbo_cli.runs.runner._loop`, run by run); a run
     still in the batch when a step raised is ``None`` (to run again alone). Runs of one seed share one build (its
     data, generator and ledger); runs of several seeds (a seed batch) are each built as alone and evaluated each
@@ -439,7 +463,10 @@ def _run_group(runs: list[_Run], on_eval) -> list[dict | None]:
     bt, view = bts[0], bts[0].algo
     bases = [ckpt.baseline(b.algo) for b in bts] if seeds else [ckpt.baseline(view)] * len(runs)
     hps = [run.cfg.hp for run in runs]
+    back = restore_runs(runs, bt) if resume and not seeds else None  # each run's checkpoint: (states, iteration)
     algo = stacked_seeds([b.algo for b in bts], hps) if seeds else stacked(view, hps)
+    if back:
+        put_states(algo, back[0])
     led = algo.ledger if seeds else bt.ledger  # the runs' rounds and iterations
     for run in runs:
         write_yaml(run.cfg.run_dir / "config.yaml", {**run.cfg.as_dict(), "device_used": str(bt.device)})
@@ -474,7 +501,7 @@ def _run_group(runs: list[_Run], on_eval) -> list[dict | None]:
         try:
             run.summary = finish(run.cfg, run.rows, status, why, failure, bts[k].ledger,
                                  view.rounds_per_iteration(), run.train_time, run.eval_time, bt.device, True,
-                                 batch_runs=len(runs))
+                                 resumed=back[1] if back else None, batch_runs=len(runs))
         except Exception:  # the failure, raised again after its record is written
             run.summary = {"status": "failed", "error": f"{type(failure).__name__}: {failure}"}
         run.note(f"end: {status}" + (f" ({why})" if why else "") + f", {led.rounds} rounds", show=False)
@@ -489,7 +516,7 @@ def _run_group(runs: list[_Run], on_eval) -> list[dict | None]:
 
     with _Stop() as stop:
         try:
-            first = evaluate(list(active))
+            first = {k: runs[k].rows[0] for k in active} if back else evaluate(list(active))
             while active and budget_left(r, led, runs[active[0]].train_time):
                 t0, before = time.perf_counter(), led.rounds
                 algo.step()

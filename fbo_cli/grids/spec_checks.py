@@ -128,13 +128,14 @@ def check_reference(where: str, ref: Any, algos: list[AlgorithmEntry], settings:
                 raise UsageError(f"{where}: reference['{a}']['{sname}']: {shape}")
 
 
-REFERENCE_ON_KEYS = {"dataset", "target", "model", "metric"}
+REFERENCE_ON_KEYS = {"dataset", "target", "model", "metric", "collapse"}
 
 
 def check_reference_on(where: str, on: Any) -> dict[str, Any]:
-    """``reference_on: {dataset, target, model, metric}``: what the paper's numbers in ``reference`` were
+    """``reference_on: {dataset, target, model, metric, collapse}``: what the paper's numbers in ``reference`` were
     measured on. ``fbo report`` gives them a verdict only where the spec's runs match it; elsewhere
-    they are context."""
+    they are context. ``collapse``: ``[algorithm, setting]`` pairs whose paper number is the point of a collapse
+    (e.g. ZO-HFL's Table I baselines at alpha = 0.1): ours *above* it contradicts the paper, and the report says so."""
     if on is None:  # the paper's numbers then stand as context only, never with a verdict
         return {}
     ds = on.get("dataset") if isinstance(on, dict) else None
@@ -143,6 +144,11 @@ def check_reference_on(where: str, on: Any) -> dict[str, Any]:
         raise UsageError(f"{where}: 'reference_on' must be a mapping with 'dataset' (a name, or the list of the "
                          f"settings' datasets) and optional "
                          f"{', '.join(sorted(REFERENCE_ON_KEYS - {'dataset'}))}), got {on!r}")
+    bad = [p for p in on.get("collapse") or [] if not (isinstance(p, list) and len(p) == 2
+                                                        and all(isinstance(x, str) for x in p))]
+    if bad or not isinstance(on.get("collapse") or [], list):
+        raise UsageError(f"{where}: reference_on.collapse must be a list of [algorithm, setting] pairs, got "
+                         f"{on.get('collapse')!r}")
     return dict(on)
 
 

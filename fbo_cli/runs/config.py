@@ -127,11 +127,22 @@ class RunConfig:
         return self.source or self.algo
 
     def as_dict(self) -> dict[str, Any]:
-        src = {"algo_source": self.source} if self.source else {}
+        src = {}
+        if self.source:  # a user's algorithm: where it lives, and which code (in its runs' identity)
+            from .identity import code_key
+
+            src = {"algo_source": self.source, "algo_code": code_key(self.code["algorithm"])}
         return {"task": self.task, "algo": self.algo, **src, **asdict(self.run),
                 "task_params": asdict(self.task_params), "hp": asdict(self.hp)}
 
     def identity(self) -> str:
+        if not self.source:  # a built-in: refused where a user's code changed its classes in this process
+            from ..algorithms.external import patched
+
+            if why := patched(self.entry.cls, TASKS[self.task]):
+                raise UsageError(f"a user's code changed fbo's {why} at import: a run of the built-in '{self.algo}' "
+                                 "here would be that code's under the built-in's run id; subclass instead "
+                                 "(class Mine(FedNest) with its own outer_lr), or run the built-in without it")
         d = comparable(self.as_dict())
         return hashlib.sha1(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
@@ -326,7 +337,8 @@ def flatten_run_config(data: dict[str, Any]) -> dict[str, Any]:
     """A run's resolved ``config.yaml`` (``task_params`` and ``hp`` nested) as one flat layer, so that
     ``fbo run --config results/<task>/<algo>/<run-id>/config.yaml`` repeats that run; a flat file is
     returned as it is."""
-    out = {k: v for k, v in data.items() if k not in ("task_params", "hp", "device_used", "algo_source")}
+    out = {k: v for k, v in data.items() if k not in ("task_params", "hp", "device_used", "algo_source",
+                                                         "algo_code")}
     for group in ("task_params", "hp"):
         nested = data.get(group)
         if nested is None:
@@ -389,6 +401,7 @@ def resolve(task: str, algo: str, *layers: dict[str, Any], base: Path | None = N
     for layer in layers:
         user.update({k: v for k, v in layer.items() if v is not None or k in ("target", "max_iters")})
     user.pop("algo_source", None)  # a run's config.yaml: where its algorithm was (the caller has used it)
+    user.pop("algo_code", None)  # and which code it was (the code now enters the identity)
     algo, entry, source = lookup(algo, base)
     for key, what in (("algo", "--algo (fbo run) or the spec's 'algorithms' list (fbo compare)"),
                       ("task", "the TASK argument (fbo run) or the spec's 'task' (fbo compare)")):

@@ -26,6 +26,7 @@ import datetime
 import functools
 import hashlib
 import inspect
+import json
 import sys
 from pathlib import Path
 from types import FunctionType, ModuleType
@@ -51,12 +52,9 @@ def class_hashes(cls: type) -> dict[str, str]:
 
 
 def source_key(source: str) -> str:
-    """What of a user's algorithm's source (its absolute ``file.py:Class``, or ``module:Class``) enters its runs'
-    identity (:func:`fbo_cli.runs.config.comparable`): the file's folder, the file and the class,
-    ``va/ln.py:LocalNeumann``.
-    Two versions of one class in two files are so two algorithms with their own runs, while moving the folder
-    that holds them keeps their runs, and an edit of the file keeps its run ids (the runs are then stale,
-    :func:`stale_reason`, and rerun, or kept with ``--accept-code-change``)."""
+    """Where a user's algorithm lives, as it enters its runs' identity (:func:`fbo_cli.runs.config.comparable`): the
+    file's folder, the file and the class, ``va/ln.py:LocalNeumann``, beside its code (:func:`code_key`). Moving
+    the folder that holds them keeps their runs."""
     target, _, cls = str(source).rpartition(":")
     if not target.endswith(".py"):
         return str(source)
@@ -90,21 +88,39 @@ def local_files(mod: ModuleType) -> list[Path]:
     return sorted(seen)
 
 
-def user_code_hash(cls: type) -> str:
-    """The hash of the code a run of a user's class executes: its file, and the local modules the file imports
-    (:func:`local_files`: a helper function beside ``step`` or in a sibling file counts), by their paths relative
-    to the file's folder (moving the folder keeps the hash); the class's own source where it has no file."""
+def user_files(cls: type) -> dict[str, str] | None:
+    """``{path relative to the file's folder: hash of its content}`` of the code a run of a user's class executes:
+    its file and the local modules the file imports (:func:`local_files`: a helper function beside ``step`` or in
+    a sibling file counts); None where the class has no file (or one cannot be read)."""
     mod = sys.modules.get(cls.__module__)
     if mod is None or not getattr(mod, "__file__", None):
-        return _source_hash(cls)
+        return None
     root = Path(mod.__file__).resolve().parent
-    h = hashlib.sha256()
+    out = {}
     for f in local_files(mod):
         try:
-            h.update(f"{f.relative_to(root)}\0".encode() + f.read_bytes() + b"\0")
+            out[str(f.relative_to(root))] = hashlib.sha256(f.read_bytes()).hexdigest()[:16]
         except OSError:
-            return _source_hash(cls)
-    return h.hexdigest()[:16]
+            return None
+    return out
+
+
+def user_code_hash(cls: type) -> str:
+    """The hash of the code a run of a user's class executes (:func:`user_files`), by the files' paths relative to
+    the file's folder (moving the folder keeps the hash); the class's own source where it has no file."""
+    files = user_files(cls)
+    if files is None:
+        return _source_hash(cls)
+    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def code_key(hashes: dict[str, str]) -> str:
+    """What of a user's algorithm's code enters its runs' identity (``algo_code`` in its ``config.yaml``): one hash
+    of the user classes of its MRO in ``hashes`` (:func:`class_hashes`, as ``RunConfig.code`` holds them). Two
+    files of one name in two folders with other code are two algorithms with their own runs; an edit makes new
+    runs (the run of the code before is *stale*, :func:`predecessor`, and ``--accept-code-change`` may adopt it)."""
+    user = {k: v for k, v in hashes.items() if is_user(k)}
+    return hashlib.sha256(json.dumps(user, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def _module(c: type) -> str:
@@ -157,13 +173,18 @@ def machine() -> dict[str, Any]:
 
 
 def code_identity(cfg) -> dict[str, Any]:
-    """What ``summary.json`` records as ``code`` for a run of ``cfg`` (a :class:`~fbo_cli.runs.config.RunConfig`)."""
+    """What ``summary.json`` records as ``code`` for a run of ``cfg`` (a :class:`~fbo_cli.runs.config.RunConfig`):
+    a user's algorithm adds ``files``, the hash of each file of its code (:func:`user_files`), which names the
+    file that changed when its run is stale."""
     from ..tasks import TASKS
 
     out = {"fbo": __version__, "commit": git_commit(), "algorithm": class_hashes(cfg.entry.cls),
            "task": class_hashes(TASKS[cfg.task])}
     if cfg.source:
         out["algo_source"] = cfg.source
+        files = user_files(cfg.entry.cls)
+        if files is not None:
+            out["files"] = files
     return out
 
 
@@ -173,29 +194,97 @@ def is_user(key: str) -> bool:
 
 
 def changes(cfg, summary: dict | None) -> tuple[list[str], list[str]]:
-    """``(user classes changed, fbo classes changed)`` between a finished run's recorded code (and what
-    was accepted since) and the code ``cfg`` runs now; both empty for a run without a record."""
+    """``(user classes changed, fbo classes changed)`` between a finished run's recorded code (and every code
+    accepted since: an acceptance adds to the record, never replaces it) and the code ``cfg`` runs now; both
+    empty for a run without a record."""
     rec = (summary or {}).get("code")
     if not isinstance(rec, dict) or not isinstance(rec.get("algorithm"), dict):
         return [], []
-    then = {**rec.get("algorithm", {}), **(rec.get("task") or {})}
+    then: dict[str, set] = {k: {v} for k, v in {**rec.get("algorithm", {}), **(rec.get("task") or {})}.items()}
     for acc in (summary or {}).get("code_accepted") or []:
-        if isinstance(acc, dict):
-            then.update(acc.get("classes") or {})
+        if isinstance(acc, dict) and isinstance(acc.get("classes"), dict):
+            for k, v in acc["classes"].items():
+                then.setdefault(k, set()).add(v)
     now = cfg.code
     now = {**now["algorithm"], **now["task"]}
-    diff = sorted(k for k in set(then) | set(now) if then.get(k) != now.get(k))
+    diff = sorted(k for k in set(then) | set(now) if now.get(k) not in then.get(k, {None}))
     return [k for k in diff if is_user(k)], [k for k in diff if not is_user(k)]
 
 
 def stale_reason(cfg, summary: dict | None) -> str | None:
-    """Why a finished run is stale (its user algorithm's code changed since it ran), or None."""
+    """Why a finished run is stale (its user algorithm's code changed since it ran), or None; the files that
+    changed are named where the run recorded them (a helper beside the class, not the class's file)."""
     user, _ = changes(cfg, summary)
     if not user:
         return None
     what = ", ".join(k.rsplit(".", 1)[-1] for k in user)
+    then = ((summary or {}).get("code") or {}).get("files")
+    now = cfg.code.get("files")
+    if isinstance(then, dict) and isinstance(now, dict):
+        root = Path(cfg.source.rpartition(":")[0]).parent
+        files = [str(root / f) for f in sorted(set(then) | set(now)) if then.get(f) != now.get(f)]
+        if files:
+            return f"stale: {', '.join(files)} changed since the run of {what} was made"
     where = f" ({cfg.source.rpartition(':')[0]})" if cfg.source else ""
     return f"stale: the source of {what}{where} changed since the run was made"
+
+
+_CONFIGS: dict[tuple[Path, int], Any] = {}
+
+
+def predecessor(cfg) -> tuple[Path, dict] | None:
+    """``(run folder, summary)`` of the latest finished run of a user's algorithm that this file (the same
+    absolute ``algo_source``) made with other code, with everything else of ``cfg``'s identity equal: the run an
+    edit made stale (its code is in the run id, :func:`code_key`), which ``--accept-code-change`` may adopt. A run
+    of another file of the same name is never one."""
+    from .config import comparable, load_yaml
+    from .rundir import ended, run_status
+
+    if not cfg.source:
+        return None
+    here = cfg.run_dir
+    mine = {k: v for k, v in comparable(cfg.as_dict()).items() if k != "algo_code"}
+    found = []
+    try:
+        dirs = [d for d in here.parent.glob(f"{cfg.run.dataset}-{cfg.run.partition}-s{cfg.run.seed}-*") if d != here]
+    except OSError:
+        return None
+    for d in dirs:
+        try:
+            f = d / "config.yaml"
+            key = (f, f.stat().st_mtime_ns)
+            if key not in _CONFIGS:  # a tuning's many points read each other's configs once
+                _CONFIGS[key] = load_yaml(f.read_bytes(), str(f))
+            data = _CONFIGS[key]
+        except Exception:  # not a run of ours: never adopted
+            continue
+        if not isinstance(data, dict) or data.get("algo_source") != cfg.source:
+            continue
+        if {k: v for k, v in comparable(data).items() if k != "algo_code"} != mine:
+            continue
+        state, summary, _ = run_status(d)
+        if ended(state, summary):
+            found.append(((d / "summary.json").stat().st_mtime_ns, d, summary))
+    if not found:
+        return None
+    _, d, summary = max(found, key=lambda t: t[0])
+    return d, summary
+
+
+def adopt(cfg, old: Path, summary: dict) -> None:
+    """``--accept-code-change``: the run ``old`` (:func:`predecessor`) becomes ``cfg``'s, its files copied into
+    ``cfg``'s run folder (under its lock) with ``cfg``'s ``config.yaml`` and the acceptance recorded in its summary
+    (:func:`accepted`, and ``adopted_from``); ``old`` stays, so that the code before the edit finds its run again."""
+    from .rundir import CHECKPOINT, atomic_write, run_lock, write_json, write_yaml
+
+    new = cfg.run_dir
+    with run_lock(new):
+        skip = (".lock", CHECKPOINT, "summary.json", "config.yaml")
+        for f in sorted(old.iterdir()):
+            if f.is_file() and not f.is_symlink() and f.name not in skip:
+                atomic_write(new / f.name, f.read_bytes())
+        write_yaml(new / "config.yaml", cfg.as_dict())
+        write_json(new / "summary.json", {**accepted(cfg, summary), "run_id": new.name, "adopted_from": old.name})
 
 
 def accepted(cfg, summary: dict) -> dict:
@@ -206,4 +295,6 @@ def accepted(cfg, summary: dict) -> dict:
     entry = {"at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
              "classes": {k: v for part in ("algorithm", "task") for k, v in now[part].items() if k in user + builtin},
              "commit": now["commit"], "by": "--accept-code-change"}
+    if now.get("files"):
+        entry["files"] = now["files"]
     return {**summary, "code_accepted": [*(summary.get("code_accepted") or []), entry]}

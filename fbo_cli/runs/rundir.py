@@ -380,7 +380,7 @@ def todo_runs(cells: list, rerun: bool = False, accept: bool = False, stale: dic
     """The cells (objects with ``.cfg``) still to run, one per run directory (two rows of a grid may be
     the same run): not finished, or finished by code that has changed since (:mod:`fbo_cli.runs.identity`;
     ``stale`` collects ``{run_dir: why}``), unless ``accept`` (the change is recorded and the run kept)."""
-    from .identity import accepted, stale_reason
+    from .identity import accepted, adopt, predecessor, stale_reason
 
     todo = {}
     for c in cells:
@@ -388,7 +388,14 @@ def todo_runs(cells: list, rerun: bool = False, accept: bool = False, stale: dic
         if d in todo:
             continue
         state, s, _ = run_status(d)
-        if rerun or not ended(state, s):
+        if not rerun and not ended(state, s) and state != "partial" and (old := predecessor(c.cfg)):
+            if accept:  # a user's edit: the run of this file's code before it is adopted
+                adopt(c.cfg, *old)
+                continue
+            todo[d] = c
+            if stale is not None:
+                stale[d] = stale_reason(c.cfg, old[1]) or f"stale: run {old[0].name} was made by other code"
+        elif rerun or not ended(state, s):
             todo[d] = c
         elif why := stale_reason(c.cfg, s):
             if accept:

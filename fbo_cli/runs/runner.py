@@ -41,6 +41,7 @@ from ..tasks import TASKS
 from . import checkpoint as ckpt
 from .config import RunConfig
 from .identity import machine
+from .ledger_check import LedgerError, check_rounds  # noqa: F401  (LedgerError: the run loop's, imported from here)
 from .rundir import (
     CHECKPOINT,
     ENDINGS,
@@ -142,26 +143,6 @@ class _StopNow(BaseException):
 
 class RunBusy(UsageError):
     """Another process holds the run directory's lock."""
-
-
-class LedgerError(RuntimeError):
-    """An outer iteration charged no communication round, or not the rounds its algorithm declares: the run
-    stops (status ``failed``) rather than loop forever or plot a wrong x axis."""
-
-
-def check_rounds(algo, led: Ledger, before: int) -> None:
-    """The ledger contract of one outer iteration that started at ``before`` rounds: it charges at least one
-    round (``ledger.comm``), and exactly ``rounds_per_iteration()`` when the algorithm returns a number (the
-    first iteration at least that many: it may add start-up rounds)."""
-    got, want = led.rounds - before, algo.rounds_per_iteration()
-    name = algo.name or type(algo).__name__
-    if got <= 0:
-        raise LedgerError(f"'{name}': outer iteration {led.iterations} charged no communication round (step() "
-                          "must call self.ledger.comm(...) once per round); stopped instead of looping")
-    # the first outer iteration may add start-up rounds (AdaFBiO's initial average with init_matrices=average)
-    if want is not None and (got < want if led.iterations == 1 else got != want):
-        raise LedgerError(f"'{name}': outer iteration {led.iterations} charged {got} communication rounds, but its "
-                          f"rounds_per_iteration() says {want}; fix one of them (return None where it varies)")
 
 
 def _finite(algo) -> bool:

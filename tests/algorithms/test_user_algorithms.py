@@ -87,12 +87,16 @@ def test_compare_runs_a_user_algorithm_and_an_edit_makes_its_run_stale(folder):
     out = " ".join(r.output.split())
     assert "stale" in out and "DecayFedNest" in out and "1 run(s) to do" in out, out
 
-    # the user says the edit does not touch the numbers: kept, and recorded
+    # the user says the edit does not touch the numbers: the code is in the run id, so the run of the code
+    # before is adopted under the new id, and recorded; the old run stays
     r = cli("compare", "decay.yaml", "--accept-code-change")
     assert r.exit_code == 0, r.output
-    s = json.loads((d / "summary.json").read_text())
-    assert s["code_accepted"][-1]["by"] == "--accept-code-change"
+    new = next(e for e in (folder / "results" / "hyperrep" / "DecayFedNest").iterdir() if e != d)
+    s = json.loads((new / "summary.json").read_text())
+    assert s["code_accepted"][-1]["by"] == "--accept-code-change" and s["adopted_from"] == d.name
+    assert (new / "metrics.csv").read_text() == (d / "metrics.csv").read_text()
     assert "nothing left to run" in cli("compare", "decay.yaml", "--dry-run").output
+    d = new
 
     # a rerun from the run's config.yaml finds the class again, from another folder
     (folder / "elsewhere").mkdir()

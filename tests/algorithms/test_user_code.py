@@ -69,7 +69,7 @@ def test_fbo_list_reads_algorithms_without_running_them_and_survives_a_broken_fi
     assert r.exit_code == 0, r.output
     assert "mine.py:Mine" in text and "broken.py" in text and "SyntaxError" in text and not ran.exists()
     assert "deep.py" in text
-    assert "ep-bad" in text and "broken: 'no_such_module_55:X'" in text
+    assert "ep-bad" in text and "broken" in text and "no_such_module_55" in text
 
 
 def test_two_classes_of_one_name_in_algorithms_are_an_error_naming_both(tmp_path, monkeypatch):
@@ -80,3 +80,57 @@ def test_two_classes_of_one_name_in_algorithms_are_an_error_naming_both(tmp_path
     r = _dry_run("Mine")
     text = "".join(r.output.split())  # the message wraps anywhere
     assert r.exit_code == 2 and "twoclassesnamed'Mine'" in text and "a.py:Mine" in text and "b.py:Mine" in text
+
+
+@pytest.mark.parametrize("code, says", [("import os\nos._exit(0)\n", "os._exit(0)"),
+                                        ("import os\nos._exit(3)\n", "os._exit(3)"),
+                                        ("import atexit, os\natexit.register(lambda: os._exit(0))\n", "atexit"),
+                                        ("import os\nos.chdir('/')\n", "working folder")])
+def test_os_exit_atexit_and_chdir_at_import_are_exit_2_naming_the_file(tmp_path, code, says):
+    """Issue 62: a user file cannot choose fbo's exit status or move its results (run in a child: on old code
+    os._exit would end the test's own process)."""
+    import subprocess
+    from pathlib import Path
+
+    import fbo_cli
+
+    (tmp_path / "bad.py").write_text(code + ALGO)
+    r = subprocess.run([sys.executable, "-m", "fbo_cli", "run", "hyperrep", "--algo", "bad.py:Mine", "--dataset",
+                        "digits", "--dry-run"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                       env={"PYTHONPATH": str(Path(fbo_cli.__file__).parents[1]), "PATH": "/usr/bin:/bin",
+                            "COLUMNS": "200"})
+    text = " ".join((r.stdout + r.stderr).split())
+    assert r.returncode == 2 and "bad.py" in text and says in text and "Traceback" not in text, text
+
+
+def test_fbo_list_names_entry_points_without_importing_them(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ran = tmp_path / "RAN"
+    (tmp_path / "ep_mod_62.py").write_text(f"open({str(ran)!r}, 'w')\n" + ALGO)
+    monkeypatch.setattr(external, "entry_points", lambda: {"ep-good": "ep_mod_62:Mine"})
+    r = runner.invoke(app, ["list"], env={"COLUMNS": "250"})
+    assert r.exit_code == 0 and "ep-good" in r.output and "ep_mod_62:Mine" in r.output, r.output
+    assert not ran.exists()
+
+
+def test_fbo_list_lists_a_bilevel_algorithm_subclass(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "algorithms").mkdir()
+    (tmp_path / "algorithms" / "mine.py").write_text(
+        "from fbo_cli.algorithms.base import BilevelAlgorithm\n\n\nclass MyBi(BilevelAlgorithm):\n"
+        "    tasks = ('hyperrep',)\n")
+    r = runner.invoke(app, ["list"], env={"COLUMNS": "250"})
+    assert r.exit_code == 0 and "mine.py:MyBi" in r.output, r.output
+
+
+def test_a_pool_worker_ended_by_user_code_names_the_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "die.py").write_text("import os\n" + ALGO + "\n    def step(self):\n        os._exit(4)\n")
+    (tmp_path / "s.yaml").write_text(
+        "name: die\ntask: hyperrep\nmetric: test_acc\nseeds: [0]\n"
+        "base: {dataset: digits, clients: 4, participation: 0.5, rounds: 4, threads: 1}\n"
+        "algorithms:\n  - {name: D, algo: ./die.py:Mine}\n  - {name: D2, algo: ./die.py:Mine, set: {tau: 2}}\n")
+    r = runner.invoke(app, ["compare", "s.yaml", "--jobs", "2", "--batch", "1"], env={"COLUMNS": "250"})
+    text = "".join(r.output.split())
+    assert r.exit_code != 0 and str(tmp_path / "die.py").replace(" ", "") in text and "os._exit" in text, r.output

@@ -266,8 +266,10 @@ def test_a_tuning_reruns_its_stale_points_and_compare_warns_of_a_tuning_of_other
     out_text = " ".join(r.output.split())
     assert "tuned.yaml's choices for Mine were made by other code" in out_text, out_text
     run_tuning(project / "mine.yaml", {}, ranking_check=False)
-    after = {d: json.loads((d / "summary.json").read_text())["code"]["algorithm"]["ln.LocalNeumann"] for d in runs}
-    assert all(after[d] != before[d] for d in runs)  # every recorded point ran again
+    # every recorded point ran again, under new run ids (the code is in a user run's identity); the old runs stay
+    new = sorted(set((project / "results" / "hyperrep" / "LocalNeumann").iterdir()) - set(runs))
+    after = {d: json.loads((d / "summary.json").read_text())["code"]["algorithm"]["ln.LocalNeumann"] for d in new}
+    assert len(new) == len(runs) and not set(after.values()) & set(before.values())
     assert "made by other code" not in " ".join(cli("compare", "mine.yaml", "--dry-run").output.split())
     out_text = " ".join(cli("tune", "mine.yaml", "--dry-run").output.split())  # finished: it warns of no runs
     assert "finished" in out_text and "nothing left to run" in out_text and "up to" not in out_text, out_text
@@ -306,3 +308,88 @@ def test_an_interrupted_run_alone_stops_the_batch(tmp_path, monkeypatch):
     with pytest.raises(rn.Interrupted):
         execute_batch(cfgs)  # alone (undeclared state): the first run's Ctrl-C is not a failure to go past
     assert len(calls) == 1
+
+
+# the template's method with rounds_per_iteration() None ("varies") and a step that forgets one round's charge
+FORGETS = textwrap.dedent('''
+    from fbo_cli.algorithms.template_bilevel import TemplateBilevel
+
+
+    class Forgets(TemplateBilevel):
+        rounds = "N + T + 3"
+
+        def rounds_per_iteration(self):
+            return None
+
+        def hypergrad(self, x, y, train, val):  # with T = 0
+            p = self.grad_mean(self.task.f, 1, x, y, self.noise(val.full()))
+            self.ledger.comm(train.M, y.shape[-1])
+            h = self.hypergradient(x, y, self.hp.lam * p, train, val, per_client=False).h
+            return h  # forgot: self.ledger.comm(M, x.shape[-1], 0)
+''')
+
+
+def test_a_forgotten_round_fails_even_where_rounds_per_iteration_varies_in_one_message(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "forgets.py").write_text(FORGETS)
+    r = cli("run", "hyperrep", "--algo", "forgets.py:Forgets", "--dataset", "digits", "--clients", "4",
+            "--participation", "0.5", "--rounds", "20", "--set", "T=0")
+    out = " ".join(r.output.split())
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    assert "forgets.py" in "".join(r.output.split()) and "step()" in out and "charged 3" in out, out
+
+
+# declares its state, but its step mixes the runs of a batch (a mean over every run's x): its batch differs
+MIXES = textwrap.dedent('''
+    from fbo_cli.algorithms.fednest import FedNest
+
+
+    class Mixes(FedNest):
+        batch_state = FedNest.batch_state
+
+        def step(self):
+            super().step()
+            self.x = self.x - 0.01 * self.x.mean()
+''')
+
+
+def test_a_user_batch_is_checked_against_its_runs_alone_before_it_batches(tmp_path):
+    from fbo_cli.grids import batch_check
+    from fbo_cli.grids.run_batches import execute_batch
+
+    batch_check._VERDICTS.clear()
+    keys = {**KEYS, "rounds": 30, "out_dir": str(tmp_path / "r")}
+    bad = [resolve("hyperrep", user(tmp_path, MIXES, "mixes.py"), {**keys, "outer_lr": lr}) for lr in (0.01, 0.02)]
+    out = execute_batch(bad)
+    assert all(s["status"] == "done" and "batch_runs" not in s for s in out)  # refused: they ran alone
+    log = (bad[0].run_dir / "run.log").read_text()
+    assert "differ from its runs alone" in log and "self.x" in log, log
+    good = [resolve("hyperrep", user(tmp_path, DECLARED, "declared.py"), {**keys, "outer_lr": lr})
+            for lr in (0.01, 0.02)]
+    out = execute_batch(good)
+    assert all(s["batch_runs"] == 2 for s in out)
+
+
+def test_an_interrupted_user_batch_resumes_as_a_batch_bit_for_bit(tmp_path):
+    from fbo_cli.grids.run_batches import execute_batch
+    from fbo_cli.runs import runner
+
+    src = user(tmp_path, DECLARED, "declared.py")
+    cfgs = {w: [resolve("hyperrep", src, {**KEYS, "rounds": 40, "eval_every": 1, "outer_lr": lr,
+                                          "out_dir": str(tmp_path / w)}) for lr in (0.01, 0.02)]
+            for w in ("whole", "cut")}
+    assert all(s["batch_runs"] == 2 for s in execute_batch(cfgs["whole"]))
+    seen = []
+
+    def stop_at_the_third(k, row):
+        seen.append(k)
+        if len(seen) == 6:  # both runs evaluated twice after the start
+            runner.STOP.set()
+
+    with pytest.raises(runner.Interrupted):
+        execute_batch(cfgs["cut"], on_eval=stop_at_the_third)
+    out = execute_batch(cfgs["cut"])
+    assert [(s["resumed_from_iteration"], s["batch_runs"]) for s in out] == [(2, 2)] * 2
+    assert "resume:" in (cfgs["cut"][0].run_dir / "run.log").read_text()
+    for a, b in zip(cfgs["whole"], cfgs["cut"]):
+        pd.testing.assert_frame_equal(metrics(a.run_dir), metrics(b.run_dir))

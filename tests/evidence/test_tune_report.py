@@ -465,10 +465,10 @@ def test_report_from_evidence_shows_verdicts_paper_numbers_and_missing_runs(tmp_
     assert "<table>" in html and "data:image" not in html + page and "every paper's reproduction" not in md
     assert 'src="r-figures/t.svg"' in page and (tmp_path / "r-figures" / "t.pdf").is_file()
     assert 'href="r-specs.html#' in html  # the summary links to the page that holds the section
-    assert '<nav><b>Contents</b>' in html and 'id="summary-the-papers-claims-and-their-verdicts"' in html
+    assert '<summary><b>Contents</b></summary>' in html and 'id="summary-the-papers-claims-and-their-verdicts"' in html
     assert not re.search(r"<h[1-3][^>]*>[^<]*`", html)  # headings render code, not backticks
     # like with like: on the paper's dataset a verdict; on another dataset context
-    verdicts = r"[0-9.]+;? ?[^|]* \| (consistent with|above|below|inconclusive) \|"
+    verdicts = r"[0-9.]+;? ?[^|]* \| \*\*(reached|ours above|ours below|inconclusive)\*\*[^|]* \|"
     for on, expect in (("{dataset: digits}", r"\| FedNest \| iid \| final \| 0.5 \| " + verdicts),
                        ("{dataset: mnist}", r"context: the paper's number is on mnist, ours on digits")):
         p3 = spec(tmp_path, seeds="[0]", extra=f"reference_on: {on}")

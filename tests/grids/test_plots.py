@@ -241,3 +241,24 @@ def test_the_tuning_plot_shows_each_methods_rejected_values_apart_with_one_legen
     assert {ln.get_marker() for ln in xs} == {"o", "s"} and all(ln.get_markerfacecolor() == "none" for ln in xs)
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert sum("rejected" in t for t in labels) == 1 and {"A", "B"} <= set(labels)
+
+
+def test_the_tuning_plots_y_label_stays_within_its_panel_below_the_title(tmp_path, captured):
+    """issue 60: tuning.png's rotated y label ran into the figure's title."""
+    from fbo_cli.grids.spec_types import TuneSpec
+    from fbo_cli.grids.tune.record import plot_tuning
+
+    ts = TuneSpec(seeds=[100], rounds=5, score="heldout_loss", mode="min", setting=None, tail=0.2, tolerance=0.1,
+                  extra={}, grids={"A": {"lr": [0.01, 0.1, 1.0], "mu": [0.1, 1.0]}})
+    df = pd.DataFrame([{"algorithm": "A", "setting": "s", "point": f"lr={v},mu={u}", "lr": v, "mu": u,
+                        "score": 0.5 + v + u, "rejected": False, "grid": "grid"} for v in (0.01, 0.1, 1.0)
+                       for u in (0.1, 1.0)])
+    plot_tuning(df, ts, tmp_path / "tuning.png", "a long title " * 8, {"A": "aggitd"})
+    fig = captured[-1]
+    fig.canvas.draw()
+    title = fig._suptitle.get_window_extent()
+    labelled = [ax for ax in fig.axes if ax.get_visible() and ax.yaxis.label.get_text()]
+    assert labelled and all(not ax.yaxis.label.get_text() for ax in fig.axes[1:2])  # the first column's only
+    for ax in labelled:  # the label within its panel's height: clear of the title and of the panels around
+        label, box = ax.yaxis.label.get_window_extent(), ax.get_window_extent()
+        assert label.y1 <= min(box.y1, title.y0) + 1 and label.y0 >= box.y0 - 1

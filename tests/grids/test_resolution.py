@@ -35,8 +35,12 @@ def test_a_crossing_the_grid_orders_keeps_its_verdict():
 
 
 def test_crossings_in_successive_intervals_of_one_grid_stay_ordered():
-    # both on a grid of 10: A crossed in (30, 40], B in (40, 50]: A was first, whatever the rounds inside
+    from fbo_cli.grids.resolution import LOW, _at
+
+    # both on a grid of 10: A crossed in (30, 40], B in (40, 50]: B's earliest crossing (41) is after A's latest
     runs = _runs([40] * 6, [30] * 6, [50] * 6, [40] * 6)
-    assert rounds_verdict(runs, CLAIM, "s", first=6).verdict == "holds"
-    same = _runs([40] * 6, [30] * 6, [40] * 6, [30] * 6)  # the same interval: no order
-    assert rounds_verdict(same, CLAIM, "s", first=6).verdict == "inconclusive"
+    early = _at(runs, {("B", "s"): LOW})
+    assert set(early[early.algorithm == "B"].rounds_to_target) == {41} and set(early[early.algorithm == "A"]
+                                                                              .rounds_to_target) == {40}
+    first = _runs([0] * 6, [0] * 6, [50] * 6, [40] * 6)  # reached at the first row: exactly there
+    assert set(_at(first, {("A", "s"): LOW}).query("algorithm == 'A'").rounds_to_target) == {0}

@@ -1,5 +1,6 @@
-"""Seeds until settled: `fbo compare --until-settled` adds seeds to the inconclusive claims' settings, up to
-the cap, in one step (two looks), writes settled.yaml, and the spec's cells include them from then on."""
+"""Seeds until settled: `fbo compare --until-settled` follows the sequential design: it adds the next look's
+seeds to the open claims' settings, runs them and looks again, up to the cap, writes settled.yaml, and the
+spec's cells include them from then on."""
 
 import yaml
 from typer.testing import CliRunner
@@ -37,16 +38,25 @@ def test_until_settled_adds_seeds_to_the_inconclusive_claims_settings_only(tmp_p
     r = runner.invoke(app, ["compare", str(p), "--until-settled", "--cap", "4"])
     assert r.exit_code == 0, r.output
     text = " ".join(r.output.split())
-    assert "inconclusive at the first look" in text and "adds seeds 2-3 to iid: AggITD, FedNest" in text
+    assert "adds seeds 2-2 to iid: AggITD, FedNest" in text  # 2 seeds: before the first look (3)
+    assert "adds seeds 2-3 to iid: AggITD, FedNest" in text  # open at look 1: up to the second and last look (4)
     settled = yaml.safe_load((tmp_path / "compare" / "s" / "settled.yaml").read_text())
-    assert settled["looks"] == [2, 4] and settled["added"] == [
+    assert settled["looks"] == [3, 4] and abs(sum(settled["alpha"]) - 0.05) < 1e-5 and settled["added"] == [
         {"setting": "iid", "algorithms": ["AggITD", "FedNest"], "seeds": [2, 3]}]
     exp = load_spec(p)  # the added cells are part of the experiment now: 2 x 3 x 2 + 2 x 2
     assert len(exp.cells) == 16 and {(c.algorithm, c.seed) for c in exp.cells if c.seed > 1} == {
         ("AggITD", 2), ("AggITD", 3), ("FedNest", 2), ("FedNest", 3)}
     assert all(c.cfg.run_dir.joinpath("summary.json").is_file() for c in exp.cells)  # and they ran
     assert len(load_spec(p, seeds=[0]).cells) == 6  # --seeds replaces them
-    r = runner.invoke(app, ["compare", str(p), "--until-settled", "--cap", "4"])  # at the cap: no third look
+    r = runner.invoke(app, ["compare", str(p), "--until-settled", "--cap", "4"])  # at the cap: no further look
     assert r.exit_code == 0 and "no seeds to add" in " ".join(r.output.split())
     r = runner.invoke(app, ["compare", str(p), "--until-settled", "--seeds", "0"])
     assert r.exit_code == 2 and "needs the spec's own seeds" in " ".join(r.output.split())
+
+
+def test_looks_takes_one_look_at_a_time(tmp_path):
+    p = write_spec(tmp_path)
+    r = runner.invoke(app, ["compare", str(p), "--until-settled", "--cap", "4", "--looks", "1"])
+    assert r.exit_code == 0, r.output
+    settled = yaml.safe_load((tmp_path / "compare" / "s" / "settled.yaml").read_text())
+    assert settled["added"] == [{"setting": "iid", "algorithms": ["AggITD", "FedNest"], "seeds": [2]}]

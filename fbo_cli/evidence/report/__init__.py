@@ -42,6 +42,7 @@ from .render import counts_title, finding_md, render_html, render_markdown, slug
 from .sections import Section, build_section  # noqa: F401
 
 DATA_S = 20  # seconds to read the evidence and write the pages on 2 cores, figures aside
+FIGURE_S = 4  # seconds to draw one figure on 2 cores (59 figures: about 4 minutes)
 FIGURES_MARK = ".fbo-figures"  # the report replaces only a figures folder that carries it
 
 
@@ -108,8 +109,9 @@ def build_report(root: Path, md_path: Path, html_path: Path, command: str = "fbo
 def estimate(figures: int, seconds: float) -> str:
     """How long the report will take: the data and pages, and the previous report's figures to redraw."""
     if not figures:
-        return (f"fbo report: about {DATA_S} s for the data and pages, plus every figure drawn anew (about 4 "
-                "minutes on 2 cores): no previous report's figures to reuse")
+        return (f"fbo report: about {DATA_S} s for the data and pages, plus every figure drawn anew (about "
+                f"{FIGURE_S} s each on 2 cores, about 4 minutes for the whole report's): no previous report's figures "
+                "to reuse")
     if not seconds:
         return (f"fbo report: about {DATA_S} s (the evidence and the plotting code are unchanged since the "
                 f"previous report: its {figures} figures are reused)")

@@ -213,7 +213,7 @@ def codasca_fig1(fig: PaperFigure, loaded, path: Path, formats, delta: float = 0
     algos = [a.name for a in exp.algorithms][::-1]  # the paper's method first
     f, axes = ps.subplots(len(algos) + 1, len(Ks), panel_h=1.75, sharey="row")
     zoomed = False
-    cmap = mpl.colormaps["cividis"]
+    cmap = mpl.colormaps["plasma"]  # sequential, its neighbouring tones differ in hue too (cividis greys its middle)
     icol = {I: cmap(0.9 * k / max(len(Is) - 1, 1)) for k, I in enumerate(Is)}
     for r, a in enumerate(algos):
         seen = []  # the row's curves after their first tenth: the row's y range (the lines differ by little)

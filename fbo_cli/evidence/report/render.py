@@ -12,11 +12,12 @@ import pandas as pd
 from ...grids.spec import Experiment
 from ...grids.verdicts import SEE, VERDICTS, one_verdict_per_comparison
 from ...runs.table import md_row
+from .bottomline import with_scorecards
 from .evidence import BENCH_FILES, CHECK_FILES
 from .fold import html_folds, slug
 from .heldout import defer_to_twins, heldout_md, pairs
+from .numbers import CONTRADICTS, outcome
 from .papers import PAPERS, Paper, fidelity_anchor
-from .scorecard import with_scorecards
 from .sections import Section
 from .tuning import tuning_md
 
@@ -154,11 +155,25 @@ def count_inconclusive(md: str, sections: dict[str, list[Section]]) -> str:
     total = sum("inconclusive" in line for line in md.splitlines())  # this line is among them
     line = (f"**Inconclusive, counted.** {total} lines of this report say inconclusive: {claims} claim verdicts "
             f"(one line per claim and setting, in the sections), {papers} verdicts on the papers' numbers, and "
-            f"{total - claims - papers} more (the scorecards' and the summary's rows that count them, the rule, the "
-            f"findings' tables and this line). More seeds decide them: `fbo compare SPEC --until-settled`.")
+            f"{total - claims - papers} more (the bottom lines', the scorecards' and the summary's rows that count "
+            f"them, the rule, the findings' tables and this line). " + more_seeds(sections))
     if not claims + papers:  # the report's own wording is no verdict to count
         line = "**Inconclusive, counted.** None of this report's verdicts is inconclusive."
     return md.replace(COUNT_MARK, line, 1)
+
+
+def more_seeds(sections: dict[str, list[Section]]) -> str:
+    """What more seeds can do for the open claim verdicts: those below the cap of `--until-settled` can be decided
+    by it; those read at the cap stay open under the rule (no look past it)."""
+    from ...grids.settle import CAP
+
+    vs = [v for secs in sections.values() for sec in secs for _, _, v in sec.verdicts or []
+          if v.verdict == "inconclusive"]
+    capped = sum(v.n >= CAP for v in vs)
+    return ((f"More seeds may decide the {len(vs) - capped} below the cap: `fbo compare SPEC --until-settled`"
+             if len(vs) > capped else "None is below the cap")
+            + (f"; the {capped} read at the cap of {CAP} seeds stay open under this rule (no look past it)."
+               if capped else "."))
 
 
 def figures_md(paper: Paper, sections: list[Section]) -> list[str]:
@@ -184,7 +199,8 @@ def finding_md(paper: Paper, sections: list[Section]) -> list[str]:
             if claim.startswith(paper.finding_claims)]
     held = sum(r[2] == "**holds**" for r in rows)
     out = [f"**The finding first.** {paper.finding}", "",
-           f"Checked in {len(rows)} experiment settings; it holds (95% interval above the margin) in {held} of them:",
+           f"Checked in {len(rows)} experiment settings; it holds (a claim of no difference: the 95% interval inside "
+           f"± the margin) in {held} of them:",
            "", "| experiment | setting | verdict | paired difference, 95% interval (test) | seeds | the numbers |",
            "|---|---|---|---|---|---|"]
     return out + [md_row(r) for r in rows] + [""]
@@ -273,7 +289,7 @@ def _render_section_md(sec: Section) -> list[str]:
     named = [f.name for f in FIGURES if sec.spec in f.specs and f.kind in ("curves", "codasca")]
     lines = [f"### {title}", "", f"Spec `{sec.spec}`; regenerate with `fbo compare {sec.spec}`"
              + (" after `fbo tune` of the same spec" if sec.exp.tune else "")
-             + f". Budget {_budget(exp)}; seeds {exp.seeds}."
+             + f". Budget {_budget(exp)}; seeds {exp.seeds}" + _settled(sec) + "."
              + (f" Its figure: `fbo figure {named[0]}` (at the head of this paper's part)." if named else ""), ""]
     if exp.description:
         lines += [exp.description, ""]
@@ -305,9 +321,26 @@ def _render_section_md(sec: Section) -> list[str]:
                   "paper's value.", ""]
         lines += [f"| algorithm | setting | quantity | paper ({ds}) | ours ({_datasets(exp)}; mean ± std, done runs) "
                   f"| verdict |", "|---|---|---|---|---|---|"]
-        lines += [md_row(r) for r in sec.paper_rows]
+        notes = sec.paper_notes or [""] * len(sec.paper_rows)
+        lines += [md_row((*r[:-1], number_cell(r[-1], note))) for r, note in zip(sec.paper_rows, notes)]
         lines.append("")
     return lines
+
+
+def number_cell(verdict: str, note: str = "") -> str:
+    """A paper number's verdict cell: "reached" only for equivalence, ours above or below in those words, the
+    note (a collapse contradicted, the seeds an open number needs) after it; context rows keep their reason."""
+    if verdict.startswith("context"):
+        return verdict
+    words = outcome(verdict, note == CONTRADICTS)
+    return f"**{words}**" + (f"; {note}" if note and note != CONTRADICTS else "")
+
+
+def _settled(sec: Section) -> str:
+    """Where `--until-settled` added seeds, how many the verdicts read (the spec's list names the first look's)."""
+    most = max((v.n for _, _, v in sec.verdicts or []), default=0)
+    return (f", and up to {most} where `fbo compare --until-settled` added seeds (each verdict names its own)"
+            if most > len(sec.exp.seeds) else "")
 
 
 def counts_title(path: Path) -> str:
@@ -370,8 +403,9 @@ def render_html(markdown: str, figs: dict[str, list[tuple[str, str, int]]] | Non
                     for tag, anchor, inline in toc)
     links = " · ".join(f"<b>{html.escape(t)}</b>" if h == here else f'<a href="{h}">{html.escape(t)}</a>'
                        for h, t in pages or [])
-    nav = (f'<nav class="pages">{links}</nav>' if links else "") + f'<nav><b>Contents</b><ul>{items}</ul></nav>'
-    css = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222;"
+    # the pages and the contents (folded) in one box: the first screen is the answer (:mod:`.bottomline`)
+    nav = f'<nav class="pages">{links}<details><summary><b>Contents</b></summary><ul>{items}</ul></details></nav>'
+    css = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:.5em auto;padding:0 1em;color:#222;"
            "font-size:15px;line-height:1.45}"
            "table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px}"
            "th{background:#f3f3f3}figure{margin:1em 0}figure img{max-width:100%;height:auto;border:1px solid #eee}"
@@ -379,7 +413,11 @@ def render_html(markdown: str, figs: dict[str, list[tuple[str, str, int]]] | Non
            "h2{border-bottom:2px solid #444;margin-top:2em}code{background:#f5f5f5;padding:0 3px}"
            "nav{background:#fafafa;border:1px solid #ddd;padding:.5em 1em;margin:1em 0}nav ul{margin:.3em 0}"
            "nav li.h3{margin-left:1.5em;font-size:13px}nav.pages{font-size:14px}"
-           "details{margin:.5em 0 1em}summary{cursor:pointer;color:#0645ad;font-size:14px}")
+           "details{margin:.5em 0 1em}summary{cursor:pointer;color:#0645ad;font-size:14px}"
+           "nav details{margin:.2em 0 0}h1{font-size:22px;margin:.3em 0}nav.pages{padding:.3em 1em}"
+           "h2#bottom-line-what-reproduces-per-paper{margin:.4em 0 .2em;font-size:20px}"
+           ".bottom{font-size:13px;line-height:1.25}.bottom p{margin:.3em 0 0}"
+           ".bottom ul{margin:0;padding-left:1.4em}.bottom li{margin:0}")
     cut = body.find("</h1>") + len("</h1>") if "</h1>" in body else 0  # the title, then the contents
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>fbo results</title><style>{css}</style>"
             f"</head><body>{body[:cut]}{nav}{body[cut:]}<script>addEventListener('load',()=>document.body.dataset."

@@ -1,7 +1,7 @@
 """A scorecard per paper: what reproduces, on one screen. It is computed from the sections' verdicts (the
 claims' by :func:`.verdicts.claim_verdict`, the paper's numbers' by :func:`.verdicts.paper_rows`), never
-typed: the claims counted by verdict, the paper's headline numbers against ours on its own data (reached,
-not reached, inconclusive, or context only and why), and what differs from the paper, one line each,
+typed: the claims counted by verdict, the paper's headline numbers against ours on its own data (reached, i.e.
+equivalent; ours above or below; inconclusive; or context only and why), and what differs from the paper, one line each,
 linked to the detail. Each paper's page opens with its card; the index shows every card's counts in one
 table.
 """
@@ -11,20 +11,17 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ...grids.verdicts import VERDICTS
+from ...grids.verdicts import SEE, VERDICTS
 from ...runs.table import md_row
 from .fold import slug
+from .numbers import collapse_pairs, outcome
 from .papers import Paper, fidelity_anchor
 from .sections import Section
 
-# a paper number's verdict (paper_rows' last column) as the scorecard counts it
-REACHED = {"consistent with": "reached", "consistent": "reached", "above": "reached (ours above)",
-           "below (faster)": "reached (faster)",
-           "below": "not reached", "above (slower)": "not reached (slower)", "inconclusive": "inconclusive",
-           "no data": "not run yet"}
 # context only: no verdict by the rule (another dataset or target, or a tuned row: ours at our steps; the reason is
-# on the paper's page)
-NUMBER_KINDS = ("reached", "not reached", "inconclusive", "not run yet", "context only")
+# on the paper's page). "reached" is an equivalence pass only (:mod:`.numbers`).
+NUMBER_KINDS = ("reached", "ours above", "ours below", "ours slower", "ours faster", "inconclusive", "not run yet",
+                "context only")
 
 
 @dataclass
@@ -56,17 +53,22 @@ def scorecard(paper: Paper, sections: list[Section]) -> Scorecard:
         for claim in dict.fromkeys(c for c, *_ in sec.verdicts or []):
             vs = [v.verdict for c, _, v in sec.verdicts if c == claim]
             card.claims.update(v for v in vs if v in VERDICTS)  # not those decided in another section
-            card.claim_rows.append((claim, link, ", ".join(f"**{k}** {n}" for k in VERDICTS
-                                                          if (n := vs.count(k)))))
-        for algo, setting, what, theirs, ours, verdict in sec.paper_rows or []:
+            card.claim_rows.append((claim, link, ", ".join([f"**{k}** {n}" for k in VERDICTS if (n := vs.count(k))]
+                                                          + [f"*{k}* {vs.count(k)}" for k in dict.fromkeys(vs)
+                                                             if k.startswith(SEE)])))
+        collapse = collapse_pairs(sec.exp)
+        notes = sec.paper_notes or [""] * len(sec.paper_rows or [])
+        for (algo, setting, what, theirs, ours, verdict), note in zip(sec.paper_rows or [], notes):
             if verdict.startswith("context"):
                 key = (link, verdict.removeprefix("context: "))
                 context[key] = context.get(key, 0) + 1
                 card.tally["context only"] += 1
                 continue
-            outcome = REACHED.get(verdict, verdict)
-            card.tally[kind(outcome)] += 1
-            card.numbers.append((link, f"{algo}, {setting}: {what}", theirs, ours.split(";")[0], outcome))
+            said = outcome(verdict, (algo, setting) in collapse)
+            card.tally[kind(said)] += 1
+            lost = [x.strip() for x in ours.split(";")[1:] if x.strip().endswith("left out")]  # runs not in the mean
+            card.numbers.append((link, f"{algo}, {setting}: {what}", theirs, "; ".join([ours.split(";")[0], *lost]),
+                                 said + (f"; {note}" if note and said == "inconclusive" else "")))
     anchor = fidelity_anchor(paper.fidelity) if paper.fidelity else ""
     detail = f" ([fidelity](fidelity.md#{anchor}))" if anchor else ""
     card.differences = [f"{claim}: {why}{detail}" for claim, why in paper.unchecked]
@@ -91,29 +93,32 @@ def numbers_line(card: Scorecard) -> str:
 
 
 def scorecard_md(card: Scorecard) -> list[str]:
-    """The card that opens a paper's page."""
+    """The card under a paper's bottom line: the counts, then each claim and number behind a fold."""
+    from .fold import fold
+
     out = [f"**Scorecard.** Claims: {claims_line(card)}. The paper's numbers against ours on the paper's own "
            f"data: {numbers_line(card)}.", ""]
+    rows = []
     if card.claim_rows:
-        out += ["| claim | experiment | verdicts over its settings |", "|---|---|---|"]
-        out += [md_row(r) for r in card.claim_rows] + [""]
+        rows += ["| claim | experiment | verdicts over its settings |", "|---|---|---|"]
+        rows += [md_row(r) for r in card.claim_rows] + [""]
     if card.numbers:
-        out += ["| experiment | paper number | paper | ours (mean ± std) | outcome |", "|---|---|---|---|---|"]
-        out += [md_row(r) for r in card.numbers] + [""]
+        rows += ["| experiment | paper number | paper | ours (mean ± std) | outcome |", "|---|---|---|---|---|"]
+        rows += [md_row(r) for r in card.numbers] + [""]
     if card.differences:
-        out += ["**What differs from the paper, and why** (one line each):", ""]
-        out += [f"- {d}" for d in card.differences] + [""]
-    return out
+        rows += ["**What differs from the paper, and why** (one line each):", ""]
+        rows += [f"- {d}" for d in card.differences] + [""]
+    return out + fold("Each claim and number of the scorecard, and what differs", rows)
 
 
 def scorecards_md(cards: list[Scorecard]) -> list[str]:
     """Every paper's card in one table (the index): claims by verdict, numbers reached, what is not tested."""
     out = ["## Scorecards: what reproduces", "",
            "Per paper: its claims checked, counted by verdict over settings (the rule below); its own numbers "
-           "against ours on its own data (\"reached\": equivalent to the paper's value by the rule below, or "
-           "ours beats it; \"context only\": no verdict, e.g. another dataset or a tuned row); and how many of its "
-           "claims we could not test. Follow a paper for its card: each claim, each number, and why each"
-           " difference.", "",
+           "against ours on its own data (\"reached\": equivalent to the paper's value by the rule below, and "
+           "nothing else; \"ours above\" and \"ours below\" are their own outcomes; \"context only\": no "
+           "verdict, e.g. another dataset or a tuned row); and how many of its claims we could not test. Follow a "
+           "paper for its card: each claim, each number, and why each difference.", "",
            "| paper | claims: verdicts | the paper's numbers on its data | claims not tested here |",
            "|---|---|---|---|"]
     for c in cards:
@@ -121,12 +126,3 @@ def scorecards_md(cards: list[Scorecard]) -> list[str]:
         out.append(md_row((f"[{short}](#{slug(c.paper.title.replace('`', ''))})", claims_line(c).split(": ", 1)[-1],
                            numbers_line(c), str(len(c.paper.unchecked)))))
     return out + [""]
-
-
-def with_scorecards(md: str, sections: dict[str, list[Section]], papers: tuple[Paper, ...]) -> str:
-    """The report's Markdown laid out (:func:`.fold.layout`) with every paper's scorecard: all of them after the
-    report's lead paragraph, each at the head of its paper's part."""
-    from .fold import layout
-
-    cards = [scorecard(p, sections.get(p.key, [])) for p in papers]
-    return layout(md, scorecards_md(cards), {c.paper.title: scorecard_md(c) for c in cards})

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-WIDTH, MAX_H, SCREEN_H = 1280, 60000, 900
+WIDTH, MAX_H, SCREEN_H = 1280, 60000, 800  # a laptop's first screen: 1280 x 800
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--virtual-time-budget=15000"]
 
 

@@ -13,6 +13,7 @@ from ...errors import UsageError
 from ...grids.compare import write_report
 from ...grids.spec import Experiment, tuned_entry
 from ...grids.verdicts import Verdict, claim_verdict, paper_rows, paper_tolerance, run_summaries, tuning_basis
+from .numbers import number_notes
 
 
 @dataclass
@@ -22,6 +23,8 @@ class Section:
     table_md: str = ""
     verdicts: list[tuple[str, str, Verdict]] | None = None  # (claim, setting, verdict with its numbers)
     paper_rows: list[tuple[str, str, str, str, str, str]] | None = None
+    attribution_rows: list[tuple] = field(default_factory=list)  # :func:`.attribution.shares`
+    paper_notes: list[str] = field(default_factory=list)  # per paper row: seeds its equivalence needs, a collapse
     missing: list[str] | None = None
     figures: list[tuple[Path, str]] | None = None  # (the figure's SVG, its caption)
     compute: str = ""
@@ -81,7 +84,9 @@ def build_section(spec: str, root: Path, work: Path, figdir: Path | None = None,
     if runs.empty:
         return sec
     out = work / exp.name
-    sec.table_md = write_report(exp, out, plots=False)  # the table comes back as data
+    from .tuning import how_chosen
+
+    sec.table_md = how_chosen(write_report(exp, out, plots=False), exp)  # the table comes back as data
     if figdir is not None and not any(spec in f.specs and f.kind in ("curves", "codasca") for f in FIGURES):
         sec.figures = section_figures(exp, runs, curves, figdir)
     sec.compute = compute_line(runs, root / "compare" / exp.name / "tuning.csv")
@@ -105,11 +110,13 @@ def build_section(spec: str, root: Path, work: Path, figdir: Path | None = None,
                             "", 0, tuning=basis)
             sec.verdicts.append((claim.text, s if t is None else f"{s} vs {t}", v))
     if exp.attribution:
-        from .attribution import attribution_md
+        from .attribution import attribution_md, shares
 
         sec.derived_md = "\n".join(x for x in (sec.derived_md, attribution_md(exp, runs)) if x)
+        sec.attribution_rows = shares(exp, runs)
     sec.tolerance = paper_tolerance(exp)
     sec.paper_rows = paper_rows(exp, runs, sec.tolerance[0])
+    sec.paper_notes = number_notes(exp, runs, sec.paper_rows, sec.tolerance[0])
     if exp.witness:
         from .witness_table import witness_md
 
@@ -123,7 +130,8 @@ def build_section(spec: str, root: Path, work: Path, figdir: Path | None = None,
 
 def section_figures(exp: Experiment, runs: pd.DataFrame, curves: dict, figdir: Path) -> list[tuple[Path, str]]:
     """The section's curves (SVG, PDF, PNG in ``figdir``): the spec's x axis, a zoom on the last half when the
-    lines' ends are squeezed together, and each ``x_also`` axis; with their captions."""
+    lines' ends are squeezed together (shown first then: the whole axis hides their differences), and each
+    ``x_also`` axis; with their captions."""
     from dataclasses import replace
 
     from ...grids.compare import ZOOM_BELOW
@@ -136,7 +144,7 @@ def section_figures(exp: Experiment, runs: pd.DataFrame, curves: dict, figdir: P
     if squeeze < ZOOM_BELOW:
         zoom = figdir / f"{exp.name}_zoom.png"
         plot_experiment(exp, curves, zoom, runs, tail=0.5, title=False)
-        out.append((zoom.with_suffix(".svg"), caption(exp, tail=0.5)))
+        out.insert(0, (zoom.with_suffix(".svg"), caption(exp, tail=0.5)))  # the spread is small: the zoom first
     for xa in exp.x_also:
         other = replace(exp, x=xa)
         p = figdir / f"{exp.name}_{xa}.png"

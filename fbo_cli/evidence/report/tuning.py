@@ -8,10 +8,9 @@ import pandas as pd
 
 from ...grids.spec import Experiment
 from ...grids.spec_types import Choice, Tuned
-from .sections import Section
 
 
-def tuning_md(sections: list[Section]) -> list[str]:
+def tuning_md(sections: list) -> list[str]:  # of .sections.Section (it imports this module)
     """The tuned choices of every section counted by how they relate to their grid (interior, the largest
     or smallest stable value, at an edge not resolved, none accepted), and each tuned spec's budget."""
     kinds = {"interior": 0, "stable": 0, "valid": 0, "edge": 0, "none": 0}
@@ -119,3 +118,28 @@ def choice_kind(vals: Choice | dict, records: pd.DataFrame | None, algo: str, se
         if rank[kind] > rank[worst]:
             worst, why = kind, note
     return worst, why
+
+
+KIND_WORDS = {"stable": "beside a rejected value", "edge": "an unresolved edge", "valid": "the end of the valid range"}
+
+
+def how_chosen(table_md: str, exp: Experiment) -> str:
+    """The section table's "how chosen" cells told as the tally tells them (:func:`choice_kind`, from the tuning's
+    own record): a bare "tuned" where the record shows the choice beside a rejected value or at an unresolved edge
+    says so, so that a section and the tally never disagree."""
+    if not exp.tuned:
+        return table_md
+    tuned, records = Tuned.of(exp.tuned), tuning_records(exp)
+    lines = table_md.split("\n")
+    for algo, per in tuned.chosen.items():
+        for setting, vals in per.items():
+            kind, why = choice_kind(vals, records, algo, setting, (tuned.grids or {}).get(algo))
+            if kind not in KIND_WORDS:
+                continue
+            for i, line in enumerate(lines):
+                cells = [c.strip() for c in line.strip("|").split(" | ")]
+                if (len(cells) == 4 and cells[0] == algo and cells[3] == "tuned"
+                        and (cells[1] == setting or cells[1].startswith(f"every setting (tuned at {setting})"))):
+                    lines[i] = "| " + " | ".join(cells[:3] + [f"tuned ({KIND_WORDS[kind]}, from the tuning record"
+                                                              + (f": {why})" if why else ")")]) + " |"
+    return "\n".join(lines)

@@ -188,8 +188,11 @@ def _run_processes(cells, jobs, console, rerun, title, units) -> list[dict]:
                                 if lost[key] < 2:
                                     broken.append(todo[k])
                                     continue
-                                res = [{"status": "failed", "error": "its worker process was killed twice (out of "
-                                        "memory? kill -9?); run the same command again to resume it from its "
+                                src = cells[todo[k][0]].cfg.source.rpartition(":")[0]
+                                res = [{"status": "failed", "error": "its worker process died twice (killed: out of "
+                                        "memory? kill -9?" + (f"; or {src}, the user's code it was running, "
+                                                             "ended it (os._exit?)" if src else "")
+                                        + "); run the same command again to resume it from its "
                                         "checkpoint"}] * len(todo[k])
                             for i, s in zip(todo[k], res, strict=True):
                                 out[i] = s
@@ -198,8 +201,10 @@ def _run_processes(cells, jobs, console, rerun, title, units) -> list[dict]:
                                 if s["status"] != "busy":
                                     _report(prog, overall, cells[i], s, say_resume=True)
                 if broken:
+                    users = sorted({cells[u[0]].cfg.source.rpartition(":")[0] for u in broken} - {""})
                     prog.console.print(f"a worker process died: {len(broken)} task(s) in flight go on in a fresh "
-                                       f"pool (a run whose worker dies twice is counted as failed)", highlight=False)
+                                       f"pool (a run whose worker dies twice is counted as failed)"
+                                       + (f"; it ran user code: {', '.join(users)}" if users else ""), highlight=False)
                 todo = broken
     return out  # type: ignore[return-value]
 

@@ -250,7 +250,8 @@ def plot_tuning(df: pd.DataFrame, ts: TuneSpec, path: Path, title: str, algo_of:
                 ax.xaxis.set_major_locator(LogLocator(numticks=5))
                 ax.xaxis.set_minor_formatter("")  # minor tick labels crowd the major ones
             ax.set_xlabel(key)
-            ax.set_ylabel(f"{ts.score} ({ts.mode}; validation)")
+            # two short lines, on the first column only: a long rotated label runs past a 2.1 in panel into the title
+            ax.set_ylabel(f"{ts.score}\n({ts.mode})" if j % ncol == 0 else "")
             ax.set_title(s if len(settings) > 1 or ts.setting else key)
     from matplotlib.lines import Line2D
 
