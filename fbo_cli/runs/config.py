@@ -43,7 +43,12 @@ class RunSettings:
     rounds: int = bounded(2000, doc="budget in communication rounds")
     max_iters: int | None = bounded(None, doc="optional budget in outer iterations")
     time_limit: float | None = bounded(None, doc="optional budget in seconds of training")
-    eval_every: int = bounded(1, doc="evaluate every this many outer iterations")
+    eval_every: int = bounded(1, doc="evaluate every this many outer iterations (when eval_rounds is unset)")
+    eval_rounds: int | None = bounded(None,
+                                      doc="evaluate on a grid of this many communication rounds: at the first outer "
+                                          "iteration reaching each multiple, and at the last within the budget (one "
+                                          "round grid for every method of a compare; None: every eval_every "
+                                          "iterations)")
     target: float | None = bounded(None, doc="headline metric target for \"rounds to target\"")
     seed: int = bounded(0,
                         doc="random seed of the data split, the client sampling, the minibatches and the "
@@ -67,7 +72,7 @@ _NOT_IDENTITY_TASK = {"fast"}
 # keys added after runs of their task were committed as evidence: they enter a run's identity only
 # when set away from this default, so that the older runs keep their ids (and stay reused)
 _IDENTITY_UNLESS_DEFAULT = {("auc", "heldout_frac"): False, ("hyperrep", "eval"): "test,val"}
-_RUN_IDENTITY_UNLESS_DEFAULT = {"heldout_frac": 0.0}
+_RUN_IDENTITY_UNLESS_DEFAULT = {"heldout_frac": 0.0, "eval_rounds": None}
 # hyperparameters added after runs were committed as evidence, likewise (any task)
 _HP_IDENTITY_UNLESS_DEFAULT = {"outer_lr_schedule": "constant", "outer_lr_t0": 1.0}
 
@@ -486,6 +491,8 @@ def _validate(run: RunSettings, tcls) -> None:
         raise UsageError(f"participation must be in (0, 1], got {run.participation}")
     if run.eval_every < 1:
         raise UsageError(f"eval_every must be >= 1, got {run.eval_every}")
+    if run.eval_rounds is not None and run.eval_rounds < 1:
+        raise UsageError(f"eval_rounds must be >= 1 (or none), got {run.eval_rounds}")
     if run.alpha <= 0:
         raise UsageError(f"alpha must be > 0, got {run.alpha}")
     if not 0 <= run.seed < 2**32:  # numpy's generators take 32-bit seeds

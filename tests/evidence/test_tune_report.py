@@ -179,7 +179,8 @@ def test_an_edge_choice_is_extended_until_interior_or_its_neighbour_fails():
     assert extensions(failed, {"A": {"s": chosen}}, ts, {}) == []
     better = pd.concat([two, _tuning_rows([(1.0, 0.3, "done"), (10.0, 0.35, "done")])])  # interior now
     chosen = choose(better, ts)["A"]["s"]
-    assert chosen == {"outer_lr": 1.0}
+    assert chosen.values == {"outer_lr": 1.0} and not chosen.edge_note()
+    assert chosen.notes["searched"] == "outer_lr over 0.01, 0.1, 1, 10"  # what was searched, per key
     low = _tuning_rows([(0.01, 0.3, "done"), (0.1, 0.4, "done")])
     assert extensions(low, choose(low, ts), ts, {}) == [(("A", "s"), {"outer_lr": 0.001})]
     # every point rejected, each for a too-large step: the grid goes on below its smallest value

@@ -55,6 +55,14 @@ def _run_serial(cells, console, rerun, title, units) -> list[dict]:
     return out  # type: ignore[return-value]
 
 
+def _overall(prog, overall, out: list, inflight: dict) -> None:
+    """The overall bar's count: the runs finished plus the share of each unit in flight that is done (its rounds
+    over its budget, times its runs), so that its count moves and its time left is estimated from the runs'
+    rounds while they run, not only from their ends (three runs on two jobs have no end for a long while)."""
+    done = sum(1 for s in out if s is not None and s["status"] != "busy")
+    prog.update(overall, completed=done + sum(inflight.values()))
+
+
 _ROUNDS = None  # a pool worker's queue for its units' rounds: (pool, unit, rounds), drawn as the driver's bars
 
 
@@ -130,6 +138,7 @@ def _run_processes(cells, jobs, console, rerun, title, units) -> list[dict]:
         overall = prog.add_task(title, total=len(cells), info="")
         lost: dict[tuple, int] = {}  # how often a unit's worker died under it
         bars: dict[tuple, int] = {}  # (pool, unit) -> its bar of rounds, from its first report to its end
+        inflight: dict[tuple, float] = {}  # (pool, unit) -> the runs' worth of it done (the overall bar's count)
         pools = 0
         for wait in (False, True):
             todo = [u for u in ([i for i in unit if out[i] is None or out[i]["status"] == "busy"] for unit in units)
@@ -152,6 +161,8 @@ def _run_processes(cells, jobs, console, rerun, title, units) -> list[dict]:
                             what = _label(c0) if len(todo[k]) == 1 else f"{c0.algorithm} · batch of {len(todo[k])}"
                             bars[(p, k)] = prog.add_task(what, total=c0.cfg.run.rounds, info="rounds")
                         prog.update(bars[(p, k)], completed=min(r, c0.cfg.run.rounds))
+                        inflight[(p, k)] = min(r, c0.cfg.run.rounds) / c0.cfg.run.rounds * len(todo[k])
+                        _overall(prog, overall, out, inflight)
 
                 with _stopping(ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_die_with_parent,
                                                    initargs=(os.getpid(), rounds_q))) as pool:
@@ -167,6 +178,8 @@ def _run_processes(cells, jobs, console, rerun, title, units) -> list[dict]:
                             bar = bars.pop((pools, k), None)
                             if bar is not None:
                                 prog.remove_task(bar)
+                            if inflight.pop((pools, k), None) is not None:
+                                _overall(prog, overall, out, inflight)  # its runs are counted whole below
                             try:
                                 res = fut.result()
                             except BrokenProcessPool:  # a worker was killed (the OOM killer, kill -9): the pool is lost
