@@ -118,8 +118,10 @@ class Reuse:
         return result
 
     def save(self) -> None:
-        (self.new / MANIFEST).write_text(json.dumps({"evidence": self.evidence, "figures": self.now}, indent=0,
-                                                    sort_keys=True))
+        from ..files import atomic_write
+
+        atomic_write(self.new / MANIFEST, json.dumps({"evidence": self.evidence, "figures": self.now}, indent=0,
+                                                     sort_keys=True))
 
     def estimate(self) -> tuple[int, float]:
         """(figures of the previous report, the seconds it may take to redraw them): none when neither the
@@ -139,6 +141,9 @@ def _stats(root: Path) -> list[tuple[str, int, int]]:
 
 
 def _link(src: Path, dst: Path) -> None:
+    from ..files import check_target
+
+    check_target(dst)
     try:
         os.link(src, dst)
     except OSError:
