@@ -152,7 +152,7 @@ def tuning(root: Path, p) -> None:
         CliRunner().invoke(app, ["compare", "spec.yaml", "--out-dir", str(root / "shared")])
         os.chdir(root / "b")
         p.case("two spec.yaml of one name from two folders into one --out-dir", ["compare", "spec.yaml", "--out-dir",
-               str(root / "shared")], says="a different spec file")
+               str(root / "shared")], says="a different spec with the same name")
     finally:
         os.chdir(here)
 

@@ -92,20 +92,17 @@ def committed_runs(specs: list[str | Path], evidence: Path = EVIDENCE, unusable:
 def config_changed(run_dir: Path, cfg) -> str:
     """Why the evidence run's ``config.yaml`` is not the configuration of the run it sits in ('' when it is):
     deleted, unreadable, or edited (what it says no longer hashes to the run's id)."""
-    import hashlib
-    import json
-
-    from ..runs.config import comparable, load_config_file
+    from ..runs.config import identity_of, load_yaml
 
     p = Path(run_dir) / "config.yaml"
     if not p.is_file() or p.is_symlink():
         return "config.yaml is missing (deleted?)"
     try:
-        data = load_config_file(p)
-    except UsageError as e:
+        data = load_yaml(p.read_bytes(), str(p))
+        same = isinstance(data, dict) and identity_of(data) == cfg.identity()
+    except (UsageError, OSError, TypeError, ValueError) as e:
         return f"config.yaml is unreadable ({str(e)[:120]})"
-    h = hashlib.sha1(json.dumps(comparable(data), sort_keys=True, default=str).encode()).hexdigest()[:10]
-    return "" if h == cfg.identity() else "config.yaml is not this run's configuration (edited?)"
+    return "" if same else "config.yaml is not this run's configuration (edited?)"
 
 
 def select(picks: list[Pick], minutes: float | None, batch: str | int = "off") -> list[Pick]:

@@ -244,7 +244,7 @@ def tuning_procedure(exp, base: dict, overrides: dict) -> dict:
             "fixed": {a.name: keep(a.set) for a in exp.algorithms if a.tune}, "command_line": keep(overrides)}
 
 
-_PROCEDURE_WORDS = {"seeds": "tuning seeds", "rounds": "tuning budget (tune.rounds)", "grids": "tuning grids",
+_PROCEDURE_WORDS = {"seeds": "tuning seeds", "rounds": "tuning budget (tune.rounds)", "grids": "another tuning grid",
                     "base": "base values (clients, rounds, ...)", "settings": "settings' values",
                     "fixed": "tuned rows' fixed values", "command_line": "--set values", "set": "tune.set"}
 

@@ -38,9 +38,9 @@ def claim_folder(exp, outdir: Path, write: bool = True) -> None:
         else:  # an older mark, or a spec without a file: its identity or its relative path
             same = ident == identity(exp) or bool(other and exp.path and _absolute(other) == here)
         if not same:
-            raise UsageError(f"{outdir} holds the results of {other or 'another spec'}, a different spec file with "
-                             f"the same name '{exp.name}': give {here or exp.path or 'this spec'} its own 'name:' "
-                             f"(or another --out-dir)")
+            raise UsageError(f"{outdir} holds the results of {other or 'another spec'}, a different spec with the "
+                             f"same name '{exp.name}' (another file): give {here or exp.path or 'this spec'} its own "
+                             f"'name:' (or another --out-dir)")
         if write and held != mine:
             atomic_write(mark, mine)
         return

@@ -92,6 +92,11 @@ def comparable(data: dict[str, Any]) -> dict[str, Any]:
     return {**d, "task_params": tp}
 
 
+def identity_of(data: dict[str, Any]) -> str:
+    """The run id's last part of a resolved config (``RunConfig.as_dict()``, or a run's config.yaml as read)."""
+    return hashlib.sha1(json.dumps(comparable(data), sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
 @dataclass
 class RunConfig:
     task: str
@@ -127,8 +132,7 @@ class RunConfig:
                 "task_params": asdict(self.task_params), "hp": asdict(self.hp)}
 
     def identity(self) -> str:
-        d = comparable(self.as_dict())
-        return hashlib.sha1(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:10]
+        return identity_of(self.as_dict())
 
     @property
     def run_id(self) -> str:
