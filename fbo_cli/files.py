@@ -87,11 +87,21 @@ def make_dirs(path: Path) -> None:
     try:
         Path(path).mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
-        raise UsageError(f"cannot create directory {short(path)}: a part of that path is a regular file") from None
+        raise UsageError(f"cannot create directory {short(path)}: {_blocked(Path(path))}") from None
     except PermissionError:
         raise UsageError(f"cannot create directory {short(path)}: permission denied") from None
     except OSError as e:  # e.g. a name longer than the file system allows
         raise UsageError(f"cannot create directory {short(path)}: {e.strerror or e}") from None
+
+
+def _blocked(path: Path) -> str:
+    """What part of ``path`` keeps it from being a folder: a dangling link, a link, or a file."""
+    for q in [*reversed(path.parents), path]:
+        if q.is_symlink() and not q.exists():
+            return f"{short(q)} is a symbolic link to nothing (dangling): remove it, or name another folder"
+        if q.exists() and not q.is_dir():
+            return f"{short(q)} is {'a symbolic link to ' if q.is_symlink() else ''}a regular file"
+    return "a part of that path is a regular file"
 
 
 @contextlib.contextmanager

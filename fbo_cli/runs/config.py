@@ -156,7 +156,9 @@ def _type_name(tp: Any) -> str:
 
 
 def coerce(key: str, value: Any, tp: Any) -> Any:
-    """Coerce ``value`` (a YAML scalar or a string from the command line) to the field type ``tp``."""
+    """Coerce ``value`` (a YAML scalar or a string from the command line) to the field type ``tp``. A string for a
+    text key stays the text given (``--out-dir null`` is a folder named null, not YAML's null)."""
+    raw = value
     if isinstance(value, str):
         try:
             value = load_yaml(value, f"the value of '{key}'") if value.strip() else value
@@ -194,6 +196,8 @@ def coerce(key: str, value: Any, tp: Any) -> Any:
             raise UsageError(f"'{key}' must be a finite number, got {value!r}")
         return float(value)
     if tp is str:
+        if isinstance(raw, str) and not isinstance(value, str):
+            return raw
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return str(value)
         if not isinstance(value, str):

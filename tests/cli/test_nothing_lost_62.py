@@ -130,3 +130,57 @@ def test_report_from_a_root_with_a_dangling_link_and_deep_folders_does_not_walk_
     assert plot_reuse._stats(root) == []
     r = _report(tmp_path, "--md", str(tmp_path / "r.md"), "--html", str(tmp_path / "r.html"))
     assert r.exit_code == 2 and "no finished runs" in _said(r), r.output
+
+
+def test_a_permission_error_anywhere_in_a_command_is_exit_2_naming_the_file():
+    """`chattr +i` on a run folder: PermissionError (EPERM) deep in the runner was a traceback."""
+    import errno
+
+    import typer
+
+    from fbo_cli.cli.common import path_errors
+
+    def boom():
+        raise PermissionError(errno.EPERM, "Operation not permitted", "/r/hyperrep/aggitd/x/summary.json")
+
+    t = typer.Typer()
+    t.command()(path_errors(boom))
+    r = runner.invoke(t, [])
+    assert r.exit_code == 2 and "summary.json" in _said(r) and "Traceback" not in r.output, r.output
+
+
+def test_a_dangling_link_in_place_of_a_run_folder_is_named_as_such(tmp_path):
+    from fbo_cli.runs.config import resolve
+
+    cfg = resolve("hyperrep", "aggitd", {"dataset": "digits", "clients": 4, "participation": 0.5, "rounds": 2,
+                                         "out_dir": str(tmp_path)})
+    cfg.run_dir.parent.mkdir(parents=True)
+    cfg.run_dir.symlink_to(tmp_path / "nowhere")
+    r = runner.invoke(app, ["run", "hyperrep", "--algo", "aggitd", "--dataset", "digits", "--rounds", "2", "--set",
+                            "clients=4", "--set", "participation=0.5", "--out-dir", str(tmp_path), "--quiet"])
+    assert r.exit_code == 2 and "dangling" in _said(r), r.output
+    assert cfg.run_dir.is_symlink() and not (tmp_path / "nowhere").exists()
+
+
+def test_compare_out_dir_null_is_a_folder_named_null(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text("name: nul\ntask: hyperrep\nseeds: [0]\nalgorithms: [{name: A, algo: aggitd}]\n"
+                                     "base: {dataset: digits, clients: 4, participation: 0.5, rounds: 2}\n")
+    r = runner.invoke(app, ["compare", "s.yaml", "--out-dir", "null", "--dry-run"])
+    assert r.exit_code == 0 and "1 run(s) to do" in _said(r), r.output
+
+
+def test_a_dirichlet_partition_at_a_tiny_alpha_warns_nothing_and_deals_every_example():
+    import warnings
+
+    import numpy as np
+
+    from fbo_cli.data.partition import dirichlet
+
+    labels = np.repeat(np.arange(10), 50)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "invalid value" RuntimeWarning fails the test
+        parts = dirichlet(labels, 4, np.random.RandomState(0), alpha=1e-4)
+    assert sorted(np.concatenate(parts).tolist()) == list(range(500))
+    a, b = dirichlet(labels, 4, np.random.RandomState(1), 0.5), dirichlet(labels, 4, np.random.RandomState(1), 0.5)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
