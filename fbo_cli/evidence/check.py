@@ -23,8 +23,9 @@ it is no drift). An evidence run that is missing, whose completion record fails,
 deleted or edited (it no longer hashes to the run's id) is named and counted (never "N of N").
 
 It writes ``check.md`` and ``check.csv`` (and the reruns under ``runs/``) in its output folder and
-exits 1 when a run differs or fails, or an evidence run could not be used. The training seconds of the evidence and of the rerun stand
-side by side for context only: the evidence's were measured on another day, often two runs at once.
+exits 1 when a run differs or fails, or an evidence run could not be used. The training seconds of the
+evidence and of the rerun stand side by side for context only: the evidence's were measured on another
+day, often two runs at once.
 """
 
 from __future__ import annotations
