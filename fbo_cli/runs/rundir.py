@@ -327,7 +327,10 @@ def todo_runs(cells: list, rerun: bool = False, accept: bool = False, stale: dic
 
 
 def read_metrics(path: Path) -> pd.DataFrame | None:
-    """``metrics.csv`` as a frame, or None when it is empty, binary or cut mid-row."""
+    """``metrics.csv`` as a frame, or None when it is empty, binary, cut mid-row or not a regular file (a FIFO
+    planted there would block the read forever)."""
+    if not Path(path).is_file():
+        return None
     try:
         text = Path(path).read_text()
     except (OSError, UnicodeDecodeError):
