@@ -184,3 +184,16 @@ def test_a_dirichlet_partition_at_a_tiny_alpha_warns_nothing_and_deals_every_exa
     assert sorted(np.concatenate(parts).tolist()) == list(range(500))
     a, b = dirichlet(labels, 4, np.random.RandomState(1), 0.5), dirichlet(labels, 4, np.random.RandomState(1), 0.5)
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
+
+
+def test_a_fifo_in_place_of_metrics_csv_reads_as_unreadable_without_blocking(tmp_path):
+    import threading
+
+    from fbo_cli.runs.rundir import read_metrics
+
+    os.mkfifo(tmp_path / "metrics.csv")
+    got = []
+    t = threading.Thread(target=lambda: got.append(read_metrics(tmp_path / "metrics.csv")), daemon=True)
+    t.start()
+    t.join(5)  # before: the read blocked until a writer opened the FIFO
+    assert got == [None]
