@@ -358,7 +358,7 @@ def more_inputs(o: Path, env: dict) -> None:
     """Issue 41, items 4 and 6 to 12."""
     import errno
 
-    import fbo_cli.runs.rundir as res
+    import fbo_cli.files as res  # the one writer
 
     # 4. a full disk
     real = res._umask
