@@ -144,16 +144,16 @@ def prune_evidence(evidence: Path, papers=PAPERS, remove: bool = False, yes: boo
         if not is_fbo_root(evidence):
             raise UsageError(f"--prune: {evidence} is not a results root fbo made (no {ROOT_MARKER}); nothing "
                              f"removed")
+        if len(stale) > PRUNE_SHARE * len(runs) and not yes:
+            raise UsageError(f"--prune would remove {len(stale)} of the {len(runs)} runs under {evidence} (more "
+                             f"than {PRUNE_SHARE:.0%}; e.g. {stale[0]}): nothing removed. `fbo report --collect "
+                             f"...` without --prune lists them; add --yes to remove them all")
         theirs = collected(evidence)
         own = [d for d in stale if str(d.relative_to(evidence)) not in theirs]
         if own and not yes:
             raise UsageError(f"--prune would remove {len(own)} finished run(s) under {evidence} that `fbo report "
                              f"--collect` did not bring there (your own? e.g. {own[0]}): nothing removed. Move them "
                              f"elsewhere, or add --yes to remove them too")
-        if len(stale) > PRUNE_SHARE * len(runs) and not yes:
-            raise UsageError(f"--prune would remove {len(stale)} of the {len(runs)} runs under {evidence} (more "
-                             f"than {PRUNE_SHARE:.0%}; e.g. {stale[0]}): nothing removed. `fbo report --collect "
-                             f"...` without --prune lists them; add --yes to remove them all")
         for d in stale:
             remove_run(d)
         for f in partial:
