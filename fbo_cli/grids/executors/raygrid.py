@@ -42,7 +42,7 @@ def _ray_task(task: str, algo: str, layers: list[tuple], threads: int, files_in:
     torch.set_num_threads(threads)
     tmp = temp_folder("ray")  # a killed worker's: `fbo clean --temp` removes it once this process is gone
     try:
-        cfgs = [resolve(task, algo, *ly, {"out_dir": tmp, "threads": threads}) for ly in layers]
+        cfgs = [resolve(task, algo, *ly, {"out_dir": str(tmp), "threads": threads}) for ly in layers]
         for cfg, fin in zip(cfgs, files_in, strict=True):
             cfg.run_dir.mkdir(parents=True, exist_ok=True)
             for name, data in fin.items():
