@@ -97,6 +97,11 @@ def comparable(data: dict[str, Any]) -> dict[str, Any]:
     return {**d, "task_params": tp}
 
 
+def identity_of(data: dict[str, Any]) -> str:
+    """The run id's last part of a resolved config (``RunConfig.as_dict()``, or a run's config.yaml as read)."""
+    return hashlib.sha1(json.dumps(comparable(data), sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
 @dataclass
 class RunConfig:
     task: str
@@ -143,8 +148,7 @@ class RunConfig:
                 raise UsageError(f"a user's code changed fbo's {why} at import: a run of the built-in '{self.algo}' "
                                  "here would be that code's under the built-in's run id; subclass instead "
                                  "(class Mine(FedNest) with its own outer_lr), or run the built-in without it")
-        d = comparable(self.as_dict())
-        return hashlib.sha1(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:10]
+        return identity_of(self.as_dict())
 
     @property
     def run_id(self) -> str:
@@ -168,7 +172,9 @@ def _type_name(tp: Any) -> str:
 
 
 def coerce(key: str, value: Any, tp: Any) -> Any:
-    """Coerce ``value`` (a YAML scalar or a string from the command line) to the field type ``tp``."""
+    """Coerce ``value`` (a YAML scalar or a string from the command line) to the field type ``tp``. A string for a
+    text key stays the text given (``--out-dir null`` is a folder named null, not YAML's null)."""
+    raw = value
     if isinstance(value, str):
         try:
             value = load_yaml(value, f"the value of '{key}'") if value.strip() else value
@@ -206,6 +212,8 @@ def coerce(key: str, value: Any, tp: Any) -> Any:
             raise UsageError(f"'{key}' must be a finite number, got {value!r}")
         return float(value)
     if tp is str:
+        if isinstance(raw, str) and not isinstance(value, str):
+            return raw
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return str(value)
         if not isinstance(value, str):

@@ -80,6 +80,7 @@ def write_record(exp: Experiment, spec_path: str | Path, ts: TuneSpec, outdir: P
         "confirmed": {f"{a} | {s}": {"points": pts, "seeds": extra_seeds} for (a, s), pts in confirm.items()},
         "margin": {f"{a} | {s}": pts for (a, s), pts in (margin or {}).items()},
         "chosen": chosen_on_disk(chosen),
+        "made_by": exp.procedure,  # the procedure these values apply to (load_tuned checks the spec against it)
         **({"code": user_code(exp)} if user_code(exp) else {}),
         **({"ranking_check": ranking[1]} if ranking is not None else {})})
     plot_tuning(table, ts, outdir / "tuning.png", exp.title or exp.name, {a.name: a.algo for a in exp.algorithms},
