@@ -22,8 +22,9 @@ import pandas as pd
 from ..errors import UsageError
 from ..runs.collapse import collapsed
 from ..runs.cost import cost_line
-from ..runs.rundir import atomic_write, read_metrics, run_status, todo_runs
+from ..runs.rundir import atomic_write, read_metrics, run_status
 from ..runs.table import fmt_num, lower_is_better, md_row, read_columns, within_budget
+from ..runs.todo import todo_runs
 from .executors import GridOptions
 from .plots import plot_experiment, t95  # noqa: F401  (compare's public API)
 from .run_batches import cost_shares

@@ -128,7 +128,7 @@ def second_look(exp: Experiment, spec: str | Path, overrides: dict[str, Any], ca
     """The next look's seeds for the claims still open: planned (:func:`plan`), written to ``settled.yaml`` (not
     in a dry run, which says their cost instead, and what every open claim to the cap would cost) and loaded."""
     from ..runs.cost import cost_line
-    from ..runs.rundir import todo_runs
+    from ..runs.todo import todo_runs
     from .compare import collect
     from .run_batches import cost_shares
 

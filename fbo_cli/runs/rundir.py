@@ -302,37 +302,6 @@ def is_finished(run_dir: Path) -> bool:
     return ended(*run_status(run_dir)[:2])
 
 
-def todo_runs(cells: list, rerun: bool = False, accept: bool = False, stale: dict | None = None) -> list:
-    """The cells (objects with ``.cfg``) still to run, one per run directory (two rows of a grid may be
-    the same run): not finished, or finished by code that has changed since (:mod:`fbo_cli.runs.identity`;
-    ``stale`` collects ``{run_dir: why}``), unless ``accept`` (the change is recorded and the run kept)."""
-    from .identity import accepted, adopt, predecessor, stale_reason
-
-    todo = {}
-    for c in cells:
-        d = c.cfg.run_dir
-        if d in todo:
-            continue
-        state, s, _ = run_status(d)
-        if not rerun and not ended(state, s) and state != "partial" and (old := predecessor(c.cfg)):
-            if accept:  # a user's edit: the run of this file's code before it is adopted
-                adopt(c.cfg, *old)
-                continue
-            todo[d] = c
-            if stale is not None:
-                stale[d] = stale_reason(c.cfg, old[1]) or f"stale: run {old[0].name} was made by other code"
-        elif rerun or not ended(state, s):
-            todo[d] = c
-        elif why := stale_reason(c.cfg, s):
-            if accept:
-                write_json(d / "summary.json", accepted(c.cfg, s))
-            else:
-                todo[d] = c
-                if stale is not None:
-                    stale[d] = why
-    return list(todo.values())
-
-
 def read_metrics(path: Path) -> pd.DataFrame | None:
     """``metrics.csv`` as a frame, or None when it is empty, binary, cut mid-row or not a regular file (a FIFO
     planted there would block the read forever)."""

@@ -158,7 +158,7 @@ def check_ranking(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], cell
                   table: pd.DataFrame, extended: dict, grid: GridOptions, console=None):
     """The ranking check (:mod:`fbo_cli.grids.tune`): ``(ranking.csv's rows, {"algo | setting": verdict})``, or
     None when every tuning run already had its setting's evaluation budget."""
-    from ...runs.rundir import todo_runs
+    from ...runs.todo import todo_runs
     from ..executors import run_cells
 
     full = replace(ts, rounds=None)
