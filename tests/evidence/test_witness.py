@@ -132,3 +132,13 @@ def test_a_tampered_witness_run_is_named_by_the_data_and_by_fbo_witness_never_ke
                             "--out-dir", str(tmp_path)])
     flat = " ".join(r.output.split())
     assert r.exit_code == 2 and "tampered or damaged" in flat and "kept" not in flat, r.output
+
+
+def test_the_reports_witness_table_names_a_tampered_witness_run(tmp_path):
+    """Issue 62 item 6: the report dropped a tampered witness run silently."""
+    from fbo_cli.evidence.report.witness_table import witness_md
+
+    bad = fake_witness(tmp_path, "iid-tau1", 1, [0.5, 0.85, 0.96])
+    (bad / "metrics.csv").write_text((bad / "metrics.csv").read_text().replace("0.96", "0.99"))
+    text = witness_md(None, pd.DataFrame(), {}, tmp_path, None)  # its only run fails: the note alone
+    assert str(bad) in text and "tampered" in text

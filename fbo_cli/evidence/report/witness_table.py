@@ -45,11 +45,12 @@ def _reached(v: pd.Series) -> str:
 def witness_md(exp, runs: pd.DataFrame, curves: dict, root: Path, png: Path | None) -> str:
     """The witness table (and figure ``png``: PNG, PDF, SVG; none without it) of a spec with ``witness:``;
     '' when no witness run exists."""
-    from ..witness import witness_runs
+    from ..witness import tampered_note, witness_runs
 
     pub = witness_runs(root)
+    note = tampered_note(pub)  # a witness run whose record fails is named, never dropped in silence
     if pub.empty:
-        return ""
+        return note
     algo, tol, lr = exp.witness.algorithm, exp.tolerance, exp.witness.inner_lr
     if "inner_lr" in pub:
         pub = pub[pub.inner_lr.astype(float).sub(lr).abs() < 1e-12]
@@ -72,7 +73,7 @@ def witness_md(exp, runs: pd.DataFrame, curves: dict, root: Path, png: Path | No
                      fin(ours.final) if len(ours) else "–", diff, f"**{verdict}**"))
         panels.append((setting, theirs, {k[2]: m for k, m in curves.items() if k[0] == algo and k[1] == setting}))
     if not rows:
-        return ""
+        return note
     if png is not None:
         _plot(panels, exp, png)
     commits = sorted(set(str(c)[:7] if re.fullmatch(r"[0-9a-f]{7,40}", str(c)) else "unrecorded"
@@ -91,7 +92,7 @@ def witness_md(exp, runs: pd.DataFrame, curves: dict, root: Path, png: Path | No
     table = ["| setting | seeds (theirs / ours) | rounds to 90%, public code | rounds to 90%, ours | final test "
              "accuracy, public code | final, ours | difference, 95% interval | verdict |",
              "|---|---|---|---|---|---|---|---|"] + [md_row(r) for r in rows]
-    return "\n".join([head, "", *table, ""])
+    return "\n".join([head, "", *table, "", *([note, ""] if note else [])])
 
 
 def _plot(panels, exp, png: Path) -> None:
