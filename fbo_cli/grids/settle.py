@@ -29,7 +29,6 @@ import yaml
 
 from ..errors import UsageError
 from .spec import Experiment, load_settled, load_spec, settled_path  # noqa: F401  (settle's API)
-
 from .verdicts import CAP, claim_verdict, look_alphas, looks
 
 

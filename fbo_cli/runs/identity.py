@@ -130,22 +130,35 @@ def _module(c: type) -> str:
     return m.split("_", 3)[3] if m.startswith("fbo_user_") and m.count("_") >= 3 else m
 
 
+UNRECORDED = "unrecorded"  # a run's code.commit where fbo's own repository is not there to say
+
+
 @functools.lru_cache(maxsize=1)
-def git_commit() -> str | None:
-    """The commit of fbo's checkout (``+dirty`` with uncommitted changes to fbo_cli/), or None."""
+def git_commit() -> str:
+    """The commit of fbo's own repository (``+dirty`` with uncommitted changes to fbo_cli/), else "unrecorded"
+    (:func:`own_head`)."""
+    head = own_head()
+    return head[0][:12] + ("+dirty" if head[1] else "") if head else UNRECORDED
+
+
+def own_head() -> tuple[str, bool] | None:
+    """(HEAD's sha, whether fbo_cli/ has uncommitted changes) of the git repository that tracks the fbo_cli package;
+    None where there is none: no git, or a copy of fbo sitting untracked inside another repository (whose commit
+    says nothing of fbo's code: the H200 runs recorded such a one)."""
     import subprocess
     from pathlib import Path
 
     here = Path(__file__).parents[1]  # fbo_cli/
     try:
         run = lambda *a: subprocess.run(["git", *a], cwd=here, text=True, capture_output=True, timeout=10)  # noqa: E731
+        if run("ls-files", "--error-unmatch", "__init__.py").returncode != 0:  # not tracked here: not fbo's own
+            return None
         sha = run("rev-parse", "HEAD").stdout.strip()
         if not sha:
             return None
-        dirty = run("status", "--porcelain", "--", str(here)).stdout.strip()
+        return sha, bool(run("status", "--porcelain", "--", str(here)).stdout.strip())
     except (OSError, ValueError, Exception):
         return None
-    return sha[:12] + ("+dirty" if dirty else "")
 
 
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile")  # flags that pick float kernels
@@ -169,7 +182,36 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     return {"cpu": model, "capability": torch.backends.cpu.get_cpu_capability(),
-            "isa": [f for f in ISA_FLAGS if f in flags]}
+            "isa": [f for f in ISA_FLAGS if f in flags], "torch": torch.__version__, "blas": blas_build()}
+
+
+def fingerprint() -> dict[str, Any]:
+    """The machine fingerprint a run's ``summary.json`` records as ``machine``: the CPU (:func:`machine`: model,
+    ISA, torch and its BLAS build) and the threads torch computes with now (a reduction split over another
+    number of threads sums in another order). Bit-for-bit agreement with a committed run is promised only where
+    its recorded fingerprint equals this one (:func:`same_machine`); elsewhere within a measured tolerance."""
+    import torch
+
+    return {**machine(), "threads": torch.get_num_threads()}
+
+
+def same_machine(recorded: dict | None, now: dict | None = None) -> bool:
+    """Whether a run's recorded fingerprint is this machine's, every key of it (an older record that lacks
+    torch, BLAS or threads is not: it cannot promise the same kernels)."""
+    return bool(recorded) and recorded == (now if now is not None else fingerprint())
+
+
+@functools.lru_cache(maxsize=1)
+def blas_build() -> str:
+    """torch's BLAS and its build ("mkl 2024.2-Product Build 20240605"; "unknown" where torch does not say)."""
+    import re
+
+    import torch
+
+    cfg = torch.__config__.show()
+    kind = re.search(r"BLAS_INFO=(\w+)", cfg)
+    mkl = re.search(r"Math Kernel Library Version ([^\n]+?) for", cfg)
+    return " ".join(filter(None, (kind.group(1) if kind else "unknown", mkl.group(1) if mkl else "")))
 
 
 def code_identity(cfg) -> dict[str, Any]:
