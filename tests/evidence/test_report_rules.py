@@ -143,3 +143,13 @@ def test_the_zohfl_x0_zero_twins_treat_the_papers_numbers_alike():
     # on MNIST as on Fashion-MNIST (the Fashion-MNIST twin used to match ours against the pre-trained numbers)
     twins = [load_spec(f"experiments/zohfl_table1_{d}_x0zero.yaml", use_tuned=False) for d in ("mnist", "fmnist")]
     assert [t.reference for t in twins] == [{}, {}] and [t.reference_on for t in twins] == [{}, {}]
+
+
+def test_the_rule_paragraph_names_the_looks_their_boundaries_and_the_control():
+    from fbo_cli.evidence.report.control import sequential_rule
+
+    text = sequential_rule()
+    for want in ("3, 6, 10 seed pairs", "t(2) = 53.8", "t(5) = 3.93", "t(9) = 2.42", "0.0346%", "Benjamini-Hochberg",
+                 "q = 0.05", "at most 5%"):
+        assert want in text, want
+    assert "7.5%" not in text and "two looks" not in text

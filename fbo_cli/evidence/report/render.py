@@ -13,6 +13,7 @@ from ...grids.spec import Experiment
 from ...grids.verdicts import SEE, VERDICTS, one_verdict_per_comparison
 from ...runs.table import md_row
 from .bottomline import with_scorecards
+from .control import apply_control, sequential_rule
 from .evidence import BENCH_FILES, CHECK_FILES
 from .fold import html_folds, slug
 from .heldout import defer_to_twins, heldout_md, pairs
@@ -45,9 +46,7 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
            "to decide is never favourable. A claim of no difference (*equal*) holds when the interval lies inside "
            "± the margin and does not hold when it lies outside. With 3 seeds the sign test cannot decide at 95% "
            "(it needs 6 pairs), so a claim with a run that never reaches the target is inconclusive until "
-           "`fbo compare --until-settled` adds seeds: a procedure fixed in advance with two looks, the spec's "
-           "seeds at 95% and, for the settings of the claims still inconclusive, one more look at the cap of "
-           "10 seeds at 97.5% (Bonferroni: at most 7.5% false verdicts over both looks); no look past the cap. "
+           "`fbo compare --until-settled` adds seeds. " + sequential_rule() +
            "Each verdict names the interval, its test and the seeds that decided it; the wins per seed are "
            "shown beside it, as information, not as the verdict. *no data*: a side has no finished run. "
            "**Grid-valued and censored quantities** (CODASCA's I_max, a window from a grid) are tested by the "
@@ -83,6 +82,7 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
            "losing its pair. Failed runs are left out.", ""]
     one_verdict_per_comparison([sec for secs in sections.values() for sec in secs])
     defer_to_twins([sec for secs in sections.values() for sec in secs])
+    apply_control(sections)  # before anything counts the verdicts
     out += summary_md(sections, papers)
     for paper in papers:
         out += [f"## {paper.title}", ""]
