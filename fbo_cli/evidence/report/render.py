@@ -106,6 +106,12 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
                  "", check.read_text().replace("# fbo check:", "**fbo check:**", 1).strip(), ""]
                 if check.is_file() else ["Not checked yet (`make reproduce-check`, then `fbo report --collect "
                                          "results`).", ""])
+        agree = root / CHECK_FILES[2]
+        out += (["### Verdicts on a second device: `fbo check --against`", "",
+                 f"`{agree}`: the claim checks of the specs it names, read on the runs both roots have (by run id), "
+                 "here and on the other root (its header names both):", "",
+                 agree.read_text().replace("# fbo check --against:", "**fbo check --against:**", 1).strip(), ""]
+                if agree.is_file() else ["No spec checked on a second device yet (`fbo check --against ROOT`).", ""])
         out += ["## Cost per round: `make bench`", ""]
         out += ([f"`{bench}` as `fbo bench` wrote it:", "", bench.read_text().strip(), ""]
                 if bench.is_file() else ["Not measured yet (`make bench`, then `fbo report --collect results`).", ""])
