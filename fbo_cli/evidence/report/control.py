@@ -64,3 +64,34 @@ def priced(v, runs: pd.DataFrame, claim, setting: str, than_setting: str | None)
     m = minutes_per_pair(runs, [(claim.better, setting), (claim.than, than_setting or setting)])
     cost = f"{v.more * m:.1f} core-minutes" if m is not None else "core-minutes unknown (no timed run)"
     return v._replace(detail=f"{v.detail}; open at look {v.look}, {v.more} more seeds, {cost}")
+
+
+NO_MARGIN = "inconclusive: rests on a tuned choice without a margin"  # a counted verdict's mark (the tally's rule)
+
+
+def unmargined(exp, claim, settings: list[str], v, records: pd.DataFrame | None):
+    """A decided verdict whose tuned side rests, in one of ``settings``, on a choice beside an unstable value
+    (:func:`.tuning.unstable_keys`) without a margin shown on :data:`.tuning.MARGIN_SEEDS` tuning seeds leaves the
+    counts: inconclusive, marked, naming the margin probes it needs and their cost (none is run here)."""
+    from ...grids.spec_types import Tuned
+    from .tuning import MARGIN_SEEDS, margin_seeds, probe_minutes, unstable_keys
+
+    if v.verdict not in ("holds", "does not hold") or not exp.tuned:
+        return v
+    tuned = Tuned.of(exp.tuned)
+    sides = [a.name for a in exp.algorithms if a.tune and a.name in (claim.better, claim.than)]
+    need = []
+    for algo in dict.fromkeys(sides):
+        for st in dict.fromkeys(settings):
+            at = st if st in (tuned.chosen.get(algo) or {}) else tuned.setting  # where it was tuned
+            choice = tuned.entry(algo, st)
+            keys = unstable_keys(choice, records, algo, at, (tuned.grids or {}).get(algo)) if choice.values else []
+            if keys and margin_seeds(records, algo, at) < MARGIN_SEEDS:
+                m = probe_minutes(records, algo, at)
+                need.append(f"{algo} in {at} ({', '.join(keys)}): a margin probe on {MARGIN_SEEDS} tuning seeds, "
+                            + (f"{m:.0f} core-minutes" if m is not None else "its cost unrecorded"))
+    if not need:
+        return v
+    return v._replace(verdict="inconclusive", detail=(
+        f"{NO_MARGIN} on {MARGIN_SEEDS} tuning seeds, so it leaves the counts; needed: {'; '.join(dict.fromkeys(need))}"
+        f"; the design alone: {v.verdict}; {v.detail}"))

@@ -13,7 +13,7 @@ from ...errors import UsageError
 from ...grids.compare import write_report
 from ...grids.spec import Experiment, tuned_entry
 from ...grids.verdicts import Verdict, claim_verdict, paper_rows, paper_tolerance, run_summaries, tuning_basis
-from .control import priced
+from .control import priced, unmargined
 from .numbers import number_notes
 
 
@@ -99,6 +99,9 @@ def build_section(spec: str, root: Path, work: Path, figdir: Path | None = None,
         sec.derived_md = (out / "imax.md").read_text().replace("# I_max", "**I_max**", 1)
         derived["I_max"] = (imax_per_seed(runs, windows(exp.settings)),
                             [f"K={k}" for k in sorted(windows(exp.settings), reverse=True)])
+    from .tuning import tuning_records
+
+    records = tuning_records(exp)
     for claim in exp.claims:
         table, names = derived.get(claim.metric, (runs, [s.name for s in exp.settings]))
         exact = claim.metric in derived  # a derived quantity is grid-valued (I_max): the exact test
@@ -107,6 +110,7 @@ def build_section(spec: str, root: Path, work: Path, figdir: Path | None = None,
         for s, t in pairs:  # across: one setting against another, seed by seed
             v = priced(claim_verdict(table, claim, s, t, len(exp.seeds), exact)._replace(tuning=basis),
                        table, claim, s, t)
+            v = unmargined(exp, claim, [s] if t is None else [s, t], v, records)
             if basis and (waiting := untuned(exp, claim, [s] if t is None else [s, t])):
                 v = Verdict("no data", f"not tuned yet: {waiting} (run `fbo tune`); the claim is about tuned steps",
                             "", 0, tuning=basis)
