@@ -153,3 +153,20 @@ def test_the_rule_paragraph_names_the_looks_their_boundaries_and_the_control():
                  "q = 0.05", "at most 5%"):
         assert want in text, want
     assert "7.5%" not in text and "two looks" not in text
+
+
+def test_an_open_verdict_names_its_next_look_seeds_and_core_minutes(monkeypatch):
+    from types import SimpleNamespace
+
+    from fbo_cli.evidence.report import control
+    from fbo_cli.grids.verdicts import claim_verdict
+
+    runs = pd.DataFrame([{"algorithm": a, "setting": "s", "seed": k, "status": "done", "final": v + 0.01 * k}
+                         for a, v in (("A", 0.90), ("B", 0.87)) for k in range(3)])
+    claim = {"text": "A beats B", "metric": "final", "better": "A", "than": "B", "mode": "max"}
+    v = claim_verdict(runs, claim, "s", first=3)
+    assert v.verdict == "inconclusive" and v.look == 1 and v.more == 3
+    monkeypatch.setattr(control, "minutes_per_pair", lambda runs, sides: 2.5)
+    c = SimpleNamespace(better="A", than="B")
+    detail = control.priced(v, runs, c, "s", None).detail
+    assert "open at look 1, 3 more seeds, 7.5 core-minutes" in detail and "for look 2" not in detail

@@ -5,6 +5,8 @@ every paper's checks before anything counts them (the sections, the scorecards, 
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
 from ...grids.multiplicity import AFTER, Q, control
@@ -63,7 +65,10 @@ def priced(v, runs: pd.DataFrame, claim, setting: str, than_setting: str | None)
         return v
     m = minutes_per_pair(runs, [(claim.better, setting), (claim.than, than_setting or setting)])
     cost = f"{v.more * m:.1f} core-minutes" if m is not None else "core-minutes unknown (no timed run)"
-    return v._replace(detail=f"{v.detail}; open at look {v.look}, {v.more} more seeds, {cost}")
+    said = f"open at look {v.look}, {v.more} more seed{'s' * (v.more > 1)}, {cost}"
+    detail, n = re.subn(r"(open at look \d+ of \d+|before the first look): \d+ more seeds? for look \d+", said,
+                        v.detail)
+    return v._replace(detail=detail if n else f"{v.detail}; {said}")
 
 
 NO_MARGIN = "inconclusive: rests on a tuned choice without a margin"  # a counted verdict's mark (the tally's rule)
