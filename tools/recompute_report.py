@@ -12,7 +12,10 @@ report's rows per kind against the recomputed ones, and the Benjamini-Hochberg c
 the recomputed p-values. Out of scope (skipped, counted): derived quantities (I_max), collapsed runs (their rule
 reads whole curves), equality claims.
 
-Usage: python tools/recompute_report.py [docs/results.md] [--root docs/results]
+One exception to "without fbo's code": where several runs carry every value the spec sets (an entry at the
+defaults), the run is the one whose id fbo's config resolution gives (the runs' identity, not the report's rules).
+
+Usage: PYTHONPATH=. python tools/recompute_report.py [docs/results.md] [--root docs/results]
 """
 
 from __future__ import annotations
@@ -102,10 +105,20 @@ class Runs:
             if s.is_file():
                 self.rows.append((flat(yaml.safe_load(c.read_text())), c.parent))
 
-    def find(self, want: dict, seed: int):
+    def find(self, want: dict, seed: int, root: Path):
+        """The run of ``want`` at ``seed``: the one run whose config carries every value, else (several carry them:
+        an entry at the defaults) the run id fbo's config resolution gives (its identity, not the report's rules)."""
         hits = [d for cfg, d in self.rows if cfg.get("seed") == seed
                 and all(k in cfg and same(cfg[k], v) for k, v in want.items())]
-        return hits[0] if len(hits) == 1 else None
+        if len(hits) == 1:
+            return hits[0]
+        if not hits:
+            return None
+        from fbo_cli.runs.config import resolve
+
+        layer = {k: v for k, v in want.items() if k not in ("task", "algo")}
+        d = resolve(want["task"], want["algo"], {**layer, "seed": seed, "out_dir": str(root)}, {}).run_dir
+        return d if d in hits else None
 
 
 def value(run: Path, metric: str, quantity: str, target, budget: int, mode: str):
@@ -167,7 +180,7 @@ def recompute(spec_path, claim_text, setting, root, runs):
     def side(algo, where):
         out = {}
         for k in seeds(where, algo):
-            r = runs.find(want(algo, where), k)
+            r = runs.find(want(algo, where), k, root)
             v = value(r, metric, c["metric"], spec.get("target"), budget, mode) if r else None
             if v is not None:
                 out[k] = v
@@ -238,7 +251,8 @@ def main(argv):
                         f"{kept[paper]}")
     print(f"{len(rows)} claim rows read from {md}; recomputed {sum(map(len, per_paper.values()))}; skipped "
           + ", ".join(f"{v} {k}" for k, v in skipped.items()))
-    print(f"decided after BH (recomputed): {sum(kept.values())}")
+    print(f"decided after BH (recomputed, the rows in scope): {sum(kept.values())}; the report shows "
+          f"{sum(s in ('holds', 'does not hold') for vs in per_paper.values() for s, _ in vs)} of these rows decided")
     for m in mism:
         print("MISMATCH", m)
     print(f"mismatches: {len(mism)}")
