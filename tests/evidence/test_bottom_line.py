@@ -31,7 +31,7 @@ def section(name, verdicts, dataset="mnist", rows=(), notes=(), reference_on=Non
 
 def v(verdict, n=3, **kw):
     base = Verdict(verdict, "", "", n)
-    return SimpleNamespace(**base._asdict(), **kw) if kw else base
+    return SimpleNamespace(**{**base._asdict(), **kw}) if kw else base
 
 
 def test_a_headline_counts_once_over_specs_and_settings_and_names_its_agreement():
