@@ -136,29 +136,11 @@ UNRECORDED = "unrecorded"  # a run's code.commit where fbo's own repository is n
 @functools.lru_cache(maxsize=1)
 def git_commit() -> str:
     """The commit of fbo's own repository (``+dirty`` with uncommitted changes to fbo_cli/), else "unrecorded"
-    (:func:`own_head`)."""
+    (:func:`~fbo_cli.runs.gitrepo.own_head`)."""
+    from .gitrepo import own_head
+
     head = own_head()
     return head[0][:12] + ("+dirty" if head[1] else "") if head else UNRECORDED
-
-
-def own_head() -> tuple[str, bool] | None:
-    """(HEAD's sha, whether fbo_cli/ has uncommitted changes) of the git repository that tracks the fbo_cli package;
-    None where there is none: no git, or a copy of fbo sitting untracked inside another repository (whose commit
-    says nothing of fbo's code: the H200 runs recorded such a one)."""
-    import subprocess
-    from pathlib import Path
-
-    here = Path(__file__).parents[1]  # fbo_cli/
-    try:
-        run = lambda *a: subprocess.run(["git", *a], cwd=here, text=True, capture_output=True, timeout=10)  # noqa: E731
-        if run("ls-files", "--error-unmatch", "__init__.py").returncode != 0:  # not tracked here: not fbo's own
-            return None
-        sha = run("rev-parse", "HEAD").stdout.strip()
-        if not sha:
-            return None
-        return sha, bool(run("status", "--porcelain", "--", str(here)).stdout.strip())
-    except (OSError, ValueError, Exception):
-        return None
 
 
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile")  # flags that pick float kernels

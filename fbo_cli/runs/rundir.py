@@ -79,8 +79,8 @@ def atomic_write(path: Path, text: str | bytes) -> None:
 
 def code_commit() -> str:
     """``, commit <short sha>`` of the code that ran (a before/after pair names its two commits), or '' where fbo's
-    own repository is not there (:func:`~fbo_cli.runs.identity.own_head`)."""
-    from .identity import own_head
+    own repository is not there (:func:`~fbo_cli.runs.gitrepo.own_head`)."""
+    from .gitrepo import own_head
 
     head = own_head()
     if head is None:
