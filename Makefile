@@ -75,10 +75,10 @@ test:
 	$(PY) -m pytest --durations=20
 
 lint:
-	.venv/bin/ruff check fbo_cli tests
+	.venv/bin/ruff check fbo_cli tests tools
 
 probe:  ## the fault probe: the safety issues' bad inputs, planted files, full disks, signals and kills against the CLI, with its count (about 10 min on 2 cores; starts and stops a `ray start --head` cluster)
-	$(PY) tests/fault_probe.py
+	$(PY) tools/fault_probe.py
 
 bench:  ## s / outer iteration, GFLOP/s against sgemm, fast vs generic, growth, memory (results/bench/); DEVICE=cuda, BENCH_ARGS=--quick, FEDNEST=<checkout of github.com/mc-nya/FedNest> adds the public code's whole run
 	$(FBO) bench --device $(DEVICE) $(if $(FEDNEST),--public-fednest $(FEDNEST)) $(BENCH_ARGS)

@@ -32,8 +32,9 @@ Hyperparameters (docs/fidelity.md#aggitd): N = 1, λ = 0.01, inner (lower) step
 β = 0.003, outer (upper) step α = 0.01, 5 local lower epochs of minibatch 64 (FedNest repo),
 τ ∈ {1, 5} local upper steps ("Outer_ep"), participation C = 0.1.
 
-Run batches (fbo_cli/grids/run_batches.py, docs/fidelity.md#batches): any τ; each run's calls are its calls alone, so
-each run's numbers are identical bit for bit to the run alone on the CPU (tested).
+Run batches (fbo_cli/grids/run_batches.py, docs/fidelity.md#batches): any τ; each oracle call serves the R runs
+in one call where the task folds it, checked against the runs' calls alone (``same_bits``), so each run's numbers
+are identical bit for bit to the run alone on the CPU (tested).
 """
 
 from __future__ import annotations

@@ -213,7 +213,21 @@ class BilevelAlgorithm(Algorithm):
         return self.task.noise(self.fed.gen, batch)
 
     def _charge(self, kind: str, batch: Batch, active: torch.Tensor | None = None, times: int = 1) -> None:
-        used = batch["w"] > 0
+        w = batch["w"]
+        if active is None and isinstance(self.ledger, Ledger):
+            # the charge of a batch's weights, read once (an outer iteration charges the same full splits again and
+            # again): on the CPU as Python ints, elsewhere as tensors the ledger sums there (no host sync)
+            cache = self.__dict__.setdefault("_charged", {})
+            hit = cache.get(id(w))
+            if hit is None or hit[0] is not w:
+                used = w > 0
+                n = torch.stack([used.any(1).sum(), used.sum()])
+                if len(cache) >= 8:
+                    cache.clear()
+                cache[id(w)] = hit = (w, n.tolist() if n.device.type == "cpu" else n.unbind())
+            self.ledger.oracle(kind, hit[1][0] * times, hit[1][1] * times)
+            return
+        used = w > 0
         if active is not None:
             used = used & active[:, None]
         self.ledger.charge_rows(kind, used, times)
@@ -267,22 +281,22 @@ class BilevelAlgorithm(Algorithm):
             q = self.spread(q, split.M)
         # charged in bulk, as the per-step charges add up: every epoch visits each client's n_i examples
         # in ceil(n_i / batch_size) steps in which the client is active
-        n = split.counts
+        n = split.sizes
         k = (2 if q is not None else 1) * epochs
-        self.ledger.oracle("grads", k * ((n + batch_size - 1) // batch_size).sum(), k * n.sum())
-        for batch, active in split.epochs(self.fed.gen, epochs, batch_size):
+        self.ledger.oracle("grads", k * sum((c + batch_size - 1) // batch_size for c in n), k * sum(n))
+        for batch, on in split.epochs(self.fed.gen, epochs, batch_size):
             batch = self.noise(batch)
             if q is not None:
-                d = self.grad_diff(fn, a, yi, y, batch, active, charge=False) + q
+                d = self.grad_diff(fn, a, yi, y, batch, charge=False) + q
             else:
-                d = self.grad(fn, 1, a, yi, batch, active, charge=False)
+                d = self.grad(fn, 1, a, yi, batch, charge=False)
             if not self.batched:
-                yi = torch.addcmul(yi, d, active[:, None].to(d.dtype), value=-lr)
+                yi = torch.addcmul(yi, d, on, value=-lr)
             elif isinstance(lr, (int, float)):
-                yi = torch.addcmul(yi, d, active.repeat(runs)[:, None].to(d.dtype), value=-lr)
+                yi = torch.addcmul(yi, d, on.repeat(runs, 1), value=-lr)
             else:  # a step per run (fbo_cli.grids.run_batches.Rate): yi + round(-lr d) (0 or 1),
                 # as addcmul rounds it alone
-                yi = torch.addcmul(yi, -lr * d, active.repeat(runs)[:, None].to(d.dtype))
+                yi = torch.addcmul(yi, -lr * d, on.repeat(runs, 1))
         return yi
 
     def lower_anchor(self, a, fn: Callable, split: Split, y: torch.Tensor) -> torch.Tensor:

@@ -36,8 +36,10 @@ the Ghadimi-Wang form P = λ T Π_{t=1}^{T'} (I - λ H̄_t) p_0 with T' ~ U{0..T
 rounds it actually runs.
 
 Run batches (fbo_cli/grids/run_batches.py, docs/fidelity.md#batches): every variant (any τ, LFedNest, every FedIHGP);
-the server-side means and the local upper steps are each run's calls alone, so each run's numbers are
-identical bit for bit to the run alone on the CPU (tested).
+each oracle call serves the R runs in one call where the task folds it (hyperrep: every call, the run dimension
+written out; hyper-cleaning: the SVRG pair and the means), each fold checked against the runs' calls alone
+(``same_bits``), so each run's numbers are identical bit for bit to the run alone on the CPU (tested;
+tests/grids/test_batch_calls.py: the calls per outer iteration stay flat in R).
 """
 
 from __future__ import annotations

@@ -114,32 +114,29 @@ class _RunOracles:
     name in ``shared_keys``: hyper-cleaning's features, which its products share between the runs). Any other
     call (per-run globals ``[R, d]``, alone or beside stacked ones) is made run by run, each run's call exactly
     the call of the run alone (its rows, its global, the batch); the results are stacked back (``[R*M, ...]``,
-    or ``[R, d]`` for the ``_mean`` oracles). But a call the task's oracles name in ``run_globals`` takes the
-    per-run globals beside the stacked rows as they are, in one folded call (hyper-cleaning's SVRG pair: each
-    run's x and anchor for its M rows); and one they name in ``fold_globals`` is one folded call at each run's
-    globals repeated for its M rows (a ``_mean`` oracle: its client oracle, then each run's mean) wherever that
-    gives the bits of the calls run by run (:func:`fbo_cli.sim.federation.same_bits`, checked on the first call of each
-    shape). A batch entry with ``R*M`` rows carries per-run values already (the
-    features of an encoded split, :class:`RunSplit`)."""
+    or ``[R, d]`` for the ``_mean`` oracles). But a call the oracles name in ``run_globals`` takes the per-run
+    globals beside the stacked rows as they are, in one call (``runs`` set to R; hyper-cleaning's SVRG pair, every
+    hyperrep oracle, means ``[R, d]``), and one in ``fold_globals`` is one call at each run's globals repeated for
+    its M rows (a ``_mean``: then each run's mean); both where that gives the bits of the calls run by run
+    (:func:`fbo_cli.sim.federation.same_bits`, checked on the first call of each shape). The placeholder of a
+    loss that takes no x (``task.takes_x``) is passed as it is. A batch entry with ``R*M`` rows carries per-run
+    values already (the features of an encoded split, :class:`RunSplit`)."""
 
-    def __init__(self, inner, algo):
-        self.o, self.algo = inner, algo
+    def __init__(self, inner, algo, takes_x: bool = True):
+        self.o, self.algo, self.takes_x = inner, algo, takes_x
 
     def __getattr__(self, k):
         return getattr(self.o, k)
 
-    def _call(self, name: str, batch, ts: list, put: Callable, mean: bool = False):
-        """``put(ts, batch)`` -> the inner call's arguments; ``ts`` the tensor arguments in order."""
+    def _call(self, name: str, batch, ts: list, put: Callable, mean: bool = False, tag=None):
+        """``put(ts, batch)`` -> the inner call's arguments; ``ts`` the tensor arguments in order; ``tag``: argnum."""
         R, M = self.algo.runs, batch["w"].shape[0]
         if self.algo.seed_runs is not None:  # a seed batch's draws: each run's own rows, stacked run-major
             M //= R
         N = R * M
         blocks = any(isinstance(t, BlockStack) for t in ts)  # FedBiO's copies of x: stacked, always folded
-        rows = (N, R) if M > 1 and name in getattr(self.o, "run_globals", ()) else (N,)  # per-run globals it takes
-        if (R > 1 or blocks) and not mean and all(t.dim() >= 2 and t.shape[0] in rows for t in ts) \
-                and any(t.shape[0] == N for t in ts):
-            return getattr(self.o, name)(*put(ts, self._repeat(batch, R, N)))
-
+        xs = ts if self.takes_x else ts[1:]  # the tensors the call reads
+        glob = M > 1 and name in getattr(self.o, "run_globals", ())  # per-run globals [R, d] it takes
         def run_by_run():
             outs = []
             parts = [None if t.dim() < 2 else t.split(M) if t.shape[0] == N and M > 1 else rows_of(self.algo, t)
@@ -150,6 +147,17 @@ class _RunOracles:
                                            for k, v in batch.items()}
                 outs.append(getattr(self.o, name)(*put(tr, br)))
             return torch.stack(outs) if mean else torch.cat(outs)
+
+        if (R > 1 or blocks) and all(t.dim() >= 2 and t.shape[0] in ((N, R) if glob else (N,)) for t in xs) \
+                and (glob or not mean and any(t.shape[0] == N for t in xs)):
+            def fold():
+                o = copy.copy(self.o)
+                o.runs = R
+                return getattr(o, name)(*put(ts, self._repeat(batch, R, N)))
+            key = ("runs", name, tag, getattr(self.o.fn, "__name__", ""), *(tuple(t.shape) for t in ts),
+                   tuple(batch["w"].shape), tuple(batch["X"].shape), ts[-1].dtype, ts[-1].device)
+            # the clients' rows stacked (all but per-run globals or a placeholder): always the runs' bits
+            return fold() if blocks or (self.takes_x and not glob) else same_bits(key, fold, run_by_run)
 
         if R > 1 and M > 1 and not blocks and name in getattr(self.o, "fold_globals", ()) \
                 and all(t.dim() == 2 and t.shape[0] in (N, R) for t in ts):
@@ -174,7 +182,7 @@ class _RunOracles:
         return hit[1]
 
     def grad(self, argnum, a, b, batch):
-        return self._call("grad", batch, [a, b], lambda t, bt: (argnum, t[0], t[1], bt))
+        return self._call("grad", batch, [a, b], lambda t, bt: (argnum, t[0], t[1], bt), tag=argnum)
 
     def grads(self, a, b, batch):
         raise NotImplementedError("grads in a run batch")
@@ -192,7 +200,7 @@ class _RunOracles:
         return self._call("cross", batch, [a, b, v], lambda t, bt: (t[0], t[1], bt, t[2]))
 
     def grad_mean(self, argnum, a, b, batch):
-        return self._call("grad_mean", batch, [a, b], lambda t, bt: (argnum, t[0], t[1], bt), mean=True)
+        return self._call("grad_mean", batch, [a, b], lambda t, bt: (argnum, t[0], t[1], bt), mean=True, tag=argnum)
 
     def hvp_mean(self, a, b, batch, v):
         return self._call("hvp_mean", batch, [a, b, v], lambda t, bt: (t[0], t[1], bt, t[2]), mean=True)
@@ -209,16 +217,9 @@ class RunSplit(Split):
 
     runs: int = 1
 
-    def _batch(self, pos, flat, m):
-        M, n = self.mask.shape
-        R, flat = self.runs, flat.reshape(-1)
-        take = lambda t: t.reshape(M * n, -1).index_select(0, flat).view(*pos.shape, *t.shape[2:])  # noqa: E731
-        w = m.to(self.X.dtype)
-        w = w / w.sum(1, keepdim=True).clamp_(min=1)
-        X = self.X.reshape(R, M * n, -1).index_select(1, flat).view(R * M, pos.shape[1], *self.X.shape[2:])
-        out = {"X": X, "y": take(self.y), "w": w}
-        out.update({k: take(v) for k, v in self.extra.items()})
-        return out
+    def _rows_X(self, pos, flat):  # flat: [M*b] positions, the same for every run
+        X, (M, n) = self.X, self.mask.shape
+        return X.reshape(self.runs, M * n, -1).index_select(1, flat).view(self.runs * M, pos.shape[1], *X.shape[2:])
 
 
 def rows_of(algo, t: torch.Tensor) -> tuple:
@@ -244,14 +245,13 @@ class _TaskView:
         return getattr(self._task, k)
 
     def oracles(self, fn):
-        return _RunOracles(self._task.oracles(fn), self._algo)
+        return _RunOracles(self._task.oracles(fn), self._algo, self._task.takes_x(fn))
 
-    def lower_view(self, x, split):
+    def lower_view(self, x, split):  # the task's lower view (its placeholder, g_enc) of the runs' x [R, dx]
         if not self._task.reuse:
             return self._task.lower_view(x, split)
-        views = [self._task.lower_view(xr, split) for xr in rows_of(self._algo, x)]
-        a, fn, _ = views[0]
-        return a, fn, RunSplit(torch.cat([v[2].X for v in views]), split.y, split.mask, split.extra, len(views))
+        H = self._task.encode_runs(x, split.X)
+        return x.new_zeros(0), self._task.g_enc, RunSplit(H, split.y, split.mask, split.extra, len(x))
 
 
 def stacked(algo, hps: Sequence[Any]):

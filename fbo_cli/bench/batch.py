@@ -35,6 +35,7 @@ from ..algorithms.runs_as_clients import SeedsDiffer, evaluate_runs, stacked, st
 from ..grids.run_batches import seeds_batch
 from ..runs.config import resolve
 from ..runs.runner import build
+from .ops import step_calls
 from .profiling import phases
 from .timing import Sgemm, _flops, product_share
 
@@ -165,6 +166,8 @@ def bench_case(case: dict[str, Any], R: int = 8, iters: int = 3, reps: int = 3, 
     # the share of the batch's step spent in its products, at the speed they run in it (on a GPU the clock would
     # time launches: CPU only)
     share_b = product_share(batch) if device == "cpu" else None
+    # the aten calls of one outer iteration (warm: the timings stepped both), a run alone's and the batch's
+    ops_one, ops_batch = step_calls(alone[0].algo, 0), step_calls(batch, 0)
     every = cfgs[0].run.eval_every
     per_alone = t_alone + R * t_eval / every  # R runs' outer iteration with their share of evaluations
     per_batch = t_batch + t_eval_b / every
@@ -183,6 +186,7 @@ def bench_case(case: dict[str, Any], R: int = 8, iters: int = 3, reps: int = 3, 
     return {"case": case["name"], "task": case["task"], "algo": case["algo"], "R": R,
             "s_iter_one_by_one": round(t_alone / R, 5),
             "s_iter_batched_per_run": round(t_batch / R, 5), "step_ratio": round(t_alone / t_batch, 2),
+            "ops_one": ops_one, "ops_batch": ops_batch,
             "gflop_per_run": round(gflop_b, 4), "eff_one_by_one": round(gflop * R / t_alone / sg.rate, 3),
             "eff_batched": round(gflop_b * R / t_batch / sg.rate, 3),
             "ceiling": round(t_alone / R / (gflop_b / sg.rate), 1) if gflop_b > 0 else float("inf"),
@@ -191,6 +195,41 @@ def bench_case(case: dict[str, Any], R: int = 8, iters: int = 3, reps: int = 3, 
             "runs_per_hour_one_by_one": round(3600 * R / (per_alone * iters_run), 2),
             "runs_per_hour_batched": round(3600 * R / (per_batch * iters_run), 2),
             "ratio": round(per_alone / per_batch, 2), **seed_cols}
+
+
+def calls_case(case: dict[str, Any], R: int = 8, device: str = "cpu") -> dict[str, Any]:
+    """The aten calls of one outer iteration (:func:`fbo_cli.bench.ops.step_calls`, warm): a run alone's
+    (``ops_one``) and a batch's of r runs at the case's first r grid points, for r = 1, 2, 4, ... up to R
+    (``ops_R<r>``): no clock, so it measures on a loaded machine too (``fbo bench --batch R --calls``)."""
+    base = resolve(case["task"], case["algo"], {**case["set"], "device": device})
+    v0 = getattr(base.hp, case["key"])
+    cfgs = [resolve(case["task"], case["algo"], {**case["set"], "device": device, case["key"]: v0 * f})
+            for f in factors(R)]
+    row: dict[str, Any] = {"case": case["name"], "task": case["task"], "algo": case["algo"],
+                           "ops_one": step_calls(build(cfgs[0]).algo)}
+    for r in sorted({R} | {2 ** k for k in range(R.bit_length()) if 2 ** k <= R}):
+        row[f"ops_R{r}"] = step_calls(stacked(build(cfgs[0]).algo, [c.hp for c in cfgs[:r]]), warm=2)
+    return row
+
+
+def calls_main(runs: int, threads: int = 1, only: str = "", out: str | Path | None = None,
+               device: str = "cpu") -> list[dict[str, Any]]:
+    """``fbo bench --batch R --calls``: :func:`calls_case` of every case (or ``only``), printed as each finishes
+    and written to ``out``/calls.csv."""
+    from ..runs.rundir import atomic_write
+
+    torch.set_num_threads(threads)
+    keys = set(filter(None, only.split(",")))
+    rows = []
+    for case in CASES:
+        if not keys or case["name"] in keys or case["algo"] in keys:
+            rows.append(calls_case(case, runs, device))
+            print(rows[-1], flush=True)
+    if out and rows:
+        head = list(dict.fromkeys(k for r in rows for k in r))
+        atomic_write(Path(out) / "calls.csv", "\n".join([",".join(head), *(",".join(str(r.get(k, "")) for k in head)
+                                                                          for r in rows)]).encode() + b"\n")
+    return rows
 
 
 def _merged(csv_path: Path, new: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -237,7 +276,9 @@ def main(runs: int = 8, iters: int = 3, reps: int = 3, threads: int = 1, only: s
                 f"outer iteration and run; runs per hour at the case's budget with one evaluation per run every "
                 f"eval_every iterations (a batch evaluates "
                 f"its runs in one pass where the task can: hyper-cleaning, hfl); step_ratio: the steps alone, ratio: "
-                f"with the evaluations. gflop_per_run: the step's matrix products (GFLOP per outer iteration and run); "
+                f"with the evaluations. ops_one, ops_batch: the aten operators one outer iteration calls (each a "
+                f"kernel launch on a GPU), a run alone's and the batch of R runs'. gflop_per_run: the step's matrix "
+                f"products (GFLOP per outer iteration and run); "
                 f"eff_*: their rate against this machine's sgemm in the same window (2048² fp32, the same threads); "
                 f"ceiling: the step ratio at which the batch would do nothing but its products at the sgemm rate; "
                 f"ceiling_products: the same at the speed its products run in it (their share of a batched step: a "

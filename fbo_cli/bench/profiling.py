@@ -135,12 +135,20 @@ def profile_case(case: dict, device: str = "cpu", rows: int = 25) -> str:
                  f"draws, selections and row gathers alone {fl['draws_ms']:.2f} ms + its FLOPs at the sgemm rate "
                  f"{fl['flops_ms']:.2f} ms = {fl['floor_ms']:.2f} ms, {fl['floor_ms'] / (1e3 * ph['total']):.0%} of "
                  "the iteration above")
+    from .ops import aten_calls, device_busy_share
+
+    calls = aten_calls(algo.step)
+    phase_md += f"\n\naten calls per outer iteration (top-level operators, each a kernel launch on a GPU): {calls:,}"
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     t0 = time.perf_counter()
     with profile(activities=acts, record_shapes=True) as prof:
         algo.step()
         _sync(torch.device(device))
     wall = time.perf_counter() - t0
+    busy = device_busy_share(prof, ph["total"])
+    if busy is not None:
+        phase_md += (f"\n\nGPU busy: its kernels take {busy:.0%} of an iteration's wall time ({ph['total'] * 1e3:.2f} "
+                     "ms, no profiler)")
     key = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
     table = prof.key_averages(group_by_input_shape=True).table(
         sort_by=key, row_limit=rows, max_name_column_width=40, max_shapes_column_width=70)

@@ -27,11 +27,12 @@ def prepared(checkout: Path, mnist_raw: Path, root: Path, driver: str | None = N
     shutil.copytree(checkout, root / "FedNest", ignore=shutil.ignore_patterns(".git", "figs", "*.ipynb"))
     (root / "data" / "mnist" / "MNIST").mkdir(parents=True)
     (root / "data" / "mnist" / "MNIST" / "raw").symlink_to(mnist_raw.resolve())
-    (root / "stubs").mkdir()
-    (root / "stubs" / "cv2.py").write_text("log = None\n")
-    (root / "stubs" / "importlib_metadata.py").write_text("requires = None\n")
+    from ..files import atomic_write
+
+    atomic_write(root / "stubs" / "cv2.py", "log = None\n")
+    atomic_write(root / "stubs" / "importlib_metadata.py", "requires = None\n")
     if driver is not None:
-        (root / "FedNest" / "_fbo_driver.py").write_text(driver)
+        atomic_write(root / "FedNest" / "_fbo_driver.py", driver)
     return root / "FedNest"
 
 

@@ -12,6 +12,7 @@ from . import (
     bench,
     check,
     clean,
+    common,
     compare,
     cost,
     diagnose,
@@ -90,6 +91,17 @@ def _unwrap_helps(t: typer.Typer) -> None:
 
 
 _unwrap_helps(app)
+
+
+def _guard(t: typer.Typer) -> None:
+    """Every command behind :func:`.common.path_errors` (a path too long for the file system is bad input)."""
+    for c in t.registered_commands:
+        c.callback = common.path_errors(c.callback)
+    for g in t.registered_groups:
+        _guard(g.typer_instance)
+
+
+_guard(app)
 
 
 def main() -> None:

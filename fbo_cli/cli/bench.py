@@ -32,6 +32,9 @@ def bench(
     batch: int = typer.Option(0, help="Instead of the bench: R runs of one seed at R step sizes (2-64), batched "
                               "against one by one (runs per hour on --device; writes batch.md and batch.csv; "
                               "fbo_cli/bench/batch.py)."),
+    calls: bool = typer.Option(False, help="With --batch R: count each case's aten calls per outer iteration only, "
+                               "a run alone's and a batch's of 1, 2, 4, ... R runs (no clock: fine on a loaded "
+                               "machine; writes calls.csv)."),
 ) -> None:
     """Cost per outer iteration and per round of every algorithm (`make bench`): seconds, GFLOP/s against
     the machine's sgemm rate, fast vs generic path, growth with the clients, peak memory."""
@@ -50,8 +53,13 @@ def bench(
 
                 if not torch.cuda.is_available():
                     raise UsageError("--device cuda: no CUDA device here")
-        batch_main(batch, iters, 3, threads, only,
-                   out_dir or Path("results/bench/cuda" if device == "cuda" else "results/bench"), device)
+        where = out_dir or Path("results/bench/cuda" if device == "cuda" else "results/bench")
+        if calls:
+            from ..bench.batch import calls_main
+
+            calls_main(batch, threads, only, where, device)
+            return
+        batch_main(batch, iters, 3, threads, only, where, device)
         return
     with user_errors():
         opts = BenchOptions(quick=quick, only=only, device=device, threads=threads, iters=iters,

@@ -61,6 +61,34 @@ def user_errors():
         raise typer.Exit(1) from None
 
 
+def path_errors(fn):
+    """A command whose input names a path the file system cannot hold (a 300-byte folder name: ENAMETOOLONG, or a
+    loop of links: ELOOP) or may not change (EACCES, EPERM: a read-only or ``chattr +i`` folder) anywhere in it:
+    exit 2 naming the path, never a traceback, whichever line met it."""
+    import errno
+    import functools
+
+    why = {errno.ENAMETOOLONG: "a name longer than the file system allows: name another path",
+           errno.ELOOP: "a loop of symbolic links: name another path",
+           errno.EACCES: "not allowed here (permissions, or an immutable file): name another folder",
+           errno.EPERM: "not allowed here (permissions, or an immutable file): name another folder"}
+
+    @functools.wraps(fn)
+    def command(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except OSError as e:
+            if e.errno not in why:
+                raise
+            from ..files import short
+
+            err.print(Text.assemble(("Error: ", "bold red"), f"{short(e.filename or '')}: {e.strerror} "
+                                    f"({why[e.errno]})"), highlight=False)
+            raise typer.Exit(2) from None
+
+    return command
+
+
 def _machine_error(x: BaseException | None) -> OSError | None:
     """The full disk, quota, read-only file system or I/O error behind ``x``: ``x`` itself or an exception it was
     raised while handling (its ``__cause__``/``__context__`` chain); None when there is none."""

@@ -48,6 +48,10 @@ def compare(
                               "now (0: until every claim is decided or at the cap); a later call goes on."),
     accept_code_change: bool = typer.Option(False, "--accept-code-change", help="Keep finished runs whose "
                                             "algorithm's code changed since (recorded in their summary.json)."),
+    algorithm: Optional[list[str]] = typer.Option(None, "--algorithm", "-a", help="Run and report only this "
+                                                  "algorithm (row name) of the spec (repeatable)."),
+    setting: Optional[list[str]] = typer.Option(None, "--setting", "-S", help="Run and report only this setting "
+                                                "of the spec (repeatable; -s is --set)."),
 ) -> None:
     """Run an experiment grid (algorithms x settings x seeds), reusing finished runs and resuming partial
     ones, then write results/compare/<name>/{table.md, table.csv, runs.csv, curves.png}. Exit 1 when a run
@@ -64,7 +68,9 @@ def compare(
                 seed_list = [int(s) for s in seeds.split(",") if s.strip()]
             except ValueError:
                 raise UsageError(f"--seeds expects comma-separated integers, got '{seeds}'") from None
-        exp = cmp.load_spec(spec, overrides, seed_list)
+        from ..grids.select import select
+
+        exp = select(cmp.load_spec(spec, overrides, seed_list), algorithm, setting)
         if until_settled:
             from ..grids.settle import check_request
 

@@ -7,6 +7,7 @@ import typer
 from ..errors import UsageError
 from .common import user_errors
 
+MAX_ROUNDS = 100_000  # a diagnostic trains a few hundred rounds; more is a typo
 diagnose_app = typer.Typer(no_args_is_help=True, help="Diagnostics behind choices recorded in docs/fidelity.md.")
 
 
@@ -22,6 +23,7 @@ def diagnose_truncation(
     from ..evidence.diagnostics import truncation
 
     with user_errors():
-        if rounds < 0 or max_examples < 1:
-            raise UsageError(f"--rounds must be >= 0 and --max-examples >= 1, got {rounds}, {max_examples}")
+        if not 0 <= rounds <= MAX_ROUNDS or not 1 <= max_examples <= 10**7:  # a typo of 1e23 would never end
+            raise UsageError(f"--rounds must be in [0, {MAX_ROUNDS:,}] and --max-examples in [1, 10,000,000], got "
+                             f"{rounds:.3g}, {max_examples:.3g}")
         truncation(dataset, grid, rounds, max_examples, echo=typer.echo)

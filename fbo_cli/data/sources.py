@@ -108,12 +108,11 @@ def _install_debian_fashion(data_dir: Path) -> None:
     names = IDX_NAMES
     if all((raw / n).exists() for n in names) or not all((DEBIAN_FASHION / f"{n}.gz").exists() for n in names):
         return
-    raw.mkdir(parents=True, exist_ok=True)
+    from ..files import atomic_file
+
     for n in names:
-        tmp = raw / f".{n}.tmp"
-        with gzip.open(DEBIAN_FASHION / f"{n}.gz", "rb") as src, open(tmp, "wb") as dst:
+        with gzip.open(DEBIAN_FASHION / f"{n}.gz", "rb") as src, atomic_file(raw / n) as dst:
             shutil.copyfileobj(src, dst)
-        tmp.rename(raw / n)
 
 
 def load_fashion_mnist(data_dir: Path, download: bool) -> Dataset:
@@ -243,20 +242,12 @@ def _load_cached(name: str, data_dir: Path, download: bool) -> Dataset:
         d = torch.load(p, map_location="cpu", weights_only=True)
         return Dataset(name, d["X_train"], d["y_train"], d["X_test"], d["y_test"], int(d["num_classes"]))
     ds = LOADERS[name](data_dir, download)
-    with contextlib.suppress(Exception):  # written whole or not at all (a temporary file, then a rename)
-        import os
-        import tempfile
+    with contextlib.suppress(Exception):  # written whole or not at all (fbo's one writer)
+        from ..files import atomic_file
 
-        p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                torch.save({"X_train": ds.X_train, "y_train": ds.y_train, "X_test": ds.X_test,
-                            "y_test": ds.y_test, "num_classes": ds.num_classes}, f)
-            os.replace(tmp, p)
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+        with atomic_file(p) as f:
+            torch.save({"X_train": ds.X_train, "y_train": ds.y_train, "X_test": ds.X_test,
+                        "y_test": ds.y_test, "num_classes": ds.num_classes}, f)
     return ds
 
 

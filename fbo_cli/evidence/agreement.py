@@ -49,9 +49,10 @@ def _runs(spec: str, root: Path) -> tuple[object, pd.DataFrame]:
 
 
 def checks(exp, runs: pd.DataFrame) -> dict[tuple[str, str], object]:
-    """(claim, setting) -> its verdict on ``runs`` (claims on a derived, grid-valued quantity aside: those need the
+    """(claim, setting) -> its verdict on ``runs``, as the report reads it (rounds to a target as intervals:
+    :func:`~fbo_cli.grids.resolution.rounds_verdict`; claims on a derived, grid-valued quantity aside: those need the
     section's derived table)."""
-    from ..grids.verdicts import claim_verdict
+    from ..grids.resolution import rounds_verdict
 
     out = {}
     for claim in exp.claims:
@@ -59,7 +60,7 @@ def checks(exp, runs: pd.DataFrame) -> dict[tuple[str, str], object]:
             continue
         pairs = claim.across or [[s.name, None] for s in exp.settings if not claim.settings or s.name in claim.settings]
         for s, t in pairs:
-            out[(claim.text, s if t is None else f"{s} vs {t}")] = claim_verdict(runs, claim, s, t, len(exp.seeds))
+            out[(claim.text, s if t is None else f"{s} vs {t}")] = rounds_verdict(runs, claim, s, t, len(exp.seeds))
     return out
 
 

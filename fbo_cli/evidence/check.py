@@ -18,9 +18,14 @@ on, and compares:
   exactly, or the run *differs*;
 * the run's ending (done or diverged).
 
+Every evaluation row is judged, those after the budget's last evaluation too (a forged one there differs,
+it is no drift). An evidence run that is missing, whose completion record fails, or whose ``config.yaml`` was
+deleted or edited (it no longer hashes to the run's id) is named and counted (never "N of N").
+
 It writes ``check.md`` and ``check.csv`` (and the reruns under ``runs/``) in its output folder and
-exits 1 when a run differs or fails. The training seconds of the evidence and of the rerun stand
-side by side for context only: the evidence's were measured on another day, often two runs at once.
+exits 1 when a run differs or fails, or an evidence run could not be used. The training seconds of the
+evidence and of the rerun stand side by side for context only: the evidence's were measured on another
+day, often two runs at once.
 """
 
 from __future__ import annotations
@@ -70,8 +75,14 @@ def committed_runs(specs: list[str | Path], evidence: Path = EVIDENCE, unusable:
             seen.add(d)
             if not is_finished(d):
                 state, summ, why = run_status(d)
-                if unusable is not None and (state == "corrupt" or (state == "finished" and summ)):
+                if unusable is not None and state in ("missing", "partial"):
+                    unusable.append((d, "missing from the evidence: no finished run there (removed?)"))
+                elif unusable is not None and (state == "corrupt" or (state == "finished" and summ)):
                     unusable.append((d, why or f"it ended {summ.get('status')}"))
+                continue
+            if why := config_changed(d, c.cfg):
+                if unusable is not None:
+                    unusable.append((d, why))
                 continue
             s = read_summary(d) or {}
             if s.get("device") == "cuda" and not torch.cuda.is_available():
@@ -81,6 +92,22 @@ def committed_runs(specs: list[str | Path], evidence: Path = EVIDENCE, unusable:
                 secs = float(s.get("train_time_s") or 0) + float(s.get("eval_time_s") or 0)
             picks.append(Pick(exp.name, c, secs))
     return picks
+
+
+def config_changed(run_dir: Path, cfg) -> str:
+    """Why the evidence run's ``config.yaml`` is not the configuration of the run it sits in ('' when it is):
+    deleted, unreadable, or edited (what it says no longer hashes to the run's id)."""
+    from ..runs.config import identity_of, load_yaml
+
+    p = Path(run_dir) / "config.yaml"
+    if not p.is_file() or p.is_symlink():
+        return "config.yaml is missing (deleted?)"
+    try:
+        data = load_yaml(p.read_bytes(), str(p))
+        same = isinstance(data, dict) and identity_of(data) == cfg.identity()
+    except (UsageError, OSError, TypeError, ValueError) as e:
+        return f"config.yaml is unreadable ({str(e)[:120]})"
+    return "" if same else "config.yaml is not this run's configuration (edited?)"
 
 
 def select(picks: list[Pick], minutes: float | None, batch: str | int = "off") -> list[Pick]:
@@ -177,7 +204,10 @@ def compare_run(old: Path, new: Path, rtol: float = 1e-3, atol: float = 1e-6, sd
         return {**out, "outcome": "agrees", "why": ""}
     first = int(np.argmin(close))  # the first evaluation beyond rtol
     out["apart_from_round"] = int(mo["rounds"].iloc[first])
-    delta = abs(out["final_now"] - out["final_then"])
+    # every row is judged: the final within the budget, and each evaluation after the budget's last one (a run
+    # whose iterations overshoot the budget), which the final leaves alone and a forged row would hide in
+    beyond = (mo["rounds"] > rounds).to_numpy() if rounds is not None else np.zeros(len(mo), bool)
+    delta = max([abs(out["final_now"] - out["final_then"]), *_gaps(mo, mn, metric)[beyond]])
     if first >= 2 and math.isfinite(sd) and sd > 0 and delta <= DRIFT * sd:
         return {**out, "outcome": "drifts", "why": f"apart from round {out['apart_from_round']}; final off by "
                 f"{delta:.2g} = {delta / sd:.2f} seed sd"}
@@ -185,6 +215,15 @@ def compare_run(old: Path, new: Path, rtol: float = 1e-3, atol: float = 1e-6, sd
            if not np.allclose(col_a, col_b, rtol=rtol, atol=atol, equal_nan=True)]
     return {**out, "outcome": "differs", "why": f"from round {out['apart_from_round']}, beyond rtol in "
             + ", ".join(bad[:4]) + ("..." if len(bad) > 4 else "")}
+
+
+def _gaps(mo, mn, metric: str | None) -> np.ndarray:
+    """Per evaluation row, how far the headline metric of two runs lies apart (NaN against a number, or no
+    such column: infinitely)."""
+    if not metric or metric not in mo or metric not in mn:
+        return np.full(len(mo), np.inf)
+    a, b = mo[metric].to_numpy(float), mn[metric].to_numpy(float)
+    return np.nan_to_num(np.where(np.isnan(a) & np.isnan(b), 0.0, np.abs(a - b)), nan=np.inf)
 
 
 def seed_sd(picks: list[Pick]) -> dict[tuple[str, str, str], float]:
@@ -211,9 +250,11 @@ def report(rows: list[dict[str, Any]], rtol: float, atol: float, command: str, c
     then = sum(r["s_then"] or 0 for r in rows)
     now = sum(r["s_now"] or 0 for r in rows)
     ok = n["identical"] + n["agrees"] + n["drifts"]
+    gone = f", {len(unusable)} could not be checked (below)" if unusable else ""
     head = [f"# fbo check: {len(rows)} committed run(s) rerun and compared with the evidence", "",
             f"`{command}`{commit}, {datetime.date.today().isoformat()}", "",
-            f"**{ok} of {len(rows)} reproduce**: {n['identical']} identical bit for bit, {n['agrees']} within "
+            f"**{ok} of {len(rows) + len(unusable or [])} reproduce{gone}**: {n['identical']} identical bit for bit, "
+            f"{n['agrees']} within "
             f"rtol {rtol:g} (atol {atol:g}) at every evaluation; {n['drifts']} drift (the same run until float "
             f"rounding grew beyond rtol, the final headline metric within {DRIFT:g} seed-to-seed standard "
             f"deviation of the evidence); {n['differs']} differ, {n['failed']} failed. The communication ledger "

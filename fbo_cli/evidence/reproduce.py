@@ -46,7 +46,7 @@ def spec_cost(spec: str | Path, overrides: dict[str, Any], todo: bool = False,
     from ..grids.run_batches import cost_shares
     from ..grids.tune import tune_cells, tune_spec, tuning_estimate
     from ..runs.cost import RUN_STARTUP_S, estimate_cost
-    from ..runs.rundir import todo_runs
+    from ..runs.todo import todo_runs
 
     exp0 = load_spec(spec, overrides, use_tuned=False)
     tcells, est = [], None

@@ -148,16 +148,47 @@ def run_name(setting: str, inner_lr: float, seed: int) -> str:
     return f"fednest-{setting}-inner{inner_lr:g}-s{seed}"
 
 
-def witness_runs(root: Path) -> "pd.DataFrame":  # noqa: F821
-    """The witness runs under ``root/witness/fednest-*/`` whose completion record matches: one row each."""
-    import pandas as pd
-
+def witness_state(run_dir: Path) -> tuple[str, dict | None, str]:
+    """``(state, summary, why)`` of one witness run: ``finished`` (its completion record holds), ``tampered`` (a
+    summary whose ``metrics.csv`` is missing, a link, or fails its hash: named, never taken as finished nor
+    dropped in silence) or ``missing``."""
     from ..runs.rundir import file_sha256
 
-    rows = []
-    for s in sorted((Path(root) / "witness").glob("fednest-*/summary.json")):
+    s, m = Path(run_dir) / "summary.json", Path(run_dir) / "metrics.csv"
+    if not s.is_file():
+        return "missing", None, ""
+    try:
         d = json.loads(s.read_text())
-        m = s.parent / "metrics.csv"
-        if m.is_file() and not m.is_symlink() and file_sha256(m) == d.get("metrics_sha256"):
+    except (OSError, ValueError):
+        return "tampered", None, "summary.json is not valid JSON"
+    if not isinstance(d, dict):
+        return "tampered", None, "summary.json is not a record"
+    if not m.is_file() or m.is_symlink():
+        return "tampered", d, "metrics.csv is missing beside summary.json"
+    if file_sha256(m) != d.get("metrics_sha256"):
+        return "tampered", d, "metrics.csv does not match the hash in summary.json"
+    return "finished", d, ""
+
+
+def witness_runs(root: Path) -> "pd.DataFrame":  # noqa: F821
+    """The witness runs under ``root/witness/fednest-*/`` whose completion record matches: one row each. Those
+    whose record fails (:func:`witness_state`) are in ``attrs["tampered"]`` as ``(run directory, why)``."""
+    import pandas as pd
+
+    rows, tampered = [], []
+    for s in sorted((Path(root) / "witness").glob("fednest-*/summary.json")):
+        state, d, why = witness_state(s.parent)
+        if state == "finished":
             rows.append({**d, "run_dir": str(s.parent)})
-    return pd.DataFrame(rows)
+        else:
+            tampered.append((str(s.parent), why))
+    df = pd.DataFrame(rows)
+    df.attrs["tampered"] = tampered
+    return df
+
+
+def tampered_note(runs: "pd.DataFrame") -> str:  # noqa: F821
+    """A line naming the witness runs left out because their record fails ('' when none)."""
+    bad = runs.attrs.get("tampered") or []
+    return ("" if not bad else f"Left out, tampered or damaged: {len(bad)} witness run(s): "
+            + "; ".join(f"`{d}` ({why})" for d, why in bad) + ".")

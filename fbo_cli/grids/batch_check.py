@@ -72,12 +72,12 @@ def first_difference(alone: Path, batch: Path) -> str | None:
     return None
 
 
-def refusal(cfgs: Sequence[RunConfig]) -> str | None:
+def refusal(cfgs: Sequence[RunConfig], execute_batch) -> str | None:
     """Why the runs ``cfgs`` (a seed group of a user's class, about to step as one batch) may not batch: their
-    first two, stepped alone and batched for :data:`ITERATIONS` iterations, differ (naming the first array), or
-    None (a built-in class, a verdict already reached, or the same bits)."""
+    first two, stepped alone and batched (by ``execute_batch``, the caller's, so that this module does not import
+    it back) for :data:`ITERATIONS` iterations, differ (naming the first array), or None (a built-in class, a
+    verdict already reached, or the same bits)."""
     from ..runs.runner import execute
-    from .run_batches import execute_batch
 
     cfg = cfgs[0]
     if not cfg.source or len(cfgs) < 2:

@@ -22,8 +22,9 @@ import pandas as pd
 from ..errors import UsageError
 from ..runs.collapse import collapsed
 from ..runs.cost import cost_line
-from ..runs.rundir import atomic_write, read_metrics, run_status, todo_runs
-from ..runs.table import fmt_num, lower_is_better, md_row, rounds_to_target
+from ..runs.rundir import atomic_write, read_metrics, run_status
+from ..runs.table import fmt_num, lower_is_better, md_row, read_columns, within_budget
+from ..runs.todo import todo_runs
 from .executors import GridOptions
 from .plots import plot_experiment, t95  # noqa: F401  (compare's public API)
 from .run_batches import cost_shares
@@ -106,7 +107,39 @@ def run_experiment(exp: Experiment, grid: GridOptions | None = None, rerun: bool
             exp.outcomes.update({c.cfg.run_dir: r for c, r in zip(todo, res)})
     write_report(exp, outdir, no_run=no_run,  # a corrupt run directory is named with the reason it is not counted
                  warn=(lambda m: console.print(m, style="yellow", markup=False, highlight=False)) if console else None)
+    write_command_line(exp, outdir)
     return outdir
+
+
+COMMAND_LINE = "command_line.yaml"  # a compare's --set keys and --seeds, beside the table they made
+
+
+def write_command_line(exp: Experiment, outdir: Path) -> None:
+    """Record what the command line changed from the spec (``--set``, ``--seeds``) beside the table, so that
+    ``fbo report --spec`` finds the runs of a compare made with them (their run ids hold the keys; the folder's
+    name does not); a compare without them removes the record."""
+    from ..runs.rundir import write_yaml
+
+    rec = {**({"set": exp.overrides} if exp.overrides else {}), **({"seeds": exp.seeds} if exp.seeds_given else {})}
+    if rec:
+        write_yaml(outdir / COMMAND_LINE, rec)
+    else:
+        (outdir / COMMAND_LINE).unlink(missing_ok=True)
+
+
+def command_line(root: Path, name: str) -> tuple[dict, list[int] | None]:
+    """(the ``--set`` keys, the ``--seeds`` or None) of the last compare of the spec named ``name`` under the
+    results root ``root`` (:func:`write_command_line`); none recorded: ``({}, None)``."""
+    from ..runs.config import load_yaml
+
+    try:
+        f = Path(root) / "compare" / name / COMMAND_LINE
+        rec = load_yaml(f.read_bytes(), str(f)) if f.is_file() else {}
+    except (UsageError, OSError):
+        return {}, None
+    rec = rec if isinstance(rec, dict) else {}
+    sets, seeds = rec.get("set") or {}, rec.get("seeds")
+    return (sets if isinstance(sets, dict) else {}), (seeds if isinstance(seeds, list) else None)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -140,24 +173,39 @@ def collect(exp: Experiment, warn=None) -> tuple[pd.DataFrame, dict[tuple[str, s
             rows.append({**base, "status": "failed", "error": s.get("error")})
             continue
         curves[(c.algorithm, c.setting, c.seed)] = m
-        budget = c.cfg.run.rounds
-        within = m[m["rounds"] <= budget] if (m["rounds"] <= budget).any() else m
-        series = within[exp.metric]
+        within = within_budget(m, c.cfg.run.rounds)
         status = s["status"]
-        why = collapsed(series, exp.metric, c.cfg.run.dataset) if status == "done" else None
+        why = collapsed(within[exp.metric], exp.metric, c.cfg.run.dataset) if status == "done" else None
         row = {**base, "status": "collapsed" if why else status, **({"collapsed_because": why} if why else {}),
-               "rounds_to_target": rounds_to_target(m, exp.metric, exp.target),
-               "iterations_to_target": rounds_to_target(m, exp.metric, exp.target, x="iterations"),
-               "final": float(series.iloc[-1]),
-               "best": float(series.min() if lower_is_better(exp.metric) else series.max()),
-               "final_mean_last5": float(series.tail(5).mean()),
-               "rounds": int(within["rounds"].iloc[-1]), "iterations": int(within["iterations"].iloc[-1]),
+               **read_columns(m, exp.metric, exp.target, c.cfg.run.rounds), "eval_grid": eval_grid(c.cfg, s),
                "train_time_s": s.get("train_time_s"), "seconds_per_round": s.get("seconds_per_round")}
         for k in m.columns:
             if k not in row and m[k].dtype.kind in "fi":
                 row[f"final_{k}" if k in ("rounds", "iterations") else k] = float(within[k].iloc[-1])
         rows.append(row)
     return pd.DataFrame(rows), curves
+
+
+def eval_grid(cfg, summary: dict) -> int | None:
+    """The rounds between a run's evaluations: ``eval_rounds`` (one grid for every method), else ``eval_every``
+    times its rounds per outer iteration (each method its own grid; None where its iterations vary)."""
+    rpi = summary.get("rounds_per_iteration")
+    return cfg.run.eval_rounds or (cfg.run.eval_every * rpi if isinstance(rpi, int) else None)
+
+
+def grid_note(exp: Experiment, runs: pd.DataFrame) -> str | None:
+    """A warning when the methods of one setting were evaluated on different round grids (their rounds to the
+    target are then read at different resolutions; a verdict takes each crossing as the interval it is)."""
+    if exp.target is None or "eval_grid" not in runs:
+        return None
+    for s, g in runs.dropna(subset=["eval_grid"]).groupby("setting", sort=False):
+        per = g.groupby("algorithm", sort=False).eval_grid.first()
+        if per.nunique() > 1:
+            shown = ", ".join(f"{a} every {int(v)}" for a, v in per.items())
+            return (f"{exp.name}: setting {s}: the methods were evaluated on different round grids ({shown} rounds): "
+                    f"rounds to target are read at those resolutions; set eval_rounds (e.g. in the spec's base) to "
+                    f"evaluate every method on one grid")
+    return None
 
 
 def same_runs(exp: Experiment) -> dict[tuple[str, str], list[str]]:
@@ -232,6 +280,8 @@ def summarize(exp: Experiment, runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.Dat
                 hit = col("rounds_to_target").dropna()
                 put("rounds to target", hit, ("-" if g.empty else _ms(hit, counts=True) if len(hit) else "never")
                     + f" ({len(hit)}/{len(g)})")
+                low = col("rounds_to_target_low").dropna()  # the resolution: crossed in (low, rounds]
+                num["rounds to target low"] = low.mean() if len(low) else math.nan
                 its = col("iterations_to_target")
                 put("iterations to target", its, None if len(hit) else "never")
             put("final", col("final"))
@@ -284,6 +334,8 @@ def write_report(exp: Experiment, outdir: Path, no_run: bool = False, warn=None,
     exp.incomplete = int(runs.status.isin(["failed", "not run"]).sum())
     if no_run and not (runs.status != "not run").any():
         raise UsageError(f"no finished runs for experiment '{exp.name}' (run it without --no-run)")
+    if warn and (note := grid_note(exp, runs)):
+        warn(note)
     table, numbers = summarize(exp, runs)
     md = table_markdown(exp, table)
     if plots:  # the figures beside the table: what their lines and bands are
@@ -334,7 +386,7 @@ def tuned_note(exp: Experiment) -> str:
             vals = tuned_layer(exp.tuned, a.name, s.name)
             keys = list(a.tune)
             if vals:
-                edge = edge_note(tuned_entry(exp.tuned, a.name, s.name))
+                edge = tuned_entry(exp.tuned, a.name, s.name).how_chosen()
                 how = "tuned" + (f" ({edge})" if edge else "")
                 rows.append((a.name, s.name, ", ".join(f"{k}={fmt_num(v)}" for k, v in vals.items()), how))
             elif keys:

@@ -85,7 +85,8 @@ class Reuse:
         self.before: dict[str, dict] = manifest.get("figures", {})
         self.now: dict[str, dict] = {}
         self.code = code_digest()
-        self.evidence = digest(self.code, _stats(root)) if root is not None else ""
+        stats = _stats(root) if root is not None else []
+        self.evidence = digest(self.code, stats) if stats else ""
         self.unchanged = bool(self.evidence) and manifest.get("evidence") == self.evidence
         self.reused = self.drawn = self.depth = 0
         self.memo: dict[int, tuple] = {}  # the evidence's frames and curves are hashed once per report
@@ -118,8 +119,10 @@ class Reuse:
         return result
 
     def save(self) -> None:
-        (self.new / MANIFEST).write_text(json.dumps({"evidence": self.evidence, "figures": self.now}, indent=0,
-                                                    sort_keys=True))
+        from ..files import atomic_write
+
+        atomic_write(self.new / MANIFEST, json.dumps({"evidence": self.evidence, "figures": self.now}, indent=0,
+                                                     sort_keys=True))
 
     def estimate(self) -> tuple[int, float]:
         """(figures of the previous report, the seconds it may take to redraw them): none when neither the
@@ -128,17 +131,31 @@ class Reuse:
                                                                 for v in self.before.values())
 
 
+STATS_DEPTH, STATS_MAX = 4, 100_000  # a results root's files lie at most 4 deep (task/algo/run/file)
+
+
 def _stats(root: Path) -> list[tuple[str, int, int]]:
-    """(path, size, modification time) of every file under ``root``: whether the evidence may have changed."""
+    """(path, size, modification time) of every file under ``root`` down to the depth of a run's files, links
+    neither followed nor stat'ed through: whether the evidence may have changed. Empty (unknown: every figure
+    counts as maybe changed) when ``root`` holds more than a results root would (``--from /``)."""
     out = []
-    for d, _, files in os.walk(root):
+    top = len(Path(root).parts)
+    for d, dirs, files in os.walk(root):
+        if len(Path(d).parts) - top >= STATS_DEPTH:
+            dirs[:] = []
         for f in files:
-            st = os.stat(os.path.join(d, f))
-            out.append((os.path.join(d, f), st.st_size, st.st_mtime_ns))
+            with contextlib.suppress(OSError):
+                st = os.lstat(os.path.join(d, f))
+                out.append((os.path.join(d, f), st.st_size, st.st_mtime_ns))
+        if len(out) > STATS_MAX:
+            return []
     return sorted(out)
 
 
 def _link(src: Path, dst: Path) -> None:
+    from ..files import check_target
+
+    check_target(dst)
     try:
         os.link(src, dst)
     except OSError:

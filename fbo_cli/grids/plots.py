@@ -15,8 +15,6 @@ hollow diamonds. ``fbo compare`` writes it as ``curves.png`` (with PDF and SVG b
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 import textwrap
 import warnings
 import zlib
@@ -191,25 +189,16 @@ def save(fig, path: Path, formats=FORMATS) -> list[Path]:
     returns the files written, the PNG first."""
     import matplotlib.pyplot as plt
 
+    from ..files import write_figure
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     out = []
     try:
         for fmt in sorted(dict.fromkeys(formats), key=lambda f: f != "png"):
             target = path.with_suffix("." + fmt)
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix="." + fmt)
-            os.close(fd)
-            try:
-                # tight: a panel title wider than its panel (a long method name) spills past the last panel's edge
-                fig.savefig(tmp, dpi=200, format=fmt, metadata={"Date": None} if fmt in ("svg", "pdf") else None,
-                            bbox_inches="tight", pad_inches=0.03)
-                m = os.umask(0)
-                os.umask(m)
-                os.chmod(tmp, 0o666 & ~m)
-                os.replace(tmp, target)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            # tight: a panel title wider than its panel (a long method name) spills past the last panel's edge
+            write_figure(fig, target, dpi=200, format=fmt, metadata={"Date": None} if fmt in ("svg", "pdf") else None,
+                         bbox_inches="tight", pad_inches=0.03)
             out.append(target)
     finally:
         plt.close(fig)

@@ -54,6 +54,7 @@ from ..runs import checkpoint as ckpt
 from ..runs.config import RunConfig
 from ..runs.cost import evidence_roots
 from ..runs.rundir import CHECKPOINT, ended, make_dirs, remove_temp_files, run_lock, run_status, write_csv, write_yaml
+from ..runs.schedule import evaluation_due
 from .batch_resume import ResumeApart, put_states, restore_runs
 
 AUTO_MAX = 16  # --batch auto: at most this many runs in one batch
@@ -376,7 +377,7 @@ def execute_batch(cfgs: Sequence[RunConfig], reuse: bool = True, fresh: bool = F
             if len(idx) == 1:  # nothing to share: the run alone
                 alone.append(idx[0])
                 continue
-            if why := refusal([cfgs[i] for i in idx]):  # a user's class: its batch shown equal to its runs alone
+            if why := refusal([cfgs[i] for i in idx], execute_batch):  # a user's class: its batch shown equal to its runs alone
                 for i in idx:
                     with _run_log(cfgs[i].run_dir, log) as note:
                         note(f"{cfgs[i].algo}: {why}")
@@ -526,7 +527,7 @@ def _run_group(runs: list[_Run], on_eval, resume: bool = False) -> list[dict | N
                 for k in active:
                     runs[k].train_time += dt
                 gone = {k: "the iterate has NaN/inf entries" for p, k in enumerate(active) if not ok[p]}
-                if led.iterations % r.eval_every == 0:
+                if evaluation_due(r, led, runs[active[0]].rows[-1]["rounds"], view.rounds_per_iteration()):
                     for k, row in evaluate([k for k in active if k not in gone]).items():
                         if why := diverged(row, first[k]):
                             gone[k] = why

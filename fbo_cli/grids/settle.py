@@ -28,8 +28,9 @@ from typing import Any
 import yaml
 
 from ..errors import UsageError
+from .resolution import rounds_verdict
 from .spec import Experiment, load_settled, load_spec, settled_path  # noqa: F401  (settle's API)
-from .verdicts import CAP, claim_verdict, look_alphas, looks
+from .verdicts import CAP, look_alphas, looks
 
 
 def plan(exp: Experiment, runs, cap: int = CAP, to_cap: bool = False) -> tuple[list[dict], list[str]]:
@@ -48,7 +49,7 @@ def plan(exp: Experiment, runs, cap: int = CAP, to_cap: bool = False) -> tuple[l
             continue  # a derived quantity (I_max): not extended
         pairs = claim.across or [(s, None) for s in names if not claim.settings or s in claim.settings]
         for s, t in pairs:
-            v = claim_verdict(runs, claim, s, t, first=len(exp.seeds), cap=cap)
+            v = rounds_verdict(runs, claim, s, t, first=len(exp.seeds), cap=cap)
             if v.verdict == "inconclusive" and v.more:
                 target = cap if to_cap else v.n + v.more
                 for side, where in ((claim.better, s), (claim.than, t or s)):
@@ -127,7 +128,7 @@ def second_look(exp: Experiment, spec: str | Path, overrides: dict[str, Any], ca
     """The next look's seeds for the claims still open: planned (:func:`plan`), written to ``settled.yaml`` (not
     in a dry run, which says their cost instead, and what every open claim to the cap would cost) and loaded."""
     from ..runs.cost import cost_line
-    from ..runs.rundir import todo_runs
+    from ..runs.todo import todo_runs
     from .compare import collect
     from .run_batches import cost_shares
 

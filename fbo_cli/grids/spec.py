@@ -23,7 +23,6 @@ from typing import Any
 
 from ..errors import UsageError
 from ..runs.config import RunConfig, check_path, load_config_file, resolve
-from ..runs.rundir import atomic_write
 from ..runs.table import X_AXES
 from ..tasks import TASKS
 from .spec_checks import (  # noqa: F401  (parse_tune, MAX_*: spec's API)
@@ -37,7 +36,10 @@ from .spec_checks import (  # noqa: F401  (parse_tune, MAX_*: spec's API)
     check_witness,
     nonneg_number,
     parse_tune,
+    procedure_changes,
+    tuning_procedure,
 )
+from .spec_folder import claim_folder, identity  # noqa: F401  (spec's API)
 from .spec_types import AlgorithmEntry, Attribution, Choice, Claim, SettingEntry, Tuned, TuneSpec, Witness  # noqa: F401
 
 BANDS = {"minmax": "min to max over those seeds", "std": "mean ± one standard deviation over those seeds",
@@ -73,6 +75,7 @@ class Experiment:
     out_root: Path = Path("results")
     base: dict[str, Any] = field(default_factory=dict)
     tuned: Tuned | None = None  # the tuned.yaml of ``fbo tune``, when present
+    procedure: dict[str, Any] = field(default_factory=dict)  # what a tuning of this spec does (tuned.yaml's made_by)
     x_also: list[str] = field(default_factory=list)  # more x axes: one more curves_<x>.png each
     claims: list[Claim] = field(default_factory=list)  # the paper's claims, checked by the report
     derived: list[str] = field(default_factory=list)  # derived tables (DERIVED)
@@ -225,6 +228,7 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
     exp.tolerance = nonneg_number(spec.get("tolerance", 0.02), f"{where}: 'tolerance'")
     if spec.get("tune") is not None:
         exp.tune = parse_tune(spec, exp, where)
+        exp.procedure = tuning_procedure(exp, base, overrides)
     if use_tuned:
         exp.tuned = load_tuned(exp)
     exp.overrides = {k: v for k, v in overrides.items() if k not in ("out_dir", "data_dir")}
@@ -413,49 +417,6 @@ def check_metrics(exp: Experiment, columns: set[str] | None = None) -> None:
         raise UsageError(f"x '{exp.x}' is not a column of task '{exp.task}'s metrics")
 
 
-def identity(exp: Experiment) -> str:
-    """What makes a spec's results folder its own: the task, the algorithms and the settings by name."""
-    import hashlib
-
-    key = repr((exp.task, [(a.name, a.algo_name or a.algo) for a in exp.algorithms],
-                [s.name for s in exp.settings]))
-    return hashlib.sha256(key.encode()).hexdigest()[:16]
-
-
-def claim_folder(exp: Experiment, outdir: Path, write: bool = True) -> None:
-    """Mark ``outdir`` (``<out>/compare/<name>``) as this spec's; a folder already marked by a different
-    spec of the same name is a UsageError, so two specs never share tables or ``tuned.yaml``. With
-    ``write`` False it only checks (before anything is validated, nothing is written)."""
-    from ..runs.rundir import claim_root, make_dirs
-
-    mark = outdir / ".spec"
-    mine = f"{identity(exp)} {exp.path}\n"
-    if mark.is_file():
-        held = mark.read_text()
-        if held.split(" ")[0] == identity(exp):
-            return
-        other = held.partition(" ")[2].strip()
-        if not (other and exp.path and _same_file(other, exp.path)):
-            raise UsageError(f"{outdir} holds the results of {other or 'another spec'}, a different spec with the same "
-                             f"name '{exp.name}': give {exp.path or 'this spec'} its own 'name:'")
-        # the same file, edited (a setting or an algorithm added or renamed): still this spec's folder
-        if write:
-            atomic_write(mark, mine)
-        return
-    if write:
-        claim_root(outdir.parents[1])
-        make_dirs(outdir)
-        atomic_write(mark, mine)
-
-
-def _same_file(a, b) -> bool:
-    """Whether two spec paths (as given on the command line, so relative to the project folder) name one file."""
-    try:
-        return Path(a).resolve() == Path(b).resolve()
-    except (OSError, RuntimeError, ValueError):
-        return False
-
-
 def settled_path(exp: Experiment) -> Path:
     return exp.out_root / "compare" / exp.name / "settled.yaml"
 
@@ -496,6 +457,11 @@ def _add_settled(exp: Experiment, where: str, task: str, base: dict, overrides: 
                 exp.cells.append(_cell(exp, where, task, base, overrides, a, s, seed))
 
 
+# what a tuned.yaml written before made_by is checked on: its seeds, budget, setting and grids (the committed
+# evidence holds one whose score was renamed since: adafbio_hyperclean, upper_loss -> heldout_loss)
+OLD_RECORD = ("seeds", "rounds", "setting", "grids")
+
+
 def load_tuned(exp: Experiment) -> Tuned | None:
     """The ``tuned.yaml`` beside the experiment's results, if any."""
     p = exp.out_root / "compare" / exp.name / "tuned.yaml"
@@ -508,11 +474,15 @@ def load_tuned(exp: Experiment) -> Tuned | None:
     if not ok:
         raise UsageError(f"{p}: 'chosen' must map algorithm -> setting -> {{key: value}}, got {chosen!r:.120}; "
                          f"run `fbo tune` again to rewrite it (or delete the file)")
-    tuned_grids = lambda g: {a: v for a, v in (g or {}).items() if v}  # noqa: E731  (rows with a grid only)
-    if exp.tune is not None and "grids" in t and tuned_grids(t["grids"]) != tuned_grids(exp.tune.grids):
-        raise UsageError(f"{p} was chosen on another tuning grid than {exp.path or 'the spec'} now declares (was "
-                         f"{tuned_grids(t['grids'])!r:.150}); an edited spec is tuned again: `fbo tune {exp.path}` "
-                         f"(it replaces the file), or delete the file to run the spec's own values")
+    if exp.tune is not None:  # a tuning applies only under the procedure that made it
+        made_by = dict(t["made_by"]) if isinstance(t.get("made_by"), dict) else {k: t[k] for k in OLD_RECORD if k in t}
+        if isinstance(made_by.get("grids"), dict):  # rows with a grid only
+            made_by["grids"] = {a: v for a, v in made_by["grids"].items() if v}
+        if changed := procedure_changes(made_by, exp.procedure):
+            raise UsageError(f"{p} was chosen by another tuning procedure than {exp.path or 'the spec'} now declares "
+                             f"({'; '.join(changed)}): its values apply only to the procedure that made them. An "
+                             f"edited spec is tuned again: `fbo tune {exp.path}` (it replaces the file), or delete "
+                             f"the file to run the spec's own values")
     tuned = Tuned.of(t)
     for algo, per in tuned.chosen.items():
         for setting, choice in per.items():

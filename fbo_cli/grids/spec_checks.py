@@ -229,3 +229,38 @@ def parse_tune(spec: dict, exp: Any, where: str) -> TuneSpec:
     if not any(grids.values()):
         raise UsageError(f"{where}: no algorithm declares a 'tune:' grid")
     return TuneSpec(seeds, rounds, score, mode, setting, float(tail), float(tol), extra, grids)
+
+
+# keys that never change what a tuning computes (where files go, threads, checkpoints), as for a run's identity
+_NOT_PROCEDURE = {"data_dir", "out_dir", "download", "threads", "device", "checkpoint_every", "keep_checkpoint",
+                  "quiet", "seed", "target"}
+
+
+def tuning_procedure(exp, base: dict, overrides: dict) -> dict:
+    """What a tuning did, as ``tuned.yaml`` records it (``made_by``) and ``fbo compare`` checks it against the spec
+    now: the tuning seeds, its budget and rule, its grids, and every value its runs were made with (the spec's
+    ``base``, each setting's values, the tuned rows' fixed values, ``tune.set`` and the command line's ``--set``),
+    but nothing that only says where files go or how many threads run."""
+    ts = exp.tune
+    keep = lambda d: {k: v for k, v in sorted((d or {}).items()) if k not in _NOT_PROCEDURE}  # noqa: E731
+    return {"seeds": list(ts.seeds), "rounds": ts.rounds or "budget", "score": ts.score, "mode": ts.mode,
+            "setting": ts.setting, "tail": ts.tail, "tolerance": ts.tolerance if math.isfinite(ts.tolerance) else "off",
+            "grids": {a: g for a, g in ts.grids.items() if g}, "set": keep(ts.extra), "base": keep(base),
+            "settings": {s.name: keep(s.set) for s in exp.settings},
+            "fixed": {a.name: keep(a.set) for a in exp.algorithms if a.tune}, "command_line": keep(overrides)}
+
+
+_PROCEDURE_WORDS = {"seeds": "tuning seeds", "rounds": "tuning budget (tune.rounds)", "grids": "another tuning grid",
+                    "base": "base values (clients, rounds, ...)", "settings": "settings' values",
+                    "fixed": "tuned rows' fixed values", "command_line": "--set values", "set": "tune.set"}
+
+
+def procedure_changes(then: dict, now: dict) -> list[str]:
+    """The parts of the tuning procedure ``then`` (a ``tuned.yaml``'s ``made_by``, or the flat keys an older one
+    holds) that differ in ``now`` (:func:`tuning_procedure`), each as ``what: was -> now``."""
+    import yaml
+
+    same = lambda x: yaml.safe_load(yaml.safe_dump(x))  # noqa: E731  (as read back from the file)
+    now = same(now)
+    return [f"{_PROCEDURE_WORDS.get(k, 'tune.' + k)}: {then[k]!r:.80} -> {now[k]!r:.80}"
+            for k in now if k in then and same(then[k]) != now[k]]

@@ -167,6 +167,12 @@ class Choice(Mapping):
                        "rejected value beyond it")
         return "; ".join(out)
 
+    def how_chosen(self) -> str:
+        """The edge note and what was searched along each key (``searched``: every value tried, and those tried
+        through the choice), in words."""
+        searched = self.notes.get("searched")
+        return "; ".join(x for x in (self.edge_note(), f"searched: {searched}" if searched else "") if x)
+
 
 @dataclass
 class Tuned:

@@ -52,11 +52,6 @@ def look_alphas(cap: int = CAP, alpha: float = ALPHA) -> tuple[float, ...]:
     return tuple(b - a for a, b in zip([0.0] + spent[:-1], spent))
 
 
-EQUIVALENCE = 0.90  # the interval of the equivalence test (two one-sided tests at 5% each): report.numbers plans
-# an open paper number's seeds with it (restored: the merge of the sequential design dropped it, and numbers.py
-# imports it)
-
-
 def t_interval(d: np.ndarray, alpha: float = 1 - CONFIDENCE) -> tuple[float, float, float]:
     """(mean, low, high): the paired t interval of the mean of ``d`` (finite values, n >= 2)."""
     from scipy.stats import t

@@ -43,7 +43,12 @@ class RunSettings:
     rounds: int = bounded(2000, doc="budget in communication rounds")
     max_iters: int | None = bounded(None, doc="optional budget in outer iterations")
     time_limit: float | None = bounded(None, doc="optional budget in seconds of training")
-    eval_every: int = bounded(1, doc="evaluate every this many outer iterations")
+    eval_every: int = bounded(1, doc="evaluate every this many outer iterations (when eval_rounds is unset)")
+    eval_rounds: int | None = bounded(None,
+                                      doc="evaluate on a grid of this many communication rounds: at the first outer "
+                                          "iteration reaching each multiple, and at the last within the budget (one "
+                                          "round grid for every method of a compare; None: every eval_every "
+                                          "iterations)")
     target: float | None = bounded(None, doc="headline metric target for \"rounds to target\"")
     seed: int = bounded(0,
                         doc="random seed of the data split, the client sampling, the minibatches and the "
@@ -67,7 +72,7 @@ _NOT_IDENTITY_TASK = {"fast"}
 # keys added after runs of their task were committed as evidence: they enter a run's identity only
 # when set away from this default, so that the older runs keep their ids (and stay reused)
 _IDENTITY_UNLESS_DEFAULT = {("auc", "heldout_frac"): False, ("hyperrep", "eval"): "test,val"}
-_RUN_IDENTITY_UNLESS_DEFAULT = {"heldout_frac": 0.0}
+_RUN_IDENTITY_UNLESS_DEFAULT = {"heldout_frac": 0.0, "eval_rounds": None}
 # hyperparameters added after runs were committed as evidence, likewise (any task)
 _HP_IDENTITY_UNLESS_DEFAULT = {"outer_lr_schedule": "constant", "outer_lr_t0": 1.0}
 
@@ -90,6 +95,11 @@ def comparable(data: dict[str, Any]) -> dict[str, Any]:
         hp = {k: v for k, v in hp.items() if _HP_IDENTITY_UNLESS_DEFAULT.get(k, object()) != v}
         return {**d, "task_params": tp, "hp": hp}
     return {**d, "task_params": tp}
+
+
+def identity_of(data: dict[str, Any]) -> str:
+    """The run id's last part of a resolved config (``RunConfig.as_dict()``, or a run's config.yaml as read)."""
+    return hashlib.sha1(json.dumps(comparable(data), sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
 @dataclass
@@ -138,8 +148,7 @@ class RunConfig:
                 raise UsageError(f"a user's code changed fbo's {why} at import: a run of the built-in '{self.algo}' "
                                  "here would be that code's under the built-in's run id; subclass instead "
                                  "(class Mine(FedNest) with its own outer_lr), or run the built-in without it")
-        d = comparable(self.as_dict())
-        return hashlib.sha1(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:10]
+        return identity_of(self.as_dict())
 
     @property
     def run_id(self) -> str:
@@ -163,7 +172,9 @@ def _type_name(tp: Any) -> str:
 
 
 def coerce(key: str, value: Any, tp: Any) -> Any:
-    """Coerce ``value`` (a YAML scalar or a string from the command line) to the field type ``tp``."""
+    """Coerce ``value`` (a YAML scalar or a string from the command line) to the field type ``tp``. A string for a
+    text key stays the text given (``--out-dir null`` is a folder named null, not YAML's null)."""
+    raw = value
     if isinstance(value, str):
         try:
             value = load_yaml(value, f"the value of '{key}'") if value.strip() else value
@@ -201,6 +212,8 @@ def coerce(key: str, value: Any, tp: Any) -> Any:
             raise UsageError(f"'{key}' must be a finite number, got {value!r}")
         return float(value)
     if tp is str:
+        if isinstance(raw, str) and not isinstance(value, str):
+            return raw
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return str(value)
         if not isinstance(value, str):
@@ -486,6 +499,8 @@ def _validate(run: RunSettings, tcls) -> None:
         raise UsageError(f"participation must be in (0, 1], got {run.participation}")
     if run.eval_every < 1:
         raise UsageError(f"eval_every must be >= 1, got {run.eval_every}")
+    if run.eval_rounds is not None and run.eval_rounds < 1:
+        raise UsageError(f"eval_rounds must be >= 1 (or none), got {run.eval_rounds}")
     if run.alpha <= 0:
         raise UsageError(f"alpha must be > 0, got {run.alpha}")
     if not 0 <= run.seed < 2**32:  # numpy's generators take 32-bit seeds

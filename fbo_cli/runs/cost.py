@@ -26,9 +26,9 @@ _SCHEDULE_KEYS = frozenset({"T0", "seed", "rounds", "max_iters", "checkpoint_eve
 
 def _shape(cfg: dict, loose: bool = False) -> str:
     """What sets a run's cost per round, without its step sizes: the task, algorithm, dataset and model,
-    the clients, participation and evaluation cadence, and the integer and boolean settings of the task and
-    algorithm (local iterations I, batch sizes, lower epochs, Neumann terms), schedules (T0) left out;
-    ``loose``: the integers alone, without the evaluation cadence and the switches."""
+    the clients, participation and evaluation cadence (``eval_rounds`` only where set), and the integer and
+    boolean settings of the task and algorithm (local iterations I, batch sizes, lower epochs, Neumann terms),
+    schedules (T0) left out; ``loose``: the integers alone, without the evaluation cadence and the switches."""
     from .config import comparable
 
     cfg = comparable(cfg)  # a resolved config and a run's config.yaml alike
@@ -39,6 +39,7 @@ def _shape(cfg: dict, loose: bool = False) -> str:
                        "model": tp.get("model"), "clients": cfg.get("clients"),
                        "participation": cfg.get("participation"),
                        "eval_every": None if loose else cfg.get("eval_every"),
+                       **({"eval_rounds": cfg["eval_rounds"]} if cfg.get("eval_rounds") and not loose else {}),
                        **ints}, sort_keys=True, default=str)
 
 

@@ -253,64 +253,6 @@ def stale_reason(cfg, summary: dict | None) -> str | None:
     return f"stale: the source of {what}{where} changed since the run was made"
 
 
-_CONFIGS: dict[tuple[Path, int], Any] = {}
-
-
-def predecessor(cfg) -> tuple[Path, dict] | None:
-    """``(run folder, summary)`` of the latest finished run of a user's algorithm that this file (the same
-    absolute ``algo_source``) made with other code, with everything else of ``cfg``'s identity equal: the run an
-    edit made stale (its code is in the run id, :func:`code_key`), which ``--accept-code-change`` may adopt. A run
-    of another file of the same name is never one."""
-    from .config import comparable, load_yaml
-    from .rundir import ended, run_status
-
-    if not cfg.source:
-        return None
-    here = cfg.run_dir
-    mine = {k: v for k, v in comparable(cfg.as_dict()).items() if k != "algo_code"}
-    found = []
-    try:
-        dirs = [d for d in here.parent.glob(f"{cfg.run.dataset}-{cfg.run.partition}-s{cfg.run.seed}-*") if d != here]
-    except OSError:
-        return None
-    for d in dirs:
-        try:
-            f = d / "config.yaml"
-            key = (f, f.stat().st_mtime_ns)
-            if key not in _CONFIGS:  # a tuning's many points read each other's configs once
-                _CONFIGS[key] = load_yaml(f.read_bytes(), str(f))
-            data = _CONFIGS[key]
-        except Exception:  # not a run of ours: never adopted
-            continue
-        if not isinstance(data, dict) or data.get("algo_source") != cfg.source:
-            continue
-        if {k: v for k, v in comparable(data).items() if k != "algo_code"} != mine:
-            continue
-        state, summary, _ = run_status(d)
-        if ended(state, summary):
-            found.append(((d / "summary.json").stat().st_mtime_ns, d, summary))
-    if not found:
-        return None
-    _, d, summary = max(found, key=lambda t: t[0])
-    return d, summary
-
-
-def adopt(cfg, old: Path, summary: dict) -> None:
-    """``--accept-code-change``: the run ``old`` (:func:`predecessor`) becomes ``cfg``'s, its files copied into
-    ``cfg``'s run folder (under its lock) with ``cfg``'s ``config.yaml`` and the acceptance recorded in its summary
-    (:func:`accepted`, and ``adopted_from``); ``old`` stays, so that the code before the edit finds its run again."""
-    from .rundir import CHECKPOINT, atomic_write, run_lock, write_json, write_yaml
-
-    new = cfg.run_dir
-    with run_lock(new):
-        skip = (".lock", CHECKPOINT, "summary.json", "config.yaml")
-        for f in sorted(old.iterdir()):
-            if f.is_file() and not f.is_symlink() and f.name not in skip:
-                atomic_write(new / f.name, f.read_bytes())
-        write_yaml(new / "config.yaml", cfg.as_dict())
-        write_json(new / "summary.json", {**accepted(cfg, summary), "run_id": new.name, "adopted_from": old.name})
-
-
 def accepted(cfg, summary: dict) -> dict:
     """The summary with the record that the user accepts the current code for this run's numbers (the
     caller writes it into the run's ``summary.json``)."""

@@ -23,58 +23,18 @@ import json
 import os
 import re
 import stat
-import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
 import pandas as pd
 import yaml
 
+# the one writer and the scratch folders (fbo_cli.files), importable from here as the rest of fbo imports them
+from ..files import TEMP_TOKEN, atomic_write, make_dirs, stale_scratch, temp_folder, write_figure  # noqa: F401
+from ..files import stale_scratch_folders as stale_temp_folders  # noqa: F401
 from .table import METRIC_LABELS, X_AXES
 
 CHECKPOINT = "checkpoint.pt"
-
-
-def _umask() -> int:
-    m = os.umask(0)
-    os.umask(m)
-    return m
-
-
-def make_dirs(path: Path) -> None:
-    """``mkdir -p`` that reports a path blocked by a regular file, or unwritable, as bad input."""
-    from ..errors import UsageError
-
-    try:
-        Path(path).mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):
-        raise UsageError(f"cannot create directory {path}: a part of that path is a regular file") from None
-    except PermissionError:
-        raise UsageError(f"cannot create directory {path}: permission denied") from None
-    except OSError as e:  # e.g. a name longer than the file system allows
-        raise UsageError(f"cannot create directory {str(path)[:300]}: {e.strerror or e}") from None
-
-
-def atomic_write(path: Path, text: str | bytes) -> None:
-    from ..errors import UsageError
-
-    path = Path(path)
-    make_dirs(path.parent)
-    try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_TOKEN)
-    except OSError as e:
-        raise UsageError(f"cannot write {str(path)[:300]}: {e.strerror or e}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(text.encode() if isinstance(text, str) else text)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600
-        os.replace(tmp, path)
-    except BaseException as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(e, OSError) and e.errno and not e.filename:
-            raise OSError(e.errno, e.strerror or os.strerror(e.errno), str(path)) from None  # say which file
-        raise
 
 
 def code_commit() -> str:
@@ -138,43 +98,9 @@ ROOT_MARKER = ".fbo-results"
 # What fbo may remove carries a token only fbo writes: its temporary files end in TEMP_TOKEN (mkstemp's prefix
 # ``.<name>.``, 8 random characters, the token, save_figure's .png) and its run locks hold LOCK_TOKEN. A file
 # that merely looks like one (a user's ``.lock``, ``.draft.abcdefgh``) is never removed.
-TEMP_TOKEN = ".fbo-tmp"
 LOCK_TOKEN = b"fbo run lock\n"
 _TEMP = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}\.fbo-tmp(\.png)?")
 RUN_FILES = frozenset({"config.yaml", "metrics.csv", "summary.json", CHECKPOINT, "curves.png", "run.log"})
-
-
-# one command's scratch folder (temp_folder): its name is fbo's token and the process that uses it
-_TEMP_DIR = re.compile(r"\.?fbo-(?:report|mnist|figures)-(?P<pid>\d+)-[a-z0-9_]{8}")
-
-
-def temp_folder(kind: str, parent: Path | None = None) -> Path:
-    """A new private scratch folder ``fbo-KIND-PID-XXXXXXXX`` (``.fbo-...`` inside ``parent``, default the
-    system's temporary folder): the name is fbo's token and says which process uses it, so that what a killed
-    command left is removed by ``fbo clean`` once that process is gone (:func:`stale_temp_folders`)."""
-    return Path(tempfile.mkdtemp(prefix=f"{'.' if parent else ''}fbo-{kind}-{os.getpid()}-", dir=parent))
-
-
-def _stale_temp_folder(p: Path) -> bool:
-    """``p`` is a :func:`temp_folder` of ours whose process is gone (a pid in use, even another process's
-    that reuses it, keeps it)."""
-    m = _TEMP_DIR.fullmatch(p.name)
-    if not m or p.is_symlink() or not p.is_dir() or p.lstat().st_uid != os.getuid():
-        return False
-    try:
-        os.kill(int(m["pid"]), 0)
-    except ProcessLookupError:
-        return True
-    except (PermissionError, OverflowError):
-        return False
-    return False
-
-
-def stale_temp_folders(parent: Path | None = None) -> list[Path]:
-    """The :func:`temp_folder` folders in ``parent`` (default the system's temporary folder) that killed
-    commands left (``fbo-report-*``, ``fbo-mnist-*``)."""
-    parent = Path(parent or tempfile.gettempdir())
-    return sorted(p for p in parent.glob("*fbo-*-*-*") if _stale_temp_folder(p))
 
 
 def is_fbo_root(root: Path) -> bool:
@@ -248,7 +174,7 @@ def leftovers(root: Path) -> list[Path]:
     found: list[Path] = []
     for here, dirs, files in os.walk(root):  # does not descend into linked folders
         d = Path(here)
-        found += [d / x for x in sorted(dirs) if _stale_temp_folder(d / x)]  # removed whole
+        found += [d / x for x in sorted(dirs) if stale_scratch(d / x)]  # removed whole
         dirs[:] = sorted(x for x in dirs if not (d / x).is_symlink() and d / x not in found)
         for f in sorted(files):
             p = d / f
@@ -270,7 +196,7 @@ def remove_leftover(p: Path) -> None:
     ``rmdir`` (only when empty), a killed command's :func:`temp_folder` whole."""
     import shutil
 
-    if _stale_temp_folder(p):
+    if stale_scratch(p):
         shutil.rmtree(p, ignore_errors=True)
         return
     with contextlib.suppress(FileNotFoundError):
@@ -372,39 +298,11 @@ def is_finished(run_dir: Path) -> bool:
     return ended(*run_status(run_dir)[:2])
 
 
-def todo_runs(cells: list, rerun: bool = False, accept: bool = False, stale: dict | None = None) -> list:
-    """The cells (objects with ``.cfg``) still to run, one per run directory (two rows of a grid may be
-    the same run): not finished, or finished by code that has changed since (:mod:`fbo_cli.runs.identity`;
-    ``stale`` collects ``{run_dir: why}``), unless ``accept`` (the change is recorded and the run kept)."""
-    from .identity import accepted, adopt, predecessor, stale_reason
-
-    todo = {}
-    for c in cells:
-        d = c.cfg.run_dir
-        if d in todo:
-            continue
-        state, s, _ = run_status(d)
-        if not rerun and not ended(state, s) and state != "partial" and (old := predecessor(c.cfg)):
-            if accept:  # a user's edit: the run of this file's code before it is adopted
-                adopt(c.cfg, *old)
-                continue
-            todo[d] = c
-            if stale is not None:
-                stale[d] = stale_reason(c.cfg, old[1]) or f"stale: run {old[0].name} was made by other code"
-        elif rerun or not ended(state, s):
-            todo[d] = c
-        elif why := stale_reason(c.cfg, s):
-            if accept:
-                write_json(d / "summary.json", accepted(c.cfg, s))
-            else:
-                todo[d] = c
-                if stale is not None:
-                    stale[d] = why
-    return list(todo.values())
-
-
 def read_metrics(path: Path) -> pd.DataFrame | None:
-    """``metrics.csv`` as a frame, or None when it is empty, binary or cut mid-row."""
+    """``metrics.csv`` as a frame, or None when it is empty, binary, cut mid-row or not a regular file (a FIFO
+    planted there would block the read forever)."""
+    if not Path(path).is_file():
+        return None
     try:
         text = Path(path).read_text()
     except (OSError, UnicodeDecodeError):
@@ -470,23 +368,13 @@ def plot_run(path: Path, df: pd.DataFrame, title: str, metric: str) -> None:
 
 
 def save_figure(fig, path: Path, tight: bool = True) -> None:
-    """Write a matplotlib figure atomically as PNG and close it (``tight``: fit its layout first)."""
+    """Write a matplotlib figure atomically as PNG (:func:`fbo_cli.files.write_figure`) and close it (``tight``:
+    fit its layout first)."""
     import matplotlib.pyplot as plt
 
-    if tight:
-        fig.tight_layout()
-    make_dirs(path.parent)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_TOKEN + ".png")
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=130)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+        if tight:
+            fig.tight_layout()
+        write_figure(fig, path, dpi=130, format="png")
     finally:
         plt.close(fig)
-
-

@@ -1,5 +1,5 @@
-"""The runner: builds a run from its config, steps the algorithm until the budget is spent,
-evaluates every ``eval_every`` outer iterations, and writes the run directory.
+"""The runner: builds a run from its config, steps the algorithm until the budget is spent, evaluates it
+by :mod:`fbo_cli.runs.schedule` (``eval_every``, or a grid of ``eval_rounds``), and writes the run directory.
 
 Divergence rule: a run stops with status ``diverged`` (keeping its rows) when its iterate or a
 metric becomes NaN/inf, or when a loss it reports (every metric named ``*loss``) exceeds
@@ -58,7 +58,8 @@ from .rundir import (
     write_json,
     write_yaml,
 )
-from .table import rounds_to_target
+from .schedule import evaluation_due
+from .table import read_columns
 
 
 def pick_device(name: str) -> torch.device:
@@ -434,7 +435,7 @@ def _execute(cfg: RunConfig, on_eval, write: bool, log) -> dict:
         try:
             if not rows:
                 evaluate()
-            status, why = _loop(algo, led, r, evaluate, add_time, lambda: train_time, rows[0], save, stop)
+            status, why = _loop(algo, led, r, evaluate, add_time, lambda: train_time, rows, save, stop)
             if status == "done" and rows[-1]["iterations"] != led.iterations:
                 evaluate()
         except Interrupted:
@@ -462,17 +463,15 @@ def finish(cfg: RunConfig, rows: list[dict], status: str, why: str | None, failu
     import pandas as pd
 
     df = pd.DataFrame(rows) if rows else pd.DataFrame({"rounds": [], metric: []})
-    within = df[df["rounds"] <= r.rounds] if (df["rounds"] <= r.rounds).any() else df
-    finite = within[metric].replace([float("inf"), float("-inf")], float("nan")).dropna()
+    cols = read_columns(df, metric, r.target, r.rounds)
     summary = {
         "task": cfg.task, "algo": cfg.algo, "label": cfg.entry.label or cfg.algo, "run_id": cfg.run_id,
         "status": status, "seed": r.seed, "dataset": r.dataset, "partition": r.partition,
         "metric": metric,
-        "final": float(within[metric].iloc[-1]) if len(within) else None,
-        "best": float(finite.max()) if len(finite) else None,
-        "final_mean_last5": float(within[metric].tail(5).mean()) if len(within) else None,
+        **{k: cols[k] for k in ("final", "best", "final_mean_last5")},
         "target": r.target,
-        "rounds_to_target": rounds_to_target(df, metric, r.target),
+        **{k: cols[k] for k in ("rounds_to_target", "rounds_to_target_low")},
+        "eval_rounds": r.eval_rounds,
         "rounds_per_iteration": rounds_per_iteration,
         "ledger": led.as_dict(),
         "train_time_s": round(train_time, 3), "eval_time_s": round(eval_time, 3),
@@ -513,10 +512,11 @@ def budget_left(r, led: Ledger, train_time: float) -> bool:
 
 
 def _loop(algo, led: Ledger, r, evaluate: Callable[[], dict], add_time: Callable[[float], None],
-          train_time: Callable[[], float], first: dict, save: Callable[[], None],
+          train_time: Callable[[], float], rows: list[dict], save: Callable[[], None],
           stop: _Stop) -> tuple[str, str | None]:
-    """Step until a budget is spent; returns the status (``done``, ``diverged`` or ``interrupted``) and,
-    for ``diverged``, why."""
+    """Step until a budget is spent, evaluating by :func:`fbo_cli.runs.schedule.evaluation_due` (``rows``: the
+    run's evaluations so far); returns the status (``done``, ``diverged`` or ``interrupted``) and, for ``diverged``,
+    why."""
     while budget_left(r, led, train_time()):
         t0, before = time.perf_counter(), led.rounds
         algo.step()
@@ -526,8 +526,8 @@ def _loop(algo, led: Ledger, r, evaluate: Callable[[], dict], add_time: Callable
         add_time(time.perf_counter() - t0)
         if not ok:
             return "diverged", "the iterate has NaN/inf entries"
-        if led.iterations % r.eval_every == 0:
-            why = diverged(evaluate(), first)
+        if evaluation_due(r, led, rows[-1]["rounds"], algo.rounds_per_iteration()):
+            why = diverged(evaluate(), rows[0])
             if why:
                 return "diverged", why
         if stop.flag:

@@ -45,10 +45,52 @@ def lower_is_better(metric: str) -> bool:
     return metric.endswith("loss")
 
 
+def within_budget(df: pd.DataFrame, budget: int | None) -> pd.DataFrame:
+    """The rows a run's columns are read on: those at most ``budget`` rounds in (every row where none is, or no
+    budget is given)."""
+    if budget is None or "rounds" not in df or not (df["rounds"] <= budget).any():
+        return df
+    return df[df["rounds"] <= budget]
+
+
+def read_columns(df: pd.DataFrame, metric: str, target: float | None, budget: int | None) -> dict[str, Any]:
+    """A run's columns from its metrics rows, every one read on the rows within the budget
+    (:func:`within_budget`; one rule for all): ``final`` (the last row's value), ``best`` (the best finite
+    value, the lowest for a loss), ``final_mean_last5``, ``rounds`` and ``iterations`` (where the final was read),
+    and rounds to the target with the resolution the evaluations give it: the target was crossed in
+    (``rounds_to_target_low``, ``rounds_to_target``], between the last evaluation that had not reached it and the
+    first that had (both the first row's rounds when that one already had; both None when never or no target;
+    ``iterations_to_target``: the iterations of the first that had). What ``summary.json`` and a compare's table
+    record, so that both are re-derived from ``metrics.csv`` alone."""
+    w = within_budget(df, budget)
+    out: dict[str, Any] = dict.fromkeys(("final", "best", "final_mean_last5", "rounds", "iterations",
+                                         "rounds_to_target", "rounds_to_target_low", "iterations_to_target"))
+    if not len(w) or metric not in w:
+        return out
+    series = w[metric].astype(float)
+    finite = series.replace([np.inf, -np.inf], np.nan).dropna()
+    out.update(final=float(series.iloc[-1]), final_mean_last5=float(series.tail(5).mean()),
+               best=(float(finite.min() if lower_is_better(metric) else finite.max()) if len(finite) else None))
+    for k in ("rounds", "iterations"):
+        if k in w:
+            out[k] = int(w[k].iloc[-1])
+    hit = rounds_to_target(w.reset_index(drop=True), metric, target, x="index")
+    if hit is not None:
+        i = int(hit)
+        out["rounds_to_target"] = float(w["rounds"].iloc[i])
+        out["rounds_to_target_low"] = float(w["rounds"].iloc[max(i - 1, 0)])
+        if "iterations" in w:
+            out["iterations_to_target"] = float(w["iterations"].iloc[i])
+    return out
+
+
 def rounds_to_target(df: pd.DataFrame, metric: str, target: float | None, x: str = "rounds") -> float | None:
-    """First logged ``x`` at which ``metric`` reaches ``target`` (``>=``; ``<=`` for a loss), None if
-    never or no target."""
+    """First logged ``x`` at which ``metric`` reaches ``target`` (``>=``; ``<=`` for a loss; ``x="index"``: that row's
+    index), None if never or no target. Reads every row it is given: a run's columns read the rows within its
+    budget (:func:`read_columns`)."""
     if target is None or metric not in df:
         return None
     hit = df[df[metric] <= target] if lower_is_better(metric) else df[df[metric] >= target]
-    return None if hit.empty else float(hit[x].iloc[0])
+    if hit.empty:
+        return None
+    return float(hit.index[0]) if x == "index" else float(hit[x].iloc[0])

@@ -217,6 +217,9 @@ class Oracles:
       ``[M, d]`` stack (FBO-AggITD's upper round then skips a term that cancels)."""
 
     one_product_means = False
+    # a run batch's folded call (fbo_cli/algorithms/runs_as_clients.py) sets the number of runs R: the oracles that
+    # declare ``run_globals`` then read a global [R, d] as each run's for its R*M // R client rows
+    runs = 1
 
     def __init__(self, fn: Callable):
         self.fn = fn

@@ -141,6 +141,18 @@ class BilevelTask(Task):
             return x, self.g, split
         return x.new_zeros(0), self.g_enc, Split(self.encode_split(x, split.X), split.y, split.mask, split.extra)
 
+    def takes_x(self, fn: Callable) -> bool:
+        """Whether the loss ``fn`` reads its first argument: ``g_enc`` (the lower loss on features encoded at x
+        already) takes an empty placeholder instead (:meth:`lower_view`). A run batch folds the calls of a loss
+        that takes no x whatever the placeholder's shape (fbo_cli/algorithms/runs_as_clients.py)."""
+        return not (self.reuse and fn == self.g_enc)
+
+    def encode_runs(self, x: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+        """``encode_split`` of R runs' globals ``x [R, dx]`` on the same clients' ``X [M, n, ...]``: ``[R*M, n,
+        width]``, run-major (a run batch's lower view). Here run by run; a task with the runs' encodings as one
+        product (hyperrep's mlp) overrides it, each run's rows bit for bit its encoding alone."""
+        return torch.cat([self.encode_split(xr, X) for xr in x.unbind(0)])
+
     def encode_split(self, x: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
         """``encode`` of a client-stacked ``X [M, n, ...]`` under a global ``x``: ``[M, n, width]``."""
         return self.encode(x, X.reshape(-1, *X.shape[2:])).reshape(*X.shape[:2], -1)

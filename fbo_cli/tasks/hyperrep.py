@@ -49,33 +49,32 @@ import torch.nn.functional as F
 
 from ..errors import UsageError
 from ..sim.bounds import bounded
-from ..sim.federation import Batch
+from ..sim.federation import Batch, same_bits
 from .base import BilevelTask, Layout, relu_pool2, weighted_ce
 from .hyperrep_head import HeadClosedForms, _HeadOracles
 from .softmax import SoftmaxHead
 
 EVAL_SPLITS = ("test", "val", "train")
-_BITS: dict = {}  # device -> [256] int64: byte k of entry b is 2 * (bit k of b), i.e. 1/(1-q) for q = 1/2
+_BITS: dict = {}  # (device, dtype) -> [256, 8]: entry (b, k) is 2 * (bit k of b), i.e. 1/(1-q) for q = 1/2
 
 
 def dropout_mask(gen: torch.Generator, shape: tuple[int, ...], q: float, dtype, device) -> torch.Tensor:
     """Inverted-dropout mask ``[*shape]``: independent entries ``1/(1-q)`` with probability ``1-q``, else 0.
 
     For ``q = 1/2`` every mask entry is one uniform random *bit*: 32-bit words are drawn from ``gen``,
-    each of their bytes is spread to 8 mask bytes ``{0, 2}`` by a 256-entry int64 table, and the bytes
-    are converted to ``dtype`` (32 masks per draw instead of one ``torch.rand`` float per mask; ~20x
-    faster on the CPU); other ``q`` compare ``torch.rand`` floats with ``q``. The fast and generic
+    each of their bytes is spread to 8 mask entries ``{0, 2}`` of ``dtype`` by a 256-row table (32 masks per
+    draw instead of one ``torch.rand`` float per mask; ~20x faster on the CPU; the table in ``dtype``: no
+    conversion kernel); other ``q`` compare ``torch.rand`` floats with ``q``. The fast and generic
     paths both use this function, so they see the same masks (docs/fidelity.md#aggitd)."""
     n = math.prod(shape)
     if q == 0.5:
-        key = str(device)
+        key = (str(device), dtype)
         if key not in _BITS:
             k8 = torch.arange(8, device=device)  # built on `device` itself, whatever the default device is
-            bits = (torch.arange(256, device=device).unsqueeze(1) >> k8) & 1
-            _BITS[key] = ((bits * 2) << (8 * k8)).sum(1)  # little-endian bytes
+            _BITS[key] = (((torch.arange(256, device=device).unsqueeze(1) >> k8) & 1) * 2).to(dtype)
         words = torch.empty(-(-n // 32), dtype=torch.int32, device=device).random_(-2 ** 31, 2 ** 31, generator=gen)
-        keep = _BITS[key].index_select(0, words.view(torch.uint8).long()).view(torch.uint8)
-        return keep[:n].to(dtype).view(shape)
+        keep = _BITS[key].index_select(0, words.view(torch.uint8).long()).view(-1)
+        return (keep if len(keep) == n else keep[:n]).view(shape)
     r = torch.rand(shape, generator=gen, device=device)
     keep = r.ge_(q) if r.dtype == dtype else (r >= q).to(dtype)  # in place: 0./1.
     return keep.div_(1 - q)
@@ -232,9 +231,47 @@ class HyperRep(HeadClosedForms, BilevelTask):
             out.update(self.evaluate_on(x, y, "heldout"))
         return out
 
+    @torch.inference_mode()
+    def evaluate_runs(self, xs, ys) -> list[dict[str, float]]:
+        """Each run's :meth:`evaluate` of a run batch's points, in one pass: every chunk of rows is encoded for the R
+        runs' representations as one product (the mlp's first layer, the run dimension written out: each run's
+        encoding alone, bit for bit, ``same_bits``), then each run's head and metrics on its encodings as alone.
+        The encodings wait in a memo until their run is scored."""
+        self._eval_runs, self._eval_memo = list(xs), {}
+        if "test" in self.eval_on:
+            self._eval_test = self.data.split("test") if self.data.test_idx is not None else None
+        try:
+            return [self.evaluate(x, y) for x, y in zip(xs, ys)]
+        finally:
+            self._eval_runs, self._eval_memo, self._eval_test = [], {}, None
+
+    _eval_runs: list = []
+    _eval_memo: dict = {}
+    _eval_test = None
+
+    def _encode(self, x, X):
+        """``encode(x, X)`` in evaluation; in :meth:`evaluate_runs` (mlp) the chunk's encodings of all its runs at
+        once, on the first run's call."""
+        runs = self._eval_runs
+        if self.p.model != "mlp" or not any(r is x for r in runs):
+            return self.encode(x, X)
+        key = (X.data_ptr(), tuple(X.shape), X.stride())
+        hit = self._eval_memo.pop((id(x), key), None)
+        if hit is not None or x is not runs[0]:  # (rows the first run did not encode: this run's alone)
+            return self.encode(x, X) if hit is None else hit
+        P = self.lx.unflatten_stacked(torch.stack(runs))
+        X2 = X.reshape(X.shape[0], -1)
+        H = same_bits(("eval-encode", len(runs), tuple(X2.shape), X2.dtype, X2.device),
+                      lambda: F.relu(torch.baddbmm(P["b1"].unsqueeze(1), X2.expand(len(runs), -1, -1), P["w1"].mT)),
+                      lambda: torch.stack([self.encode(r, X) for r in runs]))
+        for r, Hr in zip(runs, H):
+            if r is not x:
+                self._eval_memo[(id(r), key)] = Hr
+        return H[next(i for i, r in enumerate(runs) if r is x)]
+
     def pooled(self, x, y, X, lab, which: str) -> dict[str, float]:
         """``{which}_acc`` and ``{which}_loss`` of the global model (x, y) over all rows of ``X``, pooled."""
-        logits = torch.cat([self.head(y, self.encode(x, X[i:i + 5000]), None) for i in range(0, len(X), 5000)])
+        logits = torch.cat([self.head(y, self._encode(x, X[i:i + 5000]), None) for i in range(0, len(X), 5000)])
         return {f"{which}_acc": (logits.argmax(1) == lab).float().mean().item(),
                 f"{which}_loss": F.cross_entropy(logits, lab).item()}
 
@@ -245,7 +282,7 @@ class HyperRep(HeadClosedForms, BilevelTask):
         the test set."""
         sp = self.data.split(which)
         m, t = sp.mask.shape
-        H = torch.cat([self.encode(x, c) for c in sp.X.reshape(m * t, *sp.X.shape[2:]).split(5000)]).view(m, t, -1)
+        H = torch.cat([self._encode(x, c) for c in sp.X.reshape(m * t, *sp.X.shape[2:]).split(5000)]).view(m, t, -1)
         heads = y if y.dim() == 2 else y.expand(m, -1)
         logits = torch.vmap(lambda yi, Hi: self.head(yi, Hi, None))(heads, H)
         mask = sp.mask.to(logits.dtype)
@@ -258,10 +295,10 @@ class HyperRep(HeadClosedForms, BilevelTask):
     @torch.inference_mode()
     def evaluate_clients(self, x, y):
         """Each client's head (``y [m, dy]``, or one global head ``[dy]``) on its own test split."""
-        te = self.data.split("test")
+        te = self._eval_test or self.data.split("test")  # one split for a batch's runs (their encodings' memo)
         m, t = te.mask.shape
         X = te.X.reshape(m * t, *te.X.shape[2:])
-        H = torch.cat([self.encode(x, c) for c in X.split(5000)]).view(m, t, -1)
+        H = torch.cat([self._encode(x, c) for c in X.split(5000)]).view(m, t, -1)
         heads = y if y.dim() == 2 else y.expand(m, -1)
         logits = torch.vmap(lambda yi, Hi: self.head(yi, Hi, None))(heads, H)  # [m, t, C]
         mask = te.mask.to(logits.dtype)

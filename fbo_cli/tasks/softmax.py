@@ -47,11 +47,22 @@ def _times_features(Kt: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
 
 def _rows_times(Kt: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     """``[M, n, h]``: ``K B`` per client for a class-major ``Kt [M, K, n]`` and ``B [K, h]`` (one 2-D
-    product over all clients' rows) or ``[M, K, h]``."""
+    product over all clients' rows) or ``[M, K, h]``; in a run batch ``B [R, K, h]``, each run's for its
+    ``M/R`` clients' rows (the run's 2-D product, the run dimension written out: one ``bmm``)."""
+    M, K, n = Kt.shape
     if B.dim() == 2:
-        M, K, n = Kt.shape
         return (Kt.mT.reshape(M * n, K) @ B).view(M, n, -1)
+    if B.shape[0] < M:
+        R = B.shape[0]
+        return torch.bmm(Kt.mT.reshape(R, M // R * n, K), B).view(M, n, -1)
     return Kt.mT @ B
+
+
+def runs_of(y: torch.Tensor, A: torch.Tensor) -> int:
+    """The R runs of a run batch's heads ``y [R, dy]`` on their clients' features ``A [R*M, n, h]`` (each
+    run's head for its M clients' rows, ``M > 1``); 0 for a global head ``[dy]``, client heads ``[M, dy]``
+    or the heads of R runs on features they share (``y [R*M, dy]``, ``A [M, n, h]``)."""
+    return y.shape[0] if y.dim() == 2 and y.shape[0] < A.shape[0] else 0
 
 
 class SoftmaxHead:
@@ -63,6 +74,7 @@ class SoftmaxHead:
 
     def __init__(self, classes: int, width: int):
         self.C, self.h = classes, width
+        self._buf: tuple | None = None  # the SVRG pair's heads-and-anchor buffer (:meth:`_pair`)
 
     def split(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(W, b)``: ``[C, h], [C]`` for a global head, ``[M, C, h], [M, 1, C]`` for stacked heads."""
@@ -76,6 +88,11 @@ class SoftmaxHead:
         if y.dim() == 1:
             M, n, h = A.shape
             return torch.addmm(b.unsqueeze(1), W, A.reshape(M * n, h).T).view(-1, M, n).transpose(0, 1)
+        if runs_of(y, A):  # each run's addmm above, the run dimension written out
+            N, n, h = A.shape
+            R = y.shape[0]
+            L = torch.baddbmm(b.mT, W, A.reshape(R, N // R * n, h).mT)
+            return L.view(R, -1, N // R, n).transpose(1, 2).reshape(N, -1, n)
         R = y.shape[0] // A.shape[0]
         if R > 1:  # the R runs' heads on features shared by the runs (same_bits)
             return same_bits(("logits", tuple(y.shape), tuple(A.shape), A.dtype, A.device),
@@ -85,13 +102,19 @@ class SoftmaxHead:
 
     def logits2_t(self, y: torch.Tensor, v: torch.Tensor, A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``logits_t`` of two heads on the same features (one product ``[W; V] Aᵀ`` for two global heads)."""
-        if y.dim() != 1 or v.dim() != 1:
-            return self.logits_t(y, A), self.logits_t(v, A)
-        (W, b), (V, c) = self.split(y), self.split(v)
         M, n, h = A.shape
-        L = torch.addmm(torch.cat([b, c]).unsqueeze(1), torch.cat([W, V]), A.reshape(M * n, h).T)
-        L = L.view(2, self.C, M, n).transpose(1, 2)
-        return L[0], L[1]
+        if y.dim() == 1 and v.dim() == 1:
+            (W, b), (V, c) = self.split(y), self.split(v)
+            L = torch.addmm(torch.cat([b, c]).unsqueeze(1), torch.cat([W, V]), A.reshape(M * n, h).T)
+            L = L.view(2, self.C, M, n).transpose(1, 2)
+            return L[0], L[1]
+        R = runs_of(y, A)
+        if R and v.shape[0] == R:  # two heads per run: each run's product above, the run dimension written out
+            (W, b), (V, c) = self.split(y), self.split(v)
+            L = torch.baddbmm(torch.cat([b, c], -1).mT, torch.cat([W, V], 1), A.reshape(R, M // R * n, h).mT)
+            L = L.view(R, 2, self.C, M // R, n).transpose(2, 3)
+            return L[:, 0].reshape(M, self.C, n), L[:, 1].reshape(M, self.C, n)
+        return self.logits_t(y, A), self.logits_t(v, A)
 
     def probs_t(self, y: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
         """``[M, C, n]``: ``Pᵀ``."""
@@ -113,13 +136,18 @@ class SoftmaxHead:
         return torch.cat([gW.flatten(-2), gb], -1)
 
     def grad(self, y, A, t, w, mean: bool = False) -> torch.Tensor:
-        """``[M, dy]``: ``∇_y ℓ`` (``mean``: its client mean ``[dy]``)."""
+        """``[M, dy]``: ``∇_y ℓ`` (``mean``: its client mean ``[dy]``; ``[R, dy]`` each run's, for R runs' heads)."""
         Rt = self.residual_t(self.probs_t(y, A), t, w)
-        return self._mean(Rt, A) if mean else self.flat(_times_features(Rt, A), Rt.sum(-1))
+        return self._mean(Rt, A, runs_of(y, A)) if mean else self.flat(_times_features(Rt, A), Rt.sum(-1))
 
-    def _mean(self, Kt: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
-        """``[dy]``: the client mean of ``flat(Kᵀ A, Σ_n K)``, one 2-D product over all clients' rows."""
+    def _mean(self, Kt: torch.Tensor, A: torch.Tensor, runs: int = 0) -> torch.Tensor:
+        """``[dy]``: the client mean of ``flat(Kᵀ A, Σ_n K)``, one 2-D product over all clients' rows; ``runs``:
+        ``[R, dy]``, each run's mean over its clients (its 2-D product, the run dimension written out)."""
         M, C, n = Kt.shape
+        if runs:
+            R, m = runs, M // runs
+            K = Kt.view(R, m, C, n).transpose(1, 2).reshape(R, C, m * n)
+            return torch.cat([torch.bmm(K, A.reshape(R, m * n, -1)).flatten(1), K.sum(2)], 1).div_(m)
         K = Kt.transpose(0, 1).reshape(C, M * n)
         return torch.cat([(K @ A.reshape(M * n, -1)).flatten(), K.sum(1)]).div_(M)
 
@@ -129,14 +157,8 @@ class SoftmaxHead:
         features ``A [M, n, h]`` shared by the runs: each row the product of the run alone (``same_bits``)."""
         N = y1.shape[0] if y1.dim() == 2 else 0
         if y1.dim() == 2 and (y0.dim() == 1 or y0.shape[0] != N):  # client heads against their anchor: one product
-            (W1, b1), (W0, b0) = self.split(y1), self.split(y0)
             C, R = self.C, N // A.shape[0]
-            if y0.dim() == 1:
-                W0, b0 = W0.expand(N, -1, -1), b0.view(1, C, 1).expand(N, -1, -1)
-            else:  # the runs' anchors, each repeated for its run's rows
-                W0 = W0.unsqueeze(1).expand(-1, N // y0.shape[0], -1, -1).flatten(0, 1)
-                b0 = b0.mT.unsqueeze(1).expand(-1, N // y0.shape[0], -1, -1).flatten(0, 1)
-            Wc, bc = torch.cat([W1, W0], 1), torch.cat([b1.mT, b0], 1)  # [N, 2C, h], [N, 2C, 1]
+            Wc, bc = self._pair(y1, y0)  # [N, 2C, h], [N, 2C, 1]
             if R > 1:
                 L = same_bits(("pair", tuple(Wc.shape), tuple(A.shape), A.dtype, A.device),
                               lambda: _by_run(torch.baddbmm(_by_client(bc, R), _by_client(Wc, R), A.mT), R),
@@ -149,6 +171,26 @@ class SoftmaxHead:
             Dt = (self.probs_t(y1, A) - self.probs_t(y0, A)).mul_(w.unsqueeze(-2))
         return self.flat(_times_features(Dt, A), Dt.sum(-1))
 
+    def _pair(self, y1: torch.Tensor, y0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[N, 2C, h], [N, 2C, 1]``: the client heads ``y1 [N, dy]`` beside their anchor ``y0`` (``[dy]``, or in a
+        run batch the runs' ``[R, dy]``, each for its run's rows), the weights and the biases. The steps of a lower
+        round share the anchor: the buffer is kept for it, its anchor half written once and the heads' half copied
+        in at each call (two copies instead of building and concatenating both halves every step)."""
+        N, C, h = y1.shape[0], self.C, self.h
+        hit = self._buf
+        if hit is None or hit[0] is not y0 or hit[1] != y0._version or hit[2].shape[0] != N \
+                or hit[2].dtype != y1.dtype or hit[2].device != y1.device:
+            Wc, bc = y1.new_empty(N, 2 * C, h), y1.new_empty(N, 2 * C, 1)
+            W0, b0 = self.split(y0)
+            k = N // y0.shape[0] if y0.dim() == 2 else N
+            Wc[:, C:] = W0.reshape(-1, C, h).repeat_interleave(k, 0)
+            bc[:, C:, 0] = b0.reshape(-1, C).repeat_interleave(k, 0)
+            heads = Wc.view(N, -1).narrow(1, 0, C * h), bc.view(N, -1).narrow(1, 0, C)
+            self._buf = hit = (y0, y0._version, Wc, bc, *heads)
+        hit[4].copy_(y1.narrow(1, 0, C * h))
+        hit[5].copy_(y1.narrow(1, C * h, C))
+        return hit[2], hit[3]
+
     def _PS_t(self, y, A, v, w) -> tuple[torch.Tensor, torch.Tensor]:
         """``[M, C, n]`` twice: ``Pᵀ`` and ``Sᵀ``, ``S = w (P ⊙ U - P (P·U))``, ``U = A Vᵀ + c``."""
         Lt, Ut = self.logits2_t(y, v, A)
@@ -159,7 +201,7 @@ class SoftmaxHead:
     def hvp(self, y, A, t, w, v, mean: bool = False) -> torch.Tensor:
         """``[M, dy]``: ``∇²_y ℓ v`` (``mean``: its client mean ``[dy]``)."""
         St = self._PS_t(y, A, v, w)[1]
-        return self._mean(St, A) if mean else self.flat(_times_features(St, A), St.sum(-1))
+        return self._mean(St, A, runs_of(y, A)) if mean else self.flat(_times_features(St, A), St.sum(-1))
 
     def dA(self, y, A, t, w) -> torch.Tensor:
         """``[M, n, h]``: ``∂ℓ/∂A = R W``."""
@@ -171,6 +213,8 @@ class SoftmaxHead:
         W, V = self.split(y)[0], self.split(v)[0]
         if W.dim() != V.dim():
             W, V = torch.broadcast_tensors(W, V)
+        elif W.shape[0] != V.shape[0]:  # a run batch: each run's head for its clients' rows beside theirs
+            W = W.repeat_interleave(V.shape[0] // W.shape[0], 0)
         K = torch.cat([St, self.residual_t(Pt, t, w)], -2)
         return _rows_times(K, torch.cat([W, V], -2))
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from fbo_cli.runs.config import resolve
-from fbo_cli.runs.rundir import todo_runs
+from fbo_cli.runs.todo import todo_runs
 
 # one name, one folder name, two update rules
 STORM = textwrap.dedent('''

@@ -144,3 +144,32 @@ def test_run_help_shows_defaults():
     for cmd in ("compare", "tune"):
         r = invoke([cmd, "--help"])
         assert r.exit_code == 0 and "[default: results]" in " ".join(r.stdout.replace("│", " ").split())
+
+
+def test_run_dry_run_gives_a_time_estimate_and_stays_yaml(tmp_path):
+    # issue 61, item 8: the dry run says what the run will cost (the cost model of fbo_cli/runs/cost.py)
+    import yaml
+
+    r = invoke(["run", "hyperrep", "--algo", "aggitd", "--dry-run", "--out-dir", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    line = next(x for x in r.stdout.splitlines() if x.startswith("# time:"))
+    assert "core-minutes" in line or "no estimate" in line
+    assert yaml.safe_load(r.stdout)["algo"] == "aggitd"
+
+
+def test_the_run_bar_keeps_its_count_and_times_at_80_columns():
+    # issue 61, item 8: at 80 columns the bar cut its count and times; the label and the metric give way first
+    import io
+
+    from rich.console import Console
+
+    from fbo_cli.cli.run import run_progress
+
+    buf = io.StringIO()
+    con = Console(file=buf, width=80, force_terminal=True, color_system=None)
+    p = run_progress(con)
+    t = p.add_task("FBO-AggITD (the public code's script) · mnist5k", total=2000, metric="test_acc=0.9123")
+    p.update(t, completed=1234)
+    con.print(p.make_tasks_table(p.tasks))
+    line = buf.getvalue().splitlines()[0]
+    assert "1234/2000 rounds" in line and "0:00:00" in line and "left" in line and len(line) <= 80

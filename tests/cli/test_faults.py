@@ -324,7 +324,7 @@ def test_a_failed_checkpoint_write_keeps_the_last_good_checkpoint(tmp_path, monk
 def test_a_full_disk_ends_with_a_message_not_a_traceback(tmp_path, monkeypatch, cmd):
     import errno
 
-    import fbo_cli.runs.rundir as res
+    import fbo_cli.files as res  # the one writer
 
     p = tmp_path / "s.yaml"
     p.write_text("name: full\ntask: hyperrep\nseeds: [0]\nalgorithms: [{name: A, algo: aggitd, tune: {outer_lr: "

@@ -64,10 +64,36 @@ def test_client_splits_and_batches():
     rows = torch.cat([data.train_idx[data.train_mask], data.val_idx[data.val_mask]])
     assert len(rows.unique()) == len(rows)  # train and val of all clients are disjoint
     split = data.split("train", torch.tensor([1, 4]))
-    for batch, active in split.epochs(torch.Generator().manual_seed(0), 1, 16):
+    for batch, on in split.epochs(torch.Generator().manual_seed(0), 1, 16):
+        active = on[:, 0] > 0
         torch.testing.assert_close(batch["w"].sum(1)[active], torch.ones(int(active.sum())))
     full = split.full()
     assert full["X"].shape[:2] == split.mask.shape
+
+
+@pytest.mark.parametrize("batch_size", [7, 16, 1000])
+def test_an_epochs_minibatches_are_each_steps_gather(batch_size):
+    """``Split.epochs`` gathers an epoch's rows once and slices them per step (issue 64): every step's batch and
+    active clients are those of the gather made step by step (the draws, rows and weights bit for bit), for
+    clients of different sizes (some run out of examples before the last step)."""
+    data = build_federated(load_dataset("digits"), "dirichlet", 6, 0, torch.device("cpu"))
+    split = data.split("train", torch.tensor([0, 2, 3, 5]))
+    assert len(set(split.sizes)) > 1
+    M, n = split.mask.shape
+    got = list(split.epochs(torch.Generator().manual_seed(3), 2, batch_size))
+    g = torch.Generator().manual_seed(3)
+    steps = -(-max(split.sizes) // batch_size)
+    want = []
+    for _ in range(2):  # the gather step by step (fbo before issue 64)
+        perm = torch.rand(split.mask.shape, generator=g).masked_fill(~split.mask, 2.0).argsort(1)
+        flat, mp = perm + n * torch.arange(M).unsqueeze(1), torch.gather(split.mask, 1, perm)
+        for s in range(steps):
+            sl = slice(s * batch_size, min(n, (s + 1) * batch_size))
+            want.append((split._batch(perm[:, sl], flat[:, sl], mp[:, sl]), mp[:, sl].any(1)))
+    assert len(got) == len(want) == 2 * steps
+    for (b, on), (wb, active) in zip(got, want):
+        assert b.keys() == wb.keys() and all(torch.equal(b[k], wb[k]) for k in b)
+        assert torch.equal(on[:, 0] > 0, active) and on.dtype == split.X.dtype
 
 
 def test_client_major_layout_keeps_every_split_and_run():

@@ -187,3 +187,43 @@ def test_the_sample_takes_batch_partners_and_reruns_them_as_one_batch(tmp_path):
     flat = " ".join(r.stdout.split())
     assert "4 of 4 reproduce" in flat and "4 of the reruns stepped in run batches" in flat, flat
     assert r.stdout.count("| identical | 2 |") == 4, r.stdout
+
+
+def test_a_forged_row_after_the_budgets_last_evaluation_is_a_difference_not_a_drift(tmp_path):
+    """Issue 62 item 6: the final within the budget stays, so the forged row is the only gap."""
+    from fbo_cli.evidence.check import compare_run
+
+    def run(name, accs):
+        d = tmp_path / name
+        d.mkdir()
+        rows = "".join(f"{7 * i},{a!r},0.5\n" for i, a in enumerate(accs))  # 7 rounds an iteration: 0 ... 63
+        (d / "metrics.csv").write_text("rounds,test_acc,train_time\n" + rows)
+        (d / "summary.json").write_text(json.dumps({"status": "done", "metric": "test_acc", "ledger": {}}))
+        return d
+
+    accs = [0.1, 0.5, 0.6, 0.7, 0.8, 0.81, 0.82, 0.83, 0.84, 0.85]  # the last row, round 63, beyond the budget 60
+    ev = run("ev", accs)
+    assert compare_run(ev, run("same", accs), sd=0.01, rounds=60)["outcome"] == "identical"
+    forged = run("forged", accs[:-1] + [0.99])
+    assert compare_run(ev, forged, sd=0.01, rounds=60)["outcome"] == "differs"
+
+
+def test_check_names_a_removed_run_and_an_edited_or_deleted_config(tmp_path):
+    import shutil
+
+    spec = _spec(tmp_path)
+    ev, out = tmp_path / "ev", tmp_path / "chk"
+    gone = next(ev.rglob("aggitd/*s0*/summary.json")).parent
+    shutil.rmtree(gone)
+    edited = next(ev.rglob("fednest/*s0*/config.yaml"))
+    edited.write_text(edited.read_text().replace("seed: 0", "seed: 7"))
+    deleted = next(ev.rglob("fednest/*s1*/config.yaml"))
+    deleted.unlink()
+    r = runner.invoke(app, ["check", str(spec), "--from", str(ev), "--out", str(out), "--all"])
+    flat = " ".join(r.output.split())
+    assert r.exit_code == 1, r.output
+    assert "1 of 4 reproduce, 3 could not be checked" in flat, flat
+    md = " ".join((out / "check.md").read_text().split())  # check.md, where no console wraps a path
+    assert f"{gone}` (missing from the evidence" in md
+    assert f"{edited.parent}` (config.yaml is not this run's configuration" in md
+    assert f"{deleted.parent}` (config.yaml is missing" in md

@@ -179,7 +179,8 @@ def test_an_edge_choice_is_extended_until_interior_or_its_neighbour_fails():
     assert extensions(failed, {"A": {"s": chosen}}, ts, {}) == []
     better = pd.concat([two, _tuning_rows([(1.0, 0.3, "done"), (10.0, 0.35, "done")])])  # interior now
     chosen = choose(better, ts)["A"]["s"]
-    assert chosen == {"outer_lr": 1.0}
+    assert chosen.values == {"outer_lr": 1.0} and not chosen.edge_note()
+    assert chosen.notes["searched"] == "outer_lr over 0.01, 0.1, 1, 10"  # what was searched, per key
     low = _tuning_rows([(0.01, 0.3, "done"), (0.1, 0.4, "done")])
     assert extensions(low, choose(low, ts), ts, {}) == [(("A", "s"), {"outer_lr": 0.001})]
     # every point rejected, each for a too-large step: the grid goes on below its smallest value
@@ -429,7 +430,8 @@ def test_report_from_evidence_shows_verdicts_paper_numbers_and_missing_runs(tmp_
 
     assert collect_evidence(tmp_path, ev, papers=(Paper("t", "T", "", given=(str(p),)),)) == 2
     files = {f.name for f in ev.rglob("*") if f.is_file()}
-    assert files == {"config.yaml", "metrics.csv", "summary.json", ".fbo-results"}  # compact: no plots, checkpoints
+    # compact: no plots, checkpoints; the list of the runs --collect brought (the only ones --prune takes unasked)
+    assert files == {"config.yaml", "metrics.csv", "summary.json", ".fbo-results", ".fbo-collected"}
     reg = (Paper("t", "T", "", given=(str(p),)),)
     kept = sorted(d.parent for d in ev.rglob("config.yaml"))
     stale = kept[0].parent / "stale-run"  # a finished run no spec refers to any more
@@ -437,6 +439,8 @@ def test_report_from_evidence_shows_verdicts_paper_numbers_and_missing_runs(tmp_
     (stale / "summary.json").write_text(json.dumps({**json.loads((stale / "summary.json").read_text()),
                                                     "run_id": "stale-run"}))
     (stale / "notes.txt").write_text("mine")  # a file fbo did not make: it stays, and so does its folder
+    with (ev / ".fbo-collected").open("a") as f:  # as if --collect had brought it, before a retuning replaced it
+        f.write(f"{stale.relative_to(ev)}\n")
     foreign = kept[0].parent / "not-a-run"  # no completion record: never listed, never removed
     foreign.mkdir()
     (foreign / "config.yaml").write_text("task: hyperrep\n")
@@ -723,3 +727,25 @@ def test_a_choice_beside_an_unstable_value_on_any_key_needs_a_margin_on_3_seeds(
     assert v.verdict == "inconclusive" and v.detail.startswith(NO_MARGIN) and "3 core-minutes" in v.detail
     three = pd.concat([rec, margin, margin.assign(seed=102)])  # the margin stable on 3 tuning seeds: it counts
     assert unmargined(exp, claim, ["s"], Verdict("holds", "", "", 3, p=0.01), three).verdict == "holds"
+
+
+def test_prune_under_its_share_never_removes_a_users_own_finished_run_without_yes(tmp_path, monkeypatch):
+    """Issue 62 item 7: a finished run that --collect did not bring (the user's own, in a marked root) stays."""
+    from fbo_cli.evidence.report import Paper
+    from fbo_cli.evidence.report import evidence as evidence_mod
+
+    p = spec(tmp_path, seeds="[0]")
+    assert runner.invoke(app, ["compare", str(p)]).exit_code == 0
+    ev = tmp_path / "evidence"
+    reg = (Paper("t", "T", "", given=(str(p),)),)
+    assert collect_evidence(tmp_path, ev, papers=reg) == 2
+    kept = sorted(d.parent for d in ev.rglob("config.yaml"))
+    mine = kept[0].parent / "my-own-run"
+    shutil.copytree(kept[0], mine)
+    (mine / "summary.json").write_text(json.dumps({**json.loads((mine / "summary.json").read_text()),
+                                                   "run_id": "my-own-run"}))
+    monkeypatch.setattr(evidence_mod, "PRUNE_SHARE", 0.5)  # one of three runs: under the share
+    with pytest.raises(UsageError, match="did not bring there"):
+        prune_evidence(ev, papers=reg, remove=True)
+    assert (mine / "summary.json").is_file()
+    assert prune_evidence(ev, papers=reg, remove=True, yes=True) == [mine] and not mine.exists()

@@ -103,3 +103,32 @@ def test_the_committed_witness_evidence_names_no_commit_it_cannot_know():
 
     configs = sorted(Path("docs/results/witness").glob("fednest-*/config.yaml"))
     assert configs and all(yaml.safe_load(c.read_text())["commit"] == "unrecorded" for c in configs)
+
+
+def test_a_tampered_witness_run_is_named_by_the_data_and_by_fbo_witness_never_kept_as_finished(tmp_path, monkeypatch):
+    """Issue 62 item 6: a witness run whose metrics.csv fails its hash was dropped silently, and kept as finished."""
+    import fbo_cli.evidence.witness as w
+
+    good = fake_witness(tmp_path, "iid-tau1", 0, [0.5, 0.8, 0.95])
+    bad = fake_witness(tmp_path, "iid-tau1", 1, [0.5, 0.85, 0.96])
+    s = json.loads((bad / "summary.json").read_text())
+    (bad / "summary.json").write_text(json.dumps({**s, "rounds": 2000}))
+    (bad / "metrics.csv").write_text((bad / "metrics.csv").read_text().replace("0.96", "0.99"))
+    runs = w.witness_runs(tmp_path)
+    assert list(runs.run_dir) == [str(good)] and runs.attrs["tampered"] == [
+        (str(bad), "metrics.csv does not match the hash in summary.json")]
+    assert str(bad) in w.tampered_note(runs) and w.tampered_note(w.witness_runs(tmp_path / "none")) == ""
+    # fbo witness: the tampered run is named and run again (here the public code fails at once: exit 2)
+    monkeypatch.setattr(w, "DRIVER", "import runpy, sys\nsys.argv = ['main_hr.py', *sys.argv[1:]]\n"
+                                     "runpy.run_path('main_hr.py', run_name='__main__')\n")
+    co, raw = tmp_path / "FedNest", tmp_path / "raw"
+    (co / "core").mkdir(parents=True)
+    (co / "core" / "test.py").write_text("def test_img(net, data, args):\n    return 0, 0\n")
+    (co / "main_hr.py").write_text("raise SystemExit(3)\n")
+    raw.mkdir()
+    (raw / "train-images-idx3-ubyte").write_text("")
+    r = runner.invoke(app, ["witness", "fednest", "--checkout", str(co), "--mnist-raw", str(raw), "--seeds", "1",
+                            "--settings", "iid-tau1", "--rounds", "10", "--inner-lr", "0.01",
+                            "--out-dir", str(tmp_path)])
+    flat = " ".join(r.output.split())
+    assert r.exit_code == 2 and "tampered or damaged" in flat and "kept" not in flat, r.output

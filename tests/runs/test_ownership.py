@@ -79,25 +79,68 @@ def test_prune_from_a_folder_without_the_specs_removes_nothing(tmp_path, monkeyp
     assert all(p.is_file() for p in runs) and not os.path.exists("x.md")
 
 
+DEAD = 2**22 + 1  # above any pid_max: no such process
+
+
+def _scratch(parent, kind, pid=DEAD, start="123", name=None, before=False):
+    """A scratch folder as a killed command of pid ``pid`` left it: fbo's token, then its files (``before``:
+    a file put there before the token was)."""
+    d = parent / (name or f"{'.' if kind == 'figures' else ''}fbo-{kind}-{pid}-abcd1234")
+    (d / "sub").mkdir(parents=True)
+    if before:
+        (d / "sub" / "mine.txt").write_text("mine")
+        os.utime(d / "sub" / "mine.txt")
+        import time
+
+        time.sleep(0.02)
+    (d / ".fbo-scratch").write_text(f"fbo scratch folder\n{pid} {start}\n")
+    (d / "sub" / "fig.png").write_text("x")
+    return d
+
+
 def test_clean_sweeps_the_scratch_folders_of_killed_commands_only(tmp_path, monkeypatch):
     import tempfile
 
+    from fbo_cli.files import started_at
     from fbo_cli.runs.rundir import temp_folder
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
     root = tmp_path / "out"
     claim_root(root)
-    dead = 2**22 + 1  # above any pid_max: no such process
-    gone = [root / "report" / f".fbo-figures-{dead}-abcd1234", tmp_path / "tmp" / f"fbo-report-{dead}-abcd1234",
-            tmp_path / "tmp" / f"fbo-mnist-{dead}-abcd1234"]
-    for d in gone:
-        (d / "sub").mkdir(parents=True)
-        (d / "sub" / "fig.png").write_text("x")
-    live = [temp_folder("figures", root / "report"), temp_folder("report")]  # this process uses them
-    theirs = [tmp_path / "tmp" / f"fbo-report-{dead}", root / "report" / f".figures-{dead}-abcd1234"]
-    for d in theirs:
+    (root / "report").mkdir()
+    tmp = tmp_path / "tmp"
+    me = started_at(os.getpid())
+    gone = [_scratch(root / "report", "figures"), _scratch(tmp, "report"), _scratch(tmp, "mnist"),
+            _scratch(tmp, "ray"), _scratch(tmp, "report", pid=os.getpid(), start=str(int(me) + 1))]  # a reused pid
+    live = [temp_folder("figures", root / "report"), temp_folder("report"),  # this process uses them
+            _scratch(tmp, "mnist", pid=os.getpid(), start=me)]
+    theirs = [tmp / f"fbo-report-{DEAD}", root / "report" / f".figures-{DEAD}-abcd1234",
+              _scratch(tmp, "ray", pid=DEAD + 1, before=True)]  # a file older than the token: not fbo's alone
+    for d in theirs[:2]:
         d.mkdir(parents=True)
-    r = runner.invoke(app, ["clean", "--out-dir", str(root), "--yes"])
+    r = runner.invoke(app, ["clean", "--out-dir", str(root), "--yes"])  # a results root: the temporary folder
+    assert r.exit_code == 0, r.output                                    # is not swept
+    assert not gone[0].exists() and all(d.is_dir() for d in gone[1:] + live + theirs)
+    r = runner.invoke(app, ["clean", "--out-dir", str(root), "--temp", "--yes"])
     assert r.exit_code == 0, r.output
     assert not any(d.exists() for d in gone) and all(d.is_dir() for d in live + theirs)
+
+
+def test_folders_merely_named_like_fbos_scratch_survive_clean(tmp_path, monkeypatch):
+    """Issue 62 item 2: the name alone ([.]fbo-KIND-<digits>-<8 characters>) proves nothing."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    root = tmp_path / "out"
+    claim_root(root)
+    names = ["fbo-report-2025-november", "fbo-mnist-60000-training", ".fbo-figures-2024-snapshot",
+             "fbo-ray-1999-holidays"]
+    kept = [p / n / "mine.txt" for p in (tmp_path / "tmp", root / "deep" / "er") for n in names]
+    for f in kept:
+        f.parent.mkdir(parents=True)
+        f.write_text("mine")
+    for args in (["--out-dir", str(root)], ["--out-dir", str(root), "--temp"]):
+        r = runner.invoke(app, ["clean", *args, "--yes"])
+        assert r.exit_code == 0, r.output
+    assert all(f.read_text() == "mine" for f in kept)

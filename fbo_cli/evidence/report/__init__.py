@@ -34,7 +34,7 @@ import shutil
 from pathlib import Path
 
 from ...errors import UsageError
-from ...runs.rundir import atomic_write, make_dirs, temp_folder
+from ...files import SCRATCH_TOKEN, atomic_write, check_target, make_dirs, temp_folder
 from .evidence import BENCH_FILES, CHECK_FILES, EVIDENCE_FILES, SPEC_FILES, collect_evidence, prune_evidence  # noqa: F401
 from .pages import paper_figures, write_pages
 from .papers import PAPERS, Paper, fidelity_anchor  # noqa: F401
@@ -51,6 +51,9 @@ def build_report(root: Path, md_path: Path, html_path: Path, command: str = "fbo
     """Write the Markdown and HTML reports (of every paper, or of ``specs`` only); returns counts of
     sections, cells, missing runs and figures drawn and reused (:mod:`.reuse`: the previous report's figures
     whose inputs did not change). ``say(text)``: where the estimate of how long it takes goes first."""
+    # the two named files first, before anything is made beside them (never a device's or a link's siblings)
+    check_target(md_path, "--md")
+    check_target(html_path, "--html")
     papers = (Paper("specs", "Experiments", "", given=tuple(specs)),) if specs else PAPERS
     for spec in specs or []:
         if not Path(spec).is_file():
@@ -73,7 +76,7 @@ def build_report(root: Path, md_path: Path, html_path: Path, command: str = "fbo
     mask = os.umask(0)
     os.umask(mask)
     os.chmod(fresh, 0o777 & ~mask)  # mkdtemp's folder is private; the report's is not
-    (fresh / FIGURES_MARK).write_text("written by fbo report; the next report replaces this folder\n")
+    atomic_write(fresh / FIGURES_MARK, "written by fbo report; the next report replaces this folder\n")
     try:
         from ...grids.plot_reuse import reusing
         from .figures import Evidence
@@ -96,6 +99,7 @@ def build_report(root: Path, md_path: Path, html_path: Path, command: str = "fbo
             write_pages(md, sections, paper_figs, papers, html_path, fresh, figdir.name, fid)
         if figdir.exists():
             shutil.rmtree(figdir)
+        (fresh / SCRATCH_TOKEN).unlink()  # no longer scratch: the report's figures folder
         os.replace(fresh, figdir)
     finally:
         shutil.rmtree(work, ignore_errors=True)

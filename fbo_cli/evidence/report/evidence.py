@@ -44,6 +44,20 @@ def _copy(src: Path, src_root: Path, dst: Path, dst_root: Path) -> bool:
     return True
 
 
+# the runs `fbo report --collect` brought into an evidence root (one run folder a line, relative to the root): the
+# only runs --prune removes without --yes (a finished run of the user's own in that root is never one of them)
+COLLECTED = ".fbo-collected"
+
+
+def collected(evidence: Path) -> set[str]:
+    """The run folders (relative to ``evidence``) that ``--collect`` brought there (:data:`COLLECTED`)."""
+    p = Path(evidence) / COLLECTED
+    try:
+        return set(p.read_text().split()) if _plain(p, evidence) else set()
+    except (OSError, UnicodeDecodeError):
+        return set()
+
+
 def collect_evidence(results: Path, evidence: Path, papers=PAPERS, refused: list | None = None) -> int:
     """Copy every finished reproduction run's compact files (and each spec's tuning record) from
     ``results`` into ``evidence`` (same layout); returns the number of runs copied. Only runs whose
@@ -54,6 +68,7 @@ def collect_evidence(results: Path, evidence: Path, papers=PAPERS, refused: list
     n = 0
     claim_root(evidence)
     refused = refused if refused is not None else []
+    brought = collected(evidence)
     for paper in papers:
         for spec in paper.specs:
             if not Path(spec).is_file():
@@ -76,10 +91,13 @@ def collect_evidence(results: Path, evidence: Path, papers=PAPERS, refused: list
                 data = {f: (src / f).read_bytes() for f in EVIDENCE_FILES}
                 for f in sorted(EVIDENCE_FILES, key=lambda f: f == "summary.json"):  # the completion record last
                     atomic_write(dst / f, data[f])
+                brought.add(str(dst.relative_to(evidence)))
                 n += 1
             here = results / "compare" / exp.name
             for f in SPEC_FILES:
                 _copy(here / f, results, evidence / "compare" / exp.name / f, evidence)
+    if brought != collected(evidence):
+        atomic_write(evidence / COLLECTED, "".join(f"{d}\n" for d in sorted(brought)))
     for paper in papers:  # count tables written by `fbo figure` (ZO-HFL Fig. 1)
         for f in paper.counts:
             _copy(results / f, results, evidence / f, evidence)
@@ -130,6 +148,12 @@ def prune_evidence(evidence: Path, papers=PAPERS, remove: bool = False, yes: boo
             raise UsageError(f"--prune would remove {len(stale)} of the {len(runs)} runs under {evidence} (more "
                              f"than {PRUNE_SHARE:.0%}; e.g. {stale[0]}): nothing removed. `fbo report --collect "
                              f"...` without --prune lists them; add --yes to remove them all")
+        theirs = collected(evidence)
+        own = [d for d in stale if str(d.relative_to(evidence)) not in theirs]
+        if own and not yes:
+            raise UsageError(f"--prune would remove {len(own)} finished run(s) under {evidence} that `fbo report "
+                             f"--collect` did not bring there (your own? e.g. {own[0]}): nothing removed. Move them "
+                             f"elsewhere, or add --yes to remove them too")
         for d in stale:
             remove_run(d)
         for f in partial:

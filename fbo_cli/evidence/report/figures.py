@@ -42,10 +42,13 @@ class Evidence:
 
     def __call__(self, spec: str):
         if spec not in self._cache:
-            from ...grids.compare import collect
+            from ...grids.compare import collect, command_line
             from ...grids.spec import load_spec
 
             exp = load_spec(spec, {"out_dir": str(self.root)})
+            sets, seeds = command_line(self.root, exp.name)  # a compare made with --set / --seeds: its runs
+            if sets or seeds is not None:
+                exp = load_spec(spec, {**sets, "out_dir": str(self.root)}, seeds)
             runs, curves = collect(exp)
             self._cache[spec] = (exp, runs, curves)
         return self._cache[spec]

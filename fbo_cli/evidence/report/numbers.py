@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ...grids.verdicts import EQUIVALENCE, PAPER_KEYS
+from ...grids.verdicts import CAP, PAPER_KEYS, look_alphas, looks
 
 # a paper number's verdict (paper_rows' last column) -> the report's words; "reached" is equivalence only
 OUTCOMES = {"consistent with": "reached", "consistent": "reached", "above": "ours above", "below": "ours below",
@@ -31,9 +31,11 @@ def outcome(verdict: str, collapse: bool = False) -> str:
 
 
 def seeds_needed(values: np.ndarray, paper: float, tol: float) -> int | None:
-    """The seeds at which the equivalence test could pass with this spread: the smallest n whose 90% half-width
-    t(0.95, n-1) * sd / sqrt(n) is below the tolerance minus |mean - paper| (the planning values are ours: the
-    mean and sd of the seeds run); None when |mean - paper| >= tolerance (no number of seeds reaches it)."""
+    """The seeds at which the equivalence test could pass with this spread, by the sequential design: the
+    smallest look n (3, 6, 10; beyond, a larger ``--cap`` whose last look is n) whose TOST half-width
+    t(1 - a_n, n-1) * sd / sqrt(n) at that look's error a_n is below the tolerance minus |mean - paper| (the
+    planning values are ours: the mean and sd of the seeds run); None when |mean - paper| >= tolerance (no
+    number of seeds reaches it)."""
     from scipy.stats import t
 
     v = np.asarray(values, float)
@@ -41,9 +43,12 @@ def seeds_needed(values: np.ndarray, paper: float, tol: float) -> int | None:
     if room <= 0:
         return None
     sd = float(v.std(ddof=1)) if len(v) > 1 else 0.0
-    q = 1 - (1 - EQUIVALENCE) / 2
-    n = 2
-    while n <= MAX_SEEDS and t.ppf(q, n - 1) * sd / math.sqrt(n) >= room:
+    half = lambda n, a: t.ppf(1 - a, n - 1) * sd / math.sqrt(n)  # noqa: E731
+    for n, a in zip(looks(CAP), look_alphas(CAP)):
+        if half(n, a) < room:
+            return n
+    n = CAP + 1
+    while n <= MAX_SEEDS and half(n, look_alphas(n)[-1]) >= room:
         n += 1
     return n
 

@@ -11,8 +11,9 @@ import pandas as pd
 
 from ...errors import UsageError
 from ...grids.compare import write_report
+from ...grids.resolution import rounds_verdict
 from ...grids.spec import Experiment, tuned_entry
-from ...grids.verdicts import Verdict, claim_verdict, paper_rows, paper_tolerance, run_summaries, tuning_basis
+from ...grids.verdicts import Verdict, paper_rows, paper_tolerance, run_summaries, tuning_basis
 from .control import priced, unmargined
 from .numbers import number_notes
 
@@ -108,7 +109,7 @@ def build_section(spec: str, root: Path, work: Path, figdir: Path | None = None,
         basis = tuning_basis(exp, claim)
         pairs = claim.across or [[s, None] for s in names if not claim.settings or s in claim.settings]
         for s, t in pairs:  # across: one setting against another, seed by seed
-            v = priced(claim_verdict(table, claim, s, t, len(exp.seeds), exact)._replace(tuning=basis),
+            v = priced(rounds_verdict(table, claim, s, t, len(exp.seeds), exact)._replace(tuning=basis),
                        table, claim, s, t)
             v = unmargined(exp, claim, [s] if t is None else [s, t], v, records)
             if basis and (waiting := untuned(exp, claim, [s] if t is None else [s, t])):

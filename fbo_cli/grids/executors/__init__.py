@@ -26,8 +26,9 @@ raised inside Ray) cancels the tasks in flight gently (Ray delivers SIGINT to th
 whose run writes its checkpoint and returns), waits for them, and lands each checkpoint in its run
 directory; :class:`GridInterrupted` then says which runs came home and which were lost (a second
 Ctrl-C, or a worker that does not answer in time). The worker's temporary folder
-(``fbo-ray-<pid>-*``) goes on every exit path of the task; the folders of workers that were killed
-outright are removed by the next task on that node. A local Ray whose driver was killed (``kill -9``)
+(``fbo-ray-<pid>-*``, holding fbo's token) goes on every exit path of the task; the folders of workers that
+were killed outright are removed by ``fbo clean --temp`` (no task sweeps the temporary folder).
+A local Ray whose driver was killed (``kill -9``)
 leaves agents behind that ignore SIGTERM; the next local start reaps them (:func:`reap_orphaned_ray`),
 and says so, as ``fbo clean --yes`` does. Only a session fbo itself started is ever reaped: the driver
 writes ``fbo-driver`` (its pid and start time) into the session folder of the local Ray it starts, and
@@ -52,7 +53,6 @@ from .raygrid import (  # noqa: F401  (the executors' API)
     mark_session,
     orphaned_ray,
     reap_orphaned_ray,
-    stale_temp_folders,
 )
 
 EXECUTORS = ("serial", "processes", "ray")

@@ -55,19 +55,60 @@ def _run_serial(cells, console, rerun, title, units) -> list[dict]:
     return out  # type: ignore[return-value]
 
 
+def _overall(prog, overall, out: list, inflight: dict) -> None:
+    """The overall bar's count: the runs finished plus the share of each unit in flight that is done (its rounds
+    over its budget, times its runs), so that its count moves and its time left is estimated from the runs'
+    rounds while they run, not only from their ends (three runs on two jobs have no end for a long while)."""
+    done = sum(1 for s in out if s is not None and s["status"] != "busy")
+    prog.update(overall, completed=done + sum(inflight.values()))
+
+
 _ROUNDS = None  # a pool worker's queue for its units' rounds: (pool, unit, rounds), drawn as the driver's bars
+_STOP_EVENT = None  # a pool worker's: the driver sets it when the grid stops
+_STOPPED = False  # a pool worker's: a signal or an interrupted run of its own told it to stop; it starts no more
 
 
-def _die_with_parent(parent: int, rounds=None) -> None:
+def _die_with_parent(parent: int, rounds=None, stop=None) -> None:
     """Pool initializer: SIGTERM this worker when its parent dies (Linux ``PR_SET_PDEATHSIG``; the
     runner then writes its checkpoint and stops), and exit at once if the parent is already gone; ``rounds``:
-    the queue the worker's runs report their rounds on."""
-    global _ROUNDS
-    _ROUNDS = rounds
+    the queue the worker's runs report their rounds on; ``stop``: the driver's event of a stopped grid. Outside a
+    run, SIGINT and SIGTERM only mark the worker stopped (no traceback, no run started after them); they were
+    held blocked since the driver spawned it (:func:`_signals_held`), so one that came during its start-up is
+    answered here."""
+    global _ROUNDS, _STOP_EVENT
+    _ROUNDS, _STOP_EVENT = rounds, stop
     with contextlib.suppress(Exception):
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+
+    def told(signum, frame):
+        global _STOPPED
+        _STOPPED = True
+        if os.getppid() != parent:  # the driver died: do not linger
+            os._exit(0)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, told)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     if os.getppid() != parent:
         os._exit(0)
+
+
+def _stopped() -> bool:
+    """This worker was told to stop (a signal, an interrupted run) or the driver stopped the grid."""
+    return _STOPPED or (_STOP_EVENT is not None and _STOP_EVENT.is_set())
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """SIGINT and SIGTERM held (blocked, never lost) in this thread while it spawns a pool's workers: a worker
+    inherits the block and starts with it, until its initializer has its own handler in place (a Ctrl-C during
+    its imports prints no traceback); here they are delivered when the block ends."""
+    sigs = {signal.SIGINT, signal.SIGTERM}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _worker(task: str, algo: str, layers: list[tuple], threads: int, rerun: bool, wait: bool,
@@ -78,6 +119,9 @@ def _worker(task: str, algo: str, layers: list[tuple], threads: int, rerun: bool
 
     from ...runs.config import resolve
 
+    global _STOPPED
+    if _stopped():  # queued before the stop (the pool hands a worker its next unit ahead): never started
+        return [{"status": "interrupted", "error": "not started: the grid was stopped"}] * len(layers)
     torch.set_num_threads(threads)
     try:
         cfgs = [resolve(task, algo, *ly) for ly in layers]
@@ -94,20 +138,25 @@ def _worker(task: str, algo: str, layers: list[tuple], threads: int, rerun: bool
     s = [_one(cfgs[0], rerun, wait, one)] if len(cfgs) == 1 else _one_batch(cfgs, rerun, wait, batch)
     if os.getppid() != parent:  # the driver died: do not linger
         os._exit(0)
+    if any(x.get("status") == "interrupted" for x in s):
+        _STOPPED = True
     return s
 
 
 @contextlib.contextmanager
-def _stopping(pool: ProcessPoolExecutor):
+def _stopping(pool: ProcessPoolExecutor, stop=None):
     """The pool, shut down as it is left: after its work, waiting for it; on a stop (Ctrl-C, SIGTERM, an error),
     with its queued runs cancelled, so that no run starts after the stop, the runs in progress told to stop (a
     SIGTERM to this process alone is passed on to the workers; Ctrl-C reached them with the process group) and
-    waited for while they write their checkpoints."""
+    waited for while they write their checkpoints. ``stop`` (the workers' event) is set first: a unit the pool
+    had already handed to a worker is not started either."""
     from ...errors import Terminated
 
     try:
         yield pool
     except BaseException as e:
+        if stop is not None:
+            stop.set()
         procs = list((getattr(pool, "_processes", None) or {}).values())
         pool.shutdown(wait=False, cancel_futures=True)
         for p in procs if isinstance(e, Terminated) or not isinstance(e, KeyboardInterrupt) else ():
@@ -126,10 +175,12 @@ def _run_processes(cells, jobs, console, rerun, title, units) -> list[dict]:
     out: list[dict | None] = [None] * len(cells)
     ctx = get_context("spawn")
     rounds_q = ctx.Queue()
+    stop = ctx.Event()  # set when the grid stops: the workers start no unit after it
     with _progress(console) as prog:
         overall = prog.add_task(title, total=len(cells), info="")
         lost: dict[tuple, int] = {}  # how often a unit's worker died under it
         bars: dict[tuple, int] = {}  # (pool, unit) -> its bar of rounds, from its first report to its end
+        inflight: dict[tuple, float] = {}  # (pool, unit) -> the runs' worth of it done (the overall bar's count)
         pools = 0
         for wait in (False, True):
             todo = [u for u in ([i for i in unit if out[i] is None or out[i]["status"] == "busy"] for unit in units)
@@ -152,12 +203,15 @@ def _run_processes(cells, jobs, console, rerun, title, units) -> list[dict]:
                             what = _label(c0) if len(todo[k]) == 1 else f"{c0.algorithm} · batch of {len(todo[k])}"
                             bars[(p, k)] = prog.add_task(what, total=c0.cfg.run.rounds, info="rounds")
                         prog.update(bars[(p, k)], completed=min(r, c0.cfg.run.rounds))
+                        inflight[(p, k)] = min(r, c0.cfg.run.rounds) / c0.cfg.run.rounds * len(todo[k])
+                        _overall(prog, overall, out, inflight)
 
                 with _stopping(ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_die_with_parent,
-                                                   initargs=(os.getpid(), rounds_q))) as pool:
-                    futs = {pool.submit(_worker, cells[u[0]].cfg.task, cells[u[0]].cfg.algo_ref,
-                                        [cells[i].layers for i in u], threads, rerun and not wait, wait,
-                                        os.getpid(), (pools, k)): k for k, u in enumerate(todo)}
+                                                   initargs=(os.getpid(), rounds_q, stop)), stop) as pool:
+                    with _signals_held():  # the workers are spawned here
+                        futs = {pool.submit(_worker, cells[u[0]].cfg.task, cells[u[0]].cfg.algo_ref,
+                                            [cells[i].layers for i in u], threads, rerun and not wait, wait,
+                                            os.getpid(), (pools, k)): k for k, u in enumerate(todo)}
                     pending = set(futs)
                     while pending:
                         done, pending = first_done(pending, timeout=0.5, return_when=FIRST_COMPLETED)
@@ -167,6 +221,8 @@ def _run_processes(cells, jobs, console, rerun, title, units) -> list[dict]:
                             bar = bars.pop((pools, k), None)
                             if bar is not None:
                                 prog.remove_task(bar)
+                            if inflight.pop((pools, k), None) is not None:
+                                _overall(prog, overall, out, inflight)  # its runs are counted whole below
                             try:
                                 res = fut.result()
                             except BrokenProcessPool:  # a worker was killed (the OOM killer, kill -9): the pool is lost

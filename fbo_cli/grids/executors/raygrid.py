@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import UsageError
+from ...files import atomic_write, started_at, temp_folder
 from .common import GridInterrupted, _label, _one, _one_batch, _progress, _report
 
 RAY_HINT = "pip install -e '.[ray]' in the repository (make setup does it)"
@@ -29,7 +30,7 @@ def _ray_task(task: str, algo: str, layers: list[tuple], threads: int, files_in:
               rerun: bool) -> list[tuple[dict, dict[str, bytes]]]:
     """On a Ray worker: run one unit (a run, or a batch) in a temporary out_dir seeded with ``files_in`` (a
     checkpoint to resume, per run), return each run's summary and run directory's files."""
-    import tempfile
+    import shutil
 
     import torch
 
@@ -39,16 +40,18 @@ def _ray_task(task: str, algo: str, layers: list[tuple], threads: int, files_in:
     STOP.clear()  # Ray's gentle cancel is a SIGINT: from here on it asks the run to checkpoint and return
     signal.signal(signal.SIGINT, lambda *_: STOP.set())
     torch.set_num_threads(threads)
-    _reap_temp_folders()
-    with tempfile.TemporaryDirectory(prefix=f"fbo-ray-{os.getpid()}-") as tmp:
-        cfgs = [resolve(task, algo, *ly, {"out_dir": tmp, "threads": threads}) for ly in layers]
+    tmp = temp_folder("ray")  # a killed worker's: `fbo clean --temp` removes it once this process is gone
+    try:
+        cfgs = [resolve(task, algo, *ly, {"out_dir": str(tmp), "threads": threads}) for ly in layers]
         for cfg, fin in zip(cfgs, files_in, strict=True):
             cfg.run_dir.mkdir(parents=True, exist_ok=True)
             for name, data in fin.items():
-                (cfg.run_dir / name).write_bytes(data)
+                atomic_write(cfg.run_dir / name, data)
         res = [_one(cfgs[0], rerun, True)] if len(cfgs) == 1 else _one_batch(cfgs, rerun, True)
         files = [{p.name: p.read_bytes() for p in cfg.run_dir.iterdir() if p.is_file() and p.name != ".lock"}
                  for cfg in cfgs]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     import ray
 
     node = ray.get_runtime_context().get_node_id()
@@ -61,43 +64,8 @@ def _ray_task(task: str, algo: str, layers: list[tuple], threads: int, files_in:
     return list(zip(res, files))
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def stale_temp_folders() -> list[Path]:
-    """The ``fbo-ray-<pid>-*`` folders of this node's workers that died without cleaning up."""
-    import tempfile
-
-    return [d for d in sorted(Path(tempfile.gettempdir()).glob("fbo-ray-*-*"))
-            if (m := re.fullmatch(r"fbo-ray-(\d+)-[a-z0-9_]{8}", d.name)) and not d.is_symlink() and d.is_dir()
-            and d.lstat().st_uid == os.getuid() and not _alive(int(m.group(1)))]
-
-
-def _reap_temp_folders() -> None:
-    import shutil
-
-    for d in stale_temp_folders():
-        shutil.rmtree(d, ignore_errors=True)
-
-
 _SESSION = re.compile(r"^(/.*/session_\d{4}-\d\d-\d\d_[\d-]+_\d+_\d+)(/|$)")
 FBO_DRIVER = "fbo-driver"  # in a Ray session folder fbo's driver started: "<pid> <start time>"
-
-
-def _started_at(pid: int) -> str | None:
-    """The start time of process ``pid`` (clock ticks since boot, /proc/PID/stat), None when it is gone: a
-    pid with another start time is another process."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
-    except (OSError, IndexError):
-        return None
 
 
 def mark_session(ray) -> None:
@@ -107,8 +75,8 @@ def mark_session(ray) -> None:
         node = ray._private.worker._global_node
         if node is None or not node.head:
             return
-        Path(node.get_session_dir_path(), FBO_DRIVER).write_text(f"{os.getpid()} {_started_at(os.getpid())}\n")
-    except (AttributeError, OSError):
+        atomic_write(Path(node.get_session_dir_path(), FBO_DRIVER), f"{os.getpid()} {started_at(os.getpid())}\n")
+    except (AttributeError, OSError, UsageError):
         pass
 
 
@@ -118,7 +86,7 @@ def _fbo_driver_dead(session: str) -> bool:
         pid, start = Path(session, FBO_DRIVER).read_text().split()
     except (OSError, ValueError):
         return False  # not fbo's session (a `ray start` cluster, another program's Ray): never touched
-    return _started_at(int(pid)) != start
+    return started_at(int(pid)) != start
 
 
 def orphaned_ray() -> list[tuple[int, str, int]]:
@@ -167,7 +135,7 @@ def reap_orphaned_ray() -> list[tuple[int, str, int]]:
 
 def _land(run_dir: Path, files: dict[str, bytes], keep_checkpoint: bool) -> None:
     """Write a worker's files into the real run directory, the completion record last."""
-    from ...runs.rundir import CHECKPOINT, atomic_write
+    from ...runs.rundir import CHECKPOINT
 
     (run_dir / "summary.json").unlink(missing_ok=True)
     for name in sorted(files, key=lambda n: n == "summary.json"):

@@ -100,7 +100,7 @@ def tuning_todo(cells: list[tuple[Cell, dict]], recorded: dict[str, dict], rerun
     """The tuning runs still to run: unfinished (or stale: their user algorithm's code changed, unless
     ``accept``), and not in the recorded tuning (unless ``rerun``, or stale: a recorded score of code that
     changed since is not kept)."""
-    from ...runs.rundir import todo_runs
+    from ...runs.todo import todo_runs
 
     stale = {} if stale is None else stale
     todo = todo_runs([c for c, _ in cells], rerun, accept, stale)

@@ -18,7 +18,7 @@ from ...runs.rundir import atomic_write, write_yaml
 from ...runs.table import fmt_num
 from ..spec import Experiment, TuneSpec
 from ..spec_types import Choice, chosen_on_disk
-from .rules import CONFIRM_SEEDS, MAX_EXTENSIONS
+from .rules import CONFIRM_SEEDS, MAX_EXTENSIONS, _line
 
 PARTIAL = ("tuning.partial.yaml", "tuning.partial.csv")  # an unfinished tuning's record (:mod:`fbo_cli.grids.tune`)
 
@@ -80,9 +80,40 @@ def write_record(exp: Experiment, spec_path: str | Path, ts: TuneSpec, outdir: P
         "confirmed": {f"{a} | {s}": {"points": pts, "seeds": extra_seeds} for (a, s), pts in confirm.items()},
         "margin": {f"{a} | {s}": pts for (a, s), pts in (margin or {}).items()},
         "chosen": chosen_on_disk(chosen),
+        "made_by": exp.procedure,  # the procedure these values apply to (load_tuned checks the spec against it)
         **({"code": user_code(exp)} if user_code(exp) else {}),
         **({"ranking_check": ranking[1]} if ranking is not None else {})})
-    plot_tuning(table, ts, outdir / "tuning.png", exp.title or exp.name, {a.name: a.algo for a in exp.algorithms})
+    plot_tuning(table, ts, outdir / "tuning.png", exp.title or exp.name, {a.name: a.algo for a in exp.algorithms},
+                chosen)
+
+
+def keep_the_rest(exp: Experiment, ts: TuneSpec, table: pd.DataFrame, chosen: dict, extended: dict, confirm: dict,
+                  margin: dict, ranking) -> tuple:
+    """A tuning of a subset of the spec (``fbo tune -a/-S``) completed with the recorded tuning of the rest, so that
+    its record (``tuning.csv``, ``tuned.yaml``, ``ranking.csv``) still holds every (algorithm, setting): the rows,
+    choices, extensions, confirmations, margin probes and ranking verdicts of the pairs it did not tune are kept as
+    recorded. Returns ``(table, chosen, extended, confirm, margin, ranking)``."""
+    mine = {(a.name, s.name) for a in exp.algorithms for s in exp.settings if ts.setting in (None, s.name)}
+    try:
+        outdir, tuned, old = recorded_tuning(exp)
+    except UsageError:  # nothing recorded yet: the subset is the record
+        return table, chosen, extended, confirm, margin, ranking
+    theirs = lambda a, s: (a, s) not in mine  # noqa: E731
+    table = pd.concat([old[[theirs(a, s) for a, s in zip(old.algorithm, old.setting)]], table], ignore_index=True)
+    merged = {a: {s: Choice.of(c) for s, c in per.items() if theirs(a, s)}
+              for a, per in (tuned.get("chosen") or {}).items()}
+    for a, per in chosen.items():
+        merged.setdefault(a, {}).update(per)
+    pairs = lambda d: {tuple(k.split(" | ")): v for k, v in (d or {}).items() if theirs(*k.split(" | "))}  # noqa: E731
+    extended = {**pairs(tuned.get("extended")), **extended}
+    confirm = {**{k: v["points"] for k, v in pairs(tuned.get("confirmed")).items()}, **confirm}
+    margin = {**pairs(tuned.get("margin")), **(margin or {})}
+    if ranking is not None and isinstance(tuned.get("ranking_check"), dict) and (outdir / "ranking.csv").is_file():
+        rows = pd.read_csv(outdir / "ranking.csv")
+        rows = rows[[theirs(a, s) for a, s in zip(rows.algorithm, rows.setting)]]
+        ranking = (pd.concat([rows, ranking[0]], ignore_index=True),
+                   {**{k: v for k, v in tuned["ranking_check"].items() if theirs(*k.split(" | "))}, **ranking[1]})
+    return table, merged, extended, confirm, margin, ranking
 
 
 def user_code(exp: Experiment) -> dict[str, dict[str, str]]:
@@ -141,11 +172,9 @@ def stale_records(table: pd.DataFrame, recorded: dict[str, dict], rtol: float = 
 def chosen_rows(outdir: Path) -> tuple[str, list[tuple[str, str, str, str]]]:
     """The title and the rows (algorithm, setting, values, note) of the choices recorded in ``outdir``'s
     ``tuned.yaml``, as ``fbo tune`` prints them."""
-    from ..spec import edge_note
-
     tuned = load_yaml((outdir / "tuned.yaml").read_bytes(), str(outdir / "tuned.yaml"))
     rows = [(algo, setting, ", ".join(f"{k}={fmt_num(v)}" for k, v in vals.items() if not k.startswith("_")),
-             vals.get("_none") or edge_note(vals))
+             vals.get("_none") or Choice.of(vals).how_chosen())
             for algo, per in (tuned.get("chosen") or {}).items() for setting, vals in per.items()]
     return f"Chosen by fbo tune ({tuned['score']}, {tuned['mode']})", rows
 
@@ -160,8 +189,10 @@ def procedure_text(ts: TuneSpec) -> str:
             f"{budget} each; score: {ts.mode} of the mean {ts.score} over the last "
             f"{ts.tail:.0%} of evaluations, at least 3 (validation data, never the test set), averaged over "
             f"the tuning seeds; rejected: failed or diverged runs, non-finite scores, no progress over the first "
-            f"evaluation{oscillation}; a choice at a grid's edge is extended geometrically, one value at a time "
-            f"(at most {MAX_EXTENSIONS}), until it is interior or the value beyond it is rejected (a grid whose every "
+            f"evaluation{oscillation}; every key is searched through the choice (a key the choice reached only by "
+            f"extending another is tried at its neighbours there), and a choice at a grid's edge is extended "
+            f"geometrically, one value at a time (at most {MAX_EXTENSIONS} per key), until it is interior or the "
+            f"value beyond it is rejected (a grid whose every "
             f"point diverged or oscillated goes on below its smallest values); a run whose accuracy collapsed to "
             f"chance level is rejected like one that diverged; a choice next to a larger value that diverged, "
             f"oscillated or collapsed stands only if the geometric midpoint between them is stable on every tuning "
@@ -169,8 +200,11 @@ def procedure_text(ts: TuneSpec) -> str:
             f"rejected value must also survive {CONFIRM_SEEDS} more seeds, else the next best is chosen")
 
 
-def plot_tuning(df: pd.DataFrame, ts: TuneSpec, path: Path, title: str, algo_of: dict | None = None) -> None:
-    """The tuning grid: per key, the best score over the other keys at each value, a line per algorithm; a
+def plot_tuning(df: pd.DataFrame, ts: TuneSpec, path: Path, title: str, algo_of: dict | None = None,
+                chosen: dict | None = None) -> None:
+    """The tuning grid: per key, the score along it through the choice (the other keys at their chosen values:
+    what was searched there; the best over the other keys where ``chosen`` is not given), a line per algorithm,
+    the choice ringed; a
     value whose every point was rejected is the algorithm's marker, hollow, at the foot of the panel (it has no
     score), each algorithm of the panel on its own row there, so that no algorithm's mark hides another's."""
     from matplotlib.ticker import LogLocator
@@ -194,12 +228,18 @@ def plot_tuning(df: pd.DataFrame, ts: TuneSpec, path: Path, title: str, algo_of:
             for k, a in enumerate(a for a in algos if key in ts.grids[a]):
                 st = styles[a]
                 g = df[(df.algorithm == a) & (df.setting == s)]
+                pick = Choice.of(((chosen or {}).get(a) or {}).get(s)).values
+                if pick:
+                    g = _line(g, ts.grids[a], pick, key)
                 per = g.groupby("point", sort=False).agg(v=(col, "first"), score=("score", "mean"),
                                                          rejected=("rejected", "any"))
                 ok = per[~per.rejected].groupby("v").score
                 best = (ok.min() if ts.mode == "min" else ok.max()).sort_index()
                 if len(best):
                     ax.plot(best.index, best.values, color=st["color"], marker=st["marker"], ls=st["ls"], label=a)
+                    if pick.get(col) in best.index:
+                        ax.plot([pick[col]], [best[pick[col]]], ls="none", marker="o", ms=11, mfc="none",
+                                mec=st["color"], label="_choice")
                 rej = sorted(set(per[per.rejected].v) - set(best.index))
                 if rej:
                     ax.plot(rej, [0.04 + 0.07 * k] * len(rej), ls="none", marker=st["marker"], mfc="none",
@@ -220,6 +260,8 @@ def plot_tuning(df: pd.DataFrame, ts: TuneSpec, path: Path, title: str, algo_of:
                        label="hollow, at the foot: every point at that value rejected (a row per method, its marker)")]
     ps.shared_legend(fig, rejected if any(ln.get_label() == "_rejected" for ax in fig.axes for ln in ax.lines)
                      else None)
-    ps.suptitle(fig, f"Tuning: {title}. Best {ts.score} over the other keys at each value; a hollow marker at the "
+    along = ("along each key through the choice (the other keys at their chosen values; ringed: the choice)"
+             if chosen else "best over the other keys at each value")
+    ps.suptitle(fig, f"Tuning: {title}. {ts.score} {along}; a hollow marker at the "
                 f"foot: every point at that value rejected, one row per method")
     ps.save(fig, path)

@@ -166,6 +166,7 @@ def choose(df: pd.DataFrame, ts: TuneSpec, invalid: dict[tuple[str, str], list[t
                                                           f"{key}={fmt_num(nxt)} is not valid ({bad[0]})")
             else:  # beyond the edge: not tried yet (or the extension limit, or no next value)
                 notes.setdefault("at_grid_edge", []).append(key)
+        notes["searched"] = [searched_note(tried[~tried.grid.isin(VETO_GRIDS)], ts.grids[algo], vals)]
         if probe:
             state = "stable on every tuning seed" if len(runs) else "not run yet"
             notes["margin"] = [f"{point_name(probe[0])} ({probe[1]}) is {state}"]
@@ -244,7 +245,7 @@ def extensions(df: pd.DataFrame, chosen: dict, ts: TuneSpec, extended: dict[tupl
     for algo, per in chosen.items():
         for setting, c in per.items():
             c = Choice.of(c)  # a tuned.yaml's mapping, too
-            if len(extended.get((algo, setting), [])) >= MAX_EXTENSIONS:
+            if len(extended.get((algo, setting), [])) >= MAX_EXTENSIONS * len(ts.grids[algo]):  # per key
                 continue
             g = df[(df.algorithm == algo) & (df.setting == setting) & ~df.grid.isin(VETO_GRIDS)]
             known = [p for p, _ in (invalid or {}).get((algo, setting), [])]  # not valid configurations
@@ -254,15 +255,62 @@ def extensions(df: pd.DataFrame, chosen: dict, ts: TuneSpec, extended: dict[tupl
                     more.append(((algo, setting), point))
                 continue
             best = dict(c.values)
-            for key, _, nxt, _ in _edges(g, ts.grids[algo], best):
-                if nxt is None:
-                    continue
+            steps = [(key, nxt) for key, _, nxt, _ in _edges(g, ts.grids[algo], best) if nxt is not None]
+            for key, nxt in steps + _revisits(g, ts.grids[algo], best):
                 point = dict(best)
                 for part in key.split(","):
                     point[part.strip()] = nxt
-                if point not in known and not ((g[list(point)] == pd.Series(point)).all(axis=1)).any():
+                if point not in known and not ((g[list(point)] == pd.Series(point)).all(axis=1)).any() \
+                        and ((algo, setting), point) not in more:
                     more.append(((algo, setting), point))
     return more
+
+
+def _line(g: pd.DataFrame, grid: dict[str, list], best: dict[str, Any], key: str) -> pd.DataFrame:
+    """The rows of ``g`` along ``key`` through the point ``best`` (every other key at its value there)."""
+    parts = [p.strip() for p in key.split(",")]
+    for k in key_values(grid):
+        if k not in parts and k in g:
+            g = g[g[k] == best[k]]
+    return g
+
+
+def _revisits(g: pd.DataFrame, grid: dict[str, list], best: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Each key not searched through the chosen point (one value tried along it there: the choice came from
+    extending another key) with its neighbours there: the nearest values of its grid on each side, and beyond it
+    (geometrically, :func:`_beyond`) where it is at the grid's edge; once two values are tried along it, a key at
+    the edge is extended as any other (:func:`_edges`), until it is interior or the value beyond fails."""
+    out = []
+    for key, values in grid.items():
+        col = key.split(",")[0].strip()
+        v = best.get(col)
+        tried = {plain(u) for u in _line(g, grid, best, key)[col].dropna()}
+        if len(tried) >= 2 or v is None:
+            continue
+        known = sorted({plain(u) for u in values} | {plain(u) for u in g[col].dropna()} | {v},
+                       key=lambda u: (not isinstance(u, (int, float)), u))
+        if not all(isinstance(u, (int, float)) and not isinstance(u, bool) for u in known):
+            out += [(key, u) for u in known if u != v]  # no order: every value of the grid
+            continue
+        below, above = [u for u in known if u < v], [u for u in known if u > v]
+        for side in (below[-1:] or [_beyond(known, v)], above[:1] or [_beyond(known, v)]):
+            if side and side[0] is not None and side[0] not in tried:
+                out.append((key, side[0]))
+    return out
+
+
+def searched_note(g: pd.DataFrame, grid: dict[str, list], best: dict[str, Any]) -> str:
+    """What was searched along each key, in words: every value tried, and those tried through the choice."""
+    parts = []
+    for key in grid:
+        col = key.split(",")[0].strip()
+        if col not in g:
+            continue
+        fmt = lambda vs: ", ".join(fmt_num(u) for u in vs)  # noqa: E731
+        every = sorted({plain(u) for u in g[col].dropna()})
+        at = sorted({plain(u) for u in _line(g, grid, best, key)[col].dropna()})
+        parts.append(f"{key} over {fmt(every)}" + ("" if at == every else f" ({fmt(at)} at the choice)"))
+    return "; ".join(parts)
 
 
 def _edges(g: pd.DataFrame, grid: dict[str, list], best: dict[str, Any]) -> list[tuple[str, Any, Any, str]]:
@@ -273,10 +321,7 @@ def _edges(g: pd.DataFrame, grid: dict[str, list], best: dict[str, Any]) -> list
     out = []
     for key in grid:
         parts = [p.strip() for p in key.split(",")]
-        line = g
-        for k in key_values(grid):
-            if k not in parts and k in line:
-                line = line[line[k] == best[k]]
+        line = _line(g, grid, best, key)
         tried = sorted(set(plain(v) for v in line[parts[0]].dropna()))
         ok = sorted(set(plain(v) for v in line[~line.rejected][parts[0]].dropna()))
         v = best.get(parts[0])

@@ -17,7 +17,7 @@ from ..executors import GridOptions
 from ..spec import Cell, Experiment, TuneSpec, check_metrics, claim_folder, load_spec
 from ..spec_types import Choice, chosen_on_disk
 from .grid import confirm_seeds, point_error, tune_cells, tune_spec, tuning_todo
-from .record import recorded_runs, recorded_tuning, stale_records, write_partial, write_record
+from .record import keep_the_rest, recorded_runs, recorded_tuning, stale_records, write_partial, write_record
 from .rules import (
     RANKING_TOP,
     VETO_GRIDS,
@@ -33,13 +33,22 @@ from .rules import (
 
 
 def run_tuning(spec_path: str | Path, overrides: dict[str, Any], grid: GridOptions | None = None,
-               rerun: bool = False, console=None, ranking_check: bool = True, accept_code_change: bool = False) -> Path:
+               rerun: bool = False, console=None, ranking_check: bool = True, accept_code_change: bool = False,
+               algorithms: list[str] | None = None, settings: list[str] | None = None) -> Path:
+    """Tune the spec (``algorithms``, ``settings``: only these of it, :func:`fbo_cli.grids.select.select`; the
+    record keeps the rest's recorded tuning, :func:`.record.keep_the_rest`) and write its record."""
     from ...runs.cost import cost_line
     from ..executors import run_cells
     from ..run_batches import cost_shares
+    from ..select import select
 
-    exp = load_spec(spec_path, overrides, use_tuned=False)
-    ts = tune_spec(exp)
+    full = load_spec(spec_path, overrides, use_tuned=False)
+    ts = tune_spec(full)
+    subset = bool(algorithms or settings)
+    exp = select(full, algorithms, settings)
+    if subset and ts.setting and ts.setting not in [s.name for s in exp.settings]:
+        raise UsageError(f"{full.name} is tuned on setting '{ts.setting}' only (its values serve every setting): "
+                         f"select that one, or no setting")
     outdir = exp.out_root / "compare" / exp.name
     claim_folder(exp, outdir, write=False)
     recorded = {} if rerun else recorded_runs(exp, ts)
@@ -117,6 +126,10 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], grid: GridOptio
     probed = lambda c, p: p in margin.get((c.algorithm, c.setting), [])  # noqa: E731
     ranking = (check_ranking(exp, ts, overrides, [(c, p) for c, p in cells if c.seed in ts.seeds and not probed(c, p)],
                              table[~table.grid.isin(VETO_GRIDS)], extended, grid, console) if ranking_check else None)
+    if subset:  # the rest of the spec keeps its recorded tuning
+        table, chosen, extended, confirm, margin, ranking = keep_the_rest(exp, ts, table, chosen, extended, confirm,
+                                                                          margin, ranking)
+        exp = full
     claim_folder(exp, outdir)
     write_record(exp, spec_path, ts, outdir, table, chosen, extended, confirm, extra_seeds, ranking, margin)
     return outdir
@@ -145,7 +158,7 @@ def check_ranking(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], cell
                   table: pd.DataFrame, extended: dict, grid: GridOptions, console=None):
     """The ranking check (:mod:`fbo_cli.grids.tune`): ``(ranking.csv's rows, {"algo | setting": verdict})``, or
     None when every tuning run already had its setting's evaluation budget."""
-    from ...runs.rundir import todo_runs
+    from ...runs.todo import todo_runs
     from ..executors import run_cells
 
     full = replace(ts, rounds=None)

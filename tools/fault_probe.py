@@ -6,9 +6,10 @@ stray .lock left, for planted files the planted thing refused, and no file fbo d
 the count.
 
 Not part of the test suite (the same cases live there as regressions, in tests/cli/test_faults.py,
-tests/cli/test_bad_input.py and tests/grids/test_ray_cluster.py); this is the probe's own count, rerun at will:
+tests/cli/test_bad_input.py, tests/cli/test_nothing_lost_62.py and tests/grids/test_ray_cluster.py); this is the
+probe's own count, rerun at will (`make probe`; issue 62's cases are in tools/probe_62.py):
 
-    .venv/bin/python tests/fault_probe.py
+    .venv/bin/python tools/fault_probe.py
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 from typer.testing import CliRunner
 
@@ -202,6 +204,9 @@ def main() -> int:
     ray_probe(env)
     more_inputs(o, env)
     issue55(o, env)
+    from probe_62 import issue62  # tools/, beside this file
+
+    issue62(o, env, SimpleNamespace(case=case, check=check, spec=spec, keep=keep, root=ROOT, fbo=FBO))
     for f, text in KEPT.items():
         check(f"the user's file {f.relative_to(ROOT)} stays", f.is_file() and f.read_bytes() == text,
               "removed or changed")
@@ -353,7 +358,7 @@ def more_inputs(o: Path, env: dict) -> None:
     """Issue 41, items 4 and 6 to 12."""
     import errno
 
-    import fbo_cli.runs.rundir as res
+    import fbo_cli.files as res  # the one writer
 
     # 4. a full disk
     real = res._umask
@@ -686,12 +691,16 @@ def issue55(o: Path, env: dict) -> None:
     dead = 2**22 + 1
     left = [Path(tempfile.gettempdir()) / f"fbo-report-{dead}-probe55a", Path(tempfile.gettempdir()) /
             f"fbo-mnist-{dead}-probe55b", o / "kill" / "report" / f".fbo-figures-{dead}-probe55c"]
-    for d in left:
+    for d in left:  # as a killed command left them: fbo's token (its pid, a start time), then its files
         (d / "f").mkdir(parents=True, exist_ok=True)
+        (d / ".fbo-scratch").write_text(f"fbo scratch folder\n{dead} 1\n")
+        (d / "f" / "x").write_text("x")
     live = temp_folder("report")
     r = CliRunner().invoke(app, ["clean", "--out-dir", str(o / "kill"), "--yes"])
+    r2 = CliRunner().invoke(app, ["clean", "--temp", "--yes"])
     check("fbo clean sweeps killed commands' scratch folders (fbo-report/-mnist/.fbo-figures), not a live one's",
-          r.exit_code == 0 and not any(d.exists() for d in left) and live.is_dir(), r.output[-200:])
+          r.exit_code == r2.exit_code == 0 and not any(d.exists() for d in left) and live.is_dir(),
+          (r.output + r2.output)[-200:])
     shutil.rmtree(live, ignore_errors=True)
     # 3. a user's file at import
     u = ROOT / "user55"
