@@ -41,7 +41,8 @@ def _version(value: bool) -> None:
         from ..runs.identity import git_commit
 
         commit = git_commit()
-        typer.echo(f"fbo {__version__} (commit {commit or 'unknown: not a git checkout'})")
+        shown = commit if commit != "unrecorded" else "unknown: not in fbo's own git repository"
+        typer.echo(f"fbo {__version__} (commit {shown})")
         raise typer.Exit()
 
 

@@ -29,6 +29,11 @@ def check_cmd(
                               "and they rerun "
                               "as one batch, each checked against its own evidence."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List the sample and its cost; run nothing."),
+    against: Optional[Path] = typer.Option(None, "--against", help="Another results root (e.g. the same specs run "
+                                           "on another machine): compare the claim verdicts of the evidence (or "
+                                           "--from) with ROOT's on their common runs and seeds; reruns nothing. "
+                                           "Writes agreement.md in --out; exit 0."),
+    spec: Optional[list[Path]] = typer.Option(None, "--spec", help="With --against: a spec to compare (repeat it)."),
 ) -> None:
     """Do the committed numbers reproduce? Rerun a sample of the report's runs from their committed
     configurations (tuned step sizes included; no tuning), and compare every metric at every evaluation
@@ -40,6 +45,8 @@ def check_cmd(
 
     from ..evidence import check
 
+    if against is not None:
+        return _agreement(list(specs or []) + list(spec or []), evidence, against, out_dir)
     threads_first()  # --jobs 1 reruns in this process
     with user_errors():
         plan = check.plan(specs, None if all_runs else minutes, jobs, evidence, out_dir, rtol, atol,
@@ -63,3 +70,26 @@ def check_cmd(
     out.print(f"written: {out_dir}/check.md, check.csv")
     if plan.unusable or any(r["outcome"] in ("differs", "failed") for r in rows):
         raise typer.Exit(1)
+
+
+def _agreement(specs: list[Path], evidence: Path, against: Path, out_dir: Path) -> None:
+    """``fbo check --against``: the verdicts of two roots side by side (:mod:`fbo_cli.evidence.agreement`)."""
+    import shlex
+    import sys
+
+    from ..evidence import agreement
+    from ..runs.rundir import atomic_write, make_dirs
+
+    with user_errors():
+        if not specs:
+            from ..grids.spec import report_index
+
+            specs = [Path(s) for s, _, _ in report_index()]
+        rows = agreement.compare([str(s) for s in specs], evidence, against)
+        command = "fbo check " + shlex.join(sys.argv[2:]) if sys.argv[1:2] == ["check"] else "fbo check --against"
+        text = agreement.report(rows, evidence, against, command)
+        path = out_dir / Path(agreement.FILE).name
+        make_dirs(out_dir)
+        atomic_write(path, text)
+    typer.echo(text.rstrip("\n"))
+    out.print(f"written: {path}")

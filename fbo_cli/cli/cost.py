@@ -20,6 +20,11 @@ def cost(
     todo: bool = typer.Option(False, "--todo", help="Count only the runs not finished under the results folder "
                               "(default: every run, as on a fresh machine)."),
     batch: BatchOpt = "auto",
+    until_settled: bool = typer.Option(False, "--until-settled", help="Instead: per spec, what settling its open "
+                                       "claims costs under the sequential design (fbo_cli/grids/settle.py), read "
+                                       "on the runs under --out-dir (e.g. --out-dir docs/results): the next look, "
+                                       "and every open claim to the cap (at most)."),
+    cap: int = typer.Option(10, help="--until-settled: the last look's seeds."),
 ) -> None:
     """What regenerating the specs costs, before anything runs: per spec, its tuning runs (the spec's grid,
     and what a tuning adds: extensions, confirmations, the ranking check, expected and at most; see `fbo tune
@@ -34,8 +39,24 @@ def cost(
     with user_errors():
         if jobs < 1:
             raise UsageError(f"--jobs must be >= 1, got {jobs}")
-        print_cost(list(specs) if specs else [s.spec for s in plan()], jobs, grid_overrides(None, out_dir, None),
-                   todo, parse_batch(batch))
+        chosen = list(specs) if specs else [s.spec for s in plan()]
+        if until_settled:
+            return settle_cost(chosen, jobs, grid_overrides(None, out_dir, None), cap, parse_batch(batch))
+        print_cost(chosen, jobs, grid_overrides(None, out_dir, None), todo, parse_batch(batch))
+
+
+def settle_cost(specs: list, jobs: int, overrides: dict, cap: int, batch: str | int = "auto") -> None:
+    """``fbo cost --until-settled``: per spec, the price of its next look and of every open claim to the cap (the
+    dry run of ``fbo compare --until-settled``: :func:`fbo_cli.grids.settle.second_look`)."""
+    from ..grids.settle import second_look
+    from ..grids.spec import load_spec
+
+    for spec in specs:
+        exp = load_spec(spec, overrides)
+        look = second_look(exp, spec, overrides, cap, jobs, dry_run=True, batch=batch)
+        lines = look.cost.splitlines() if look.cost else [look.notes[0]]
+        for line in lines:
+            out.print(f"{exp.name}: {line}", highlight=False, markup=False)
 
 
 def print_cost(specs: list, jobs: int, overrides: dict, todo: bool = False, batch: str | int = "auto") -> None:

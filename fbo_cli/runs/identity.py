@@ -130,22 +130,17 @@ def _module(c: type) -> str:
     return m.split("_", 3)[3] if m.startswith("fbo_user_") and m.count("_") >= 3 else m
 
 
-@functools.lru_cache(maxsize=1)
-def git_commit() -> str | None:
-    """The commit of fbo's checkout (``+dirty`` with uncommitted changes to fbo_cli/), or None."""
-    import subprocess
-    from pathlib import Path
+UNRECORDED = "unrecorded"  # a run's code.commit where fbo's own repository is not there to say
 
-    here = Path(__file__).parents[1]  # fbo_cli/
-    try:
-        run = lambda *a: subprocess.run(["git", *a], cwd=here, text=True, capture_output=True, timeout=10)  # noqa: E731
-        sha = run("rev-parse", "HEAD").stdout.strip()
-        if not sha:
-            return None
-        dirty = run("status", "--porcelain", "--", str(here)).stdout.strip()
-    except (OSError, ValueError, Exception):
-        return None
-    return sha[:12] + ("+dirty" if dirty else "")
+
+@functools.lru_cache(maxsize=1)
+def git_commit() -> str:
+    """The commit of fbo's own repository (``+dirty`` with uncommitted changes to fbo_cli/), else "unrecorded"
+    (:func:`~fbo_cli.runs.gitrepo.own_head`)."""
+    from .gitrepo import own_head
+
+    head = own_head()
+    return head[0][:12] + ("+dirty" if head[1] else "") if head else UNRECORDED
 
 
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile")  # flags that pick float kernels
@@ -169,7 +164,36 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     return {"cpu": model, "capability": torch.backends.cpu.get_cpu_capability(),
-            "isa": [f for f in ISA_FLAGS if f in flags]}
+            "isa": [f for f in ISA_FLAGS if f in flags], "torch": torch.__version__, "blas": blas_build()}
+
+
+def fingerprint() -> dict[str, Any]:
+    """The machine fingerprint a run's ``summary.json`` records as ``machine``: the CPU (:func:`machine`: model,
+    ISA, torch and its BLAS build) and the threads torch computes with now (a reduction split over another
+    number of threads sums in another order). Bit-for-bit agreement with a committed run is promised only where
+    its recorded fingerprint equals this one (:func:`same_machine`); elsewhere within a measured tolerance."""
+    import torch
+
+    return {**machine(), "threads": torch.get_num_threads()}
+
+
+def same_machine(recorded: dict | None, now: dict | None = None) -> bool:
+    """Whether a run's recorded fingerprint is this machine's, every key of it (an older record that lacks
+    torch, BLAS or threads is not: it cannot promise the same kernels)."""
+    return bool(recorded) and recorded == (now if now is not None else fingerprint())
+
+
+@functools.lru_cache(maxsize=1)
+def blas_build() -> str:
+    """torch's BLAS and its build ("mkl 2024.2-Product Build 20240605"; "unknown" where torch does not say)."""
+    import re
+
+    import torch
+
+    cfg = torch.__config__.show()
+    kind = re.search(r"BLAS_INFO=(\w+)", cfg)
+    mkl = re.search(r"Math Kernel Library Version ([^\n]+?) for", cfg)
+    return " ".join(filter(None, (kind.group(1) if kind else "unknown", mkl.group(1) if mkl else "")))
 
 
 def code_identity(cfg) -> dict[str, Any]:

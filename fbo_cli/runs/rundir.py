@@ -38,18 +38,14 @@ CHECKPOINT = "checkpoint.pt"
 
 
 def code_commit() -> str:
-    """``, commit <short sha>`` of the code that ran (a before/after pair names its two commits), or ''."""
-    import subprocess
+    """``, commit <short sha>`` of the code that ran (a before/after pair names its two commits), or '' where fbo's
+    own repository is not there (:func:`~fbo_cli.runs.gitrepo.own_head`)."""
+    from .gitrepo import own_head
 
-    pkg = Path(__file__).parents[1]  # fbo_cli/
-    git = lambda *a: subprocess.run(["git", *a], cwd=pkg, text=True, capture_output=True,
-                                    timeout=10).stdout.strip()
-    try:
-        sha = git("rev-parse", "--short", "HEAD")
-        dirty = sha and git("status", "--porcelain", "--", str(pkg))
-    except (OSError, subprocess.SubprocessError):
+    head = own_head()
+    if head is None:
         return ""
-    return f", commit {sha}{' with uncommitted changes to fbo_cli/' if dirty else ''}" if sha else ""
+    return f", commit {head[0][:7]}{' with uncommitted changes to fbo_cli/' if head[1] else ''}"
 
 
 def file_sha256(path: Path) -> str:

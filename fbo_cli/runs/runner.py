@@ -40,7 +40,7 @@ from ..sim.federation import Ledger
 from ..tasks import TASKS
 from . import checkpoint as ckpt
 from .config import RunConfig
-from .identity import machine
+from .identity import fingerprint
 from .ledger_check import LedgerError, check_rounds  # noqa: F401  (LedgerError: the run loop's, imported from here)
 from .rundir import (
     CHECKPOINT,
@@ -479,7 +479,7 @@ def finish(cfg: RunConfig, rows: list[dict], status: str, why: str | None, failu
         "device": str(device),
         "versions": {"fbo": __version__, "torch": torch.__version__, "python": platform.python_version()},
         "machine": ({"gpu": torch.cuda.get_device_name(torch.device(device))} if str(device).startswith("cuda")
-                    else machine()),
+                    else fingerprint()),
         "code": cfg.code,
     }
     if resumed is not None:

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from fbo_cli.runs.config import flatten_run_config, resolve
-from fbo_cli.runs.identity import machine
+from fbo_cli.runs.identity import fingerprint, same_machine
 from fbo_cli.runs.runner import execute
 
 EVIDENCE = Path(__file__).resolve().parents[2] / "docs" / "results"
@@ -51,6 +51,37 @@ def _rows(rerun: Path, committed: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return ours, theirs
 
 
+# Across machines: Table 2 and its held-out twin rerun on an NVIDIA H200 (../shared/measurements/h200-ff4ab4d/results)
+# against the committed CPU runs of the same run ids: median |difference of final| 0.0009 over 74 runs (75th
+# percentile 0.0024). A committed run re-run on another machine kind is held to five times that median on every
+# evaluated or trained float; counters (rounds, floats, gradients, samples) stay exact on any machine.
+CROSS_MACHINE = 5 * 0.0009
+
+
+def _within(ours: pd.DataFrame, theirs: pd.DataFrame, tol: float = CROSS_MACHINE) -> bool:
+    """Whether a rerun's rows are the committed ones on another machine: integer counters exactly, floats within
+    ``tol`` (absolute and relative)."""
+    exact = [c for c in ours if ours[c].dtype.kind in "iu" and theirs[c].dtype.kind in "iu"]
+    if not ours[exact].equals(theirs[exact]):
+        return False
+    rest = [c for c in ours if c not in exact]
+    a, b = ours[rest].to_numpy(float), theirs[rest].to_numpy(float)
+    return bool(((abs(a - b) <= tol + tol * abs(b)) | ((a != a) & (b != b))).all())
+
+
+def _same(ours: pd.DataFrame, theirs: pd.DataFrame, committed: Path, loss_rtol: float = 1e-6, exact=None):
+    """Bit for bit (the evaluated columns ``exact`` aside: those to ``loss_rtol``) where the committed run's summary
+    records this machine's fingerprint (:func:`~fbo_cli.runs.identity.same_machine`), else :func:`_within`."""
+    made_on = json.loads((committed / "summary.json").read_text()).get("machine")
+    if not same_machine(made_on):
+        assert _within(ours, theirs), (f"{committed.name}: made on {made_on}, this machine {fingerprint()}: beyond "
+                                       f"the cross-machine tolerance {CROSS_MACHINE:g}")
+        return
+    loose = [c for c in ours.columns if c.endswith("loss")] if exact is None else exact
+    pd.testing.assert_frame_equal(ours.drop(columns=loose), theirs.drop(columns=loose), check_exact=True)
+    pd.testing.assert_frame_equal(ours[loose], theirs[loose], check_exact=False, rtol=loss_rtol, atol=1e-7)
+
+
 def test_every_committed_run_keeps_its_id():
     dirs = sorted(p.parent for p in EVIDENCE.glob("*/*/*/config.yaml"))
     assert len(dirs) > 100
@@ -80,19 +111,12 @@ def test_committed_runs_recompute_bit_for_bit(tmp_path, where, rounds, tol):
     cfg = _cfg(d, out_dir=str(tmp_path), rounds=rounds, data_dir=str(Path("data").resolve()), download=False)
     _run_or_skip(lambda: execute(cfg))
     ours, theirs = _rows(cfg.run_dir, d)
-    assert json.loads((cfg.run_dir / "summary.json").read_text())["machine"] == machine()  # recorded for next time
-    made_on = json.loads((d / "summary.json").read_text()).get("machine")
-    if made_on != machine() and not ours.drop(columns=[c for c in ours if c.endswith("loss")]).equals(
-            theirs.drop(columns=[c for c in theirs if c.endswith("loss")])):
-        pytest.skip(f"{where} was made on another CPU ({made_on or 'not recorded'}; this one: {machine()}): "
-                    "bit for bit is promised on the same machine kind only (fbo check compares across machines)")
+    assert json.loads((cfg.run_dir / "summary.json").read_text())["machine"] == fingerprint()  # for next time
     if tol:
         pd.testing.assert_frame_equal(ours, theirs, check_exact=False, rtol=tol, atol=tol)
     else:  # the evaluated losses to float32 rounding: the fused evaluation sums them in another order (2e-7
         # relative on these runs, made before it); everything else, the trained model's accuracy included, exactly
-        loss = [c for c in ours.columns if c.endswith("loss")]
-        pd.testing.assert_frame_equal(ours.drop(columns=loss), theirs.drop(columns=loss), check_exact=True)
-        pd.testing.assert_frame_equal(ours[loss], theirs[loss], check_exact=False, rtol=1e-6, atol=0)
+        _same(ours, theirs, d)
 
 
 @pytest.mark.parametrize("algo, key", [("fednest", "inner_lr"), ("fedavg-noisy", "lower_lr")])
@@ -112,5 +136,6 @@ def test_committed_runs_recompute_inside_a_run_batch(tmp_path, algo, key):
     assert "stepped together" in (cfgs[1].run_dir / "run.log").read_text()
     ours, theirs = _rows(cfgs[1].run_dir, d)
     evaluated = ["test_acc", "test_loss", "upper_loss"] + (["heldout_loss"] if "heldout_loss" in ours else [])
-    pd.testing.assert_frame_equal(ours.drop(columns=evaluated), theirs.drop(columns=evaluated), check_exact=True)
-    pd.testing.assert_frame_equal(ours[evaluated], theirs[evaluated], check_exact=False, rtol=1e-5, atol=1e-7)
+    _same(ours, theirs, d, loss_rtol=1e-5, exact=evaluated)
+    halved, _ = _rows(cfgs[0].run_dir, d)  # a real change (half the step size) fails the cross-machine tolerance
+    assert not _within(halved, theirs)

@@ -119,7 +119,8 @@ def test_one_verdict_per_comparison_where_one_sections_runs_contain_anothers():
     before = large.verdicts[0][2]
     assert one_verdict_per_comparison([small, large, other]) == 1
     v = small.verdicts[0][2]
-    assert v.verdict == "see fig" and "among the 10 of `fig`" in v.detail and before.verdict in v.detail
+    # the larger section's pairs read (the sequential design stops at the look that decides)
+    assert v.verdict == "see fig" and f"among the {before.n} of `fig`" in v.detail and before.verdict in v.detail
     assert large.verdicts[0][2] == before and other.verdicts[0][2].verdict == before.verdict
 
 
@@ -143,3 +144,30 @@ def test_the_zohfl_x0_zero_twins_treat_the_papers_numbers_alike():
     # on MNIST as on Fashion-MNIST (the Fashion-MNIST twin used to match ours against the pre-trained numbers)
     twins = [load_spec(f"experiments/zohfl_table1_{d}_x0zero.yaml", use_tuned=False) for d in ("mnist", "fmnist")]
     assert [t.reference for t in twins] == [{}, {}] and [t.reference_on for t in twins] == [{}, {}]
+
+
+def test_the_rule_paragraph_names_the_looks_their_boundaries_and_the_control():
+    from fbo_cli.evidence.report.control import sequential_rule
+
+    text = sequential_rule()
+    for want in ("3, 6, 10 seed pairs", "t(2) = 53.8", "t(5) = 3.93", "t(9) = 2.42", "0.0346%", "Benjamini-Hochberg",
+                 "q = 0.05", "at most 5%"):
+        assert want in text, want
+    assert "7.5%" not in text and "two looks" not in text
+
+
+def test_an_open_verdict_names_its_next_look_seeds_and_core_minutes(monkeypatch):
+    from types import SimpleNamespace
+
+    from fbo_cli.evidence.report import control
+    from fbo_cli.grids.verdicts import claim_verdict
+
+    runs = pd.DataFrame([{"algorithm": a, "setting": "s", "seed": k, "status": "done", "final": v + 0.01 * k}
+                         for a, v in (("A", 0.90), ("B", 0.87)) for k in range(3)])
+    claim = {"text": "A beats B", "metric": "final", "better": "A", "than": "B", "mode": "max"}
+    v = claim_verdict(runs, claim, "s", first=3)
+    assert v.verdict == "inconclusive" and v.look == 1 and v.more == 3
+    monkeypatch.setattr(control, "minutes_per_pair", lambda runs, sides: 2.5)
+    c = SimpleNamespace(better="A", than="B")
+    detail = control.priced(v, runs, c, "s", None).detail
+    assert "open at look 1, 3 more seeds, 7.5 core-minutes" in detail and "for look 2" not in detail

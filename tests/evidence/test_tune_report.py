@@ -702,6 +702,33 @@ def test_the_repeated_p_value_in_closed_form_is_the_edge_of_the_decision():
             assert level == 1.0 or (decides(level * 1.001) and not decides(level * 0.999))
 
 
+def test_a_choice_beside_an_unstable_value_on_any_key_needs_a_margin_on_3_seeds():
+    """The tally counts a choice beside an unstable value on any key (here lr, while mom sits at an unresolved edge);
+    a verdict resting on it without a margin on 3 tuning seeds leaves the counts, naming the probe and its cost."""
+    from types import SimpleNamespace
+
+    from fbo_cli.evidence.report.control import NO_MARGIN, unmargined
+    from fbo_cli.evidence.report.tuning import margin_seeds, unstable_keys
+    from fbo_cli.grids.verdicts import Verdict
+
+    rec = pd.DataFrame([{"algorithm": "A", "setting": "s", "seed": 100, "lr": lr, "mom": 0.9, "grid": "spec",
+                         "rejected": lr > 0.1, "reason": "diverged" if lr > 0.1 else None, "train_time_s": 60.0,
+                         "eval_time_s": 0.0} for lr in (0.01, 0.1, 1.0)])
+    assert unstable_keys({"lr": 0.1, "mom": 0.9}, rec, "A", "s") == ["lr"]
+    assert unstable_keys({"lr": 0.01, "mom": 0.9}, rec, "A", "s") == []  # its larger neighbour ran stable
+    margin = pd.DataFrame([{"algorithm": "A", "setting": "s", "seed": k, "lr": 0.3, "mom": 0.9, "grid": "margin",
+                            "rejected": False, "reason": None} for k in (100, 101)])
+    assert margin_seeds(pd.concat([rec, margin]), "A", "s") == 2
+    exp = SimpleNamespace(tuned={"setting": "s", "chosen": {"A": {"s": {"lr": 0.1, "mom": 0.9}}}},
+                          algorithms=[SimpleNamespace(name="A", tune={"lr": [0.01]}),
+                                      SimpleNamespace(name="B", tune={})])
+    claim = SimpleNamespace(better="A", than="B")
+    v = unmargined(exp, claim, ["s"], Verdict("holds", "0.9 vs 0.8", "+0.1", 3, look=1, p=0.01), rec)
+    assert v.verdict == "inconclusive" and v.detail.startswith(NO_MARGIN) and "3 core-minutes" in v.detail
+    three = pd.concat([rec, margin, margin.assign(seed=102)])  # the margin stable on 3 tuning seeds: it counts
+    assert unmargined(exp, claim, ["s"], Verdict("holds", "", "", 3, p=0.01), three).verdict == "holds"
+
+
 def test_prune_under_its_share_never_removes_a_users_own_finished_run_without_yes(tmp_path, monkeypatch):
     """Issue 62 item 7: a finished run that --collect did not bring (the user's own, in a marked root) stays."""
     from fbo_cli.evidence.report import Paper

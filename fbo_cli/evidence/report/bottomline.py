@@ -158,7 +158,10 @@ def control_line(sections: dict[str, list[Section]]) -> str:
     if how is None:
         return ""
     vs = [v for secs in sections.values() for sec in secs for _, _, v in sec.verdicts or []]
-    return f"*Expected false verdicts under the control*: {how(vs)}"
+    decided = sum(v.verdict in DECIDED[:2] for v in vs)
+    return (f"*Expected false verdicts under the control*: at most {how(vs):.1f} of the {decided} decided claim "
+            "verdicts (Benjamini-Hochberg at q = 0.05 across each paper's counted claim checks, on the sequential "
+            "design's p-values: see the verdict rule)")
 
 
 def bottom_line_md(papers: tuple[Paper, ...], sections: dict[str, list[Section]]) -> list[str]:

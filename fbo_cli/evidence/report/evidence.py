@@ -23,7 +23,7 @@ BENCH_FILES = ("bench/bench.md", "bench/cuda/bench.md", "bench/ab.md", "bench/ba
                "bench/cuda/batch.md", "bench/alloc/ab.md")
 
 # the last reproduction check (make reproduce-check): committed runs rerun and compared with the evidence
-CHECK_FILES = ("check/check.md", "check/check.csv")
+CHECK_FILES = ("check/check.md", "check/check.csv", "check/agreement.md")  # agreement: `fbo check --against`
 
 
 # --------------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from ...grids.spec import Experiment
 from ...grids.verdicts import SEE, VERDICTS, one_verdict_per_comparison
 from ...runs.table import md_row
 from .bottomline import with_scorecards
+from .control import apply_control, sequential_rule
 from .evidence import BENCH_FILES, CHECK_FILES
 from .fold import html_folds, slug
 from .heldout import defer_to_twins, heldout_md, pairs
@@ -45,9 +46,7 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
            "to decide is never favourable. A claim of no difference (*equal*) holds when the interval lies inside "
            "± the margin and does not hold when it lies outside. With 3 seeds the sign test cannot decide at 95% "
            "(it needs 6 pairs), so a claim with a run that never reaches the target is inconclusive until "
-           "`fbo compare --until-settled` adds seeds: a procedure fixed in advance with two looks, the spec's "
-           "seeds at 95% and, for the settings of the claims still inconclusive, one more look at the cap of "
-           "10 seeds at 97.5% (Bonferroni: at most 7.5% false verdicts over both looks); no look past the cap. "
+           "`fbo compare --until-settled` adds seeds. " + sequential_rule() +
            "Each verdict names the interval, its test and the seeds that decided it; the wins per seed are "
            "shown beside it, as information, not as the verdict. *no data*: a side has no finished run. "
            "**Grid-valued and censored quantities** (CODASCA's I_max, a window from a grid) are tested by the "
@@ -63,8 +62,10 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
            "they rest on. A tuning run that diverged, oscillated or collapsed (its accuracy fell to chance and "
            "stayed) is rejected; a choice beside a larger value rejected so stands only with **margin**: the "
            "geometric midpoint between them must be stable on every tuning seed (else the next value inside the "
-           "stable band is chosen), and the choice must survive 2 more seeds; the tuning tally counts the choices "
-           "made before this rule that sit beside an unstable value without a shown margin. "
+           "stable band is chosen), and the choice must survive 2 more seeds; the tuning tally counts every choice "
+           "beside an unstable value on any tuned key, and a counted verdict never rests on one without a margin "
+           "shown on 3 tuning seeds: such a verdict is *inconclusive: rests on a tuned choice without a margin*, "
+           "naming the probes it needs and their cost. "
            "**Paper numbers** get a verdict only like with like: when our runs are on the paper's dataset and "
            "model, for rounds to a target with the paper's target, and at the values the spec fixes (a tuned "
            "row's number stands as *context*: its steps are ours, not the paper's); elsewhere they stand as "
@@ -83,6 +84,7 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
            "losing its pair. Failed runs are left out.", ""]
     one_verdict_per_comparison([sec for secs in sections.values() for sec in secs])
     defer_to_twins([sec for secs in sections.values() for sec in secs])
+    apply_control(sections)  # before anything counts the verdicts
     out += summary_md(sections, papers)
     for paper in papers:
         out += [f"## {paper.title}", ""]
@@ -106,6 +108,12 @@ def render_markdown(sections: dict[str, list[Section]], root: Path, command: str
                  "", check.read_text().replace("# fbo check:", "**fbo check:**", 1).strip(), ""]
                 if check.is_file() else ["Not checked yet (`make reproduce-check`, then `fbo report --collect "
                                          "results`).", ""])
+        agree = root / CHECK_FILES[2]
+        out += (["### Verdicts on a second device: `fbo check --against`", "",
+                 f"`{agree}`: the claim checks of the specs it names, read on the runs both roots have (by run id), "
+                 "here and on the other root (its header names both):", "",
+                 agree.read_text().replace("# fbo check --against:", "**fbo check --against:**", 1).strip(), ""]
+                if agree.is_file() else ["No spec checked on a second device yet (`fbo check --against ROOT`).", ""])
         out += ["## Cost per round: `make bench`", ""]
         out += ([f"`{bench}` as `fbo bench` wrote it:", "", bench.read_text().strip(), ""]
                 if bench.is_file() else ["Not measured yet (`make bench`, then `fbo report --collect results`).", ""])

@@ -14,6 +14,7 @@ from ...grids.compare import write_report
 from ...grids.resolution import rounds_verdict
 from ...grids.spec import Experiment, tuned_entry
 from ...grids.verdicts import Verdict, paper_rows, paper_tolerance, run_summaries, tuning_basis
+from .control import priced, unmargined
 from .numbers import number_notes
 
 
@@ -99,13 +100,18 @@ def build_section(spec: str, root: Path, work: Path, figdir: Path | None = None,
         sec.derived_md = (out / "imax.md").read_text().replace("# I_max", "**I_max**", 1)
         derived["I_max"] = (imax_per_seed(runs, windows(exp.settings)),
                             [f"K={k}" for k in sorted(windows(exp.settings), reverse=True)])
+    from .tuning import tuning_records
+
+    records = tuning_records(exp)
     for claim in exp.claims:
         table, names = derived.get(claim.metric, (runs, [s.name for s in exp.settings]))
         exact = claim.metric in derived  # a derived quantity is grid-valued (I_max): the exact test
         basis = tuning_basis(exp, claim)
         pairs = claim.across or [[s, None] for s in names if not claim.settings or s in claim.settings]
         for s, t in pairs:  # across: one setting against another, seed by seed
-            v = rounds_verdict(table, claim, s, t, len(exp.seeds), exact)._replace(tuning=basis)
+            v = priced(rounds_verdict(table, claim, s, t, len(exp.seeds), exact)._replace(tuning=basis),
+                       table, claim, s, t)
+            v = unmargined(exp, claim, [s] if t is None else [s, t], v, records)
             if basis and (waiting := untuned(exp, claim, [s] if t is None else [s, t])):
                 v = Verdict("no data", f"not tuned yet: {waiting} (run `fbo tune`); the claim is about tuned steps",
                             "", 0, tuning=basis)

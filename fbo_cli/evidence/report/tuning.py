@@ -15,7 +15,8 @@ def tuning_md(sections: list) -> list[str]:  # of .sections.Section (it imports 
     or smallest stable value, at an edge not resolved, none accepted), and each tuned spec's budget."""
     kinds = {"interior": 0, "stable": 0, "valid": 0, "edge": 0, "none": 0}
     unresolved, budget, ranked, neither, fragile = [], [], [], [], []
-    margins = 0  # choices beside an unstable value whose margin was shown (the margin rule)
+    margins = 0  # choices beside an unstable value whose margin was shown on MARGIN_SEEDS tuning seeds
+    thin = []  # ... shown on fewer
     for sec in sections:
         if not sec.exp.tuned:
             continue
@@ -27,11 +28,13 @@ def tuning_md(sections: list) -> list[str]:  # of .sections.Section (it imports 
                 kinds[kind] += 1
                 if kind == "edge":
                     unresolved.append(f"{sec.exp.name}: {algo}, {setting}" + (f" ({why})" if why else ""))
-                margin = Choice.of(vals).notes.get("margin", "")
-                if margin.endswith("is stable on every tuning seed"):
+                if not unstable_keys(vals, records, algo, setting, (tuned.grids or {}).get(algo)):
+                    continue
+                seeds = margin_seeds(records, algo, setting)
+                if seeds >= MARGIN_SEEDS:
                     margins += 1
-                elif margin or (kind == "stable" and _beside_unstable(Choice.of(vals))):
-                    fragile.append(f"{sec.exp.name}: {algo}, {setting}")
+                else:
+                    (thin if seeds else fragile).append(f"{sec.exp.name}: {algo}, {setting}")
         rounds = tuned.get("rounds")
         at_budget = rounds == "budget" or all(c.cfg.run.rounds <= rounds for c in sec.exp.cells)
         (budget if at_budget else ranked if tuned.get("ranking_check") else neither).append(sec.exp.name)
@@ -49,9 +52,13 @@ def tuning_md(sections: list) -> list[str]:  # of .sections.Section (it imports 
             + f"{kinds['edge']} at a grid's edge, not resolved (no value run beyond it)"
             + (f" ({'; '.join(unresolved)})" if unresolved else "")
             + f"; {kinds['none']} with every grid point rejected. Beside a larger value that diverged, oscillated "
-            f"or collapsed: {margins + len(fragile)} choices, {margins} with their margin shown (the step between "
-            f"them stable), {len(fragile)} without (tuned before the margin rule; fragile: a change of seed or "
-            f"hardware can push them over)" + (f" ({'; '.join(fragile)})" if fragile else "")
+            f"or collapsed, on any tuned key: {margins + len(thin) + len(fragile)} choices, {margins} with their "
+            f"margin (the step between them stable) shown on at least {MARGIN_SEEDS} tuning seeds, {len(thin)} on "
+            f"fewer" + (f" ({'; '.join(thin)})" if thin else "") + f", {len(fragile)} without (tuned before the "
+            f"margin rule; fragile: a change of seed or hardware can push them over)"
+            + (f" ({'; '.join(fragile)})" if fragile else "")
+            + f"; a counted verdict never rests on one without a margin on {MARGIN_SEEDS} seeds (such verdicts "
+            "leave the counts, marked, with the probe they need and its cost)"
             + ". Tuned at the evaluation budget: "
             f"{len(budget)} experiments; at a shorter budget with the ranking check: {len(ranked)}"
             + (f" ({', '.join(ranked)})" if ranked else "")
@@ -91,16 +98,12 @@ def choice_kind(vals: Choice | dict, records: pd.DataFrame | None, algo: str, se
              else "edge" if notes.get("at_grid_edge") else "interior")
     if records is None or "rejected" not in records or not keys or any(k not in records for k in keys):
         return flags, ""
-    r = records[(records.algorithm == algo) & (records.setting == setting)]
-    if "grid" in r:
-        r = r[~r.grid.fillna("grid").isin(["confirmation", "margin"])]
+    r = _grid_rows(records, algo, setting)
     worst, why = "interior", ""
     rank = {"interior": 0, "stable": 1, "valid": 1, "edge": 2}
-    tied = {k: set(g.split(",")) for g in (grids or {}) for k in g.split(",")}
+    tied = _tied(grids)
     for k in keys:
-        others = [o for o in keys if o not in tied.get(k, {k})]
-        line = r[np.logical_and.reduce([np.isclose(r[o].astype(float), float(vals[o])) for o in others])
-                 if others else np.ones(len(r), bool)]
+        line = _line(r, vals, k, tied)
         if line.empty:
             continue
         bad = line.groupby(k).rejected.any()
@@ -118,6 +121,67 @@ def choice_kind(vals: Choice | dict, records: pd.DataFrame | None, algo: str, se
         if rank[kind] > rank[worst]:
             worst, why = kind, note
     return worst, why
+
+
+def _grid_rows(records: pd.DataFrame, algo: str, setting: str) -> pd.DataFrame:
+    """The tuning's grid runs of one algorithm and setting (confirmation and margin runs aside)."""
+    r = records[(records.algorithm == algo) & (records.setting == setting)]
+    return r[~r.grid.fillna("grid").isin(["confirmation", "margin"])] if "grid" in r else r
+
+
+def _tied(grids: dict | None) -> dict[str, set[str]]:
+    """Keys tuned together ("lr,mom": one grid of pairs): each key's group."""
+    return {k: set(g.split(",")) for g in (grids or {}) for k in g.split(",")}
+
+
+def _line(r: pd.DataFrame, vals: dict, k: str, tied: dict) -> pd.DataFrame:
+    """The runs along key ``k`` through the chosen point: every other key (not tied to ``k``) at its chosen value."""
+    others = [o for o in vals if o not in tied.get(k, {k})]
+    return r[np.logical_and.reduce([np.isclose(r[o].astype(float), float(vals[o])) for o in others])
+             if others else np.ones(len(r), bool)]
+
+
+MARGIN_SEEDS = 3  # a margin counts when shown on at least this many tuning seeds
+
+
+def unstable_keys(vals: Choice | dict, records: pd.DataFrame | None, algo: str, setting: str,
+                  grids: dict | None = None) -> list[str]:
+    """The tuned keys along which the next larger value run beside the choice was rejected as unstable (diverged,
+    oscillated, non-finite, collapsed: :data:`~fbo_cli.grids.tune.rules.UNSTABLE`), on any key, whatever the
+    choice's kind on the others; without records, the tuner's note (the margin rule's case)."""
+    from ...grids.tune.rules import UNSTABLE
+
+    choice = Choice.of(vals)
+    if records is None or "rejected" not in records or any(k not in records for k in choice.values):
+        return ["(the tuner's note)"] if _beside_unstable(choice) or choice.notes.get("margin") else []
+    r, tied, out = _grid_rows(records, algo, setting), _tied(grids), []
+    for k, v in choice.values.items():
+        line = _line(r, choice.values, k, tied)
+        above = sorted(float(x) for x in line[k].dropna().unique() if float(x) > float(v) * (1 + 1e-9))
+        if above:
+            nxt = line[np.isclose(line[k].astype(float), above[0])]
+            why = nxt.reason.fillna("").astype(str) if "reason" in nxt else pd.Series([""] * len(nxt))
+            if (nxt.rejected.astype(bool) & why.map(lambda w: w.startswith(UNSTABLE))).any():
+                out.append(k)
+    return out
+
+
+def margin_seeds(records: pd.DataFrame | None, algo: str, setting: str) -> int:
+    """The tuning seeds on which the choice's margin probe ran stable (0 where none ran, or one was rejected)."""
+    if records is None or "grid" not in records:
+        return 0
+    m = records[(records.algorithm == algo) & (records.setting == setting) & (records.grid == "margin")]
+    return 0 if m.empty or m.rejected.astype(bool).any() else int(m.seed.nunique())
+
+
+def probe_minutes(records: pd.DataFrame | None, algo: str, setting: str) -> float | None:
+    """What a margin probe on :data:`MARGIN_SEEDS` tuning seeds costs: that many of the choice's tuning runs, at
+    their recorded mean core-minutes (None where the record has no times)."""
+    if records is None or "train_time_s" not in records:
+        return None
+    r = records[(records.algorithm == algo) & (records.setting == setting)]
+    t = (r.train_time_s + r.eval_time_s.fillna(0)).dropna()
+    return MARGIN_SEEDS * float(t.mean()) / 60 if len(t) else None
 
 
 KIND_WORDS = {"stable": "beside a rejected value", "edge": "an unresolved edge", "valid": "the end of the valid range"}
