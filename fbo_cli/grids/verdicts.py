@@ -112,7 +112,8 @@ def claim_verdict(runs: pd.DataFrame, claim: Claim | dict, setting: str, than_se
     ``than_setting`` (a claim's ``across`` pair) the ``than`` side's runs come from that setting: the same seeds
     are paired across the two settings. ``first``: the spec's number of seeds (a spec with more than ``cap``
     seeds reads its last look at all of them). ``exact``: the quantity is grid-valued (:func:`paired_interval`);
-    +∞ in it is a value censored at the grid's top ("≥ top")."""
+    +∞ in it is a value censored at the grid's top ("≥ top"). Rounds and iterations to a target are always read
+    so (grid-valued and censored): the sign test, which decides at the last look (10 pairs) at the earliest."""
     claim = Claim.of(claim)
     metric, mode = claim.metric, claim.mode
     sign = -1.0 if mode == "min" else 1.0
@@ -143,6 +144,10 @@ def claim_verdict(runs: pd.DataFrame, claim: Claim | dict, setting: str, than_se
     if equal:
         d = a - b
         d[np.isnan(d)] = 0.0
+    # rounds or iterations to a target are grid-valued (read on the evaluation grid) and censored (never): the
+    # exact, distribution-free test, as for I_max; a t interval over three near-equal grid steps decided at look
+    # 1 on one machine and not on another, where one run's last bits kept it from the target
+    exact = exact or counts
     seq = sequential(d, margin, equal, exact, max(cap, first))
     n = seq.n
     a, b, d = a[:n], b[:n], d[:n]
