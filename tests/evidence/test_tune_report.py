@@ -374,9 +374,10 @@ def test_a_claim_across_two_settings_pairs_one_algorithms_seeds_between_them():
     claim = {"text": "", "metric": "rounds_to_target", "better": "A", "than": "A", "mode": "min"}
     v = claim_verdict(runs, claim, "tau=5", "tau=1")  # d = 200, 120, 180: open at look 1
     assert v.verdict == "inconclusive" and "wins 3/3" in v.detail and v.detail.startswith("400 vs 520")
-    runs = pd.DataFrame({"algorithm": "A", "setting": ["tau=5"] * 6 + ["tau=1"] * 6, "seed": list(range(6)) * 2,
-                         "status": "done", "rounds_to_target": [300, 400, 420] * 2 + [500, 520, 600] * 2})
-    assert claim_verdict(runs, claim, "tau=5", "tau=1").verdict == "holds"
+    runs = pd.DataFrame({"algorithm": "A", "setting": ["tau=5"] * 10 + ["tau=1"] * 10, "seed": list(range(10)) * 2,
+                         "status": "done", "rounds_to_target": [300, 400, 420] * 3 + [300] + [500, 520, 600] * 3 + [500]})
+    v = claim_verdict(runs, claim, "tau=5", "tau=1")  # rounds: the sign test, decided at the last look
+    assert (v.verdict, v.look) == ("holds", 3) and "sign test" in v.interval
     assert claim_verdict(runs, claim, "tau=1", "tau=5").verdict == "does not hold"
     assert claim_verdict(runs, claim, "tau=5", "tau=9").verdict == "no data"
 
@@ -664,10 +665,10 @@ def test_only_an_unresolved_edge_note_says_edge():
 
 
 def test_a_factor_claim_tests_the_ratio_of_the_paired_values():
-    runs = _pairs([500, 520, 480] * 2, [1500, 1640, 1420] * 2, "rounds_to_target")  # 6 seeds: look 2
+    runs = _pairs([500, 520, 480] * 3 + [500], [1500, 1640, 1420] * 3 + [1500], "rounds_to_target")  # look 3
     claim = {"text": "", "metric": "rounds_to_target", "better": "A", "than": "B", "mode": "min", "factor": 2}
     v = claim_verdict(runs, claim, "s")  # ratios 3.0, 3.15, 2.96: the interval of the ratio lies above 2
-    assert v.verdict == "holds" and "of than / better" in v.interval and v.interval.startswith("3.04x")
+    assert v.verdict == "holds" and "of than / better" in v.interval and v.interval.startswith("3x [2.96x, 3.15x]")
     assert claim_verdict(runs, {**claim, "factor": 3}, "s").verdict == "inconclusive"
     assert claim_verdict(runs, {**claim, "factor": 4}, "s").verdict == "does not hold"
 
