@@ -42,8 +42,8 @@ def look_alphas(cap=10):
     return ns, [b - a for a, b in zip([0.0] + spent[:-1], spent)]
 
 
-def interval(d, a):
-    if np.isfinite(d).all() and np.ptp(d) > 1e-9 * max(1.0, float(np.abs(d).max())):
+def interval(d, a, exact=False):
+    if not exact and np.isfinite(d).all() and np.ptp(d) > 1e-9 * max(1.0, float(np.abs(d).max())):
         m, h = d.mean(), t.ppf(1 - a / 2, len(d) - 1) * d.std(ddof=1) / math.sqrt(len(d))
         return m - h, m + h
     x, n, k = np.sort(d), len(d), 0
@@ -56,9 +56,9 @@ def decide(lo, hi, margin):
     return "holds" if lo > margin else "does not hold" if hi < margin else "inconclusive"
 
 
-def level(d, margin):
+def level(d, margin, exact=False):
     """The smallest error at which the interval of d decides (bisection in log space)."""
-    dec = lambda a: decide(*interval(d, a), margin) != "inconclusive"  # noqa: E731
+    dec = lambda a: decide(*interval(d, a, exact), margin) != "inconclusive"  # noqa: E731
     if not dec(1 - 1e-12):
         return 1.0
     lo, hi = math.log(1e-300), math.log(1 - 1e-12)
@@ -70,14 +70,14 @@ def level(d, margin):
     return math.exp(hi)
 
 
-def sequential(d, margin, cap):
+def sequential(d, margin, cap, exact=False):
     ns, alphas = look_alphas(cap)
     p, out = 1.0, ("inconclusive", 0, len(d))
     for k, (n, a) in enumerate(zip(ns, alphas)):
         if len(d) < n:
             break
-        p = min(p, level(d[:n], margin) * ALPHA / a)
-        v = decide(*interval(d[:n], a), margin)
+        p = min(p, level(d[:n], margin, exact) * ALPHA / a)
+        v = decide(*interval(d[:n], a, exact), margin)
         out = (v, k + 1, n)
         if v != "inconclusive":
             break
@@ -133,9 +133,14 @@ def value(run: Path, metric: str, quantity: str, target, budget: int, mode: str)
     m = m[m.rounds <= budget] if (m.rounds <= budget).any() else m
     if quantity == "final":
         return float(m[metric].iloc[-1])
-    if quantity in ("rounds_to_target",):
-        hit = m[m[metric] >= target]
-        return float(hit.rounds.iloc[0]) if len(hit) else math.inf
+    if quantity in ("rounds_to_target", "rounds_to_target_low"):  # the crossing lies in (previous row, this row]
+        reached = (m[metric] >= target).to_numpy()
+        if not reached.any():
+            return math.inf
+        i = int(reached.argmax())
+        if quantity == "rounds_to_target" or i == 0:
+            return float(m.rounds.iloc[i])
+        return float(m.rounds.iloc[i - 1]) + 1
     return float(m[quantity].iloc[-1]) if quantity in m else None
 
 
@@ -177,27 +182,38 @@ def recompute(spec_path, claim_text, setting, root, runs):
     s, t_ = (setting.split(" vs ") + [None])[:2] if " vs " in setting else (setting, None)
     budget = (spec.get("base") or {}).get("rounds", 10 ** 9)
 
-    def side(algo, where):
+    def side(algo, where, quantity):
         out = {}
         for k in seeds(where, algo):
             r = runs.find(want(algo, where), k, root)
-            v = value(r, metric, c["metric"], spec.get("target"), budget, mode) if r else None
+            v = value(r, metric, quantity, spec.get("target"), budget, mode) if r else None
             if v is not None:
                 out[k] = v
         return pd.Series(out, dtype=float)
 
-    a, b = side(c["better"], s), side(c["than"], t_ or s)
-    common = a.index.intersection(b.index).sort_values()
-    if common.empty:
-        return ("no data", 0, 0, 1.0)
-    a, b = a[common].to_numpy(), b[common].to_numpy()
-    sign = -1.0 if mode == "min" else 1.0
-    with np.errstate(invalid="ignore", divide="ignore"):
-        d = sign * (a - b) if factor is None else np.log(b) - np.log(a)
-    d[np.isnan(d)] = 0.0
+    counts = c["metric"] == "rounds_to_target"
     margin = math.log(factor) if factor else float(c.get("margin") if c.get("margin") is not None
-                                                   else 0.0 if c["metric"].endswith("to_target") else MARGIN)
-    return sequential(d, margin, max(10, len(spec["seeds"])))
+                                                   else 0.0 if counts else MARGIN)
+
+    def verdict(qa, qb):  # rounds or iterations to a target: the exact sign test (grid-valued, censored)
+        a, b = side(c["better"], s, qa), side(c["than"], t_ or s, qb)
+        common = a.index.intersection(b.index).sort_values()
+        if common.empty:
+            return ("no data", 0, 0, 1.0)
+        a, b = a[common].to_numpy(), b[common].to_numpy()
+        sign = -1.0 if mode == "min" else 1.0
+        with np.errstate(invalid="ignore", divide="ignore"):
+            d = sign * (a - b) if factor is None else np.log(b) - np.log(a)
+        d[np.isnan(d)] = 0.0
+        return sequential(d, margin, max(10, len(spec["seeds"])), exact=counts)
+
+    if not counts or (c["better"], s) == (c["than"], t_ or s):
+        return verdict(c["metric"], c["metric"])
+    hi, lo = "rounds_to_target", "rounds_to_target_low"
+    against, towards = verdict(hi, lo), verdict(lo, hi)  # the claim's better side late, the other early; and back
+    if against[0] == towards[0] or against[0] == "holds":
+        return against
+    return towards if towards[0] == "does not hold" else ("inconclusive",) + against[1:]
 
 
 def report_rows(md: str):

@@ -1,4 +1,4 @@
-"""Issue 62: one writer that never writes over what is not a regular file (items 1 and 7), and the runaway
+"""One writer that never writes over what is not a regular file (items 1 and 7), and the runaway
 inputs of item 7. The scratch folders' tokens (item 2) are in tests/runs/test_ownership.py."""
 
 import os

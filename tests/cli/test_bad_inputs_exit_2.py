@@ -1,4 +1,4 @@
-"""Issue 55: the remaining bad inputs are exit 2 with a message, and the smaller items."""
+"""The remaining bad inputs are exit 2 with a message, and the smaller items."""
 
 import pytest
 from typer.testing import CliRunner

@@ -1,4 +1,4 @@
-"""Issue 62 item 5: a ``tuned.yaml`` applies only to the tuning procedure that made it (seeds, budget, settings,
+"""A ``tuned.yaml`` applies only to the tuning procedure that made it (seeds, budget, settings,
 clients, grid), and a results folder is one spec file's, claimed by its absolute path."""
 
 import os

@@ -1,4 +1,4 @@
-"""Issues 55 and 52, the rest: fbo tune stops on a signal that comes between runs, the last bad inputs are
+"""fbo tune stops on a signal that comes between runs, the last bad inputs are
 exit 2, a spec's keys are checked and applied as --set applies them, your own folder works, and the
 estimates a user can plan by."""
 
