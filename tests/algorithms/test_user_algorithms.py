@@ -188,7 +188,7 @@ def test_defaults_per_task_and_fedbio_on_hyperrep_does_not_diverge(tmp_path):
 def test_a_run_estimated_over_an_hour_says_so(monkeypatch):
     import fbo_cli.runs.cost as cost
 
-    monkeypatch.setattr(cost, "estimate_cost", lambda cells, roots=None: (7200.0 * len(cells), 0))
+    monkeypatch.setattr(cost, "estimate_cost", lambda cells, roots=None, **kw: (7200.0 * len(cells), 0))
     monkeypatch.setattr("os.getloadavg", lambda: (0.0, 0.0, 0.0))  # an idle machine: the estimate unscaled
     r = cli("run", "hyperrep", "--algo", "adafbio", "--dry-run")
     assert r.exit_code == 0 and "estimated at about 2.0 h" in " ".join(r.output.split())

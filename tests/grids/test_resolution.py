@@ -21,14 +21,16 @@ def _runs(a_high, a_low, b_high, b_low):
 def test_a_crossing_the_grid_cannot_order_is_inconclusive():
     # A evaluated every 5 rounds, B every 20: B's upper ends (40) are later than A's (33..37), but B crossed
     # somewhere in (20, 40], which may be before A
-    runs = _runs([35, 33, 37, 34, 36, 35], [30, 28, 32, 29, 31, 30], [40] * 6, [20] * 6)
+    runs = _runs([35, 33, 37, 34, 36, 35, 33, 37, 34, 36], [30, 28, 32, 29, 31, 30, 28, 32, 29, 31], [40] * 10,
+                 [20] * 10)  # ten seeds: rounds are read by the sign test, which decides at the last look
     assert claim_verdict(runs, CLAIM, "s").verdict == "holds"  # the upper ends alone
     v = rounds_verdict(runs, CLAIM, "s")
     assert v.verdict == "inconclusive" and "round grid" in v.detail
 
 
 def test_a_crossing_the_grid_orders_keeps_its_verdict():
-    runs = _runs([15, 13, 17, 14, 16, 15], [10, 8, 12, 9, 11, 10], [60, 62, 61, 60, 63, 64], [40, 42, 41, 40, 43, 44])
+    runs = _runs([15, 13, 17, 14, 16, 15, 13, 17, 14, 16], [10, 8, 12, 9, 11, 10, 8, 12, 9, 11],
+                 [60, 62, 61, 60, 63, 64, 62, 61, 60, 63], [40, 42, 41, 40, 43, 44, 42, 41, 40, 43])
     assert rounds_verdict(runs, CLAIM, "s").verdict == claim_verdict(runs, CLAIM, "s").verdict == "holds"
     flipped = {**CLAIM, "better": "B", "than": "A"}
     assert rounds_verdict(runs, flipped, "s").verdict == "does not hold"
