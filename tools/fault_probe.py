@@ -6,8 +6,8 @@ stray .lock left, for planted files the planted thing refused, and no file fbo d
 the count.
 
 Not part of the test suite (the same cases live there as regressions, in tests/cli/test_faults.py,
-tests/cli/test_bad_input.py, tests/cli/test_writes_only_regular_files.py and tests/grids/test_ray_cluster.py); this is the
-probe's own count, rerun at will (`make probe`; issue 62's cases are in tools/probe_62.py):
+tests/cli/test_bad_input.py, tests/cli/test_writes_only_regular_files.py and tests/grids/test_ray_cluster.py);
+this is the probe's own count, rerun at will (`make probe`; issue 62's cases are in tools/probe_62.py):
 
     .venv/bin/python tools/fault_probe.py
 """

@@ -377,7 +377,8 @@ def execute_batch(cfgs: Sequence[RunConfig], reuse: bool = True, fresh: bool = F
             if len(idx) == 1:  # nothing to share: the run alone
                 alone.append(idx[0])
                 continue
-            if why := refusal([cfgs[i] for i in idx], execute_batch):  # a user's class: its batch shown equal to its runs alone
+            # a user's class: its batch shown equal to its runs alone
+            if why := refusal([cfgs[i] for i in idx], execute_batch):
                 for i in idx:
                     with _run_log(cfgs[i].run_dir, log) as note:
                         note(f"{cfgs[i].algo}: {why}")

@@ -375,7 +375,8 @@ def test_a_claim_across_two_settings_pairs_one_algorithms_seeds_between_them():
     v = claim_verdict(runs, claim, "tau=5", "tau=1")  # d = 200, 120, 180: open at look 1
     assert v.verdict == "inconclusive" and "wins 3/3" in v.detail and v.detail.startswith("400 vs 520")
     runs = pd.DataFrame({"algorithm": "A", "setting": ["tau=5"] * 10 + ["tau=1"] * 10, "seed": list(range(10)) * 2,
-                         "status": "done", "rounds_to_target": [300, 400, 420] * 3 + [300] + [500, 520, 600] * 3 + [500]})
+                         "status": "done",
+                         "rounds_to_target": [300, 400, 420] * 3 + [300] + [500, 520, 600] * 3 + [500]})
     v = claim_verdict(runs, claim, "tau=5", "tau=1")  # rounds: the sign test, decided at the last look
     assert (v.verdict, v.look) == ("holds", 3) and "sign test" in v.interval
     assert claim_verdict(runs, claim, "tau=1", "tau=5").verdict == "does not hold"
