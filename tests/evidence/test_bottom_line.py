@@ -109,3 +109,12 @@ def test_the_seeds_an_open_number_needs():
                                      ("B", "s", "final", "", "", "inconclusive")], tol)
     assert re.search(rf"needs {n} seeds", notes[0]) and "not reachable" in notes[1]
     assert f"({n - 3} more runs, about {(n - 3) * 2.5:,.0f} core-minutes)" in need_text(vals, paper, tol, 2.5)
+
+
+def test_a_claim_undecided_at_its_last_look_reads_inconclusive_not_open():
+    h = HEADLINES["zohfl"][0]
+    capped = [(h.checks[0], "a", v("inconclusive", n=10, look=3, more=0))]
+    line = claim_line("zohfl", h, {"zohfl": [section("z", capped)]})
+    assert "**inconclusive**: inconclusive in 1 of 1 setting" in line
+    early = [(h.checks[0], "a", v("inconclusive", n=3, look=1, more=3))]
+    assert "**open**" in claim_line("zohfl", h, {"zohfl": [section("z", early)]})

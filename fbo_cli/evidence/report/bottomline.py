@@ -47,11 +47,14 @@ def checks(sections: dict[str, list[Section]], h: Headline) -> list[Check]:
 
 def answer(found: list[Check]) -> str:
     """Our answer in one word, and how the settings agree: *reproduces* when no setting contradicts it and at least
-    half hold, *does not reproduce* the converse, *mixed* when some hold and some do not, *open* otherwise."""
+    half hold, *does not reproduce* the converse, *mixed* when some hold and some do not, *open* otherwise (a
+    later look may decide it), *inconclusive* when every undecided setting is at its last look (no look is left)."""
     c = Counter(x.verdict.verdict for x in found)
     n, held, failed = len(found), c["holds"], c["does not hold"]
+    capped = all(getattr(x.verdict, "look", 0) and not getattr(x.verdict, "more", 0)
+                 for x in found if x.verdict.verdict == "inconclusive")
     word = ("reproduces" if not failed and 2 * held >= n else "does not reproduce" if not held and 2 * failed >= n
-            else "mixed" if held and failed else "open")
+            else "mixed" if held and failed else "inconclusive" if capped else "open")
     parts = [f"{k} in {c[k]}" for k in DECIDED if c[k]]
     parts[0] += f" of {n} setting{'s' * (n != 1)}"
     return f"**{word}**: {', '.join(parts)}"
