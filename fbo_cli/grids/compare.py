@@ -123,8 +123,22 @@ def write_command_line(exp: Experiment, outdir: Path) -> None:
     rec = {**({"set": exp.overrides} if exp.overrides else {}), **({"seeds": exp.seeds} if exp.seeds_given else {})}
     if rec:
         write_yaml(outdir / COMMAND_LINE, rec)
-    else:
-        (outdir / COMMAND_LINE).unlink(missing_ok=True)
+    elif _own_record(outdir / COMMAND_LINE):
+        (outdir / COMMAND_LINE).unlink()
+
+
+def _own_record(p: Path) -> bool:
+    """Whether ``p`` is a record :func:`write_command_line` wrote: a regular file (never a link) holding only its
+    keys. Anything else by that name is not fbo's to remove."""
+    import yaml
+
+    if p.is_symlink() or not p.is_file():
+        return False
+    try:
+        doc = yaml.safe_load(p.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    return isinstance(doc, dict) and bool(doc) and set(doc) <= {"set", "seeds"}
 
 
 def command_line(root: Path, name: str) -> tuple[dict, list[int] | None]:

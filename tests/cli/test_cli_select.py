@@ -89,3 +89,19 @@ algorithms:
     pd.testing.assert_frame_equal(table.query("algorithm == 'F'").reset_index(drop=True), f_rows.reset_index(drop=True))
     r = run("tune", str(spec), "-a", "Nope", "--dry-run")
     assert r.exit_code == 2 and "A, F" in r.output
+
+
+def test_a_compare_without_set_removes_only_its_own_command_line_record(tmp_path):
+    from types import SimpleNamespace
+
+    from fbo_cli.grids.compare import COMMAND_LINE, write_command_line
+
+    exp = SimpleNamespace(overrides={}, seeds=[0], seeds_given=False)
+    (tmp_path / "mine.txt").write_text("a user's file")
+    (tmp_path / COMMAND_LINE).symlink_to(tmp_path / "mine.txt")
+    write_command_line(exp, tmp_path)  # a link by that name: not fbo's record, kept
+    assert (tmp_path / COMMAND_LINE).is_symlink() and (tmp_path / "mine.txt").read_text() == "a user's file"
+    (tmp_path / COMMAND_LINE).unlink()
+    (tmp_path / COMMAND_LINE).write_text("set: {rounds: 5}\n")
+    write_command_line(exp, tmp_path)  # fbo's own record: removed
+    assert not (tmp_path / COMMAND_LINE).exists()
