@@ -24,7 +24,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 import pandas as pd
 import yaml
@@ -250,9 +250,45 @@ def prune_empty_run(run_dir: Path) -> None:
             root.rmdir()
 
 
-def run_status(run_dir: Path) -> tuple[str, dict[str, Any] | None, str]:
-    """``(state, summary, reason)``; state is ``finished`` (summary.json is the completion record of
-    the metrics.csv beside it), ``partial`` (a checkpoint to resume), ``missing`` (nothing, or only
+class RunState(NamedTuple):
+    """A run directory's state as read once (:func:`run_status`, :meth:`RunDir.state`) and carried in results:
+    ``state`` is ``finished``, ``partial``, ``missing`` or ``corrupt``, ``summary`` the summary read (or None),
+    ``why`` what is wrong with a corrupt one. A tuple, so ``state, summary, why = run_status(d)`` still reads."""
+
+    state: str
+    summary: dict[str, Any] | None
+    why: str
+
+    @property
+    def ended(self) -> bool:
+        """A completion record with an ending (:data:`ENDINGS`): reused, never run again."""
+        return ended(self.state, self.summary)
+
+
+class RunDir:
+    """One run's directory as an object: its path, its lock and its state (read once: :meth:`state` caches)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._state: RunState | None = None
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    def lock(self, wait: bool = True):
+        """``with rd.lock(wait) as held:`` (:func:`run_lock`)."""
+        return run_lock(self.path, wait)
+
+    def state(self, fresh: bool = False) -> RunState:
+        """The directory's :class:`RunState`, read from disk once (``fresh``: read again, e.g. under the lock)."""
+        if fresh or self._state is None:
+            self._state = run_status(self.path)
+        return self._state
+
+
+def run_status(run_dir: Path) -> RunState:
+    """The run's :class:`RunState` ``(state, summary, why)``; state is ``finished`` (summary.json is the
+    completion record of the metrics.csv beside it), ``partial`` (a checkpoint to resume), ``missing`` (nothing, or only
     an interrupted attempt without checkpoint) or ``corrupt`` (a summary that does not match its
     metrics, or unreadable files: reported, then redone)."""
     d = Path(run_dir)
@@ -260,27 +296,27 @@ def run_status(run_dir: Path) -> tuple[str, dict[str, Any] | None, str]:
         s = read_summary(d)
         m = d / "metrics.csv"
         if s is None:
-            return "corrupt", None, "summary.json is not valid JSON"
+            return RunState("corrupt", None, "summary.json is not valid JSON")
         own = (s.get("run_id"), s.get("algo"), s.get("task"))
         if own != (d.name, d.parent.name, d.parent.parent.name):
-            return "corrupt", s, (f"summary.json is that of run {'/'.join(map(str, own[::-1]))}, not of this "
-                                  f"directory {'/'.join(d.parts[-3:])} (a copy or a link of another run?)")
+            return RunState("corrupt", s, (f"summary.json is that of run {'/'.join(map(str, own[::-1]))}, not of this "
+                                           f"directory {'/'.join(d.parts[-3:])} (a copy or a link of another run?)"))
         if not m.is_file():
-            return "corrupt", s, "metrics.csv is missing beside summary.json"
+            return RunState("corrupt", s, "metrics.csv is missing beside summary.json")
         if "metrics_sha256" in s:
             if file_sha256(m) != s["metrics_sha256"]:
-                return "corrupt", s, "metrics.csv does not match the hash in summary.json"
-            return "finished", s, ""
+                return RunState("corrupt", s, "metrics.csv does not match the hash in summary.json")
+            return RunState("finished", s, "")
         # summaries written before completion records: the last row must be the summary's ledger
         df = read_metrics(m)
         led = s.get("ledger") or {}
         if df is None or df.empty or any(k not in df or int(df[k].iloc[-1]) != led.get(k)
                                           for k in ("rounds", "iterations")):
-            return "corrupt", s, "metrics.csv does not end where summary.json says the run ended"
-        return "finished", s, ""
+            return RunState("corrupt", s, "metrics.csv does not end where summary.json says the run ended")
+        return RunState("finished", s, "")
     if (d / CHECKPOINT).is_file():
-        return "partial", None, ""
-    return "missing", None, ""
+        return RunState("partial", None, "")
+    return RunState("missing", None, "")
 
 
 ENDINGS = ("done", "diverged")  # a finished run's statuses that end it: reused, never run again
