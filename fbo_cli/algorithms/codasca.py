@@ -296,9 +296,9 @@ class Codasca(CodaPlus):
 
     def comm_round(self) -> None:
         """Alg. 4 lines 3-14: round r from the broadcast point (v_{r-1}, α_{r-1})."""
-        I, K, eta, eta_g, c = self.hp.I, self.K, self.eta, self.hp.eta_g, self.at_clients
+        I, K, eta, eta_g, each = self.hp.I, self.K, self.eta, self.hp.eta_g, self.at_clients
         v_prev, a_prev = self.first_row(self.vk), self.first_row(self.ak)  # v_{r,0}^k = v_{r-1}, α_{r,0}^k = α_{r-1}
-        corr_v, corr_a = c(self.cv) - self.cvk, c(self.ca) - self.cak  # - c^k + c, fixed in the round
+        corr_v, corr_a = each(self.cv) - self.cvk, each(self.ca) - self.cak  # c - c^k, fixed in the round
         sum_gv, sum_ga = torch.zeros_like(self.vk), torch.zeros_like(self.ak)
         for _ in range(I):  # line 3
             gv, ga = self.local_grads()
@@ -308,8 +308,8 @@ class Codasca(CodaPlus):
         if self.hp.control == "eq7":  # c^k = (1/I) Σ_t ∇F_k^s  (eq. 7)
             self.cvk, self.cak = sum_gv / I, sum_ga / I
         else:  # lines 8-9 (eq. 6)
-            self.cvk = self.cvk - c(self.cv) + (c(v_prev) - self.vk) / (I * eta)
-            self.cak = self.cak - c(self.ca) + (self.ak - c(a_prev)) / (I * eta)
+            self.cvk = self.cvk - each(self.cv) + (each(v_prev) - self.vk) / (I * eta)
+            self.cak = self.cak - each(self.ca) + (self.ak - each(a_prev)) / (I * eta)
         self.cv, self.ca = self.cmean(self.cvk), self.cmean(self.cak)  # c = (1/K) Σ_k c^k  (line 10)
         v = v_prev + eta_g * (self.cmean(self.vk) - v_prev)  # v_r = v_{r-1} + η_g (mean_k v_{r,I}^k - v_{r-1})  (11-12)
         a = self.task.project_dual(a_prev + eta_g * (self.cmean(self.ak) - a_prev))  # the same for α  (lines 11, 13)
