@@ -63,7 +63,7 @@ their grids sit higher.
 Run batches (fbo_cli/grids/run_batches.py, docs/fidelity.md#batches): R runs of one seed that differ in γ, λ, ϑ, ρ or ϱ
 step together, their client state ``[R, M, d]``, every oracle call folded over the ``R*M`` rows with the
 minibatches and k drawn once, the adaptive matrices per run (``a``, ``A`` ``[R, p]``; ``b``, ``B`` ``[R]``,
-float64); η_t's ``eta_k``, ``eta_n`` and the momentum constants ``c1``, ``c2`` are shared (``batch_fixed``).
+float64); η_t's ``eta_k``, ``eta_n`` and the momentum constants ``c1``, ``c2`` are shared (``batch.fixed``).
 Each run's numbers are identical bit for bit to the run alone on the CPU (tested).
 """
 

@@ -94,7 +94,7 @@ class ZOHFL(HFLAlgorithm):
 
     @classmethod
     def can_batch(cls, hp) -> bool:
-        return cls.batches and hp.crn and not hp.warm_start
+        return cls.batch.on and hp.crn and not hp.warm_start
 
     def __init__(self, task, hp, fed):
         super().__init__(task, hp, fed)

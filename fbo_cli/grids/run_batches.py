@@ -6,7 +6,7 @@ The runs of a batch that share their seed share everything but their float hyper
 and every random draw (the client sets, minibatches and dropout masks do not depend on the iterate). They
 form one *seed group*, stepped as one computation: the run dimension is folded into the client dimension,
 so the client-stacked state ``[M, d]`` of a run alone becomes ``[R*M, d]`` (run-major), the global
-iterates ``[d]`` become ``[R, d]`` (``Algorithm.batch_state``), the server's mean is a mean per run
+iterates ``[d]`` become ``[R, d]`` (``Algorithm.batch.state``), the server's mean is a mean per run
 (``Algorithm.cmean``), the float hyperparameters that differ are :class:`Rate` s (one number per run,
 multiplied into a tensor as a ``[R*M, 1]`` column), and every minibatch is drawn once from the group's one
 generator (what each run draws alone) and repeated for the R runs by the oracles
