@@ -6,8 +6,7 @@ batch (``batch = Batching(state=...)``, or the old ``batches = True`` and ``batc
 that mixes the runs, a state its source hides). Before its first batch in a process, two of the batch's runs step
 :data:`ITERATIONS` outer iterations alone and then together (the runner's own two code paths, in a scratch folder),
 and their checkpoints' arrays and generator states are compared bit for bit: a difference refuses the batch (the runs
-run alone), naming the first array
-that differs. The verdict is kept per class code, task and dataset for the process.
+run alone), naming the first array that differs. The verdict is kept per class code, task and dataset for the process.
 """
 
 from __future__ import annotations
