@@ -1,7 +1,7 @@
 """The batched algorithm of a run batch (:mod:`fbo_cli.grids.run_batches`): the algorithm of R runs of one seed with
 the run dimension folded into the client dimension (:func:`stacked`, :func:`show`, :func:`keep_runs`), the runs' float
 hyperparameters (:class:`Rate`), the oracles that serve R runs from one draw (:class:`_RunOracles`) and the per-run
-encodings (:class:`RunSplit`); docs/fidelity.md, "Run batches". A batch of several seeds: :mod:`.seed_runs`; the
+encodings (:class:`RunSplit`); docs/fidelity.md#batches. A batch of several seeds: :mod:`.seed_runs`; the
 algorithms whose clients keep state between rounds: :mod:`.client_runs`.
 """
 
