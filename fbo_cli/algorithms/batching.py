@@ -56,11 +56,8 @@ def declare(cls: type) -> None:
     b = own["batch"] if "batch" in own else getattr(cls, "batch", NO_BATCH)
     if "batch" not in own:  # the old form, over the parent's declaration
         seeds = b.seeds
-        if "batch_seeds" in own:
-            seeds = True if own["batch_seeds"] else own.get("seeds_unbatched", b.seeds if b.seeds is not True
-                                                                 else SEEDS_APART)
-        elif "seeds_unbatched" in own and seeds is not True:
-            seeds = own["seeds_unbatched"]
+        if "batch_seeds" in own or "seeds_unbatched" in own:  # the reason: its own, else the nearest parent's
+            seeds = True if own.get("batch_seeds", b.seeds is True) else getattr(cls, "seeds_unbatched", SEEDS_APART)
         b = replace(b, on=bool(own.get("batches", b.on)), state=tuple(own.get("batch_state", b.state)),
                     fixed=tuple(own.get("batch_fixed", b.fixed)), clients=tuple(own.get("client_state", b.clients)),
                     seeds=seeds, declared=frozenset(OLD[k] for k in old))

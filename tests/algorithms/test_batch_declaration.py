@@ -71,10 +71,15 @@ def test_what_a_users_class_says_itself_decides_its_state_and_its_seeds():
     class TextOnly(FedBiO):
         seeds_unbatched = "only the words"
 
+    class NoSeeds(FedBiO):
+        batch_seeds = False
+
     assert not says(Undeclared, "state") and "declares no batch_state" in state_refusal(Undeclared)
     # a reason alone is not a say on whether seeds batch (the old rule: batch_seeds in the class body)
     assert not says(TextOnly, "seeds") and TextOnly.batch.seeds is True
     assert not says(OldMom, "seeds") and says(NewMom, "seeds")  # a whole declaration says every field
+    # seeds turned off in the old form: the reason is the nearest parent's, as the old attribute inherited it
+    assert NoSeeds.batch.seeds == FedBiO.seeds_unbatched and "its lower rounds" in seeds_line(NoSeeds)
 
 
 def test_off_and_the_base_declaration():
