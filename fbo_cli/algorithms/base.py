@@ -283,7 +283,6 @@ class BilevelAlgorithm(Algorithm):
         masks in both terms. ``q`` None: FedAvg local SGD, ``y_i <- y_i - lr ∇G_i(y_i; ζ)``.
         """
         yi = self.spread(y, split.M)
-        runs = self.runs
         if self.batched and q is not None:  # per-run anchors [R, dy] beside the rows [R*M, dy]
             q = self.spread(q, split.M)
         # charged in bulk, as the per-step charges add up: every epoch visits each client's n_i examples
@@ -297,13 +296,11 @@ class BilevelAlgorithm(Algorithm):
                 d = self.grad_diff(fn, a, yi, y, batch, charge=False) + q
             else:
                 d = self.grad(fn, 1, a, yi, batch, charge=False)
-            if not self.batched:
+            on = self.per_row(on)  # the clients active in this step (in a batch, for each run's rows)
+            if isinstance(lr, (int, float)):  # y_i <- y_i - lr d on the active clients
                 yi = torch.addcmul(yi, d, on, value=-lr)
-            elif isinstance(lr, (int, float)):
-                yi = torch.addcmul(yi, d, on.repeat(runs, 1), value=-lr)
-            else:  # a step per run (fbo_cli.grids.run_batches.Rate): yi + round(-lr d) (0 or 1),
-                # as addcmul rounds it alone
-                yi = torch.addcmul(yi, -lr * d, on.repeat(runs, 1))
+            else:  # a step per run (a Rate): yi + round(-lr d) (0 or 1), as addcmul rounds it alone
+                yi = torch.addcmul(yi, -lr * d, on)
         return yi
 
     def lower_anchor(self, a, fn: Callable, split: Split, y: torch.Tensor) -> torch.Tensor:
