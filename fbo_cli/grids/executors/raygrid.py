@@ -27,7 +27,7 @@ def import_ray():
 
 
 def ray_task(task: str, algo: str, layers: list[tuple], threads: int, files_in: list[dict[str, bytes]],
-              rerun: bool) -> list[tuple[dict, dict[str, bytes]]]:
+             rerun: bool) -> list[tuple[dict, dict[str, bytes]]]:
     """On a Ray worker: run one unit (a run, or a batch) in a temporary out_dir seeded with ``files_in`` (a
     checkpoint to resume, per run), return each run's summary and run directory's files."""
     import shutil
@@ -280,12 +280,12 @@ class Ray(Executor):
                 yield w, [{"status": "busy"}] * len(w.cells)
             return
         self.pending.remove(w)
-        todo, files_in = [], []
+        todo, files_in, reused = [], [], []
         for k, (c, fd) in enumerate(zip(w.cells, fds)):
             state, summary, why = run_status(c.cfg.run_dir)
             if not w.rerun and ended(state, summary):
                 os.close(fd)
-                yield w.part([k]), [{**summary, "reused": True}]
+                reused.append((w.part([k]), [{**summary, "reused": True}]))
                 continue
             if state == "corrupt":
                 self.listener.say(f"{c.cfg.run_dir}: {why}; running it again")
@@ -298,6 +298,7 @@ class Ray(Executor):
             c0 = w.cells[0].cfg
             self.inflight[self.remote.remote(c0.task, c0.algo_ref, [c.layers for c in w.cells], self.cpus, files_in,
                                              w.rerun)] = w
+        yield from reused  # every lock is where it belongs by now
 
     def _collect(self, ref) -> tuple[Work, list[dict] | None]:
         """A finished (or interrupted) task's summaries, one per run (``None``: its worker died); their files land
@@ -311,7 +312,7 @@ class Ray(Executor):
                 os.close(fd)
             if isinstance(e, _lost(self.ray)):
                 return w, None
-            return w, [{"status": "failed", "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}] * len(fds)
+            return w, [_failed(e)] * len(fds)
         out = []
         for c, (s, files), fd in zip(w.cells, got, fds, strict=True):
             try:
@@ -323,7 +324,7 @@ class Ray(Executor):
                                                           sort_keys=False).encode()
                 _land(c.cfg.run_dir, files, c.cfg.run.keep_checkpoint)
             except Exception as e:
-                s = {"status": "failed", "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
+                s = _failed(e)
             finally:
                 os.close(fd)
             out.append(s)
@@ -375,6 +376,10 @@ class Ray(Executor):
             names = ", ".join(lost[:4]) + (", ..." if len(lost) > 4 else "")
             msg += f"; what {len(lost)} run(s) did since their last checkpoint is lost ({names})"
         return msg + "; run the same command again to continue"
+
+
+def _failed(e: Exception) -> dict[str, Any]:
+    return {"status": "failed", "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
 
 
 def _lost(ray) -> tuple[type, ...]:
