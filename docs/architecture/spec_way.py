@@ -3,6 +3,9 @@
 module.attr), each function entered once; consecutive calls inside one module are one stay. Counts stays,
 modules, climbs (a stay in a higher layer than the stay before it), returns (a stay in a module already left).
 RETURNS=1 (default) counts the way back into a caller as a stay, RETURNS=0 counts only entries by a call.
+METHODS=1 also follows what the default walk cannot see, calls through objects: a class's constructor to its
+``__init__``, ``self.m()`` to the class's own ``m``, and ``x.m()`` to every fbo class method named ``m`` when at
+most four classes define one (an interface's implementations: ``ex.submit`` reaches every executor's ``submit``).
 
     python3 docs/architecture/spec_way.py . fbo_cli.grids.compare.run_experiment
     python3 docs/architecture/spec_way.py <old tree> fbo_cli.compare.run_experiment docs/architecture/move_to_layers.py
@@ -50,6 +53,26 @@ for m, (f, tree) in mods.items():
     defs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
     for name, n in defs.items():
         funcs[(m, name)] = (n, top, is_pkg, defs)
+        if isinstance(n, ast.ClassDef):
+            for b in n.body:
+                if isinstance(b, ast.FunctionDef):
+                    funcs[(m, f"{name}.{b.name}")] = (b, top, is_pkg, defs)
+METHODS = __import__("os").environ.get("METHODS", "0") == "1"
+by_name = collections.defaultdict(list)
+for (m, name) in funcs:
+    if "." in name:
+        by_name[name.split(".")[1]].append((m, name))
+def methods(key, fn):
+    """What a call through an object reaches (METHODS=1): see the module's docstring."""
+    m, name = key
+    if isinstance(fn, ast.Name):  # a constructor
+        return []
+    if isinstance(fn.value, ast.Name) and fn.value.id == "self" and "." in name:
+        own = (m, f"{name.split('.')[0]}.{fn.attr}")
+        if own in funcs:
+            return [own]
+    ks = by_name.get(fn.attr, [])
+    return ks if len(ks) <= 4 and not fn.attr.startswith("__") else []
 def find(m, name, seen=0):
     """(module, name) where ``name`` of module ``m`` is defined (following re-exports)."""
     if (m, name) in funcs or seen > 5:
@@ -76,10 +99,17 @@ def calls(key):
             elif fn.id in local and local[fn.id][0] == "fn":
                 k = find(local[fn.id][1], local[fn.id][2])
                 if k: out.append((c.lineno, k))
+            if METHODS:  # a class's constructor
+                k = (m, fn.id) if fn.id in defs else (find(local[fn.id][1], local[fn.id][2])
+                                                     if fn.id in local and local[fn.id][0] == "fn" else None)
+                if k and isinstance(funcs[k][0], ast.ClassDef) and (k[0], f"{k[1]}.__init__") in funcs:
+                    out.append((c.lineno, (k[0], f"{k[1]}.__init__")))
         elif isinstance(fn, ast.Attribute) and isinstance(fn.value, ast.Name) and fn.value.id in local \
                 and local[fn.value.id][0] == "mod":
             k = find(local[fn.value.id][1], fn.attr)
             if k: out.append((c.lineno, k))
+        elif isinstance(fn, ast.Attribute) and METHODS:
+            out.extend((c.lineno, k) for k in methods(key, fn))
     return [k for _, k in sorted(out) if isinstance(funcs[k][0], ast.FunctionDef)]
 seen, walk = set(), []
 def visit(k):
