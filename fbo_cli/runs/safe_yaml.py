@@ -16,6 +16,13 @@ MAX_YAML_NODES = 100_000  # values after every alias is expanded (an alias bomb 
 MAX_YAML_DEPTH = 50  # nesting (specs nest four or five levels)
 
 
+class _Limit(ValueError):
+    """A limit a YAML text passes: ``args`` are the message and the field of the UsageError it becomes."""
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
 def _yaml_size(node, depth: int = 0, memo: dict | None = None, busy: frozenset = frozenset()) -> int:
     """How many values ``node`` (a composed YAML node, aliases not yet expanded) holds once expanded; a
     shared (aliased) node is counted each time it is used, computed once. ``ValueError`` past the limits."""
@@ -23,16 +30,17 @@ def _yaml_size(node, depth: int = 0, memo: dict | None = None, busy: frozenset =
     if id(node) in memo:
         return memo[id(node)]
     if depth > MAX_YAML_DEPTH:
-        raise ValueError(f"nested more than {MAX_YAML_DEPTH} levels deep")
+        raise _Limit(f"nested more than {MAX_YAML_DEPTH} levels deep", "depth")
     if id(node) in busy:
-        raise ValueError("an alias refers to itself")
+        raise _Limit("an alias refers to itself", "aliases")
     kids = node.value if isinstance(node.value, list) else []
     n = 1
     for k in kids:
         for c in (k if isinstance(k, tuple) else (k,)):
             n += _yaml_size(c, depth + 1, memo, busy | {id(node)})
             if n > MAX_YAML_NODES:
-                raise ValueError(f"more than {MAX_YAML_NODES:,} values once its aliases are expanded (an alias bomb?)")
+                raise _Limit(f"more than {MAX_YAML_NODES:,} values once its aliases are expanded (an alias bomb?)",
+                             "aliases")
     memo[id(node)] = n
     return n
 
@@ -69,12 +77,13 @@ def load_yaml(text: str | bytes, what: str) -> Any:
     levels and ``MAX_YAML_NODES`` values with every alias expanded. Every YAML fbo reads goes through here;
     anything else is a UsageError naming ``what``."""
     if len(text) > MAX_YAML_BYTES:
-        raise UsageError(f"{what} is {len(text):,} bytes; fbo reads YAML files up to {MAX_YAML_BYTES:,} bytes")
+        raise UsageError(f"{what} is {len(text):,} bytes; fbo reads YAML files up to {MAX_YAML_BYTES:,} bytes",
+                         kind="bad_yaml", field="bytes", path=what)
     if isinstance(text, bytes):
         try:
             text = text.decode()
         except UnicodeDecodeError:
-            raise UsageError(f"{what} is not a text (YAML) file") from None
+            raise UsageError(f"{what} is not a text (YAML) file", kind="bad_yaml", field="text", path=what) from None
     loader = _loader(text)(text)  # a safe loader: SafeLoader or libyaml's CSafeLoader
     try:
         node = loader.get_single_node()  # parsed once: composed, measured, then built
@@ -83,10 +92,13 @@ def load_yaml(text: str | bytes, what: str) -> Any:
         _yaml_size(node)
         return loader.construct_document(node)
     except ValueError as e:
-        raise UsageError(f"{what}: {e}") from None
+        raise UsageError(f"{what}: {e}", kind="bad_yaml", field=e.args[1] if isinstance(e, _Limit) else "syntax",
+                         path=what) from None
     except RecursionError:
-        raise UsageError(f"{what}: nested more than {MAX_YAML_DEPTH} levels deep") from None
+        raise UsageError(f"{what}: nested more than {MAX_YAML_DEPTH} levels deep", kind="bad_yaml", field="depth",
+                         path=what) from None
     except yaml.YAMLError as e:
-        raise UsageError(f"{what} is not valid YAML: {str(e).splitlines()[0]}") from None
+        raise UsageError(f"{what} is not valid YAML: {str(e).splitlines()[0]}", kind="bad_yaml", field="syntax",
+                         path=what) from None
     finally:
         loader.dispose()
