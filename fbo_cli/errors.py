@@ -14,13 +14,16 @@ class UsageError(Exception):
     was given). Kinds in use:
 
     - ``unknown``: a name fbo does not know (``field`` says which sort: ``key``, ``algorithm``, ``task``, ...);
+    - ``unsupported``: a known name that does not go with another (an algorithm on a task, a dataset);
     - ``bad_value``: a value of the wrong type or out of its range (``field``, ``value``);
     - ``bad_yaml``: a YAML file that is not valid, too large, too deep, an alias bomb (``path``, ``field``:
       ``bytes``, ``depth``, ``aliases``, ``syntax``, ``text``);
     - ``bad_spec``: a spec, cases file, ``settled.yaml`` or ``tuned.yaml`` whose content breaks its rules
       (``path``, ``field``: the entry at fault);
     - ``not_found``: a file or folder that is not there (``path``);
-    - ``unwritable``: a path fbo may not write (``path``; ``field``: ``not_regular``, ``kernel``, ``os``);
+    - ``unreadable``: a file the system will not read (``path``; ``value``: the errno);
+    - ``unwritable``: a path fbo may not write (``path``; ``field``: ``blocked``, ``link``, ``not_regular``,
+      ``kernel``, ``permission``, ``os`` with the errno as ``value``);
     - ``busy``: a run directory another process holds (``path``);
     - ``failed``: an external program fbo ran failed (``value``: its exit status or error);
     - ``usage``: anything not (yet) given a kind of its own.

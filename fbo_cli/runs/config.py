@@ -245,7 +245,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     try:
         found = p.is_file()
     except OSError as e:  # a name longer than the file system allows
-        raise UsageError(f"cannot read {str(p)[:300]}: {e.strerror or e}", kind="not_found", path=p) from None
+        raise UsageError(f"cannot read {str(p)[:300]}: {e.strerror or e}", kind="unreadable", path=p, value=e.errno) from None
     if not found:
         raise UsageError(f"config file not found: {p}", kind="not_found", path=p)
     try:
@@ -254,7 +254,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
                              kind="bad_yaml", field="bytes", path=p)
         data = load_yaml(p.read_bytes(), str(p))
     except OSError as e:
-        raise UsageError(f"cannot read {p}: {e.strerror or e}", kind="not_found", path=p) from None
+        raise UsageError(f"cannot read {p}: {e.strerror or e}", kind="unreadable", path=p, value=e.errno) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
