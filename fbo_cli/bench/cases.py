@@ -33,7 +33,8 @@ def load_cases(path: Path) -> Cases:
                              f"{MAX_YAML_BYTES:,} bytes", kind="bad_yaml", field="bytes", path=path)
         d = load_yaml(path.read_bytes(), str(path))
     except OSError as e:
-        raise UsageError(f"cannot read {path}: {e.strerror or e}", kind="unreadable", path=path, value=e.errno) from None
+        raise UsageError(f"cannot read {path}: {e.strerror or e}", kind="unreadable", path=path,
+                         value=e.errno) from None
     if not isinstance(d, dict):
         raise UsageError(f"{path} must hold a mapping of key: value (cases, growth, ...), got {type(d).__name__}",
                          kind="bad_spec", field="mapping", path=path)

@@ -245,7 +245,8 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     try:
         found = p.is_file()
     except OSError as e:  # a name longer than the file system allows
-        raise UsageError(f"cannot read {str(p)[:300]}: {e.strerror or e}", kind="unreadable", path=p, value=e.errno) from None
+        raise UsageError(f"cannot read {str(p)[:300]}: {e.strerror or e}", kind="unreadable", path=p,
+                         value=e.errno) from None
     if not found:
         raise UsageError(f"config file not found: {p}", kind="not_found", path=p)
     try:
