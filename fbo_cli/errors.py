@@ -22,6 +22,8 @@ class UsageError(Exception):
       (``path``, ``field``: the entry at fault);
     - ``not_found``: a file or folder that is not there (``path``);
     - ``unreadable``: a file the system will not read (``path``; ``value``: the errno);
+    - ``bad_path``: a path the file system cannot hold or fbo may not change, met anywhere in a command (``path``;
+      ``value``: the errno: ENAMETOOLONG, ELOOP, EACCES, EPERM);
     - ``unwritable``: a path fbo may not write (``path``; ``field``: ``blocked``, ``link``, ``not_regular``,
       ``kernel``, ``permission``, ``os`` with the errno as ``value``);
     - ``busy``: a run directory another process holds (``path``);

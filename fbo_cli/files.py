@@ -92,8 +92,9 @@ def make_dirs(path: Path) -> None:
     try:
         Path(path).mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
-        raise UsageError(f"cannot create directory {short(path)}: {_blocked(Path(path))}", kind="unwritable",
-                         field="blocked", path=path) from None
+        why = _blocked(Path(path))
+        raise UsageError(f"cannot create directory {short(path)}: {why}", kind="unwritable",
+                         field="dangling" if why.endswith(_DANGLING) else "blocked", path=path) from None
     except PermissionError:
         raise UsageError(f"cannot create directory {short(path)}: permission denied", kind="unwritable",
                          field="permission", path=path) from None
@@ -102,11 +103,14 @@ def make_dirs(path: Path) -> None:
                          path=path, value=e.errno) from None
 
 
+_DANGLING = "(dangling): remove it, or name another folder"
+
+
 def _blocked(path: Path) -> str:
     """What part of ``path`` keeps it from being a folder: a dangling link, a link, or a file."""
     for q in [*reversed(path.parents), path]:
         if q.is_symlink() and not q.exists():
-            return f"{short(q)} is a symbolic link to nothing (dangling): remove it, or name another folder"
+            return f"{short(q)} is a symbolic link to nothing {_DANGLING}"
         if q.exists() and not q.is_dir():
             return f"{short(q)} is {'a symbolic link to ' if q.is_symlink() else ''}a regular file"
     return "a part of that path is a regular file"

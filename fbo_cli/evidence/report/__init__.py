@@ -91,7 +91,8 @@ def build_report(root: Path, md_path: Path, html_path: Path, command: str = "fbo
             if not any(len(x.missing or []) < len(x.exp.cells) for x in secs):
                 raise UsageError(f"no finished runs under {root} for "
                                  f"{'these specs' if specs else 'any reproduction spec'}"
-                                 f": nothing to report (run them, or --from the folder that holds them)")
+                                 f": nothing to report (run them, or --from the folder that holds them)",
+                                 kind="not_found", field="runs", path=root)
             md = render_markdown(sections, root, command, papers)
             atomic_write(md_path, md)
             paper_figs = {p.key: paper_figures(p, sections[p.key], root, fresh, ev) for p in papers}
