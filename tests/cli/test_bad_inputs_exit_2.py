@@ -3,11 +3,11 @@
 import errno
 
 import pytest
+from cli_helpers import error_of, fails_with
 from typer.testing import CliRunner
 
 from fbo_cli.cli import app
 from fbo_cli.runs.config import coerce, load_yaml
-from tests.cli_helpers import error_of, fails_with
 
 runner = CliRunner()
 

@@ -6,12 +6,12 @@ import os
 import stat
 
 import pytest
+from cli_helpers import error_of, fails_with
 from typer.testing import CliRunner
 
 from fbo_cli.cli import app
 from fbo_cli.errors import UsageError
 from fbo_cli.files import atomic_write, check_target
-from tests.cli_helpers import error_of, fails_with
 
 runner = CliRunner()
 SPEC = "experiments/quick_mnist5k.yaml"

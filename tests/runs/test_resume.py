@@ -78,7 +78,7 @@ def _uninterrupted(args):
     """The reference a killed command is compared with, run in this process (torch already imported: seconds
     less than a fresh interpreter and its workers): the same command line, whose numbers do not depend on the
     process that computes them."""
-    from tests.cli_helpers import invoke
+    from cli_helpers import invoke
 
     r = invoke(args)
     assert r.exit_code == 0, r.output
