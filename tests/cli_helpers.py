@@ -26,15 +26,16 @@ def invoke(args):
 
 def error_of(r):
     """The error behind a command that exited with code 2: fbo's :class:`UsageError` (whose ``kind`` and fields a
-    test asserts on, not its wording) or click's own (a bad option: ``click.BadParameter``). ``user_errors`` raises
+    test asserts on, not its wording) or click's own (a bad option: ``typer.BadParameter``). ``user_errors`` raises
     ``typer.Exit(2)`` while it handles the UsageError and click turns that exit into ``SystemExit`` while it handles
     the exit, so the error is on the chain of contexts of ``r.exception``; None when there is none."""
-    import click
+    import typer
 
     from fbo_cli.errors import UsageError
 
+    click_error = typer.BadParameter.__bases__[0]  # the UsageError of the click that typer runs on (its own copy)
     e = r.exception
-    while e is not None and not isinstance(e, (UsageError, click.UsageError)):
+    while e is not None and not isinstance(e, (UsageError, click_error)):
         e = e.__context__
     return e
 
