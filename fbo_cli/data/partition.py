@@ -88,11 +88,12 @@ def make_partition(kind: str, labels: np.ndarray, m: int, seed: int, alpha: floa
         return shards(labels, m, rs, shards_per_client)
     if kind == "dirichlet":
         if alpha <= 0:
-            raise UsageError(f"dirichlet alpha must be > 0, got {alpha}")
+            raise UsageError(f"dirichlet alpha must be > 0, got {alpha}", kind="bad_value", field="alpha", value=alpha)
         return dirichlet(labels, m, rs, alpha)
     if kind == "class-disjoint":
         return class_disjoint(labels, m, rs)
-    raise UsageError(f"unknown partition '{kind}'; choose one of: {', '.join(PARTITIONS)}")
+    raise UsageError(f"unknown partition '{kind}'; choose one of: {', '.join(PARTITIONS)}", kind="unknown",
+                     field="partition", value=kind)
 
 
 def split_shares(parts: list[np.ndarray], frac: float, rs: np.random.RandomState, min_one: bool,
