@@ -80,7 +80,8 @@ def make_partition(kind: str, labels: np.ndarray, m: int, seed: int, alpha: floa
     if m < 1:
         raise UsageError(f"clients must be >= 1, got {m}")
     if m > len(labels):
-        raise UsageError(f"clients ({m}) exceeds the number of training examples ({len(labels)})")
+        raise UsageError(f"clients ({m}) exceeds the number of training examples ({len(labels)})", kind="bad_value",
+                         field="clients", value=m)
     rs = np.random.RandomState(seed)
     if kind == "iid":
         return iid(labels, m, rs)
