@@ -27,9 +27,8 @@ class UsageError(Exception):
     - ``unwritable``: a path fbo may not write (``path``; ``field``: ``blocked``, ``link``, ``not_regular``,
       ``kernel``, ``permission``, ``os`` with the errno as ``value``);
     - ``not_fbos``: a folder fbo would remove files from that fbo did not make (``path``);
-    - ``busy``: a run directory another process holds (``path``);
     - ``failed``: an external program fbo ran failed (``value``: its exit status or error);
-    - ``usage``: anything not (yet) given a kind of its own.
+    - ``usage``: anything not (yet) given a kind of its own (a subclass such as ``RunBusy`` is told by its class).
     """
 
     def __init__(self, message: str = "", *, kind: str = "usage", field: str | None = None,
