@@ -126,3 +126,16 @@ def test_a_spec_path_component_over_255_bytes_is_exit_2(tmp_path, cmd):
     p = str(tmp_path / ("s" * 300) / "x.yaml")
     r = runner.invoke(app, [a.replace("{p}", p) for a in cmd])
     assert fails_with(r, "unreadable", value=errno.ENAMETOOLONG), r.output
+
+
+def test_an_errors_kind_and_fields_survive_a_worker_process_and_a_rewording():
+    """A worker's UsageError comes back pickled (processes, Ray): its kind and fields come with it; a caller that
+    adds where it happened keeps them."""
+    import pickle
+
+    from fbo_cli.errors import UsageError
+
+    e = pickle.loads(pickle.dumps(UsageError("m", kind="bad_value", field="tau", path="/x", value=3)))
+    assert (str(e), e.kind, e.field, e.path, e.value) == ("m", "bad_value", "tau", "/x", 3)
+    w = e.reworded(f"--out: {e}")
+    assert (str(w), w.kind, w.field, w.path, w.value) == ("--out: m", "bad_value", "tau", "/x", 3)
