@@ -217,7 +217,7 @@ def test_sigterm_to_a_pooled_compare_stops_it_and_starts_no_queued_run(tmp_path)
 name: t
 task: hyperrep
 seeds: [0, 1, 2, 3, 4, 5]
-base: {{dataset: digits, clients: 6, participation: 0.5, rounds: 4000, checkpoint_every: 1, threads: 1,
+base: {{dataset: digits, clients: 6, participation: 0.5, rounds: 4000, checkpoint_every: 5, threads: 1,
         out_dir: {out}}}
 algorithms: [{{name: F, algo: fednest}}]
 """)
