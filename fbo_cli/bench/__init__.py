@@ -84,8 +84,8 @@ class BenchOptions:
         if self.device not in ("cpu", "cuda") or self.threads < 1 or self.iters < 1:
             raise UsageError(f"--device must be cpu or cuda, --threads and --iters >= 1; got {self.device}, "
                              f"{self.threads}, {self.iters}", kind="bad_value",
-                             field=next(o for o, ok in (("--device", self.device in ("cpu", "cuda")),
-                                                        ("--threads", self.threads >= 1), ("--iters", False)) if not ok),
+                             field="--device" if self.device not in ("cpu", "cuda") else
+                             "--threads" if self.threads < 1 else "--iters",
                              value=(self.device, self.threads, self.iters))
         if not Path(self.cases).is_file():
             raise UsageError(f"--cases: no file at {self.cases}", kind="not_found", field="--cases", path=self.cases)
