@@ -6,7 +6,40 @@ from pathlib import Path
 
 
 class UsageError(Exception):
-    """Bad input: unknown name, invalid value, unreadable spec. Exit code 2."""
+    """Bad input: unknown name, invalid value, unreadable spec. Exit code 2.
+
+    The message is for the user; what a program (a test, a caller that recovers) tells cases apart by is
+    ``kind``, a short slug that does not change when the wording does, and the fields that name the offending
+    input: ``field`` (a key or an option: ``rounds``, ``--seed``), ``path`` (a file or folder) and ``value`` (what
+    was given). Kinds in use:
+
+    - ``unknown``: a name fbo does not know (``field`` says which sort: ``key``, ``algorithm``, ``task``, ...);
+    - ``unsupported``: a known name that does not go with another (an algorithm on a task, a dataset);
+    - ``bad_value``: a value of the wrong type or out of its range (``field``, ``value``);
+    - ``bad_yaml``: a YAML file that is not valid, too large, too deep, an alias bomb (``path``, ``field``:
+      ``bytes``, ``depth``, ``aliases``, ``syntax``, ``text``);
+    - ``bad_spec``: a spec, cases file, ``settled.yaml`` or ``tuned.yaml`` whose content breaks its rules
+      (``path``, ``field``: the entry at fault);
+    - ``not_found``: a file or folder that is not there (``path``);
+    - ``unreadable``: a file the system will not read (``path``; ``value``: the errno);
+    - ``bad_path``: a path the file system cannot hold or fbo may not change, met anywhere in a command (``path``;
+      ``value``: the errno: ENAMETOOLONG, ELOOP, EACCES, EPERM);
+    - ``unwritable``: a path fbo may not write (``path``; ``field``: ``blocked``, ``link``, ``not_regular``,
+      ``kernel``, ``permission``, ``os`` with the errno as ``value``);
+    - ``not_fbos``: a folder fbo would remove files from that fbo did not make (``path``);
+    - ``failed``: an external program fbo ran failed (``value``: its exit status or error);
+    - ``usage``: anything not (yet) given a kind of its own (a subclass such as ``RunBusy`` is told by its class).
+    """
+
+    def __init__(self, message: str = "", *, kind: str = "usage", field: str | None = None,
+                 path: str | Path | None = None, value=None):
+        super().__init__(message)
+        self.kind, self.field, self.value = kind, field, value
+        self.path = None if path is None else str(path)
+
+    def reworded(self, message: str) -> UsageError:
+        """The same error (kind and fields) told in other words: a caller that adds where it happened."""
+        return UsageError(message, kind=self.kind, field=self.field, path=self.path, value=self.value)
 
 
 class DatasetMissing(UsageError):
@@ -20,7 +53,7 @@ class DatasetMissing(UsageError):
                 "breast-cancer, synthetic.")
         if cause:
             msg += f" (download failed: {cause.splitlines()[0][:200]})"
-        super().__init__(msg)
+        super().__init__(msg, kind="not_found", field="dataset", value=name)
 
 
 class Terminated(KeyboardInterrupt):

@@ -60,25 +60,30 @@ def check_target(path: Path | str, what: str = "") -> Path:
     path = Path(path)
     lead = f"{what}: " if what else ""
     if not raw or raw.endswith("/") or path.name in ("", ".", ".."):
-        raise UsageError(f"{lead}cannot write {raw!r}: name a file, not a folder")
+        raise UsageError(f"{lead}cannot write {raw!r}: name a file, not a folder", kind="unwritable", field="folder",
+                         path=raw)
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         st = None
     except NotADirectoryError:
-        raise UsageError(f"{lead}cannot write {short(path)}: a part of that path is a regular file") from None
+        raise UsageError(f"{lead}cannot write {short(path)}: a part of that path is a regular file", kind="unwritable",
+                         field="blocked", path=path) from None
     except OSError as e:  # a name longer than the file system allows, a loop of links, ...
-        raise UsageError(f"{lead}cannot write {short(path)}: {e.strerror or e}") from None
+        raise UsageError(f"{lead}cannot write {short(path)}: {e.strerror or e}", kind="unwritable", field="os",
+                         path=path, value=e.errno) from None
     if st is not None and stat.S_ISLNK(st.st_mode):
         raise UsageError(f"{lead}cannot write {short(path)}: it is a symbolic link, and fbo never writes through a "
-                         "link (remove the link, or name another file)")
+                         "link (remove the link, or name another file)", kind="unwritable", field="link", path=path)
     if st is not None and not stat.S_ISREG(st.st_mode):
         raise UsageError(f"{lead}cannot write {short(path)}: it exists and is {_kind(st.st_mode)}, not a regular "
-                         "file (fbo writes only regular files; name another file)")
+                         "file (fbo writes only regular files; name another file)", kind="unwritable",
+                         field="not_regular", path=path)
     with contextlib.suppress(OSError, RuntimeError, ValueError):
         where = Path(os.path.realpath(path.parent))
         if any(where == Path(k) or Path(k) in where.parents for k in _KERNEL):
-            raise UsageError(f"{lead}cannot write {short(path)}: a file of the kernel ({where}), not a regular file")
+            raise UsageError(f"{lead}cannot write {short(path)}: a file of the kernel ({where}), not a regular file",
+                             kind="unwritable", field="kernel", path=path)
     return path
 
 
@@ -87,18 +92,25 @@ def make_dirs(path: Path) -> None:
     try:
         Path(path).mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
-        raise UsageError(f"cannot create directory {short(path)}: {_blocked(Path(path))}") from None
+        why = _blocked(Path(path))
+        raise UsageError(f"cannot create directory {short(path)}: {why}", kind="unwritable",
+                         field="dangling" if why.endswith(_DANGLING) else "blocked", path=path) from None
     except PermissionError:
-        raise UsageError(f"cannot create directory {short(path)}: permission denied") from None
+        raise UsageError(f"cannot create directory {short(path)}: permission denied", kind="unwritable",
+                         field="permission", path=path) from None
     except OSError as e:  # e.g. a name longer than the file system allows
-        raise UsageError(f"cannot create directory {short(path)}: {e.strerror or e}") from None
+        raise UsageError(f"cannot create directory {short(path)}: {e.strerror or e}", kind="unwritable", field="os",
+                         path=path, value=e.errno) from None
+
+
+_DANGLING = "(dangling): remove it, or name another folder"
 
 
 def _blocked(path: Path) -> str:
     """What part of ``path`` keeps it from being a folder: a dangling link, a link, or a file."""
     for q in [*reversed(path.parents), path]:
         if q.is_symlink() and not q.exists():
-            return f"{short(q)} is a symbolic link to nothing (dangling): remove it, or name another folder"
+            return f"{short(q)} is a symbolic link to nothing {_DANGLING}"
         if q.exists() and not q.is_dir():
             return f"{short(q)} is {'a symbolic link to ' if q.is_symlink() else ''}a regular file"
     return "a part of that path is a regular file"
@@ -113,7 +125,8 @@ def atomic_file(path: Path | str, what: str = "") -> Iterator[IO[bytes]]:
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_TOKEN)
     except OSError as e:
-        raise UsageError(f"cannot write {short(path)}: {e.strerror or e}") from None
+        raise UsageError(f"cannot write {short(path)}: {e.strerror or e}", kind="unwritable", field="os", path=path,
+                         value=e.errno) from None
     try:
         with os.fdopen(fd, "wb") as f:
             yield f

@@ -83,14 +83,19 @@ class BenchOptions:
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda") or self.threads < 1 or self.iters < 1:
             raise UsageError(f"--device must be cpu or cuda, --threads and --iters >= 1; got {self.device}, "
-                             f"{self.threads}, {self.iters}")
+                             f"{self.threads}, {self.iters}", kind="bad_value",
+                             field="--device" if self.device not in ("cpu", "cuda") else
+                             "--threads" if self.threads < 1 else "--iters",
+                             value=(self.device, self.threads, self.iters))
         if not Path(self.cases).is_file():
-            raise UsageError(f"--cases: no file at {self.cases}")
+            raise UsageError(f"--cases: no file at {self.cases}", kind="not_found", field="--cases", path=self.cases)
         load_cases(Path(self.cases))  # a malformed file is bad input before anything runs
         if self.against and not (Path(self.against) / "fbo_cli").is_dir() and not is_revision(self.against):
-            raise UsageError(f"--against: {self.against} is neither a checkout with fbo_cli/ nor a git revision here")
+            raise UsageError(f"--against: {self.against} is neither a checkout with fbo_cli/ nor a git revision here",
+                             kind="not_found", field="--against", value=self.against)
         if self.rounds < 1:
-            raise UsageError(f"--rounds must be >= 1; got {self.rounds}")
+            raise UsageError(f"--rounds must be >= 1; got {self.rounds}", kind="bad_value", field="--rounds",
+                             value=self.rounds)
         if self.public_fednest and not (Path(self.public_fednest) / "main_hr.py").is_file():
             raise UsageError(f"--public-fednest: no main_hr.py in {self.public_fednest} (a checkout of "
                              "mc-nya/FedNest?)")

@@ -30,22 +30,25 @@ def load_cases(path: Path) -> Cases:
     try:
         if path.stat().st_size > MAX_YAML_BYTES:  # refused before it is read
             raise UsageError(f"{path} is {path.stat().st_size:,} bytes; fbo reads YAML files up to "
-                             f"{MAX_YAML_BYTES:,} bytes")
+                             f"{MAX_YAML_BYTES:,} bytes", kind="bad_yaml", field="bytes", path=path)
         d = load_yaml(path.read_bytes(), str(path))
     except OSError as e:
-        raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
+        raise UsageError(f"cannot read {path}: {e.strerror or e}", kind="unreadable", path=path,
+                         value=e.errno) from None
     if not isinstance(d, dict):
-        raise UsageError(f"{path} must hold a mapping of key: value (cases, growth, ...), got {type(d).__name__}")
+        raise UsageError(f"{path} must hold a mapping of key: value (cases, growth, ...), got {type(d).__name__}",
+                         kind="bad_spec", field="mapping", path=path)
     cases, growth = d.get("cases") or [], d.get("growth") or []
     for key, rows in (("cases", cases), ("growth", growth)):
         if not isinstance(rows, list) or not all(isinstance(c, dict) and isinstance(c.get("name"), str)
                                                  and isinstance(c.get("set", {}), dict) for c in rows):
             raise UsageError(f"{path}: '{key}' must be a list of mappings, each with a 'name' (and 'set' a "
-                             f"mapping), got {str(rows)[:80]}")
+                             f"mapping), got {str(rows)[:80]}", kind="bad_spec", field=key, path=path)
     for key in ("profile", "ab"):
         if not isinstance(d.get(key) or [], list) or not all(isinstance(x, str) for x in d.get(key) or []):
-            raise UsageError(f"{path}: '{key}' must be a list of names")
+            raise UsageError(f"{path}: '{key}' must be a list of names", kind="bad_spec", field=key, path=path)
     ref = next((c for c in cases if c["name"] == d.get("reference")), None)
     if ref is None:
-        raise UsageError(f"{path}: 'reference' must name one of its cases, got {d.get('reference')!r}")
+        raise UsageError(f"{path}: 'reference' must name one of its cases, got {d.get('reference')!r}",
+                         kind="bad_spec", field="reference", path=path, value=d.get("reference"))
     return Cases(cases, growth, list(d.get("profile") or []), list(d.get("ab") or []), ref)

@@ -45,9 +45,11 @@ def bench(
 
         with user_errors():
             if batch < 2 or batch > 64:
-                raise UsageError(f"--batch must be between 2 and 64 runs, got {batch}")
+                raise UsageError(f"--batch must be between 2 and 64 runs, got {batch}", kind="bad_value",
+                                 field="--batch", value=batch)
             if device not in ("cpu", "cuda"):
-                raise UsageError(f"--device must be cpu or cuda, got {device!r}")
+                raise UsageError(f"--device must be cpu or cuda, got {device!r}", kind="bad_value", field="--device",
+                                 value=device)
             if device == "cuda":
                 import torch
 

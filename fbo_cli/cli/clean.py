@@ -41,11 +41,12 @@ def clean(
             found = stale_scratch_folders()
         else:
             if not out_dir.is_dir():
-                raise UsageError(f"--out-dir: no results folder at {out_dir}")
+                raise UsageError(f"--out-dir: no results folder at {out_dir}", kind="not_found", field="--out-dir",
+                                 path=out_dir)
             if not is_fbo_root(out_dir):
                 raise UsageError(f"{out_dir} is not a results root fbo made (it has no {ROOT_MARKER}): nothing "
                                  f"removed. A results root of an older fbo: create {out_dir / ROOT_MARKER} by "
-                                 f"hand once you are sure every file in it is fbo's")
+                                 f"hand once you are sure every file in it is fbo's", kind="not_fbos", path=out_dir)
             found = leftovers(out_dir)
     for p in found:
         typer.echo(f"{'removed' if go else 'would remove'} {p}{'/' if p.is_dir() else ''}")

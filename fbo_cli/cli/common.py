@@ -82,9 +82,10 @@ def path_errors(fn):
                 raise
             from ..files import short
 
-            err.print(Text.assemble(("Error: ", "bold red"), f"{short(e.filename or '')}: {e.strerror} "
-                                    f"({why[e.errno]})"), highlight=False)
-            raise typer.Exit(2) from None
+            bad = UsageError(f"{short(e.filename or '')}: {e.strerror} ({why[e.errno]})", kind="bad_path",
+                             path=e.filename, value=e.errno)
+        with user_errors():  # printed and exit 2 as every UsageError
+            raise bad
 
     return command
 

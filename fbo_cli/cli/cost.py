@@ -38,7 +38,7 @@ def cost(
 
     with user_errors():
         if jobs < 1:
-            raise UsageError(f"--jobs must be >= 1, got {jobs}")
+            raise UsageError(f"--jobs must be >= 1, got {jobs}", kind="bad_value", field="--jobs", value=jobs)
         chosen = list(specs) if specs else [s.spec for s in plan()]
         if until_settled:
             return settle_cost(chosen, jobs, grid_overrides(None, out_dir, None), cap, parse_batch(batch))

@@ -25,5 +25,6 @@ def diagnose_truncation(
     with user_errors():
         if not 0 <= rounds <= MAX_ROUNDS or not 1 <= max_examples <= 10**7:  # a typo of 1e23 would never end
             raise UsageError(f"--rounds must be in [0, {MAX_ROUNDS:,}] and --max-examples in [1, 10,000,000], got "
-                             f"{rounds:.3g}, {max_examples:.3g}")
+                             f"{rounds:.3g}, {max_examples:.3g}", kind="bad_value", field="--rounds/--max-examples",
+                             value=(rounds, max_examples))
         truncation(dataset, grid, rounds, max_examples, echo=typer.echo)

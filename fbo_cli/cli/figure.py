@@ -37,9 +37,9 @@ def _out_folder(out_dir: Path) -> None:
     try:
         make_dirs(out_dir)
     except UsageError as e:
-        raise UsageError(f"--out: {e}") from None
+        raise e.reworded(f"--out: {e}") from None
     if not os.access(out_dir, os.W_OK | os.X_OK):
-        raise UsageError(f"--out: cannot write into {out_dir}")
+        raise UsageError(f"--out: cannot write into {out_dir}", kind="unwritable", field="permission", path=out_dir)
 
 
 def _draw(name: str, root: Path, out_dir: Path, formats: list[str] | None) -> None:
@@ -49,7 +49,7 @@ def _draw(name: str, root: Path, out_dir: Path, formats: list[str] | None) -> No
     with user_errors():
         fmts = parse_formats(formats)
         if not root.is_dir():
-            raise UsageError(f"--from: no results folder at {root}")
+            raise UsageError(f"--from: no results folder at {root}", kind="not_found", field="--from", path=root)
         _out_folder(out_dir)
         files, caption = draw(name, root, out_dir, fmts)
     out.print(f"written: {', '.join(str(f) for f in files)}", highlight=False, markup=False)
@@ -92,7 +92,8 @@ def figure_zohfl_fig1(
         fmts = parse_formats(formats)
         if not alpha > 0 or clients < 1 or not 0 <= seed < 2**32:
             raise UsageError(f"--alpha must be > 0, --clients >= 1 and --seed in [0, 2^32), got {alpha}, {clients}, "
-                             f"{seed}")
+                             f"{seed}", kind="bad_value", field="--alpha/--clients/--seed",
+                             value=(alpha, clients, seed))
         _out_folder(out_dir)
         png = fig1(dataset, alpha, clients, seed, str(data_dir), out_dir, fmts)
     out.print(f"written: {png.with_suffix('')}.{{{','.join(fmts)}}} and its .csv", highlight=False, markup=False)
@@ -110,6 +111,7 @@ def figure_codasca_imax(
 
     with user_errors():
         if not (compare_dir / "runs.csv").is_file():
-            raise UsageError(f"no runs.csv in {compare_dir}: run `fbo compare` on a codasca_fig1 spec first")
+            raise UsageError(f"no runs.csv in {compare_dir}: run `fbo compare` on a codasca_fig1 spec first",
+                             kind="not_found", path=compare_dir)
         imax_table(compare_dir, delta)
         typer.echo((compare_dir / "imax.md").read_text().rstrip("\n"))

@@ -49,7 +49,8 @@ def report(
                              "(leave --md out, or name another file)")
         if collect is not None:
             if not collect.is_dir():
-                raise UsageError(f"--collect: no results folder at {collect}")
+                raise UsageError(f"--collect: no results folder at {collect}", kind="not_found", field="--collect",
+                                 path=collect)
             refused: list = []
             n = collect_evidence(collect, root, refused=refused)
             for src, why in refused:
@@ -65,7 +66,8 @@ def report(
                 err.print(f"{len(stale)} run(s) or records under {root}/ no reproduction spec refers to: "
                           f"`fbo report --prune` removes them", markup=False, highlight=False)
         if not root.is_dir():
-            raise UsageError(f"--from: no results folder at {root} (run the reproductions, or --collect results)")
+            raise UsageError(f"--from: no results folder at {root} (run the reproductions, or --collect results)",
+                             kind="not_found", field="--from", path=root)
         cmd = "fbo report" + (f" --from {root}" if root != Path("docs/results") else "")
         t0 = time.perf_counter()
         stats = build_report(root, md, html_out, command=cmd, specs=[str(p) for p in spec] if spec else None,

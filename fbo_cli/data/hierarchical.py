@@ -53,7 +53,8 @@ def build_hierarchical(dataset: Dataset, partition: str, clients: int, seed: int
     server = np.sort(perm[:n_server])
     rest = np.sort(perm[n_server:])
     if clients > len(rest):
-        raise UsageError(f"clients ({clients}) exceeds the {len(rest)} examples left to the clients")
+        raise UsageError(f"clients ({clients}) exceeds the {len(rest)} examples left to the clients", kind="bad_value",
+                         field="clients", value=clients)
     parts = [rest[p] for p in make_partition(partition, y.numpy()[rest], clients, seed, alpha=alpha,
                                              shards_per_client=shards_per_client)]
     tr_parts, ho_parts = split_shares(parts, holdout_frac, rs, min_one=False, total=len(rest))

@@ -80,7 +80,8 @@ def make_partition(kind: str, labels: np.ndarray, m: int, seed: int, alpha: floa
     if m < 1:
         raise UsageError(f"clients must be >= 1, got {m}")
     if m > len(labels):
-        raise UsageError(f"clients ({m}) exceeds the number of training examples ({len(labels)})")
+        raise UsageError(f"clients ({m}) exceeds the number of training examples ({len(labels)})", kind="bad_value",
+                         field="clients", value=m)
     rs = np.random.RandomState(seed)
     if kind == "iid":
         return iid(labels, m, rs)
@@ -88,11 +89,12 @@ def make_partition(kind: str, labels: np.ndarray, m: int, seed: int, alpha: floa
         return shards(labels, m, rs, shards_per_client)
     if kind == "dirichlet":
         if alpha <= 0:
-            raise UsageError(f"dirichlet alpha must be > 0, got {alpha}")
+            raise UsageError(f"dirichlet alpha must be > 0, got {alpha}", kind="bad_value", field="alpha", value=alpha)
         return dirichlet(labels, m, rs, alpha)
     if kind == "class-disjoint":
         return class_disjoint(labels, m, rs)
-    raise UsageError(f"unknown partition '{kind}'; choose one of: {', '.join(PARTITIONS)}")
+    raise UsageError(f"unknown partition '{kind}'; choose one of: {', '.join(PARTITIONS)}", kind="unknown",
+                     field="partition", value=kind)
 
 
 def split_shares(parts: list[np.ndarray], frac: float, rs: np.random.RandomState, min_one: bool,

@@ -268,7 +268,8 @@ def load_dataset(name: str, data_dir: str | Path = "data", download: bool = True
     """Load a dataset by name (cached per process), from :func:`data_home`."""
 
     if name not in LOADERS:
-        raise UsageError(f"unknown dataset '{name}'; choose one of: {', '.join(LOADERS)}")
+        raise UsageError(f"unknown dataset '{name}'; choose one of: {', '.join(LOADERS)}", kind="unknown",
+                         field="dataset", value=name)
     data_dir = data_home(name, Path(data_dir))
     key = (name, str(Path(data_dir).resolve()))
     if key not in _CACHE:

@@ -322,7 +322,7 @@ def plan(specs: list[Path] | None, minutes: float | None, jobs: int, evidence: P
     check_args(minutes, rtol, atol)
     batch = parse_batch(batch)
     if jobs < 1:
-        raise UsageError(f"--jobs must be >= 1, got {jobs}")
+        raise UsageError(f"--jobs must be >= 1, got {jobs}", kind="bad_value", field="--jobs", value=jobs)
     if not evidence.is_dir():
         raise UsageError(f"--from {evidence}: no such folder (the committed evidence is docs/results)")
     if (out / "runs").resolve() == evidence.resolve():

@@ -29,7 +29,8 @@ def plan(paper: str | None = None) -> list[Step]:
     steps = [Step(s, has_tuning(s)) for s in reproduction_specs(paper)]
     if not steps:
         raise UsageError(f"no reproduction specs (experiments/*.yaml naming their paper{': ' + paper if paper else ''})"
-                         f" in {Path('experiments').absolute()}; run it in the fbo checkout")
+                         f" in {Path('experiments').absolute()}; run it in the fbo checkout", kind="not_found",
+                         field="specs", path=Path("experiments").absolute())
     return steps
 
 

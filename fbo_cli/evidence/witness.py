@@ -114,16 +114,19 @@ def run_public_fednest(checkout: Path, mnist_raw: Path, setting: str, seed: int,
         wall = time.time() - t0
         if proc.returncode or not log.is_file():
             raise UsageError(f"the public FedNest code in {checkout} failed (exit {proc.returncode}"
-                             f"{'' if log.is_file() else ', no log written'}); its last lines:\n{''.join(tail)}")
+                             f"{'' if log.is_file() else ', no log written'}); its last lines:\n{''.join(tail)}",
+                             kind="failed", path=checkout, value=proc.returncode)
         try:
             logs = yaml.safe_load(log.read_text())
             df = pd.DataFrame({"iterations": range(1, len(logs["round"]) + 1), "rounds": logs["round"],
                                "test_acc": [a / 100 for a in logs["test_acc"]], "test_loss": logs["test_loss"]})
         except (yaml.YAMLError, UnicodeDecodeError, KeyError, TypeError, ValueError) as e:
             raise UsageError(f"the public FedNest code in {checkout} wrote a log fbo cannot read (round, test_acc "
-                             f"and test_loss per iteration): {type(e).__name__}: {e}") from None
+                             f"and test_loss per iteration): {type(e).__name__}: {e}", kind="failed", field="log",
+                             path=checkout, value=type(e).__name__) from None
         if df.empty:
-            raise UsageError(f"the public FedNest code in {checkout} logged no iteration")
+            raise UsageError(f"the public FedNest code in {checkout} logged no iteration", kind="failed", field="log",
+                             path=checkout)
     df = df[df.rounds <= rounds] if (df.rounds <= rounds).any() else df
     hit = df[df.test_acc >= target]
     atomic_write(out / "metrics.csv", df.to_csv(index=False))

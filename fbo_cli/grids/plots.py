@@ -212,7 +212,8 @@ def parse_formats(values: list[str] | None) -> tuple[str, ...]:
     fmts = [f.strip().lower() for v in values or [] for f in v.split(",") if f.strip()]
     bad = [f for f in fmts if f not in FORMATS]
     if bad:
-        raise UsageError(f"--format: unknown format {', '.join(bad)}; choose from {', '.join(FORMATS)}")
+        raise UsageError(f"--format: unknown format {', '.join(bad)}; choose from {', '.join(FORMATS)}",
+                         kind="unknown", field="format", value=bad[0])
     return tuple(dict.fromkeys(fmts)) or FORMATS
 
 

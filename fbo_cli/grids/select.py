@@ -15,7 +15,7 @@ def _pick(what: str, asked: list[str], names: list[str]) -> list[str]:
     bad = [a for a in asked if a not in names]
     if bad:
         raise UsageError(f"unknown {what} {', '.join(repr(b) for b in bad)} in this spec; choose among: "
-                         + ", ".join(names))
+                         + ", ".join(names), kind="unknown", field=what, value=bad[0])
     return [n for n in names if n in asked]
 
 

@@ -40,7 +40,8 @@ def plan(exp: Experiment, runs, cap: int = CAP, to_cap: bool = False) -> tuple[l
     fewer reads its own look within them)."""
 
     if cap <= len(exp.seeds):
-        raise UsageError(f"--cap {cap}: the spec already has {len(exp.seeds)} seeds; the cap must be larger")
+        raise UsageError(f"--cap {cap}: the spec already has {len(exp.seeds)} seeds; the cap must be larger",
+                         kind="bad_value", field="--cap", value=cap)
     need: dict[str, dict] = {}
     why = []
     names = [s.name for s in exp.settings]
@@ -110,7 +111,7 @@ def check_request(exp: Experiment, seed_list: list[int] | None, cap: int) -> Non
     if seed_list is not None or not exp.claims or not 2 <= cap <= 1000:
         raise UsageError("--until-settled needs the spec's own seeds (no --seeds), claims in the spec, and "
                          f"--cap in [2, 1000]; got {'--seeds, ' if seed_list else ''}{len(exp.claims)} claims, "
-                         f"cap {cap}")
+                         f"cap {cap}", kind="bad_value", field="--until-settled")
 
 
 @dataclass

@@ -17,14 +17,13 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..algorithms import REGISTRY, Entry
 from ..algorithms.base import check_hp
 from ..data import LOADERS, PARTITIONS
 from ..errors import UsageError
 from ..sim.bounds import bounded
 from ..tasks import TASKS
+from .safe_yaml import MAX_YAML_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES, load_yaml  # noqa: F401 (importable here as before)
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -164,7 +163,7 @@ def check_path(key: str, value: str) -> None:
     parts = Path(str(value)).parts
     if len(str(value).encode()) > 4096 or any(len(c.encode()) > 255 for c in parts):
         raise UsageError(f"{key}: a path component is longer than the 255 bytes a file name may have: "
-                         f"{str(value)[:80]}...")
+                         f"{str(value)[:80]}...", kind="bad_value", field=key, path=value)
 
 
 def _type_name(tp: Any) -> str:
@@ -187,7 +186,7 @@ def coerce(key: str, value: Any, tp: Any) -> Any:
         if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
             return None
         tp = next(a for a in args if a is not type(None))
-    bad = UsageError(f"'{key}' expects {_type_name(tp)}, got {value!r}")
+    bad = UsageError(f"'{key}' expects {_type_name(tp)}, got {value!r}", kind="bad_value", field=key, value=value)
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -209,7 +208,8 @@ def coerce(key: str, value: Any, tp: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise bad
         if not math.isfinite(value):
-            raise UsageError(f"'{key}' must be a finite number, got {value!r}")
+            raise UsageError(f"'{key}' must be a finite number, got {value!r}", kind="bad_value", field=key,
+                             value=value)
         return float(value)
     if tp is str:
         if isinstance(raw, str) and not isinstance(value, str):
@@ -233,91 +233,11 @@ def parse_sets(items: list[str] | None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items or []:
         if "=" not in item:
-            raise UsageError(f"--set expects key=value, got '{item}'")
+            raise UsageError(f"--set expects key=value, got '{item}'", kind="bad_value", field="--set", value=item)
         k, v = item.split("=", 1)
         out[k.strip()] = v
     return out
 
-
-MAX_YAML_BYTES = 1_000_000  # a spec, a config or a tuned.yaml is a few kB
-MAX_YAML_NODES = 100_000  # values after every alias is expanded (an alias bomb expands to billions)
-MAX_YAML_DEPTH = 50  # nesting (specs nest four or five levels)
-
-
-def _yaml_size(node, depth: int = 0, memo: dict | None = None, busy: frozenset = frozenset()) -> int:
-    """How many values ``node`` (a composed YAML node, aliases not yet expanded) holds once expanded; a
-    shared (aliased) node is counted each time it is used, computed once. ``ValueError`` past the limits."""
-    memo = {} if memo is None else memo
-    if id(node) in memo:
-        return memo[id(node)]
-    if depth > MAX_YAML_DEPTH:
-        raise ValueError(f"nested more than {MAX_YAML_DEPTH} levels deep")
-    if id(node) in busy:
-        raise ValueError("an alias refers to itself")
-    kids = node.value if isinstance(node.value, list) else []
-    n = 1
-    for k in kids:
-        for c in (k if isinstance(k, tuple) else (k,)):
-            n += _yaml_size(c, depth + 1, memo, busy | {id(node)})
-            if n > MAX_YAML_NODES:
-                raise ValueError(f"more than {MAX_YAML_NODES:,} values once its aliases are expanded (an alias bomb?)")
-    memo[id(node)] = n
-    return n
-
-
-def _yaml12_bools(loader):
-    """``loader`` with YAML 1.2's booleans: only true/false (any case) are; ``no``, ``on``, ``off``, ``y``
-    stay strings (a folder named ``no`` is a folder, not False)."""
-    import re
-
-    bool_tag = "tag:yaml.org,2002:bool"
-    cls = type(loader.__name__, (loader,), {})
-    cls.yaml_implicit_resolvers = {k: [r for r in v if r[0] != bool_tag]
-                                   for k, v in loader.yaml_implicit_resolvers.items()}
-    cls.add_implicit_resolver(bool_tag, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
-    return cls
-
-
-_SAFE = _yaml12_bools(yaml.SafeLoader)
-_CSAFE = _yaml12_bools(yaml.CSafeLoader) if hasattr(yaml, "CSafeLoader") else None
-
-
-def _loader(text: str):
-    """libyaml's safe loader (the same constructor and resolver, about 20x faster: the cost model reads the
-    evidence's 800 config.yaml) where the text cannot nest deeper than its composer's C recursion takes: a
-    small text with few flow brackets (block nesting in 100 kB stays under 450 levels); else PyYAML's own,
-    whose RecursionError is caught below."""
-    if _CSAFE is not None and len(text) <= 100_000 and text.count("[") + text.count("{") <= 1000:
-        return _CSAFE
-    return _SAFE
-
-
-def load_yaml(text: str | bytes, what: str) -> Any:
-    """``yaml.safe_load`` bounded before anything is expanded: at most ``MAX_YAML_BYTES``, ``MAX_YAML_DEPTH``
-    levels and ``MAX_YAML_NODES`` values with every alias expanded. Every YAML fbo reads goes through here;
-    anything else is a UsageError naming ``what``."""
-    if len(text) > MAX_YAML_BYTES:
-        raise UsageError(f"{what} is {len(text):,} bytes; fbo reads YAML files up to {MAX_YAML_BYTES:,} bytes")
-    if isinstance(text, bytes):
-        try:
-            text = text.decode()
-        except UnicodeDecodeError:
-            raise UsageError(f"{what} is not a text (YAML) file") from None
-    loader = _loader(text)(text)  # a safe loader: SafeLoader or libyaml's CSafeLoader
-    try:
-        node = loader.get_single_node()  # parsed once: composed, measured, then built
-        if node is None:
-            return None
-        _yaml_size(node)
-        return loader.construct_document(node)
-    except ValueError as e:
-        raise UsageError(f"{what}: {e}") from None
-    except RecursionError:
-        raise UsageError(f"{what}: nested more than {MAX_YAML_DEPTH} levels deep") from None
-    except yaml.YAMLError as e:
-        raise UsageError(f"{what} is not valid YAML: {str(e).splitlines()[0]}") from None
-    finally:
-        loader.dispose()
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
@@ -325,19 +245,22 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     try:
         found = p.is_file()
     except OSError as e:  # a name longer than the file system allows
-        raise UsageError(f"cannot read {str(p)[:300]}: {e.strerror or e}") from None
+        raise UsageError(f"cannot read {str(p)[:300]}: {e.strerror or e}", kind="unreadable", path=p,
+                         value=e.errno) from None
     if not found:
-        raise UsageError(f"config file not found: {p}")
+        raise UsageError(f"config file not found: {p}", kind="not_found", path=p)
     try:
         if p.stat().st_size > MAX_YAML_BYTES:
-            raise UsageError(f"{p} is {p.stat().st_size:,} bytes; fbo reads YAML files up to {MAX_YAML_BYTES:,} bytes")
+            raise UsageError(f"{p} is {p.stat().st_size:,} bytes; fbo reads YAML files up to {MAX_YAML_BYTES:,} bytes",
+                             kind="bad_yaml", field="bytes", path=p)
         data = load_yaml(p.read_bytes(), str(p))
     except OSError as e:
-        raise UsageError(f"cannot read {p}: {e.strerror or e}") from None
+        raise UsageError(f"cannot read {p}: {e.strerror or e}", kind="unreadable", path=p, value=e.errno) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise UsageError(f"{p} must hold a mapping of key: value, got {type(data).__name__}")
+        raise UsageError(f"{p} must hold a mapping of key: value, got {type(data).__name__}", kind="bad_spec",
+                         path=p, field="mapping")
     return data
 
 
@@ -352,17 +275,18 @@ def flatten_run_config(data: dict[str, Any]) -> dict[str, Any]:
         if nested is None:
             continue
         if not isinstance(nested, dict):
-            raise UsageError(f"'{group}' in a config file must be a mapping of key: value")
+            raise UsageError(f"'{group}' in a config file must be a mapping of key: value", kind="bad_spec",
+                             field=group)
         out.update(nested)
     return out
 
 
 def unknown(what: str, name: Any, choices) -> UsageError:
-    """'unknown <what> 'x' (did you mean 'y'?); choose one of: ...'"""
+    """'unknown <what> 'x' (did you mean 'y'?); choose one of: ...' (kind ``unknown``, ``field`` what, ``value`` x)"""
     choices = list(choices)
     near = difflib.get_close_matches(str(name), choices, n=1)
     return UsageError(f"unknown {what} '{name}'" + (f" (did you mean '{near[0]}'?)" if near else "")
-                      + f"; choose one of: {', '.join(choices)}")
+                      + f"; choose one of: {', '.join(choices)}", kind="unknown", field=what, value=name)
 
 
 def lookup(algo: str, base: Path | None = None) -> tuple[str, Entry, str]:
@@ -370,7 +294,8 @@ def lookup(algo: str, base: Path | None = None) -> tuple[str, Entry, str]:
     (:mod:`fbo_cli.algorithms.external`: ``file.py:Class`` relative to ``base``, a class in the folder
     ``algorithms/`` beside it, an entry point)."""
     if not isinstance(algo, str) or not algo:
-        raise UsageError(f"an algorithm is a name or FILE.py:CLASS, got {algo!r}")
+        raise UsageError(f"an algorithm is a name or FILE.py:CLASS, got {algo!r}", kind="bad_value", field="algo",
+                         value=algo)
     if algo in REGISTRY:
         return algo, REGISTRY[algo], ""
     from ..algorithms.external import algo_name, find
@@ -414,14 +339,16 @@ def resolve(task: str, algo: str, *layers: dict[str, Any], base: Path | None = N
     for key, what in (("algo", "--algo (fbo run) or the spec's 'algorithms' list (fbo compare)"),
                       ("task", "the TASK argument (fbo run) or the spec's 'task' (fbo compare)")):
         if key in user and user.pop(key) != (algo if key == "algo" else task):
-            raise UsageError(f"'{key}' cannot be set with --set or in a config file; use {what}")
+            raise UsageError(f"'{key}' cannot be set with --set or in a config file; use {what}", kind="bad_value",
+                             field=key)
     tcls = TASKS[task]
     # defaults < the task's run defaults < the algorithm's run defaults (and its defaults on this task)
     # < the user's layers
     merged = {**tcls.run_defaults, **defaults_for(entry, task), **user}
     if task not in entry.tasks:
         runs_on = ", ".join(entry.tasks)
-        raise UsageError(f"algorithm '{algo}' does not run on task '{task}' (it runs on: {runs_on})")
+        raise UsageError(f"algorithm '{algo}' does not run on task '{task}' (it runs on: {runs_on})",
+                         kind="unsupported", field="task", value=task)
 
     groups = [(RunSettings, {}), (tcls.Params, {}), (entry.cls.HP, dict(entry.preset))]
     hints = [_hints(c) for c, _ in groups]
@@ -437,7 +364,8 @@ def resolve(task: str, algo: str, *layers: dict[str, Any], base: Path | None = N
             raise UsageError(f"unknown key '{key}' for task '{task}' with algorithm '{algo}'"
                              + (f" (did you mean '{near[0]}'?)" if near else "")
                              + f"; allowed keys: {', '.join(allowed)} "
-                               f"(`fbo show {source or algo} --task {task}` explains them)")
+                               f"(`fbo show {source or algo} --task {task}` explains them)",
+                             kind="unknown", field="key", value=key)
     run = replace(RunSettings(), **groups[0][1])
     tparams = replace(tcls.Params(), **groups[1][1])
     hp = replace(entry.cls.HP(), **groups[2][1])
@@ -448,7 +376,7 @@ def resolve(task: str, algo: str, *layers: dict[str, Any], base: Path | None = N
         for f in fields(obj):
             v = getattr(obj, f.name)
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0:
-                raise UsageError(f"'{f.name}' must be >= 0, got {v}")
+                raise UsageError(f"'{f.name}' must be >= 0, got {v}", kind="bad_value", field=f.name, value=v)
     check_hp(tparams)  # the declared bounds, before any data loads
     tcls.check_params(tparams)  # what ties the task's parameters together
     check_hp(hp)
@@ -465,7 +393,7 @@ def _unalias(merged: dict[str, Any], user: dict[str, Any], entry: Entry, own: se
             v = out.pop(common)
             if key in user and str(user[key]) != str(v):
                 raise UsageError(f"'{common}' is '{key}' for this algorithm; they are set to two values "
-                                 f"({v!r} and {user[key]!r}): set one")
+                                 f"({v!r} and {user[key]!r}): set one", kind="bad_value", field=common, value=v)
             out[key] = v
     return out
 
@@ -477,47 +405,43 @@ def known_keys(task: str, entry: Entry) -> set[str]:
     return keys | set(getattr(entry.cls, "aliases", None) or {})
 
 
+_RANGES = (  # (a run setting, its range as the message says it, whether a value is in it), checked in this order
+    ("rounds", "rounds (the budget) must be > 0", lambda v: v > 0),
+    ("max_iters", "max_iters must be > 0", lambda v: v is None or v > 0),
+    ("time_limit", "time_limit must be > 0", lambda v: v is None or v > 0),
+    ("clients", "clients must be >= 1", lambda v: v >= 1),
+    ("participation", "participation must be in (0, 1]", lambda v: 0 < v <= 1),
+    ("eval_every", "eval_every must be >= 1", lambda v: v >= 1),
+    ("eval_rounds", "eval_rounds must be >= 1 (or none)", lambda v: v is None or v >= 1),
+    ("alpha", "alpha must be > 0", lambda v: v > 0),
+    ("seed", "seed must be in [0, 2^32)", lambda v: 0 <= v < 2**32),  # numpy's generators take 32-bit seeds
+    ("threads", "threads must be in [1, 1024] (or none)", lambda v: v is None or 1 <= v <= 1024),
+    ("shards_per_client", "shards_per_client must be in [1, 10000]", lambda v: 1 <= v <= 10_000),
+    ("clients", "clients must be <= 100000", lambda v: v <= 100_000),
+    ("val_frac", "val_frac must be in (0, 1)", lambda v: v is None or 0 < v < 1),
+    ("heldout_frac", "heldout_frac must be in [0, 1)", lambda v: 0 <= v < 1),
+    ("checkpoint_every", "checkpoint_every must be >= 1", lambda v: v >= 1),
+)
+
+
 def _validate(run: RunSettings, tcls) -> None:
     if run.dataset not in LOADERS:
         raise unknown("dataset", run.dataset, LOADERS)
     if tcls.datasets and run.dataset not in tcls.datasets:
         raise UsageError(f"task '{tcls.name}' does not support dataset '{run.dataset}'; "
-                         f"choose one of: {', '.join(tcls.datasets)}")
+                         f"choose one of: {', '.join(tcls.datasets)}", kind="unsupported", field="dataset",
+                         value=run.dataset)
     if run.partition not in PARTITIONS:
         raise unknown("partition", run.partition, PARTITIONS)
     if run.device not in DEVICES:
-        raise UsageError(f"device must be one of {', '.join(DEVICES)}; got '{run.device}'")
-    if run.rounds <= 0:
-        raise UsageError(f"rounds (the budget) must be > 0, got {run.rounds}")
-    if run.max_iters is not None and run.max_iters <= 0:
-        raise UsageError(f"max_iters must be > 0, got {run.max_iters}")
-    if run.time_limit is not None and run.time_limit <= 0:
-        raise UsageError(f"time_limit must be > 0, got {run.time_limit}")
-    if run.clients < 1:
-        raise UsageError(f"clients must be >= 1, got {run.clients}")
-    if not 0 < run.participation <= 1:
-        raise UsageError(f"participation must be in (0, 1], got {run.participation}")
-    if run.eval_every < 1:
-        raise UsageError(f"eval_every must be >= 1, got {run.eval_every}")
-    if run.eval_rounds is not None and run.eval_rounds < 1:
-        raise UsageError(f"eval_rounds must be >= 1 (or none), got {run.eval_rounds}")
-    if run.alpha <= 0:
-        raise UsageError(f"alpha must be > 0, got {run.alpha}")
-    if not 0 <= run.seed < 2**32:  # numpy's generators take 32-bit seeds
-        raise UsageError(f"seed must be in [0, 2^32), got {run.seed}")
-    if run.threads is not None and not 1 <= run.threads <= 1024:
-        raise UsageError(f"threads must be in [1, 1024] (or none), got {run.threads}")
-    if not 1 <= run.shards_per_client <= 10_000:
-        raise UsageError(f"shards_per_client must be in [1, 10000], got {run.shards_per_client}")
-    if run.clients > 100_000:
-        raise UsageError(f"clients must be <= 100000, got {run.clients}")
-    if run.val_frac is not None and not 0 < run.val_frac < 1:
-        raise UsageError(f"val_frac must be in (0, 1), got {run.val_frac}")
-    if not 0 <= run.heldout_frac < 1:
-        raise UsageError(f"heldout_frac must be in [0, 1), got {run.heldout_frac}")
-    if run.checkpoint_every < 1:
-        raise UsageError(f"checkpoint_every must be >= 1, got {run.checkpoint_every}")
+        raise UsageError(f"device must be one of {', '.join(DEVICES)}; got '{run.device}'", kind="bad_value",
+                         field="device", value=run.device)
+    for key, says, ok in _RANGES:
+        v = getattr(run, key)
+        if not ok(v):
+            raise UsageError(f"{says}, got {v}", kind="bad_value", field=key, value=v)
     for key in ("out_dir", "data_dir"):
         check_path(key, getattr(run, key))
     if run.target is not None and not math.isfinite(run.target):
-        raise UsageError(f"target must be a finite number, got {run.target}")
+        raise UsageError(f"target must be a finite number, got {run.target}", kind="bad_value", field="target",
+                         value=run.target)

@@ -34,9 +34,11 @@ def check_hp(params: Any) -> None:
         if v is None or not m:
             continue
         if "choices" in m and v not in m["choices"]:
-            raise UsageError(f"'{f.name}' must be one of {', '.join(m['choices'])}; got {v!r}")
+            raise UsageError(f"'{f.name}' must be one of {', '.join(m['choices'])}; got {v!r}", kind="bad_value",
+                             field=f.name, value=v)
         for op, bad in (("ge", lambda a, b: a < b), ("gt", lambda a, b: a <= b), ("lt", lambda a, b: a >= b),
                         ("le", lambda a, b: a > b)):
             if op in m and bad(v, m[op]):
                 sym = {"ge": ">=", "gt": ">", "lt": "<", "le": "<="}[op]
-                raise UsageError(f"'{f.name}' must be {sym} {m[op]:g}, got {v}")
+                raise UsageError(f"'{f.name}' must be {sym} {m[op]:g}, got {v}", kind="bad_value", field=f.name,
+                                 value=v)

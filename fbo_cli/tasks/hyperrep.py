@@ -123,7 +123,7 @@ class HyperRep(HeadClosedForms, BilevelTask):
         eval_on = tuple(e.strip() for e in p.eval.split(","))
         if any(e not in EVAL_SPLITS for e in eval_on) or len(set(eval_on)) < len(eval_on):
             raise UsageError(f"eval must be a comma-separated list of {', '.join(EVAL_SPLITS)} (each once); "
-                             f"got '{p.eval}'")
+                             f"got '{p.eval}'", kind="bad_value", field="eval", value=p.eval)
         if "train" in eval_on and p.lower == "local":
             raise UsageError("eval=train scores one global head on the whole training set; lower=local has a "
                              "head per client")

@@ -1,6 +1,9 @@
 """The remaining bad inputs are exit 2 with a message, and the smaller items."""
 
+import errno
+
 import pytest
+from cli_helpers import error_of, fails_with
 from typer.testing import CliRunner
 
 from fbo_cli.cli import app
@@ -25,15 +28,17 @@ BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
     for i in range(8))
 
 
-@pytest.mark.parametrize("text, says", [(BOMB, "alias bomb"), ("[" * 20000 + "]" * 20000, "levels deep"),
-                                        ("\x00\x01 {{ :", "not"), ("cases: 5\n", "'cases' must be a list"),
-                                        ("- 1\n", "must hold a mapping"),
-                                        ("cases: [{name: a}]\nreference: b\n", "'reference' must name")])
-def test_bench_cases_that_are_not_a_cases_file_are_exit_2(tmp_path, text, says):
+@pytest.mark.parametrize("text, kind, field", [(BOMB, "bad_yaml", "aliases"),
+                                               ("[" * 20000 + "]" * 20000, "bad_yaml", "depth"),
+                                               ("\x00\x01 {{ :", "bad_yaml", "syntax"),
+                                               ("cases: 5\n", "bad_spec", "cases"),
+                                               ("- 1\n", "bad_spec", "mapping"),
+                                               ("cases: [{name: a}]\nreference: b\n", "bad_spec", "reference")])
+def test_bench_cases_that_are_not_a_cases_file_are_exit_2(tmp_path, text, kind, field):
     f = tmp_path / "cases.yaml"
     f.write_text(text)
     r = runner.invoke(app, ["bench", "--cases", str(f)])
-    assert r.exit_code == 2 and says in " ".join(r.output.split()) and "Traceback" not in r.output, r.output
+    assert fails_with(r, kind, field=field, path=str(f)) and "Traceback" not in r.output, r.output
 
 
 SPEC = ("name: s55\ntask: hyperrep\nseeds: [0]\nalgorithms: [{name: A, algo: aggitd}]\n"
@@ -57,24 +62,29 @@ def test_a_settled_yaml_cannot_carry_more_seeds_than_a_spec_may(tmp_path, added,
     assert time.monotonic() - t < 10
 
 
-@pytest.mark.parametrize("args, says", [(["aggitd-fig2", "--out", "FILE"], "is a regular file"),
-                                        (["aggitd-fig2", "--out", "/proc/x"], "cannot create directory /proc/x"),
-                                        (["zohfl-fig1", "mnist", "--seed", "-1"], "--seed in [0, 2^32)"),
-                                        (["zohfl-fig1", "mnist", "--seed", "99999999999999999999"], "--seed in")])
-def test_figure_with_a_bad_out_or_seed_is_exit_2(tmp_path, args, says):
+@pytest.mark.parametrize("args, kind, field", [(["aggitd-fig2", "--out", "FILE"], "unwritable", "blocked"),
+                                               (["aggitd-fig2", "--out", "/proc/x"], "unwritable", None),
+                                               (["zohfl-fig1", "mnist", "--seed", "-1"], "bad_value", "--seed"),
+                                               (["zohfl-fig1", "mnist", "--seed", "99999999999999999999"], "bad_value",
+                                                "--seed")])
+def test_figure_with_a_bad_out_or_seed_is_exit_2(tmp_path, args, kind, field):
     (tmp_path / "FILE").write_text("mine")
     args = [str(tmp_path / a) if a == "FILE" else a for a in args]
     r = runner.invoke(app, ["figure", *args] + ([] if "--out" in args else ["--out", str(tmp_path / "o")]))
-    assert r.exit_code == 2 and says in " ".join(r.output.split()) and "Traceback" not in r.output, r.output
+    e = error_of(r)
+    assert fails_with(r, kind) and "Traceback" not in r.output, r.output
+    assert field is None or field in e.field.split("/"), e.field  # the seed: the option named with its peers
+    assert "--out" not in args or e.path == args[args.index("--out") + 1]
     assert (tmp_path / "FILE").read_text() == "mine" and not (tmp_path / "o").exists()
 
 
-@pytest.mark.parametrize("main, says", [("raise SystemExit(3)\n", "failed (exit 3"),
-                                        ("import sys, yaml\nout = sys.argv[sys.argv.index('--output') + 1]\n"
-                                         "yaml.safe_dump({'round': [10]}, open(out, 'w'))\n", "KeyError: 'test_acc'"),
-                                        (None, "cannot create directory")])
+@pytest.mark.parametrize("main, kind, value", [("raise SystemExit(3)\n", "failed", 3),
+                                               ("import sys, yaml\nout = sys.argv[sys.argv.index('--output') + 1]\n"
+                                                "yaml.safe_dump({'round': [10]}, open(out, 'w'))\n", "failed",
+                                                "KeyError"),
+                                               (None, "unwritable", None)])
 def test_witness_when_the_code_fails_or_its_log_is_short_or_out_dir_unwritable_is_exit_2(tmp_path, monkeypatch,
-                                                                                         main, says):
+                                                                                         main, kind, value):
     import fbo_cli.evidence.witness as w
 
     # the driver without its torch set-up (seconds to import): it runs main_hr.py as the real one does
@@ -90,7 +100,7 @@ def test_witness_when_the_code_fails_or_its_log_is_short_or_out_dir_unwritable_i
     out = tmp_path / ("FILE" if main is None else "out")
     r = runner.invoke(app, ["witness", "fednest", "--checkout", str(co), "--mnist-raw", str(raw), "--seeds", "0",
                             "--settings", "iid-tau1", "--rounds", "10", "--out-dir", str(out)])
-    assert r.exit_code == 2 and says in " ".join(r.output.split()) and "Traceback" not in r.output, r.output
+    assert fails_with(r, kind, value=value) and "Traceback" not in r.output, r.output
     assert not list(tmp_path.glob("out/witness/*/*"))
 
 
@@ -115,4 +125,17 @@ def test_the_report_names_a_run_whose_metrics_fail_their_hash_as_tampered(tmp_pa
 def test_a_spec_path_component_over_255_bytes_is_exit_2(tmp_path, cmd):
     p = str(tmp_path / ("s" * 300) / "x.yaml")
     r = runner.invoke(app, [a.replace("{p}", p) for a in cmd])
-    assert r.exit_code == 2 and "File name too long" in " ".join(r.output.split()), r.output
+    assert fails_with(r, "unreadable", value=errno.ENAMETOOLONG), r.output
+
+
+def test_an_errors_kind_and_fields_survive_a_worker_process_and_a_rewording():
+    """A worker's UsageError comes back pickled (processes, Ray): its kind and fields come with it; a caller that
+    adds where it happened keeps them."""
+    import pickle
+
+    from fbo_cli.errors import UsageError
+
+    e = pickle.loads(pickle.dumps(UsageError("m", kind="bad_value", field="tau", path="/x", value=3)))
+    assert (str(e), e.kind, e.field, e.path, e.value) == ("m", "bad_value", "tau", "/x", 3)
+    w = e.reworded(f"--out: {e}")
+    assert (str(w), w.kind, w.field, w.path, w.value) == ("--out: m", "bad_value", "tau", "/x", 3)

@@ -2,7 +2,7 @@
 
 import pandas as pd
 import pytest
-from cli_helpers import TINY, run, run_dir
+from cli_helpers import TINY, fails_with, run, run_dir
 
 
 def test_tensorboard_export_of_a_run(tmp_path):
@@ -18,4 +18,4 @@ def test_tensorboard_export_of_a_run(tmp_path):
     got = [e.value for e in acc.Scalars("test_acc")]
     assert got == pytest.approx(list(m.test_acc)) and [e.step for e in acc.Scalars("test_acc")] == list(m.rounds)
     r = run("export", str(tmp_path / "nope"))
-    assert r.exit_code == 2 and "not a run directory" in " ".join(r.output.split())
+    assert fails_with(r, "not_found", field="run", path=str(tmp_path / "nope")), r.output

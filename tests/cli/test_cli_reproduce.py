@@ -4,6 +4,7 @@ hand (the Makefile's targets are one line each)."""
 import re
 from pathlib import Path
 
+from cli_helpers import fails_with
 from typer.testing import CliRunner
 
 from fbo_cli.cli import app
@@ -73,6 +74,6 @@ def test_dry_run_lists_tune_then_compare_in_report_order_and_runs_nothing(tmp_pa
 def test_bad_paper_and_jobs_are_usage_errors(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     r = runner.invoke(app, ["reproduce", "--paper", "nope", "--dry-run"])
-    assert r.exit_code == 2 and "unknown paper 'nope'" in r.output
+    assert fails_with(r, "unknown", field="paper", value="nope"), r.output
     r = runner.invoke(app, ["reproduce", "--jobs", "0", "--dry-run"])
     assert r.exit_code == 2 and "--jobs must be >= 1" in r.output

@@ -7,6 +7,7 @@ import pickle
 import pandas as pd
 import pytest
 import torch
+from cli_helpers import fails_with
 from typer.testing import CliRunner
 
 from fbo_cli.cli import app
@@ -238,7 +239,7 @@ def test_a_missing_dataset_leaves_no_folder_behind(tmp_path, monkeypatch, downlo
     r = runner.invoke(app, ["run", "hyperrep", "--algo", "aggitd", "--dataset", "mnist", "--rounds", "2",
                             "--data-dir", str(data), "--out-dir", str(tmp_path / "out"), "--set",
                             f"download={download}"])
-    assert r.exit_code == 2 and "dataset 'mnist' not found" in " ".join(r.output.split())
+    assert fails_with(r, "not_found", field="dataset", value="mnist"), r.output
     assert list(data.iterdir()) == [] and not any((tmp_path / "out").rglob("*"))
 
 
@@ -266,7 +267,7 @@ def test_clean_removes_nothing_fbo_did_not_make(tmp_path):
     (h / ".lock").write_text("")
     (h / "empty").mkdir()
     r = runner.invoke(app, ["clean", "--out-dir", str(h), "--yes"])
-    assert r.exit_code == 2 and "not a results root fbo made" in " ".join(r.output.split())
+    assert fails_with(r, "not_fbos", path=str(h)), r.output
     assert (h / ".bashrc").read_text() == "x" and (h / ".lock").exists() and (h / "empty").is_dir()
     # inside a root fbo made: dotfiles, empty folders of the user's, and anything behind a link stay
     cfg = _cfg(tmp_path / "out")

@@ -1,10 +1,12 @@
 """One writer that never writes over what is not a regular file (items 1 and 7), and the runaway
 inputs of item 7. The scratch folders' tokens (item 2) are in tests/runs/test_ownership.py."""
 
+import errno
 import os
 import stat
 
 import pytest
+from cli_helpers import error_of, fails_with
 from typer.testing import CliRunner
 
 from fbo_cli.cli import app
@@ -30,7 +32,7 @@ def test_report_md_onto_a_fifo_is_exit_2_and_leaves_it_a_fifo_with_nothing_besid
     fifo.parent.mkdir()
     os.mkfifo(fifo)
     r = _report(tmp_path, "--md", str(fifo), "--html", str(tmp_path / "r.html"))
-    assert r.exit_code == 2 and str(fifo) in _said(r) and "FIFO" in _said(r), r.output
+    assert fails_with(r, "unwritable", field="not_regular", path=str(fifo)), r.output
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and os.listdir(fifo.parent) == ["null"]
     assert sorted(os.listdir(tmp_path)) == ["dev", "from"]  # no figures folder, no page beside anything
 
@@ -43,20 +45,20 @@ def test_report_onto_a_symlink_is_exit_2_and_its_target_is_untouched(tmp_path, o
     link.parent.mkdir()
     link.symlink_to(target)
     r = _report(tmp_path, option, str(link))
-    assert r.exit_code == 2 and "symbolic link" in _said(r), r.output
+    assert fails_with(r, "unwritable", field="link", path=str(link)), r.output
     assert link.is_symlink() and target.read_text() == "mine" and os.listdir(link.parent) == ["report.x"]
 
 
 @pytest.mark.parametrize("md", ["", "{tmp}"])
 def test_report_md_empty_or_a_folder_is_exit_2(tmp_path, md):
     r = _report(tmp_path, "--md", md.replace("{tmp}", str(tmp_path)), "--html", str(tmp_path / "r.html"))
-    assert r.exit_code == 2 and "Traceback" not in r.output and "cannot write" in _said(r), r.output
+    assert fails_with(r, "unwritable") and "Traceback" not in r.output, r.output
     assert not (tmp_path / "r.html").exists()
 
 
 def test_report_html_onto_a_kernel_file_is_exit_2():
     r = runner.invoke(app, ["report", "--spec", SPEC, "--from", ".", "--html", "/proc/1/mem"])
-    assert r.exit_code == 2 and "/proc/1/mem" in _said(r) and "Traceback" not in r.output, r.output
+    assert fails_with(r, "unwritable", path="/proc/1/mem") and "Traceback" not in r.output, r.output
 
 
 def test_the_one_writer_refuses_links_and_non_regular_files_and_writes_regular_ones(tmp_path):
@@ -64,15 +66,17 @@ def test_the_one_writer_refuses_links_and_non_regular_files_and_writes_regular_o
     (tmp_path / "target").write_text("mine")
     (tmp_path / "link").symlink_to(tmp_path / "target")
     (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
-    for name in ("fifo", "link", "dangling", "."):
-        with pytest.raises(UsageError, match="cannot write"):
+    for name, field in (("fifo", "not_regular"), ("link", "link"), ("dangling", "link"), (".", "not_regular")):
+        with pytest.raises(UsageError) as e:
             atomic_write(tmp_path / name, "x")
+        assert (e.value.kind, e.value.field) == ("unwritable", field)
     assert (tmp_path / "target").read_text() == "mine" and not (tmp_path / "nowhere").exists()
     atomic_write(tmp_path / "target", "new")  # a regular file is replaced
     assert (tmp_path / "target").read_text() == "new"
     assert sorted(os.listdir(tmp_path)) == ["dangling", "fifo", "link", "target"]  # no temporary file left
-    with pytest.raises(UsageError, match="kernel"):
+    with pytest.raises(UsageError) as e:
         check_target("/proc/self/comm")
+    assert (e.value.kind, e.value.field, e.value.path) == ("unwritable", "kernel", "/proc/self/comm")
 
 
 def test_a_figure_written_by_matplotlib_goes_through_the_same_check(tmp_path):
@@ -87,10 +91,12 @@ def test_a_figure_written_by_matplotlib_goes_through_the_same_check(tmp_path):
     (tmp_path / "mine.png").write_text("mine")
     (tmp_path / "fig.png").symlink_to(tmp_path / "mine.png")
     os.mkfifo(tmp_path / "curves.svg")
-    with pytest.raises(UsageError, match="symbolic link"):
+    with pytest.raises(UsageError) as e:
         save_figure(plt.figure(), tmp_path / "fig.png")
-    with pytest.raises(UsageError, match="FIFO"):
+    assert (e.value.field, e.value.path) == ("link", str(tmp_path / "fig.png"))
+    with pytest.raises(UsageError) as e:
         save(plt.figure(), tmp_path / "curves.png", formats=("svg",))
+    assert (e.value.field, e.value.path) == ("not_regular", str(tmp_path / "curves.svg"))
     assert (tmp_path / "mine.png").read_text() == "mine" and stat.S_ISFIFO(os.lstat(tmp_path / "curves.svg").st_mode)
     save_figure(plt.figure(), tmp_path / "ok.png")
     assert (tmp_path / "ok.png").read_bytes()[:4] == b"\x89PNG"
@@ -107,12 +113,12 @@ LONG = "x" * 300
     ["fetch", "mnist", "--data-dir", "{L}"], ["export", "{L}"], ["bench", "--cases", "{L}"]])
 def test_a_300_byte_path_component_is_exit_2_in_every_option(tmp_path, args):
     r = runner.invoke(app, [a.replace("{L}", str(tmp_path / LONG)) for a in args])
-    assert r.exit_code == 2 and "File name too long" in _said(r) and "Traceback" not in r.output, r.output
+    assert r.exit_code == 2 and error_of(r).value == errno.ENAMETOOLONG and "Traceback" not in r.output, r.output
 
 
 def test_diagnose_truncation_refuses_a_runaway_round_count():
     r = runner.invoke(app, ["diagnose", "truncation", "--rounds", str(10**23)])
-    assert r.exit_code == 2 and "--rounds" in _said(r), r.output
+    assert fails_with(r, "bad_value", value=(10**23, 1000)) and "--rounds" in error_of(r).field, r.output
 
 
 def test_report_from_a_root_with_a_dangling_link_and_deep_folders_does_not_walk_or_die(tmp_path, monkeypatch):
@@ -129,13 +135,11 @@ def test_report_from_a_root_with_a_dangling_link_and_deep_folders_does_not_walk_
     monkeypatch.setattr(plot_reuse, "STATS_MAX", 0)  # a root holding more than runs (`--from /`): not walked on
     assert plot_reuse._stats(root) == []
     r = _report(tmp_path, "--md", str(tmp_path / "r.md"), "--html", str(tmp_path / "r.html"))
-    assert r.exit_code == 2 and "no finished runs" in _said(r), r.output
+    assert fails_with(r, "not_found", field="runs", path=str(root)), r.output
 
 
 def test_a_permission_error_anywhere_in_a_command_is_exit_2_naming_the_file():
     """`chattr +i` on a run folder: PermissionError (EPERM) deep in the runner was a traceback."""
-    import errno
-
     import typer
 
     from fbo_cli.cli.common import path_errors
@@ -146,7 +150,8 @@ def test_a_permission_error_anywhere_in_a_command_is_exit_2_naming_the_file():
     t = typer.Typer()
     t.command()(path_errors(boom))
     r = runner.invoke(t, [])
-    assert r.exit_code == 2 and "summary.json" in _said(r) and "Traceback" not in r.output, r.output
+    assert fails_with(r, "bad_path", path="/r/hyperrep/aggitd/x/summary.json", value=errno.EPERM), r.output
+    assert "Traceback" not in r.output
 
 
 def test_a_dangling_link_in_place_of_a_run_folder_is_named_as_such(tmp_path):
@@ -158,7 +163,7 @@ def test_a_dangling_link_in_place_of_a_run_folder_is_named_as_such(tmp_path):
     cfg.run_dir.symlink_to(tmp_path / "nowhere")
     r = runner.invoke(app, ["run", "hyperrep", "--algo", "aggitd", "--dataset", "digits", "--rounds", "2", "--set",
                             "clients=4", "--set", "participation=0.5", "--out-dir", str(tmp_path), "--quiet"])
-    assert r.exit_code == 2 and "is a symbolic link to nothing" in _said(r), r.output
+    assert fails_with(r, "unwritable", field="dangling"), r.output
     assert cfg.run_dir.is_symlink() and not (tmp_path / "nowhere").exists()
 
 

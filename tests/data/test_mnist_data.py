@@ -108,8 +108,10 @@ def test_fetch_with_a_bad_checksum_installs_nothing(tmp_path, monkeypatch):
 def test_fetch_cli_names_what_it_knows(tmp_path):
     from typer.testing import CliRunner
 
+    from cli_helpers import fails_with
+
     from fbo_cli.cli import app
 
     r = CliRunner().invoke(app, ["fetch", "imagenet", "--data-dir", str(tmp_path)])
-    assert r.exit_code == 2 and "fbo fetch knows: mnist" in r.output and "Traceback" not in r.output
+    assert fails_with(r, "unknown", field="dataset", value="imagenet") and "Traceback" not in r.output, r.output
     assert not any(tmp_path.iterdir())

@@ -72,6 +72,18 @@ def test_sigint_writes_checkpoint(tmp_path):
 
 
 CLI = [sys.executable, "-m", "fbo_cli.cli"]
+
+
+def _uninterrupted(args):
+    """The reference a killed command is compared with, run in this process (torch already imported: seconds
+    less than a fresh interpreter and its workers): the same command line, whose numbers do not depend on the
+    process that computes them."""
+    from cli_helpers import invoke
+
+    r = invoke(args)
+    assert r.exit_code == 0, r.output
+    return r
+
 TINY = ["--dataset", "digits", "--clients", "6", "--participation", "0.5", "--eval-every", "1", "--quiet",
         "--set", "threads=1", "--set", "checkpoint_every=1"]
 
@@ -87,21 +99,20 @@ def _kill_when(proc, cond, timeout=60):
 
 
 def test_sigkilled_run_resumes(tmp_path):
-    # long enough (about 1 s of rounds even on a fast machine) that the kill lands mid-run
-    args = ["run", "hyperrep", "--algo", "fednest", "--rounds", "600", *TINY]
-    subprocess.run(CLI + args + ["--out-dir", str(tmp_path / "full")], check=True, capture_output=True)
+    # long enough (30 iterations, a checkpoint after each) that the kill lands mid-run even on a fast machine
+    args = ["run", "hyperrep", "--algo", "fednest", "--rounds", "300", *TINY]
+    _uninterrupted(args + ["--out-dir", str(tmp_path / "full")])
     p = subprocess.Popen(CLI + args + ["--out-dir", str(tmp_path / "kill")], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE)
 
     def mid():
         f = list((tmp_path / "kill").glob("hyperrep/*/*/metrics.csv"))
-        return f and len(f[0].read_text().splitlines()) > 10
+        return f and len(f[0].read_text().splitlines()) > 4  # a header and 4 iterations: checkpointed
 
     _kill_when(p, mid)
     d = next((tmp_path / "kill").glob("hyperrep/*/*"))
     assert run_status(d)[0] == "partial"
-    r = subprocess.run(CLI + args + ["--out-dir", str(tmp_path / "kill")], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    r = _uninterrupted(args + ["--out-dir", str(tmp_path / "kill")])  # resumed in this process
     assert "resuming" in r.stderr
     full = pd.read_csv(next((tmp_path / "full").glob("hyperrep/*/*/metrics.csv"))).drop(columns="train_time")
     kill = pd.read_csv(d / "metrics.csv").drop(columns="train_time")
@@ -145,20 +156,18 @@ def test_sigkilled_compare_resumes_and_its_workers_die(tmp_path):
 name: k
 task: hyperrep
 seeds: [0, 1]
-base: {{dataset: digits, clients: 6, participation: 0.5, rounds: 600, checkpoint_every: 5, threads: 1,
+base: {{dataset: digits, clients: 6, participation: 0.5, rounds: 200, checkpoint_every: 1, threads: 1,
         out_dir: {out}}}
 algorithms: [{{name: F, algo: fednest}}]
 """)
         return str(p)
 
-    full = subprocess.run(CLI + ["compare", spec(tmp_path / "full"), "--jobs", "2"], capture_output=True, text=True)
-    assert full.returncode == 0, full.stderr
+    _uninterrupted(["compare", spec(tmp_path / "full"), "--jobs", "1"])  # serial: in this process
     kill = tmp_path / "kill"
     p = subprocess.Popen(CLI + ["compare", spec(kill), "--jobs", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
-    # kill while a run is mid-way (its checkpoint exists only until it finishes, and the first one is
-    # written 5 of 60 iterations in); the runs are long (600 rounds, seconds each) so that the kill lands
-    # mid-run even on a fast machine, where the two workers may start a second apart
+    # kill while a run is mid-way: its checkpoint exists from its first iteration of 20 until it finishes, so
+    # that the kill lands mid-run even on a fast machine, where the two workers may start a second apart
     def mid():
         return any(kill.glob("hyperrep/*/*/checkpoint.pt"))
 
@@ -172,9 +181,7 @@ algorithms: [{{name: F, algo: fednest}}]
 
     _kill_when(p, mid_and_workers)
     assert _all_gone(workers), "workers outlived their SIGKILLed parent"
-    r = subprocess.run(CLI + ["compare", str(kill / "exp.yaml"), "--jobs", "2"],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    _uninterrupted(["compare", str(kill / "exp.yaml"), "--jobs", "1"])  # resumed in this process
     for a, b in zip(sorted((tmp_path / "full").glob("hyperrep/*/*/metrics.csv")),
                     sorted(kill.glob("hyperrep/*/*/metrics.csv"))):
         pd.testing.assert_frame_equal(pd.read_csv(a).drop(columns="train_time"),

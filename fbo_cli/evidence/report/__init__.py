@@ -57,7 +57,7 @@ def build_report(root: Path, md_path: Path, html_path: Path, command: str = "fbo
     papers = (Paper("specs", "Experiments", "", given=tuple(specs)),) if specs else PAPERS
     for spec in specs or []:
         if not Path(spec).is_file():
-            raise UsageError(f"spec not found: {spec}")
+            raise UsageError(f"spec not found: {spec}", kind="not_found", path=spec)
     if not specs:  # every spec that names a paper must name one the report has
         from ...grids.spec import report_index
 
@@ -65,7 +65,8 @@ def build_report(root: Path, md_path: Path, html_path: Path, command: str = "fbo
         for path, paper, _ in report_index():
             if paper not in keys:
                 raise UsageError(f"{path}: 'paper: {paper}' is not a paper of the report; "
-                                 f"choose one of: {', '.join(sorted(keys))}")
+                                 f"choose one of: {', '.join(sorted(keys))}", kind="unknown", field="paper",
+                                 value=paper, path=path)
     figdir = html_path.parent / ("figures" if not specs else f"{html_path.stem}-figures")
     if figdir.is_symlink() or (figdir.exists() and not (figdir / FIGURES_MARK).is_file()):
         raise UsageError(f"{figdir} exists and is not a figures folder fbo wrote (no {FIGURES_MARK} in it): the "
@@ -91,7 +92,8 @@ def build_report(root: Path, md_path: Path, html_path: Path, command: str = "fbo
             if not any(len(x.missing or []) < len(x.exp.cells) for x in secs):
                 raise UsageError(f"no finished runs under {root} for "
                                  f"{'these specs' if specs else 'any reproduction spec'}"
-                                 f": nothing to report (run them, or --from the folder that holds them)")
+                                 f": nothing to report (run them, or --from the folder that holds them)",
+                                 kind="not_found", field="runs", path=root)
             md = render_markdown(sections, root, command, papers)
             atomic_write(md_path, md)
             paper_figs = {p.key: paper_figures(p, sections[p.key], root, fresh, ev) for p in papers}

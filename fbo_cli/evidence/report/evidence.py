@@ -143,7 +143,7 @@ def prune_evidence(evidence: Path, papers=PAPERS, remove: bool = False, yes: boo
     if remove and (stale or partial):
         if not is_fbo_root(evidence):
             raise UsageError(f"--prune: {evidence} is not a results root fbo made (no {ROOT_MARKER}); nothing "
-                             f"removed")
+                             f"removed", kind="not_fbos", path=evidence)
         if len(stale) > PRUNE_SHARE * len(runs) and not yes:
             raise UsageError(f"--prune would remove {len(stale)} of the {len(runs)} runs under {evidence} (more "
                              f"than {PRUNE_SHARE:.0%}; e.g. {stale[0]}): nothing removed. `fbo report --collect "

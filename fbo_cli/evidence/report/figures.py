@@ -59,7 +59,8 @@ def draw(name: str, root: Path, out_dir: Path, formats=ps.FORMATS, evidence: Evi
     """Draw the paper figure ``name`` from the runs under ``root`` into ``out_dir/<name>.<fmt>``; returns the
     files written (the PNG first when written) and the figure's caption."""
     if name not in BY_NAME:
-        raise UsageError(f"unknown figure '{name}'; choose one of: {', '.join(BY_NAME)}")
+        raise UsageError(f"unknown figure '{name}'; choose one of: {', '.join(BY_NAME)}", kind="unknown",
+                         field="figure", value=name)
     fig = BY_NAME[name]
     ev = evidence or Evidence(root)
     path = Path(out_dir) / f"{file_stem(name)}.png"

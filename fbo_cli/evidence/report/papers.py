@@ -124,7 +124,8 @@ def reproduction_specs(paper: str | None = None) -> list[str]:
 
     keys = [p.key for p in PAPERS]
     if paper is not None and paper not in keys:
-        raise UsageError(f"--paper: unknown paper '{paper}'; choose one of: {', '.join(keys)}")
+        raise UsageError(f"--paper: unknown paper '{paper}'; choose one of: {', '.join(keys)}", kind="unknown",
+                         field="paper", value=paper)
     index = report_index()  # read once, not once per paper
     return [s for p in PAPERS if paper in (None, p.key) for s, key, _ in index if key == p.key and Path(s).is_file()]
 
