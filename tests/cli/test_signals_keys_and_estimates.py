@@ -16,7 +16,8 @@ runner = CliRunner()
 def test_a_signal_after_the_loops_last_look_still_stops_the_command():
     """SIGTERM while a run (or a batch) writes its summaries, after its loop last checked the flag: the
     handler outside the run gets it (fbo tune then ends with exit 130), not the next run's loop nor nobody."""
-    from fbo_cli.runs.runner import STOP, _Stop
+    from fbo_cli.runs.loop import STOP
+    from fbo_cli.runs.loop import Stop as _Stop
 
     def outside(signum, frame):
         raise KeyboardInterrupt
@@ -50,7 +51,7 @@ def test_a_full_disk_under_a_library_or_the_run_log_is_the_message_not_a_traceba
     import typer
 
     from fbo_cli.cli.common import user_errors
-    from fbo_cli.runs.runner import _run_log
+    from fbo_cli.runs.loop import run_log as _run_log
 
     with pytest.raises(typer.Exit) as e, user_errors():
         try:  # matplotlib's PDF writer on a full disk: an AttributeError raised while handling ENOSPC
