@@ -172,7 +172,7 @@ def test_tune_dry_run_says_the_waves_and_the_load(tmp_path, monkeypatch):
 
 
 def test_fbo_run_stopped_after_its_loops_last_look_is_exit_130(tmp_path, monkeypatch):
-    import fbo_cli.runs.runner as rn
+    import fbo_cli.runs.loop as rn
 
     def late_signal(*a, **k):  # as if SIGTERM came during the last evaluation: re-delivered when the run ends
         raise KeyboardInterrupt
