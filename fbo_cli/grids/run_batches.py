@@ -328,6 +328,7 @@ def execute_batch(cfgs: Sequence[RunConfig], reuse: bool = True, fresh: bool = F
     alone: list[int] = []
     again: set[int] = set()  # runs of a batch that failed, run again alone
     back: list[int] = []  # runs with a checkpoint
+    dirs: dict[int, RunDir] = {}
     if len(cfgs) == 1 or not all(batchable(c) for c in cfgs):
         alone = list(range(len(cfgs)))
     with contextlib.ExitStack() as held:
@@ -336,7 +337,7 @@ def execute_batch(cfgs: Sequence[RunConfig], reuse: bool = True, fresh: bool = F
             if i in alone:
                 continue
             make_dirs(c.run_dir)
-            rd = RunDir(c.run_dir)
+            rd = dirs[i] = RunDir(c.run_dir)  # its state read once, under the lock
             if not held.enter_context(rd.lock(wait=False)):
                 alone.append(i)
                 continue
@@ -373,7 +374,7 @@ def execute_batch(cfgs: Sequence[RunConfig], reuse: bool = True, fresh: bool = F
             resume = isinstance(key, tuple)
             for i in idx:
                 note = held.enter_context(run_log(cfgs[i].run_dir, log))
-                rd = RunDir(cfgs[i].run_dir)
+                rd = dirs[i]
                 if not resume:
                     rd.drop_checkpoint()
                 note(f"{'resume' if resume else 'start'}: {cfgs[i].task}/{cfgs[i].algo} {cfgs[i].run_id} (in a batch "
