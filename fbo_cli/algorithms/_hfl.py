@@ -34,17 +34,19 @@ import torch
 
 from ..sim.federation import sample_clients
 from .base import Algorithm
+from .batching import Batching
 from .runs_as_clients import Rate, run_hp
 
 
 class HFLAlgorithm(Algorithm):
-    seeds_unbatched: ClassVar[str] = ("its client sets come from a generator of its own and its minibatches from "
-                                      "each seed's client tables, which a seed batch does not carry")
+    # its subclasses' runs batch (FedAvg, ZO-HFL: ``on``); H_r is one number of local steps a round
+    batch: ClassVar[Batching] = Batching(
+        on=False, state=("x", "personal"), fixed=("tau",),
+        seeds="its client sets come from a generator of its own and its minibatches from each seed's client tables, "
+              "which a seed batch does not carry")
     tasks: ClassVar[tuple[str, ...]] = ("hfl",)
     rounds: ClassVar[str] = "1"
     work_grows: ClassVar[bool] = True  # ceil(tau sqrt(r + 1)) local steps in round r
-    batch_state: ClassVar[tuple[str, ...]] = ("x", "personal")
-    batch_fixed: ClassVar[tuple[str, ...]] = ("tau",)  # H_r: one number of local steps a round
 
     def __init__(self, task, hp, fed):
         super().__init__(task, hp, fed)

@@ -63,7 +63,7 @@ their grids sit higher.
 Run batches (fbo_cli/grids/run_batches.py, docs/fidelity.md#batches): R runs of one seed that differ in γ, λ, ϑ, ρ or ϱ
 step together, their client state ``[R, M, d]``, every oracle call folded over the ``R*M`` rows with the
 minibatches and k drawn once, the adaptive matrices per run (``a``, ``A`` ``[R, p]``; ``b``, ``B`` ``[R]``,
-float64); η_t's ``eta_k``, ``eta_n`` and the momentum constants ``c1``, ``c2`` are shared (``batch_fixed``).
+float64); η_t's ``eta_k``, ``eta_n`` and the momentum constants ``c1``, ``c2`` are shared (``batch.fixed``).
 Each run's numbers are identical bit for bit to the run alone on the CPU (tested).
 """
 
@@ -77,6 +77,7 @@ import torch
 from ..errors import UsageError
 from ._client_state import ClientStateAlgorithm
 from .base import bounded
+from .batching import Batching
 from .storm import pair, storm, twice, unpair
 
 ADAPTIVE = ("adam", "adabelief", "none")
@@ -92,10 +93,9 @@ class AdaFBiO(ClientStateAlgorithm):
     tasks: ClassVar[tuple[str, ...]] = ("hyperrep", "hyperclean")
     needs_local_lower: ClassVar[bool] = False
     # fbo_cli/grids/run_batches.py: the client copies [M, d] become [R, M, d], the adaptive matrices [R, d_x] and [R]
-    batches: ClassVar[bool] = True
-    batch_state: ClassVar[tuple[str, ...]] = ("x", "y", "v", "w", "y_oth", "v_oth", "a", "b", "A", "B", "w_ref",
-                                              "v_ref")
-    batch_fixed: ClassVar[tuple[str, ...]] = ("eta_k", "eta_n", "c1", "c2")  # η_t, α_t, β_t: one number an iteration
+    batch: ClassVar[Batching] = Batching(
+        state=("x", "y", "v", "w", "y_oth", "v_oth", "a", "b", "A", "B", "w_ref", "v_ref"),
+        fixed=("eta_k", "eta_n", "c1", "c2"))  # η_t, α_t, β_t: one number an iteration
 
     @dataclass
     class HP:

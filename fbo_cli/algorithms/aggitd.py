@@ -45,6 +45,7 @@ from typing import ClassVar
 import torch
 
 from .base import BilevelAlgorithm, bounded
+from .batching import Batching
 
 
 class AggITD(BilevelAlgorithm):
@@ -65,8 +66,8 @@ class AggITD(BilevelAlgorithm):
         tau: int = bounded(1, ge=1, le=1000, doc="local upper steps (\"Outer_ep\")")
         lower_solver: str = bounded("svrg", choices=("svrg", "sgd"), doc="svrg (Alg. 2) | sgd (FedAvg)")
 
-    batches: ClassVar[bool] = True  # fbo_cli/grids/run_batches.py: any number of local upper steps
-    batch_state: ClassVar[tuple[str, ...]] = ("x", "y")
+    # fbo_cli/grids/run_batches.py: any number of local upper steps
+    batch: ClassVar[Batching] = BilevelAlgorithm.batch.but(on=True, state=("x", "y"))
 
     def rounds_per_iteration(self) -> int:
         return (2 if self.hp.lower_solver == "svrg" else 1) * self.hp.N + 3

@@ -18,7 +18,10 @@ from ..errors import UsageError
 from ..sim.bounds import bounded, check_hp  # noqa: F401  (re-exported: algorithms declare HP with them)
 from ..sim.federation import Ledger, cmean, sample_clients
 from ..tasks.base import BilevelTask
+from .batching import NO_BATCH, Batching, declare
 
+BILEVEL_SEEDS = ("its lower rounds read each seed's full client splits (lower views, encodings) and charge their "
+                 "oracles in bulk, and its client sets are drawn per seed")
 REBUILT = {"task", "hp", "fed", "ledger"}  # an algorithm's references the runner rebuilds from the config; never saved
 
 
@@ -53,20 +56,20 @@ class Algorithm:
     # sets FedNest's tau; `fbo show` lists both
     aliases: ClassVar[dict[str, str]] = {}
     # runs of this algorithm that differ only in float hyperparameters and the seed may step together in
-    # one process (fbo_cli/grids/run_batches.py): their state carries a leading run dimension, rows run-major
-    batches: ClassVar[bool] = False
-    batch_state: ClassVar[tuple[str, ...]] = ()  # the attributes that carry it (global iterates [R, ...])
-    batch_fixed: ClassVar[tuple[str, ...]] = ()  # float hyperparameters the runs of a batch must share
+    # one process (fbo_cli/grids/run_batches.py): its one declaration, ``batch = Batching(state=..., fixed=...,
+    # seeds=..., clients=...)`` (fbo_cli/algorithms/batching.py); its state carries a leading run dimension, rows
+    # run-major. A seed batch (``seeds=True``, fbo_cli/algorithms/seed_runs.py) reads per-seed data only through
+    # ``fed`` (minibatches from ``RowSampler.of`` drawn with ``fed.gen``, oracle charges through ``_charge``, rounds
+    # through ``ledger.comm``). The old attributes (batches, batch_state, batch_fixed, batch_seeds, seeds_unbatched,
+    # client_state) mirror it, and a user's class may still declare them instead (``batching.declare``).
+    batch: ClassVar[Batching] = NO_BATCH
     batched: bool = False  # stepped in a run batch: the run dimension leads (fbo_cli/grids/run_batches.py)
     runs: int = 1  # the runs of the batch (a run alone: 1)
-    # runs of several seeds may step in one batch, each with its own data, generator and ledger (a seed batch,
-    # fbo_cli/algorithms/runs_as_clients.py): its step reads per-seed data only through ``fed`` (minibatches from
-    # ``RowSampler.of``
-    # drawn with ``fed.gen``, oracle charges through ``_charge``, rounds through ``ledger.comm``)
-    batch_seeds: ClassVar[bool] = False
-    # why its seeds never share a batch (``fbo show``; batch_seeds False)
-    seeds_unbatched: ClassVar[str] = "its step reads each seed's data outside the samplers a seed batch carries"
-    seed_runs: Any = None  # in a seed batch, its runs (fbo_cli.algorithms.runs_as_clients._Seeds)
+    seed_runs: Any = None  # in a seed batch, its runs (fbo_cli.algorithms.seed_runs.Seeds)
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        declare(cls)
 
     @dataclass
     class HP:
@@ -82,15 +85,16 @@ class Algorithm:
 
     @classmethod
     def can_batch(cls, hp: Any) -> bool:
-        """Whether a run with these hyperparameters may step in a run batch (``batches`` True)."""
-        return cls.batches
+        """Whether a run with these hyperparameters may step in a run batch (its ``batch`` is on)."""
+        return cls.batch.on
 
     @classmethod
     def can_batch_seeds(cls, hp: Any, run: Any) -> bool:
         """Whether runs of several seeds with these hyperparameters and run settings may step in one batch: the
-        algorithm batches seeds (``batch_seeds``) and every client takes part in every round (no client set is
+        algorithm batches seeds (``batch.seeds`` True) and every client takes part in every round (no client set is
         drawn: a seed batch's clients are the same rows of each run's own data)."""
-        return cls.batch_seeds and cls.can_batch(hp) and round(run.participation * run.clients, 9) >= run.clients
+        every = round(run.participation * run.clients, 9) >= run.clients
+        return cls.batch.seeds is True and cls.can_batch(hp) and every
 
     @classmethod
     def auto_batch(cls, hp: Any, task: str) -> bool:
@@ -147,6 +151,9 @@ class Algorithm:
         return X.unflatten(0, (self.runs, -1))[:, 0].clone() if self.batched else X[0].clone()
 
 
+declare(Algorithm)  # its old attributes from its ``batch`` (a user's class may read them)
+
+
 # the common names one may use for any algorithm that has the quantity (``Algorithm.aliases`` maps them to
 # the algorithm's own key): name -> meaning
 VOCABULARY = {
@@ -174,8 +181,8 @@ class BilevelAlgorithm(Algorithm):
 
     tasks: ClassVar[tuple[str, ...]] = ("hyperrep",)
     task: BilevelTask
-    seeds_unbatched: ClassVar[str] = ("its lower rounds read each seed's full client splits (lower views, encodings) "
-                                      "and charge their oracles in bulk, and its client sets are drawn per seed")
+    # its subclasses' runs batch (FedNest, FBO-AggITD), their seeds never
+    batch: ClassVar[Batching] = NO_BATCH.but(seeds=BILEVEL_SEEDS)
 
     @classmethod
     def auto_batch(cls, hp: Any, task: str) -> bool:
@@ -276,7 +283,6 @@ class BilevelAlgorithm(Algorithm):
         masks in both terms. ``q`` None: FedAvg local SGD, ``y_i <- y_i - lr ∇G_i(y_i; ζ)``.
         """
         yi = self.spread(y, split.M)
-        runs = self.runs
         if self.batched and q is not None:  # per-run anchors [R, dy] beside the rows [R*M, dy]
             q = self.spread(q, split.M)
         # charged in bulk, as the per-step charges add up: every epoch visits each client's n_i examples
@@ -290,13 +296,11 @@ class BilevelAlgorithm(Algorithm):
                 d = self.grad_diff(fn, a, yi, y, batch, charge=False) + q
             else:
                 d = self.grad(fn, 1, a, yi, batch, charge=False)
-            if not self.batched:
+            on = self.per_row(on)  # the clients active in this step (in a batch, for each run's rows)
+            if isinstance(lr, (int, float)):  # y_i <- y_i - lr d on the active clients
                 yi = torch.addcmul(yi, d, on, value=-lr)
-            elif isinstance(lr, (int, float)):
-                yi = torch.addcmul(yi, d, on.repeat(runs, 1), value=-lr)
-            else:  # a step per run (fbo_cli.grids.run_batches.Rate): yi + round(-lr d) (0 or 1),
-                # as addcmul rounds it alone
-                yi = torch.addcmul(yi, -lr * d, on.repeat(runs, 1))
+            else:  # a step per run (a Rate): yi + round(-lr d) (0 or 1), as addcmul rounds it alone
+                yi = torch.addcmul(yi, -lr * d, on)
         return yi
 
     def lower_anchor(self, a, fn: Callable, split: Split, y: torch.Tensor) -> torch.Tensor:

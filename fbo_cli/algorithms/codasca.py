@@ -25,10 +25,10 @@ CODASCA (Alg. 4, DSGSCA+), round r from the broadcast point (v_{r-1}, alpha_{r-1
 2. Control variates (eq. 6 = eq. 7): ``c^k = (1/I) Σ_t`` (the gradients of step 1 before the
    correction) [``control: eq7``, the default], or
    ``c_v^k <- c_v^k - c_v + (v_{r-1} - v^k_{r,I}) / (I eta_l)``,
-   ``c_alpha^k <- c_alpha^k - c_alpha + (alpha^k_{r,I} - alpha_{r-1}) / (I eta_l)`` [``control: eq6``].
-3. ``c = mean_k c^k``; ``v̄ = mean_k v^k_{r,I}``, ``ᾱ = mean_k alpha^k_{r,I}`` (Alg. 4 lines 8-9).
-4. Server extrapolation: ``v_r = v_{r-1} + eta_g (v̄ - v_{r-1})``, same for alpha (lines 10-11);
-   broadcast ``(v_r, alpha_r, c_v, c_alpha)``.
+   ``c_alpha^k <- c_alpha^k - c_alpha + (alpha^k_{r,I} - alpha_{r-1}) / (I eta_l)`` [``control: eq6``, lines 8-9].
+3. ``c = mean_k c^k``; ``v̄ = mean_k v^k_{r,I}``, ``ᾱ = mean_k alpha^k_{r,I}`` (Alg. 4 lines 10-11).
+4. Server extrapolation: ``v_r = v_{r-1} + eta_g (v̄ - v_{r-1})``, same for alpha (lines 12-13);
+   broadcast ``(v_r, alpha_r, c_v, c_alpha)`` (line 14).
    Control variates start at 0 in every stage (Alg. 4's initialization, once per DSGSCA+ call).
 
 Stages (docs/fidelity.md#codasca): the step of a round is ``eta / decay^floor(t_r / T0)``, t_r the
@@ -59,7 +59,8 @@ weight_decay, eta_g; not decay or grad_clip) step together, each run's ``metrics
 to the run alone on the CPU with the mlp's closed-form gradients (``fast``, the default). The epoch sampler's
 permutations and the random-round draws do not depend on the iterate, so the runs of a seed share them; the
 clients' state ``[K, ...]`` is ``[R*K, ...]`` within a round (one gradient call over the R*K rows, each client's
-minibatch repeated for the runs) and ``[R, K, ...]`` between rounds (:class:`ClientRuns`).
+minibatch repeated for the runs) and ``[R, K, ...]`` between rounds
+(:class:`fbo_cli.algorithms.client_runs.ClientRuns`).
 """
 
 from __future__ import annotations
@@ -71,10 +72,13 @@ import numpy as np
 import torch
 
 from ..errors import UsageError
-from .base import Algorithm, bounded
-from .runs_as_clients import Rate
+from .base import bounded
+from .batching import Batching
+from .client_runs import ClientRuns
 
 OUTPUTS = ("average", "random_round", "last", "paper")
+AUC_SEEDS = ("the AUC objective's gradients read the seed's positive ratio p (its imbalance subsampling is drawn per "
+             "seed) and its random-round output draws per run")
 RESTARTS = ("last", "output")
 
 
@@ -112,82 +116,16 @@ class EpochSampler:
         return pos, torch.as_tensor(valid, device=dev)
 
 
-class ClientRuns(Algorithm):
-    """The run dimension of algorithms whose clients keep their own state between rounds (``[K, ...]``, the
-    ``client_state``), in a run batch (fbo_cli/grids/run_batches.py): ``[R, K, ...]`` between two rounds (the batch
-    reads
-    run r's rows at index r: its evaluation, checkpoint and divergence check,
-    :func:`fbo_cli.algorithms.runs_as_clients.show`) and
-    ``[R*K, ...]`` (run-major, every client a row) within one (:meth:`comm_round`)."""
-
-    batches: ClassVar[bool] = True
-    client_state: ClassVar[tuple[str, ...]] = ()
-    seeds_unbatched: ClassVar[str] = ("the AUC objective's gradients read the seed's positive ratio p (its imbalance "
-                                      "subsampling is drawn per seed) and its random-round output draws per run")
-
-    def step(self) -> None:
-        self._fold(True)
-        self.comm_round()
-        self._fold(False)
-
-    def comm_round(self) -> None:
-        raise NotImplementedError
-
-    def _fold(self, fold: bool) -> None:
-        if self.batched:
-            for k in self.client_state:
-                v = getattr(self, k, None)
-                if v is not None:
-                    setattr(self, k, v.flatten(0, 1) if fold else v.unflatten(0, (self.runs, -1)))
-
-    def client_batch(self, pos: torch.Tensor, valid: torch.Tensor):
-        """The clients' minibatch ``[K, B, ...]`` (:meth:`fbo_cli.tasks.auc.AUC.batch`); in a batch repeated for
-        the R runs, ``[R*K, B, ...]``."""
-        b = self.task.batch(pos, valid)
-        if self.batched:
-            b = {k: v.repeat(self.runs, *[1] * (v.dim() - 1)) for k, v in b.items()}
-        return b
-
-    def runs_view(self, t: torch.Tensor) -> torch.Tensor:
-        """Client rows ``[K, d]``; in a batch ``[R*K, d]`` as the view ``[R, K, d]``."""
-        return t.unflatten(0, (self.runs, -1)) if self.batched else t
-
-    def rows(self, t: torch.Tensor) -> torch.Tensor:
-        """The client rows of a :meth:`runs_view`: ``[K, d]``; in a batch ``[R, K, d]`` as ``[R*K, d]``."""
-        return t.flatten(0, 1) if self.batched else t
-
-    def glob(self, v: torch.Tensor) -> torch.Tensor:
-        """A global ``[d]`` to broadcast against client rows; in a batch ``[R, d]`` as ``[R, 1, d]`` (against
-        :meth:`runs_view`)."""
-        return v.unsqueeze(-2) if self.batched else v
-
-    def axpy(self, t: torch.Tensor, x: torch.Tensor, alpha, sub: bool = False) -> torch.Tensor:
-        """``t += alpha x`` (``sub``: ``-=``) in place, as ``add_``/``sub_`` with ``alpha=`` rounds it (one fused
-        step); ``t``, ``x`` in :meth:`runs_view` / :meth:`glob` form. A
-        :class:`~fbo_cli.algorithms.runs_as_clients.Rate` (the runs'
-        own alphas): run by run, each run's slice exactly the call of the run alone."""
-        op = torch.Tensor.sub_ if sub else torch.Tensor.add_
-        if not isinstance(alpha, Rate):
-            return op(t, x, alpha=alpha)
-        for r, a in enumerate(alpha.v):
-            op(t[r], x[r], alpha=a)
-        return t
-
-    def scale(self, t: torch.Tensor, c) -> torch.Tensor:
-        """``t *= c`` in place (``c`` a Rate: each run's rows by its own number, rows run-major)."""
-        return t.mul_(c.col(t) if isinstance(c, Rate) else c)
-
-
 class CodaPlus(ClientRuns):
     aliases: ClassVar[dict[str, str]] = {"local_steps": "I"}
     paper: ClassVar[str] = "Yuan, Guo, Xu, Ying & Yang, ICML 2021 (CODASCA), Alg. 1/2"
     tasks: ClassVar[tuple[str, ...]] = ("auc",)
     rounds: ClassVar[str] = "1 round of I local iterations"
     scaffold: ClassVar[bool] = False
-    batch_state: ClassVar[tuple[str, ...]] = ("vk", "ak", "ref", "sum_v", "sum_a", "pick_v", "pick_a", "cvk", "cak",
-                                              "cv", "ca")
-    client_state: ClassVar[tuple[str, ...]] = ("vk", "ak", "cvk", "cak")
-    batch_fixed: ClassVar[tuple[str, ...]] = ("decay", "grad_clip")  # the stages and the clip are one number
+    # the stages and the clip are one number; the clients' iterates and control variates are per client
+    batch: ClassVar[Batching] = Batching(
+        state=("vk", "ak", "ref", "sum_v", "sum_a", "pick_v", "pick_a", "cvk", "cak", "cv", "ca"),
+        fixed=("decay", "grad_clip"), seeds=AUC_SEEDS, clients=("vk", "ak", "cvk", "cak"))
 
     @dataclass
     class HP:
@@ -227,7 +165,7 @@ class CodaPlus(ClientRuns):
 
     @classmethod
     def can_batch(cls, hp) -> bool:
-        return cls.batches and hp.inv_gamma != 0  # a zero inv_gamma falls back to gamma: not one rule for a Rate
+        return cls.batch.on and hp.inv_gamma != 0  # a zero inv_gamma falls back to gamma: not one rule for a Rate
 
     # the settings of the run (from hp, so that a run of a batch reads its own: Rates there)
     @property
@@ -285,47 +223,47 @@ class CodaPlus(ClientRuns):
         self.stage = stage
         self._new_stage()
 
-    # one local iteration -----------------------------------------------------------------------------
+    # one local iteration (Alg. 2 lines 3-5, Alg. 4 lines 4-6) -----------------------------------------------
     def local_grads(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``[K, dv]`` and ``[K, 1]``: every client's gradients of ``F_k^s`` at its own iterate on its
         next minibatch, as applied (clipping, closed-form dual, proximal term)."""
-        pos, valid = self.sampler.next()
-        batch = self.client_batch(pos, valid)
+        pos, valid = self.sampler.next()  # z_t^k
+        z = self.client_batch(pos, valid)
         self.ledger.oracle("grads", self.sampler.active, self.sampler.rows)
-        gv, ga = self.task.grads("objective", self.vk, self.ak, batch)  # fresh tensors: updated in place
-        if self.clip:
+        gv, ga = self.task.grads("objective", self.vk, self.ak, z)  # ∇_v F_k(v^k, α^k; z), ∇_α F_k(v^k, α^k; z)
+        if self.clip:  # the code preset: the model's part clipped elementwise
             gv[:, :self.task.dw].clamp_(-self.clip, self.clip)
         if self.dual_grad == "closed_form":
             ga = self.task.dual_closed_form(self.vk, self.ak)
-        g, gr = self.gamma, self.runs_view(gv)
-        self.axpy(self.axpy(gr, self.runs_view(self.vk), g), self.glob(self.ref), g, sub=True)  # + gamma (v^k - v_0)
+        self.add_(gv, self.vk, self.gamma)  # ∇_v F_k^s = ∇_v F_k + γ (v^k - v_0)  (Alg. 2 line 4)
+        self.sub_(gv, self.ref, self.gamma)
         return gv, ga
 
-    def _apply(self, dv: torch.Tensor, da: torch.Tensor, cv: torch.Tensor | None = None,
+    def _apply(self, gv: torch.Tensor, ga: torch.Tensor, cv: torch.Tensor | None = None,
                ca: torch.Tensor | None = None) -> None:
-        """``v^k <- v^k - eta (dv + cv)``, ``alpha^k <- alpha^k + eta (da + ca)`` (``cv``, ``ca``: CODASCA's
+        """``v^k <- v^k - η (g_v + cv)``, ``α^k <- α^k + η (g_α + ca)`` (``cv``, ``ca``: CODASCA's
         control-variate corrections ``c - c^k``), in place on the clients' own ``v^k``; the decoupled weight
-        decay is ``w^k <- (1 - eta wd) w^k`` first (the same as ``- eta wd w^k`` in the step)."""
-        eta, wd = self.eta, self.wd
-        if wd:
-            self.scale(self.vk[:, :self.task.dw], 1.0 - eta * wd)
-        vr = self.runs_view(self.vk)
-        self.axpy(vr, self.runs_view(dv), eta, sub=True)
+        decay is ``w^k <- (1 - η wd) w^k`` first (the same as ``- η wd w^k`` in the step)."""
+        eta = self.eta
+        if self.wd:
+            self.scale(self.vk[:, :self.task.dw], 1.0 - eta * self.wd)
+        self.sub_(self.vk, gv, eta)  # v^k <- v^k - η ∇_v F_k^s  (Alg. 2 line 4)
         if cv is not None:
-            self.axpy(vr, self.runs_view(cv), eta, sub=True)
-            da = da + ca
-        self.ak = self.task.project_dual(self.ak + eta * da)
+            self.sub_(self.vk, cv, eta)  # - η (c_v - c_v^k)  (Alg. 4 line 5)
+            ga = ga + ca  # + (c_α - c_α^k)  (Alg. 4 line 6)
+        self.ak = self.task.project_dual(self.ak + eta * ga)  # α^k <- α^k + η ∇_α F_k  (Alg. 2 line 5)
         self.t += 1
-        self.sum_v += self.cmean(self.vk)
+        self.sum_v += self.cmean(self.vk)  # the stage's average output (Alg. 2 line 11)
         self.sum_a += self.cmean(self.ak)
         self.n_sum += 1
 
     def comm_round(self) -> None:
+        """Alg. 2 lines 2-8 for I iterations: local SGDA, then the clients' mean."""
         for _ in range(self.hp.I):
             gv, ga = self.local_grads()
             self._apply(gv, ga)
-        self.vk = self.spread(self.cmean(self.vk), self.K)
-        self.ak = self.spread(self.cmean(self.ak), self.K)
+        self.vk = self.spread(self.cmean(self.vk), self.K)  # v^k = (1/K) Σ_k v^k  (line 7)
+        self.ak = self.spread(self.cmean(self.ak), self.K)  # α^k = (1/K) Σ_k α^k  (line 8)
         self.ledger.comm(self.K, self.task.dv + 1)
         self._end_of_round()
 
@@ -357,27 +295,24 @@ class Codasca(CodaPlus):
         super().__init__(task, hp, fed)
 
     def comm_round(self) -> None:
-        I, K = self.hp.I, self.K
-        v_prev, a_prev = self.first_row(self.vk), self.first_row(self.ak)  # the broadcast point
-        sum_gv = torch.zeros_like(self.vk)
-        sum_ga = torch.zeros_like(self.ak)
-        eta = self.eta
-        rv, g, rows = self.runs_view, self.glob, self.rows
-        corr_v, corr_a = rows(g(self.cv) - rv(self.cvk)), rows(g(self.ca) - rv(self.cak))  # fixed in the round
-        for _ in range(I):
+        """Alg. 4 lines 3-14: round r from the broadcast point (v_{r-1}, α_{r-1})."""
+        I, K, eta, eta_g, each = self.hp.I, self.K, self.eta, self.hp.eta_g, self.at_clients
+        v_prev, a_prev = self.first_row(self.vk), self.first_row(self.ak)  # v_{r,0}^k = v_{r-1}, α_{r,0}^k = α_{r-1}
+        corr_v, corr_a = each(self.cv) - self.cvk, each(self.ca) - self.cak  # c - c^k, fixed in the round
+        sum_gv, sum_ga = torch.zeros_like(self.vk), torch.zeros_like(self.ak)
+        for _ in range(I):  # line 3
             gv, ga = self.local_grads()
             sum_gv += gv
             sum_ga += ga
-            self._apply(gv, ga, corr_v, corr_a)
-        if self.hp.control == "eq7":
+            self._apply(gv, ga, corr_v, corr_a)  # lines 5-6
+        if self.hp.control == "eq7":  # c^k = (1/I) Σ_t ∇F_k^s  (eq. 7)
             self.cvk, self.cak = sum_gv / I, sum_ga / I
-        else:
-            self.cvk = rows(rv(self.cvk) - g(self.cv) + (g(v_prev) - rv(self.vk)) / (I * eta))
-            self.cak = rows(rv(self.cak) - g(self.ca) + (rv(self.ak) - g(a_prev)) / (I * eta))
-        self.cv, self.ca = self.cmean(self.cvk), self.cmean(self.cak)
-        v = v_prev + self.hp.eta_g * (self.cmean(self.vk) - v_prev)
-        a = self.task.project_dual(a_prev + self.hp.eta_g * (self.cmean(self.ak) - a_prev))
-        self.vk = self.spread(v, K)
-        self.ak = self.spread(a, K)
+        else:  # lines 8-9 (eq. 6)
+            self.cvk = self.cvk - each(self.cv) + (each(v_prev) - self.vk) / (I * eta)
+            self.cak = self.cak - each(self.ca) + (self.ak - each(a_prev)) / (I * eta)
+        self.cv, self.ca = self.cmean(self.cvk), self.cmean(self.cak)  # c = (1/K) Σ_k c^k  (line 10)
+        v = v_prev + eta_g * (self.cmean(self.vk) - v_prev)  # v_r = v_{r-1} + η_g (mean_k v_{r,I}^k - v_{r-1})  (11-12)
+        a = self.task.project_dual(a_prev + eta_g * (self.cmean(self.ak) - a_prev))  # the same for α  (lines 11, 13)
+        self.vk, self.ak = self.spread(v, K), self.spread(a, K)  # broadcast v_r, α_r (c_v, c_α kept)  (line 14)
         self.ledger.comm(self.K, 2 * (self.task.dv + 1))
         self._end_of_round()

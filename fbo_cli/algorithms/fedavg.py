@@ -49,11 +49,13 @@ import torch
 from ..errors import UsageError
 from ._hfl import HFLAlgorithm
 from .base import bounded
+from .batching import Batching
 
 
 class FedAvg(HFLAlgorithm):
     paper: ClassVar[str] = "McMahan et al., AISTATS 2017 (baseline of ZO-HFL)"
-    batches: ClassVar[bool] = True  # _hfl.py: the runs' models side by side on the local step's group axis
+    batch: ClassVar[Batching] = HFLAlgorithm.batch.but(on=True)  # _hfl.py: the runs' models side by side on the
+    # local step's group axis
 
     @dataclass
     class HP:
@@ -109,7 +111,7 @@ class FedProx(FedAvg):
 class Scaffold(FedAvg):
     paper: ClassVar[str] = "Karimireddy et al., ICML 2020, option II (baseline of ZO-HFL)"
 
-    batch_state: ClassVar[tuple[str, ...]] = ("x", "personal", "c", "ci")
+    batch: ClassVar[Batching] = FedAvg.batch.but(state=("x", "personal", "c", "ci"))
 
     def __init__(self, task, hp, fed):
         super().__init__(task, hp, fed)

@@ -40,6 +40,7 @@ import torch
 
 from ..errors import UsageError
 from .base import BilevelAlgorithm, bounded
+from .batching import Batching
 from .pool_sampler import RowSampler
 
 
@@ -47,9 +48,9 @@ class FedAvgBound(BilevelAlgorithm):
     paper: ClassVar[str] = "McMahan et al., AISTATS 2017 (baseline of AdaFBiO and FedBiO hyper-cleaning)"
     rounds: ClassVar[str] = "1"
     tasks: ClassVar[tuple[str, ...]] = ("hyperclean",)
-    batches: ClassVar[bool] = True  # fbo_cli/grids/run_batches.py: x is fixed, y carries the run dimension
-    batch_state: ClassVar[tuple[str, ...]] = ("y",)
-    batch_seeds: ClassVar[bool] = True  # each seed's minibatches its own rows: one folded call all the same
+    # fbo_cli/grids/run_batches.py: x is fixed, y carries the run dimension; seeds: each seed's minibatches its own
+    # rows, one folded call all the same
+    batch: ClassVar[Batching] = Batching(state=("y",), seeds=True)
 
     @dataclass
     class HP:

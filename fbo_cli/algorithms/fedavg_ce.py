@@ -31,7 +31,9 @@ from typing import ClassVar
 import torch
 
 from .base import bounded
-from .codasca import ClientRuns, EpochSampler
+from .batching import Batching
+from .client_runs import ClientRuns
+from .codasca import AUC_SEEDS, EpochSampler
 
 
 class FedAvgCE(ClientRuns):
@@ -39,9 +41,7 @@ class FedAvgCE(ClientRuns):
     paper: ClassVar[str] = "McMahan et al., AISTATS 2017 (extra baseline for CODASCA)"
     tasks: ClassVar[tuple[str, ...]] = ("auc",)
     rounds: ClassVar[str] = "1 round of I local iterations"
-    batch_state: ClassVar[tuple[str, ...]] = ("vk",)
-    client_state: ClassVar[tuple[str, ...]] = ("vk",)
-    batch_fixed: ClassVar[tuple[str, ...]] = ("decay",)
+    batch: ClassVar[Batching] = Batching(state=("vk",), fixed=("decay",), seeds=AUC_SEEDS, clients=("vk",))
 
     @dataclass
     class HP:
@@ -76,7 +76,7 @@ class FedAvgCE(ClientRuns):
             g = self.task.grads("bce", self.vk, self.a0.expand(len(self.vk), -1), batch)[0]
             if wd:  # w^k <- w^k - eta (g + wd w^k), in place on the clients' own copies
                 self.scale(self.vk, 1.0 - eta * wd)
-            self.axpy(self.runs_view(self.vk), self.runs_view(g), eta, sub=True)
+            self.sub_(self.vk, g, eta)
             self.t += 1
         self.vk = self.spread(self.cmean(self.vk), self.K)
         self.ledger.comm(self.K, self.task.dw)

@@ -69,6 +69,7 @@ from ..errors import UsageError
 from ..sim.blockstack import BlockStack
 from ..sim.federation import Batch
 from .base import BilevelAlgorithm, bounded
+from .batching import Batching
 from .pool_sampler import RowSampler
 from .storm import check_schedule, step_factor, storm
 
@@ -95,11 +96,9 @@ class _GlobalLowerBase(BilevelAlgorithm):
 
     tasks: ClassVar[tuple[str, ...]] = ("hyperclean", "hyperrep")
     run_defaults: ClassVar[dict] = {"participation": 1.0}  # the paper: every client in every round
-    batches: ClassVar[bool] = True  # fbo_cli/grids/run_batches.py
-    batch_state: ClassVar[tuple[str, ...]] = ("x", "y", "u")
-    batch_fixed: ClassVar[tuple[str, ...]] = ("delta", "u0")  # α_t is one number per iteration
-    batch_seeds: ClassVar[bool] = True  # each seed's minibatches and x's owners its own
-    # (fbo_cli/algorithms/runs_as_clients.py)
+    # fbo_cli/grids/run_batches.py; α_t is one number per iteration; seeds: each seed's minibatches and x's owners
+    # its own (fbo_cli/algorithms/seed_runs.py)
+    batch: ClassVar[Batching] = Batching(state=("x", "y", "u"), fixed=("delta", "u0"), seeds=True)
 
     def __init__(self, task, hp, fed):
         check_schedule(hp.schedule, hp.delta, hp.u0)
@@ -207,7 +206,7 @@ class FedBiO(_GlobalLowerBase):
 class FedBiOAcc(_GlobalLowerBase):
     paper: ClassVar[str] = "Li, Huang & Huang, arXiv 2302.06701 / NeurIPS 2023 (FedBiO), Alg. 2"
     rounds: ClassVar[str] = "1 per I local iterations (T/I in all)"
-    batch_state: ClassVar[tuple[str, ...]] = ("x", "y", "u", "om", "nu", "q")
+    batch: ClassVar[Batching] = _GlobalLowerBase.batch.but(state=("x", "y", "u", "om", "nu", "q"))
 
     @dataclass
     class HP:

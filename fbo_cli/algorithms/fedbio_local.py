@@ -46,14 +46,15 @@ from typing import ClassVar
 
 from ._client_state import ClientStateAlgorithm
 from .base import bounded
+from .batching import Batching
 
 
 class FedBiOLocal(ClientStateAlgorithm):
     aliases: ClassVar[dict[str, str]] = {"neumann_lr": "neumann_step", "neumann_steps": "Q"}
     paper: ClassVar[str] = "Li, Huang & Huang, arXiv 2302.06701 / NeurIPS 2023, Alg. 3 (FedBiO)"
     rounds: ClassVar[str] = "1 per I local iterations"
-    batches: ClassVar[bool] = True  # fbo_cli/grids/run_batches.py: the client copies [M, d] become [R, M, d]
-    batch_state: ClassVar[tuple[str, ...]] = ("x", "y")
+    # fbo_cli/grids/run_batches.py: the client copies [M, d] become [R, M, d]
+    batch: ClassVar[Batching] = Batching(state=("x", "y"))
 
     @dataclass
     class HP:

@@ -51,6 +51,7 @@ import torch
 
 from ._client_state import ClientStateAlgorithm
 from .base import bounded
+from .batching import Batching
 from .storm import check_schedule, pair, step_factor, storm, twice, unpair
 
 
@@ -58,9 +59,8 @@ class FedBiOAccLocal(ClientStateAlgorithm):
     aliases: ClassVar[dict[str, str]] = {"neumann_lr": "neumann_step", "neumann_steps": "Q"}
     paper: ClassVar[str] = "Li, Huang & Huang, arXiv 2302.06701 / NeurIPS 2023, Alg. 4 (FedBiO)"
     rounds: ClassVar[str] = "1 per I local iterations"
-    batches: ClassVar[bool] = True  # fbo_cli/grids/run_batches.py: the client copies [M, d] become [R, M, d]
-    batch_state: ClassVar[tuple[str, ...]] = ("x", "y", "omega", "nu")
-    batch_fixed: ClassVar[tuple[str, ...]] = ("delta", "u0", "c_omega", "c_nu")  # α_t, the momentum weights
+    # fbo_cli/grids/run_batches.py: the client copies [M, d] become [R, M, d]; α_t and the momentum weights one number
+    batch: ClassVar[Batching] = Batching(state=("x", "y", "omega", "nu"), fixed=("delta", "u0", "c_omega", "c_nu"))
 
     @dataclass
     class HP:

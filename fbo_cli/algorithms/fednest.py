@@ -50,6 +50,7 @@ from typing import ClassVar
 import torch
 
 from .base import SCHEDULES, BilevelAlgorithm, bounded
+from .batching import Batching
 
 
 class FedNest(BilevelAlgorithm):
@@ -81,9 +82,8 @@ class FedNest(BilevelAlgorithm):
     aliases: ClassVar[dict[str, str]] = {"local_steps": "tau", "lower_lr": "inner_lr", "upper_lr": "outer_lr",
                                          "neumann_lr": "lam", "neumann_steps": "T", "lower_rounds": "N"}
 
-    batches: ClassVar[bool] = True  # fbo_cli/grids/run_batches.py: every variant (any tau, LFedNest, every FedIHGP)
-    batch_state: ClassVar[tuple[str, ...]] = ("x", "y")
-    batch_fixed: ClassVar[tuple[str, ...]] = ("outer_lr_t0",)
+    # fbo_cli/grids/run_batches.py: every variant (any tau, LFedNest, every FedIHGP)
+    batch: ClassVar[Batching] = BilevelAlgorithm.batch.but(on=True, state=("x", "y"), fixed=("outer_lr_t0",))
 
     def rounds_per_iteration(self) -> int | None:
         hp = self.hp

@@ -32,7 +32,7 @@ class RowSampler:
            drop: str | None = None) -> "RowSampler":
         """The ``which`` split's rows of ``clients`` (all: None), without the pool rows where the boolean
         ``data.extra[drop]`` holds; a seed batch's data give each run's own
-        (``fbo_cli.algorithms.runs_as_clients.SeedRows``)."""
+        (``fbo_cli.algorithms.seed_runs.SeedRows``)."""
         if hasattr(data, "seed_rows"):
             return data.seed_rows(which, clients, drop)
         s = cls._of(data, which, clients)
@@ -56,7 +56,7 @@ class RowSampler:
     def sample(self, gen: torch.Generator, batch_size: int, out: Batch | None = None) -> Batch:
         """One minibatch per client, without replacement within the batch (as ``Split.sample``); ``out``: tensors of
         the batch's shapes to gather it into (a seed batch's rows of this run,
-        ``fbo_cli.algorithms.runs_as_clients.SeedRows``)."""
+        ``fbo_cli.algorithms.seed_runs.SeedRows``)."""
         keys = torch.rand(self.mask.shape, generator=gen, device=self.mask.device).masked_fill_(self.pad, 2.0)
         b = min(batch_size, keys.shape[1])
         pos = keys.topk(b, dim=1, largest=False, sorted=True).indices

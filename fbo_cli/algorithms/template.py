@@ -50,9 +50,10 @@ The contract (``base.Algorithm``):
 * ``rounds_per_iteration()``: the rounds the paper gives for one outer iteration (None where it varies);
   the runner checks every outer iteration's charged rounds against it and stops the run with an error on a
   mismatch, or when an iteration charges no round at all.
-* ``batches``/``batch_state``: a subclass of a method that batches (FedNest) batches too only when every
-  attribute its own methods write is named in ``batch_state`` (``batch_state = FedNest.batch_state +
-  ("mom",)``); otherwise its runs run alone, and ``fbo show`` says why.
+* ``batch``: a subclass of a method that batches (FedNest) batches too only when every attribute its own
+  methods write is named in its state (``batch = FedNest.batch.but(state=FedNest.batch.state + ("mom",))``,
+  or the old ``batch_state = FedNest.batch_state + ("mom",)``); otherwise its runs run alone, and ``fbo show``
+  says why.
 * ``evaluate()``: the task's metrics at the current iterate.
 * ``state()``: the tensors that define the iterate (checkpoints and the divergence rule).
 

@@ -41,12 +41,12 @@ The building blocks (``BilevelAlgorithm`` in ``base.py``), with their shapes (``
 * ``self.ledger.comm(clients, up, down)``: one communication round (``rounds``, the x axis of every figure,
   and the floats sent); the runner counts ``ledger.iterations`` itself.
 
-Run batches (``fbo_cli/grids/run_batches.py``): this class sets ``batches = False``, so its runs run one by one. A
-method
-whose every line works with a leading run dimension (``spread``, ``cmean`` and the oracles do; see
-``fednest.py``) sets ``batches = True`` and names in ``batch_state`` every attribute that carries per-run state
-(here ``("x", "y")``): a batch carries per run only those, and a class of yours that writes an attribute it
-does not declare runs alone (``fbo show`` says why). Checkpoints need no code: every attribute is saved.
+Run batches (``fbo_cli/grids/run_batches.py``): this class declares no ``batch``, so its runs run one by one. A method
+whose every line works with a leading run dimension (``spread``, ``cmean`` and the oracles do; see ``fednest.py``)
+declares ``batch = Batching(state=...)`` (``fbo_cli/algorithms/batching.py``; or the old ``batches = True`` and
+``batch_state``), naming every attribute that carries per-run state (here ``("x", "y")``): a batch carries per run
+only those, and a class of yours that writes an attribute it does not declare runs alone (``fbo show`` says why).
+Checkpoints need no code: every attribute is saved.
 """
 
 from __future__ import annotations

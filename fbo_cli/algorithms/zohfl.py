@@ -51,6 +51,7 @@ import torch
 
 from ._hfl import HFLAlgorithm
 from .base import bounded
+from .batching import Batching
 
 
 def zo_gradient(f_plus: torch.Tensor, f_minus: torch.Tensor, v: torch.Tensor, eta: float,
@@ -70,8 +71,8 @@ def unit_directions(gen: torch.Generator, shape: tuple[int, ...], device=None) -
 class ZOHFL(HFLAlgorithm):
     paper: ClassVar[str] = "Qiu, Kim & Yousefian, arXiv 2504.01839 (ZO-HFL)"
     step_metrics: ClassVar[tuple[str, ...]] = ("global_loss", "f2_hat", "g1_norm", "gzo_norm")  # Fig. 2's loss
-    batches: ClassVar[bool] = True  # _hfl.py; crn and no warm start (can_batch)
-    batch_state: ClassVar[tuple[str, ...]] = ("x", "personal", "diag_t")
+    # _hfl.py; crn and no warm start (can_batch)
+    batch: ClassVar[Batching] = HFLAlgorithm.batch.but(on=True, state=("x", "personal", "diag_t"))
     DIAG: ClassVar[tuple[str, ...]] = ("f2_hat", "g1_norm", "gzo_norm")  # the round's diagnostics, diag_t [3] float64
 
     @dataclass
@@ -93,7 +94,7 @@ class ZOHFL(HFLAlgorithm):
 
     @classmethod
     def can_batch(cls, hp) -> bool:
-        return cls.batches and hp.crn and not hp.warm_start
+        return cls.batch.on and hp.crn and not hp.warm_start
 
     def __init__(self, task, hp, fed):
         super().__init__(task, hp, fed)

@@ -31,7 +31,8 @@ from typing import Any
 
 import torch
 
-from ..algorithms.runs_as_clients import SeedsDiffer, evaluate_runs, stacked, stacked_seeds
+from ..algorithms.runs_as_clients import evaluate_runs, stacked
+from ..algorithms.seed_runs import SeedsDiffer, stacked_seeds
 from ..grids.run_batches import seeds_batch
 from ..runs.config import resolve
 from ..runs.runner import build

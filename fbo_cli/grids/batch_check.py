@@ -1,12 +1,12 @@
 """A user's class that asks to batch is taken at its word only once it has shown it (issue 61).
 
-A built-in algorithm's batched runs are tested equal to its runs alone (tests/grids); a user's class with
-``batches = True`` and a ``batch_state`` that :func:`fbo_cli.grids.run_batches.state_refusal` accepts may still
-batch differently from its runs alone (a reduction that mixes the runs, a state its source hides). Before its
-first batch in a process, two of the batch's runs step :data:`ITERATIONS` outer iterations alone and then
-together (the runner's own two code paths, in a scratch folder), and their checkpoints' arrays and generator
-states are compared bit for bit: a difference refuses the batch (the runs run alone), naming the first array
-that differs. The verdict is kept per class code, task and dataset for the process.
+A built-in algorithm's batched runs are tested equal to its runs alone (tests/grids); a user's class that declares its
+batch (``batch = Batching(state=...)``, or the old ``batches = True`` and ``batch_state``) with a state that
+:func:`fbo_cli.grids.run_batches.state_refusal` accepts may still batch differently from its runs alone (a reduction
+that mixes the runs, a state its source hides). Before its first batch in a process, two of the batch's runs step
+:data:`ITERATIONS` outer iterations alone and then together (the runner's own two code paths, in a scratch folder),
+and their checkpoints' arrays and generator states are compared bit for bit: a difference refuses the batch (the runs
+run alone), naming the first array that differs. The verdict is kept per class code, task and dataset for the process.
 """
 
 from __future__ import annotations

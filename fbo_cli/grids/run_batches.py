@@ -6,7 +6,7 @@ The runs of a batch that share their seed share everything but their float hyper
 and every random draw (the client sets, minibatches and dropout masks do not depend on the iterate). They
 form one *seed group*, stepped as one computation: the run dimension is folded into the client dimension,
 so the client-stacked state ``[M, d]`` of a run alone becomes ``[R*M, d]`` (run-major), the global
-iterates ``[d]`` become ``[R, d]`` (``Algorithm.batch_state``), the server's mean is a mean per run
+iterates ``[d]`` become ``[R, d]`` (``Algorithm.batch.state``), the server's mean is a mean per run
 (``Algorithm.cmean``), the float hyperparameters that differ are :class:`Rate` s (one number per run,
 multiplied into a tensor as a ``[R*M, 1]`` column), and every minibatch is drawn once from the group's one
 generator (what each run draws alone) and repeated for the R runs by the oracles
@@ -39,7 +39,9 @@ import textwrap
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..algorithms.runs_as_clients import SeedsDiffer, stacked, stacked_seeds
+from ..algorithms.batching import says
+from ..algorithms.runs_as_clients import stacked
+from ..algorithms.seed_runs import SeedsDiffer, stacked_seeds
 from ..errors import UsageError
 from ..runs import checkpoint as ckpt
 from ..runs import loop
@@ -57,7 +59,7 @@ AUTO_MAX = 16  # --batch auto: at most this many runs in one batch
 
 def batchable(cfg: RunConfig) -> bool:
     cls = cfg.entry.cls
-    return bool(getattr(cls, "batches", False)) and cls.can_batch(cfg.hp) and state_refusal(cls) is None
+    return cls.batch.on and cls.can_batch(cfg.hp) and state_refusal(cls) is None
 
 
 def _self_writes(node: ast.AST) -> set[str]:
@@ -91,16 +93,16 @@ def _self_writes(node: ast.AST) -> set[str]:
 @functools.lru_cache(maxsize=64)
 def state_refusal(cls: type) -> str | None:
     """Why runs of a user's algorithm (a class outside fbo) may not step in a run batch, or None. A batch carries
-    per run only the attributes ``batch_state`` names (:func:`fbo_cli.algorithms.runs_as_clients.stacked`; a checkpoint
-    of a batched
-    run holds them and nothing else of its own), so a user's class batches only when every attribute its own
-    methods write after ``__init__`` is declared there, and when it writes attributes at all, its class declares
-    ``batch_state`` itself (what ``__init__`` computes from a float hyperparameter would be the first run's in
-    every run). A class that writes none (a changed step rule, ``outer_lr``) batches as its parent does. What is
-    found by reading the source of the user's classes (``self.a = ...``, ``self.a += ...``, ``self.a[i] = ...``,
-    ``self.a.mul_(...)``, ``setattr``)."""
+    per run only the attributes ``batch.state`` names (:func:`fbo_cli.algorithms.runs_as_clients.stacked`; a
+    checkpoint of a batched run holds them and nothing else of its own), so a user's class batches only when every
+    attribute its own methods write after ``__init__`` is declared there, and when it writes attributes at all, its
+    class declares its state itself (``batch``, or the old ``batch_state``:
+    :func:`fbo_cli.algorithms.batching.says`; what ``__init__`` computes from a float hyperparameter would be the
+    first run's in every run). A class that writes none (a changed step rule, ``outer_lr``) batches as its parent
+    does. What is found by reading the source of the user's classes (``self.a = ...``, ``self.a += ...``,
+    ``self.a[i] = ...``, ``self.a.mul_(...)``, ``setattr``)."""
     user = [c for c in cls.__mro__ if c is not object and not c.__module__.startswith("fbo_cli")]
-    if not user or not getattr(cls, "batches", False):
+    if not user or not cls.batch.on:
         return None
     writes: dict[str, set[str]] = {}
     for c in user:
@@ -117,8 +119,8 @@ def state_refusal(cls: type) -> str | None:
         return None
     if "?" in writes:
         return "it sets attributes with setattr(self, ...), so its per-run state cannot be checked"
-    declared = set(cls.batch_state)
-    if not any("batch_state" in vars(c) for c in user):
+    declared = set(cls.batch.state)
+    if not any(says(c, "state") for c in user):
         names = ", ".join(f"self.{a}" for a in sorted(writes))
         return (f"it keeps state of its own ({names}) and declares no batch_state; a run batch carries per run "
                 f"only batch_state (declare it, e.g. batch_state = {cls.__mro__[len(user)].__name__}.batch_state "
@@ -126,31 +128,31 @@ def state_refusal(cls: type) -> str | None:
     missing = sorted(a for a, where in writes.items() if where - {"__init__"} and a not in declared)
     if missing:
         return (f"its methods write {', '.join(f'self.{a}' for a in missing)}, which its batch_state "
-                f"({', '.join(cls.batch_state)}) does not declare")
+                f"({', '.join(cls.batch.state)}) does not declare")
     return None
 
 
 def seeds_batch(cfg: RunConfig) -> bool:
     """Whether runs like ``cfg`` of other seeds may step in its batch (a seed batch: each run its own data,
-    generator and ledger, :func:`fbo_cli.algorithms.runs_as_clients.stacked_seeds`). A user's subclass batches seeds
-    only where it
-    says so itself (``batch_seeds`` in its class body): its step may read the seed's data some other way."""
+    generator and ledger, :func:`fbo_cli.algorithms.seed_runs.stacked_seeds`). A user's subclass batches seeds
+    only where it says so itself (``batch`` or ``batch_seeds`` in its class body): its step may read the seed's data
+    some other way."""
     cls = cfg.entry.cls
     user = [c for c in cls.__mro__ if c is not object and not c.__module__.startswith("fbo_cli")]
-    if user and not any("batch_seeds" in vars(c) for c in user):
+    if user and not any(says(c, "seeds") for c in user):
         return False
     return batchable(cfg) and cls.can_batch_seeds(cfg.hp, cfg.run)
 
 
 def seeds_line(cls: type) -> str:
     """What ``fbo show`` says of an algorithm's seeds in run batches."""
-    if not getattr(cls, "batches", False):
+    if not cls.batch.on:
         return "run batches: none (its runs run alone)"
-    if cls.batch_seeds:
+    if cls.batch.seeds is True:
         return ("run batches: float steps of one seed, and the seeds of a cell in one batch where every client takes "
                 "part in every round (each run its own data and draws, bit for bit the run alone): with --batch R, "
                 f"and with --batch auto where the batch bench measured a gain of at least {AUTO_SEEDS_MIN}x")
-    return f"run batches: float steps of one seed; its seeds never share a batch: {cls.seeds_unbatched}"
+    return f"run batches: float steps of one seed; its seeds never share a batch: {cls.batch.seeds}"
 
 
 AUTO_SEEDS_MIN = 1.2  # --batch auto: seeds share a batch where the batch bench measured at least this step ratio
@@ -183,7 +185,7 @@ def _key(cfg: RunConfig, seeds: bool = False) -> str:
     """What the runs of one batch share: everything but the free float hyperparameters (and with ``seeds``, the
     seed: :func:`seeds_batch`)."""
     d = cfg.as_dict()
-    fixed = set(cfg.entry.cls.batch_fixed)
+    fixed = set(cfg.entry.cls.batch.fixed)
     d["hp"] = {k: (v if (k in fixed or not isinstance(v, float)) else "<float>") for k, v in d["hp"].items()}
     if seeds:
         d["seed"] = "<seed>"

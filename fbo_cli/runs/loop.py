@@ -35,7 +35,8 @@ from typing import Any, Callable
 import torch
 
 from .. import __version__
-from ..algorithms.runs_as_clients import SeedsDiffer, evaluate_runs, finite_runs, keep_runs, show
+from ..algorithms.runs_as_clients import evaluate_runs, finite_runs, keep_runs, show
+from ..algorithms.seed_runs import SeedsDiffer
 from ..errors import UsageError
 from ..sim.federation import Ledger
 from ..tasks import TASKS

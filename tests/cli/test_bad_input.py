@@ -287,10 +287,10 @@ def test_a_port_that_answers_but_is_not_ray(tmp_path):
 
     threading.Thread(target=answer, daemon=True).start()
     from fbo_cli.errors import UsageError
-    from fbo_cli.grids.executors import _check_reachable
+    from fbo_cli.grids.executors.raygrid import check_reachable
 
     with pytest.raises(UsageError, match="not a Ray cluster"):
-        _check_reachable(f"127.0.0.1:{srv.getsockname()[1]}")
+        check_reachable(f"127.0.0.1:{srv.getsockname()[1]}")
     srv.close()
 
 

@@ -26,12 +26,12 @@ def test_a_pool_worker_reports_its_rounds_to_the_driver(tmp_path, monkeypatch):
     from fbo_cli.runs.config import resolve
 
     q = queue.Queue()
-    monkeypatch.setattr(local, "_ROUNDS", q)
+    monkeypatch.setattr(local, "ROUNDS", q)
     monkeypatch.chdir(tmp_path)
     layers = [({"dataset": "digits", "clients": 4, "participation": 0.5, "rounds": 6, "eval_every": 2, "threads": 1,
                 "out_dir": str(tmp_path / "out"), "seed": 0},)]
     assert resolve("hyperrep", "fednest", *layers[0]).run.rounds == 6
-    s = local._worker("hyperrep", "fednest", layers, 1, False, False, __import__("os").getppid(), (3, 1))
+    s = local.pool_worker("hyperrep", "fednest", layers, 1, False, False, __import__("os").getppid(), (3, 1))
     assert s[0]["status"] == "done", s
     got = []
     while not q.empty():

@@ -59,7 +59,7 @@ def test_ray_worker_death_is_retried_then_failed(tmp_path, local_ray, monkeypatc
             f.write("x")
         os._exit(1)  # the worker process dies
 
-    monkeypatch.setattr(ex, "_ray_task", die)
+    monkeypatch.setattr(ex, "ray_task", die)
     out = run_cells(exp.cells[:1], executor="ray")
     err = out[0]["error"]
     assert out[0]["status"] == "failed" and ("Worker" in err or "died" in err), err
@@ -70,12 +70,12 @@ def test_resources_the_cluster_lacks_and_a_dead_address_fail_at_once(tmp_path, l
     import time
 
     from fbo_cli.errors import UsageError
-    from fbo_cli.grids.executors import _check_reachable
+    from fbo_cli.grids.executors.raygrid import check_reachable
 
     exp = cmp.load_spec(_spec(tmp_path, "gpu"))
     t = time.time()
     with pytest.raises(UsageError, match="asks for 1 GPU"):
         run_cells(exp.cells, executor="ray", gpus_per_run=1)
     with pytest.raises(UsageError, match="no Ray cluster answers there"):
-        _check_reachable("127.0.0.1:1", timeout=2)
+        check_reachable("127.0.0.1:1", timeout=2)
     assert time.time() - t < 30

@@ -116,10 +116,10 @@ def test_ctrl_c_brings_the_checkpoint_home_and_leaves_no_temp_folder(tmp_path, o
 
 
 def test_ctrl_c_in_a_ray_grid_is_a_flag_the_loop_reads_not_an_exception():
-    from fbo_cli.grids.executors import _ctrl_c
+    from fbo_cli.grids.executors.raygrid import ctrl_c_flag
 
     before = signal.getsignal(signal.SIGINT)
-    with _ctrl_c() as hits:
+    with ctrl_c_flag() as hits:
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.1)  # no KeyboardInterrupt: the handler only counts
         os.kill(os.getpid(), signal.SIGINT)

@@ -1,7 +1,11 @@
 """Where the runs of a grid execute: ``serial`` (this process), ``processes`` (a local process pool,
 ``--jobs``) or ``ray`` (Ray tasks on a local Ray started on demand, or on a cluster).
 
-One call, :func:`run_cells`, used by ``fbo compare`` and ``fbo tune``. Every executor runs the same
+One call, :func:`run_cells`, used by ``fbo compare``, ``fbo tune`` and ``fbo reproduce``. Each executor implements
+one interface (:class:`Executor`: ``submit``, ``results``, ``cancel``, ``close``; :mod:`.local`, :mod:`.raygrid`),
+and one driver (:func:`fbo_cli.grids.executors.driver.drive`) owns the rest: the units handed over as work, the
+second pass, the retry of a work whose worker died, the bars, the line per run and interruption. Every executor
+runs the same
 :func:`fbo_cli.runs.runner.execute` on the same config, so choosing one never changes a number (a run's
 torch threads are the CPUs it holds unless the config sets ``threads``; set it to pin them).
 
@@ -9,17 +13,15 @@ Each run holds its run directory's lock (``.lock``) while it runs, so two proces
 same run at once: a run locked by another process is left for the end of the grid, then waited
 for and reused when the other process finished it (or run, when it did not).
 
-Run batches: the runs of a grid that may step together (:func:`fbo_cli.grids.run_batches.group_batches`, ``--batch``)
-are
-one task of every executor (a process, a Ray task), :func:`fbo_cli.grids.run_batches.execute_batch`; each run's
-directory is
-written as the run alone writes it.
+Run batches: the runs of a grid that may step together (:func:`fbo_cli.grids.run_batches.group_batches`,
+``--batch``) are one task of every executor (a process, a Ray task),
+:func:`fbo_cli.grids.run_batches.execute_batch`; each run's directory is written as the run alone writes it.
 
 Ray: the worker runs in a temporary ``out_dir`` on its node and returns the run directory's files
 (bytes) to the driver, which writes them atomically into the real run directory, ``summary.json``
 last; a partial run's checkpoint travels to the worker the same way. No shared file system is
 needed; the driver holds the run's lock while its task is in flight. A task whose worker dies is
-retried once by Ray, then recorded as failed with its error.
+retried once (the driver's retry, as for a process of the pool), then recorded as failed.
 
 Ray under interruption: Ctrl-C (a flag the driver reads between its one-second waits, never an exception
 raised inside Ray) cancels the tasks in flight gently (Ray delivers SIGINT to the worker,
@@ -42,18 +44,9 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ...errors import UsageError
-from .common import CellLike, GridInterrupted  # noqa: F401  (the executors' API)
-from .local import _run_processes, _run_serial
-from .raygrid import (  # noqa: F401  (the executors' API)
-    RAY_HINT,
-    _check_reachable,
-    _ctrl_c,
-    _import_ray,
-    _run_ray,
-    mark_session,
-    orphaned_ray,
-    reap_orphaned_ray,
-)
+from .common import CellLike, Executor, GridInterrupted, Work  # noqa: F401  (the executors' API)
+from .driver import drive
+from .raygrid import RAY_HINT, import_ray, mark_session, orphaned_ray, reap_orphaned_ray  # noqa: F401
 
 EXECUTORS = ("serial", "processes", "ray")
 
@@ -91,7 +84,7 @@ class GridOptions:
 
         object.__setattr__(self, "batch", parse_batch(self.batch))
         if self.executor == "ray":
-            _import_ray()
+            import_ray()
 
     @property
     def runner(self) -> str:
@@ -110,10 +103,15 @@ def run_cells(cells: Sequence[CellLike], grid: GridOptions | None = None, consol
 
     g = grid or GridOptions(**options)
     units = batching.group_batches([c.cfg for c in cells], g.batch)
+    return drive(cells, units, executor(g, console), console, rerun, title)
+
+
+def executor(g: GridOptions, console=None) -> Executor:
+    """The executor ``g`` names (:attr:`GridOptions.runner`; processes of one job run serially)."""
+    from .local import Processes, Serial
+
     if g.runner == "ray":
-        return _run_ray(cells, g.address, g.cpus_per_run, g.gpus_per_run, console, rerun, title, g.jobs, units)
-    if g.runner == "serial" or g.jobs == 1:
-        return _run_serial(cells, console, rerun, title, units)
-    return _run_processes(cells, g.jobs, console, rerun, title, units)
+        from .raygrid import Ray
 
-
+        return Ray(g.address, g.cpus_per_run, g.gpus_per_run, g.jobs, console)
+    return Serial() if g.runner == "serial" or g.jobs == 1 else Processes(g.jobs)

@@ -1,8 +1,10 @@
-"""What every executor shares: the grid's cells, their progress display, one run or one batch in this process."""
+"""What every executor shares: the interface (:class:`Executor`, :class:`Work`), the grid's cells, their labels,
+and one unit (a run, or a batch) run in this process."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from ...errors import UsageError
 
@@ -41,31 +43,72 @@ class CellLike(Protocol):  # compare.Cell
     layers: tuple
 
 
-def _label(c: CellLike) -> str:
+def label(c: CellLike) -> str:
     return f"{c.algorithm} · {c.setting} · seed {c.seed}"
 
 
-def _progress(console):
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-    from rich.table import Column
+@dataclass(frozen=True)
+class Work:
+    """One task of an executor: a run, or a batch of runs stepped together (one process, one Ray task). ``key``
+    is new at every submission (a retry is new work), so that a late report of an earlier try is never drawn."""
 
-    # the bar, the count and the times keep their room at 80 columns; the last run's note comes last and
-    # is cut first (never wrapped)
-    keep = lambda w: Column(no_wrap=True, min_width=w)  # noqa: E731
-    cut = lambda w: Column(no_wrap=True, overflow="ellipsis", max_width=w)  # noqa: E731
-    return Progress(TextColumn("{task.description}", style="bold", markup=False, table_column=cut(24)),
-                    BarColumn(bar_width=16, table_column=keep(16)), MofNCompleteColumn(table_column=keep(7)),
-                    TimeElapsedColumn(table_column=keep(7)), TextColumn("left", table_column=keep(4)),
-                    TimeRemainingColumn(table_column=keep(7)),
-                    TextColumn("{task.fields[info]}", markup=False, table_column=cut(40)),
-                    console=console)
+    key: int
+    index: tuple[int, ...]  # the cells' places in the grid (the driver's list of summaries)
+    cells: tuple[CellLike, ...]
+    rerun: bool  # start the runs again (``--rerun``, first pass only)
+    wait: bool  # wait for a run's lock that another process holds (second pass), else the run is busy
+
+    @property
+    def label(self) -> str:
+        c0 = self.cells[0]
+        return label(c0) if len(self.cells) == 1 else f"{c0.algorithm} · batch of {len(self.cells)}"
+
+    def part(self, ks: Sequence[int]) -> Work:
+        """The same work for the runs at positions ``ks`` of it."""
+        return replace(self, index=tuple(self.index[k] for k in ks), cells=tuple(self.cells[k] for k in ks))
+
+
+class Listener(Protocol):
+    """What an executor tells the driver while it works (the driver draws it)."""
+
+    def rounds(self, work: Work, done: int) -> None:
+        """``work`` has ``done`` rounds behind it (0: it started)."""
+
+    def say(self, message: str) -> None:
+        """A line for the user, above the bars."""
+
+
+class Executor:
+    """Where the runs of a grid execute: :meth:`submit` hands it work, :meth:`results` yields each work as it
+    ends with one summary per run (``None``: its worker died under it; the driver retries it once) until
+    nothing it was handed is left; :meth:`cancel` stops everything (the first Ctrl-C or SIGTERM: the queued work
+    and the work already handed over) and may say what became of the runs in flight (then the grid ends with
+    :class:`GridInterrupted` saying it); leaving the ``with`` block closes it. One driver,
+    :func:`fbo_cli.grids.executors.driver.drive`, owns all else: batching, the second pass, the retry, the bars
+    and the reports."""
+
+    suffix = ""  # after the title of the overall bar
+    says_resume = True  # the driver says that a run resumed (False: the runs log to this console themselves)
+    afresh = "again"  # where a work whose worker died goes on
+    listener: Listener
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def submit(self, work: Work) -> None:
+        raise NotImplementedError
+
+    def results(self) -> Iterator[tuple[Work, list[dict[str, Any]] | None]]:
+        raise NotImplementedError
+
+    def cancel(self, why: BaseException) -> str | None:
+        return None
+
+    def close(self) -> None:
+        pass
 
 
 def _one(cfg, rerun: bool, wait: bool, on_eval=None, log=None) -> dict[str, Any]:
@@ -98,18 +141,11 @@ def _one_batch(cfgs, rerun: bool, wait: bool, on_eval=None, log=None) -> list[di
         return [{"status": "failed", "error": f"{type(e).__name__}: {e}"}] * len(cfgs)
 
 
-def _report(prog, overall, c, s, say_resume: bool = False) -> None:
-    if s["status"] == "failed":
-        from rich.text import Text
-
-        prog.console.print(Text(f"{_label(c)}: failed: {s.get('error')}", style="red"), highlight=False)
-    elif say_resume and s.get("resumed_from_iteration") is not None and not s.get("reused"):
-        prog.console.print(f"{_label(c)}: resumed from its checkpoint at outer iteration "
-                           f"{s['resumed_from_iteration']}", markup=False, highlight=False)
-    prog.update(overall, advance=1, info=f"last: {c.algorithm} · {c.setting} · s{c.seed}: {s['status']}")
-
-
-# --------------------------------------------------------------------------------------------------
-# processes
-
-
+def run_unit(cfgs: Sequence, rerun: bool, wait: bool, rounds: Callable[[int], None] | None = None,
+             log=None) -> list[dict[str, Any]]:
+    """A unit of work in this process (every executor's worker calls it): one run alone, or a batch; one summary
+    per run, never an exception (a failure is a summary). ``rounds`` hears the rounds done at each evaluation (a
+    batch's first run speaks for it)."""
+    if len(cfgs) == 1:
+        return [_one(cfgs[0], rerun, wait, rounds and (lambda row: rounds(int(row["rounds"]))), log)]
+    return _one_batch(cfgs, rerun, wait, rounds and (lambda k, row: k == 0 and rounds(int(row["rounds"]))), log)

@@ -13,12 +13,12 @@ from typing import Any
 
 from ...errors import UsageError
 from ...files import atomic_write, started_at, temp_folder
-from .common import GridInterrupted, _label, _one, _one_batch, _progress, _report
+from .common import Executor, Work, label, run_unit
 
 RAY_HINT = "pip install -e '.[ray]' in the repository (make setup does it)"
 
 
-def _import_ray():
+def import_ray():
     try:
         import ray
     except ImportError:
@@ -26,8 +26,8 @@ def _import_ray():
     return ray
 
 
-def _ray_task(task: str, algo: str, layers: list[tuple], threads: int, files_in: list[dict[str, bytes]],
-              rerun: bool) -> list[tuple[dict, dict[str, bytes]]]:
+def ray_task(task: str, algo: str, layers: list[tuple], threads: int, files_in: list[dict[str, bytes]],
+             rerun: bool) -> list[tuple[dict, dict[str, bytes]]]:
     """On a Ray worker: run one unit (a run, or a batch) in a temporary out_dir seeded with ``files_in`` (a
     checkpoint to resume, per run), return each run's summary and run directory's files."""
     import shutil
@@ -47,7 +47,7 @@ def _ray_task(task: str, algo: str, layers: list[tuple], threads: int, files_in:
             cfg.run_dir.mkdir(parents=True, exist_ok=True)
             for name, data in fin.items():
                 atomic_write(cfg.run_dir / name, data)
-        res = [_one(cfgs[0], rerun, True)] if len(cfgs) == 1 else _one_batch(cfgs, rerun, True)
+        res = run_unit(cfgs, rerun, True)
         files = [{p.name: p.read_bytes() for p in cfg.run_dir.iterdir() if p.is_file() and p.name != ".lock"}
                  for cfg in cfgs]
     finally:
@@ -155,7 +155,7 @@ def _ended(summary: bytes) -> bool:
         return False
 
 
-def _check_reachable(address: str, timeout: float = 5.0) -> None:
+def check_reachable(address: str, timeout: float = 5.0) -> None:
     """A Ray address HOST:PORT that does not answer within ``timeout`` seconds is bad input, not a hang."""
     import socket
 
@@ -192,125 +192,205 @@ def _auto_address(ray) -> str:
     return found or "auto"
 
 
-def _run_ray(cells, address, cpus_per_run, gpus_per_run, console, rerun, title, jobs, units) -> list[dict]:
-    import time
+class Ray(Executor):
+    """Each work a Ray task (``cpus``/``gpus`` each) on a local Ray started on demand (``jobs`` runs at a time) or
+    the cluster at ``address``. The driver holds the runs' locks while their task is in flight (a run another
+    process holds is busy, or waited for on the second pass); a finished run is reused without a task; the run
+    directory's files travel both ways. Ctrl-C is a flag read between one-second waits (:func:`ctrl_c_flag`);
+    :meth:`cancel` brings the checkpoints of the runs in flight home (:meth:`_bring_home`)."""
 
-    from ...runs.rundir import CHECKPOINT, ended, lock_run, run_status
+    suffix = " (ray)"
+    afresh = "in a fresh Ray worker"
 
-    ray = _import_ray()  # the options were checked when the GridOptions was made
-    started = not ray.is_initialized()
-    if started:  # a local Ray (--jobs runs at a time when > 1), or the cluster at --address
-        if address == "auto":
-            address = _auto_address(ray)
-        if address and not address.startswith("ray://"):
-            _check_reachable(address)
-        if not address and (reaped := reap_orphaned_ray()) and console is not None:
-            console.print(f"reaped {len(reaped)} Ray process(es) ({sum(r for *_, r in reaped) // 1024} MB) left by an "
-                          f"earlier local Ray whose driver was killed: "
-                          f"{', '.join(f'{n} ({p})' for p, n, _ in reaped)}", markup=False, highlight=False)
-        kw = {"address": address} if address else ({"num_cpus": jobs * cpus_per_run} if jobs > 1 else {})
+    def __init__(self, address: str | None, cpus: int, gpus: float, jobs: int, console=None):
+        self.address, self.cpus, self.gpus, self.jobs, self.console = address, cpus, gpus, jobs, console
+        self.pending: list[Work] = []
+        self.inflight: dict[Any, Work] = {}  # task ref -> its work
+        self.locks: dict[int, int] = {}  # cell index -> its run's lock, held while its task is in flight
+        self.stack = contextlib.ExitStack()
+
+    def __enter__(self) -> Ray:
+        self.ray = self._start()
+        self.remote = self.ray.remote(num_cpus=self.cpus, num_gpus=self.gpus, max_retries=0)(ray_task)
+        self.interrupts = self.stack.enter_context(ctrl_c_flag())
+        return self
+
+    def _start(self):
+        ray = import_ray()  # the options were checked when the GridOptions was made
+        address, console = self.address, self.console
+        started = not ray.is_initialized()
+        if started:  # a local Ray (--jobs runs at a time when > 1), or the cluster at --address
+            if address == "auto":
+                address = _auto_address(ray)
+            if address and not address.startswith("ray://"):
+                check_reachable(address)
+            if not address and (reaped := reap_orphaned_ray()) and console is not None:
+                console.print(f"reaped {len(reaped)} Ray process(es) ({sum(r for *_, r in reaped) // 1024} MB) left "
+                              f"by an earlier local Ray whose driver was killed: "
+                              f"{', '.join(f'{n} ({p})' for p, n, _ in reaped)}", markup=False, highlight=False)
+            kw = {"address": address} if address else ({"num_cpus": self.jobs * self.cpus} if self.jobs > 1 else {})
+            try:
+                ray.init(log_to_driver=False, include_dashboard=False, configure_logging=False, **kw)
+            except (ConnectionError, ValueError, RuntimeError) as e:
+                why = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+                raise UsageError(f"Ray did not start{f' at --address {address}' if address else ''}: {why}"
+                                 + ("; --address auto joins a cluster that `ray start --head` started on this node"
+                                    if address == "auto" else "")) from None
+            if not address:
+                mark_session(ray)
+        have = ray.cluster_resources()
+        for what, need in (("CPU", self.cpus), ("GPU", self.gpus)):
+            if need and have.get(what, 0) < need:  # Ray would wait for them for ever
+                if started:
+                    ray.shutdown()
+                raise UsageError(f"each run asks for {need:g} {what}(s) (--{what.lower()}s-per-run), but the Ray "
+                                 f"cluster has {have.get(what, 0):g}")
+        return ray
+
+    def submit(self, work: Work) -> None:
+        self.pending.append(work)
+
+    def results(self):
+        import time
+
+        while self.pending or self.inflight:
+            if self.interrupts:
+                raise KeyboardInterrupt
+            for w in list(self.pending):  # submit every work whose locks we get
+                yield from self._launch(w)
+            if not self.inflight:
+                time.sleep(0.5)  # every remaining run is held by another process
+                continue
+            done, _ = self.ray.wait(list(self.inflight), num_returns=1, timeout=1.0)
+            for ref in done:
+                yield self._collect(ref)
+
+    def _launch(self, w: Work):
+        """Take the runs' locks (all, or none: busy, or left pending when ``w.wait``); yield the runs finished
+        already (reused), start a task for the others."""
+        from ...runs.rundir import CHECKPOINT, ended, lock_run, run_status
+
+        fds = [lock_run(c.cfg.run_dir, wait=False) for c in w.cells]
+        if any(fd is None for fd in fds):
+            for fd in fds:
+                if fd is not None:
+                    os.close(fd)
+            if not w.wait:
+                self.pending.remove(w)
+                yield w, [{"status": "busy"}] * len(w.cells)
+            return
+        self.pending.remove(w)
+        todo, files_in, reused = [], [], []
+        for k, (c, fd) in enumerate(zip(w.cells, fds)):
+            state, summary, why = run_status(c.cfg.run_dir)
+            if not w.rerun and ended(state, summary):
+                os.close(fd)
+                reused.append((w.part([k]), [{**summary, "reused": True}]))
+                continue
+            if state == "corrupt":
+                self.listener.say(f"{c.cfg.run_dir}: {why}; running it again")
+            ck = c.cfg.run_dir / CHECKPOINT
+            files_in.append({CHECKPOINT: ck.read_bytes()} if ck.is_file() and not w.rerun else {})
+            todo.append(k)
+            self.locks[w.index[k]] = fd
+        if todo:
+            w = w.part(todo)
+            c0 = w.cells[0].cfg
+            self.inflight[self.remote.remote(c0.task, c0.algo_ref, [c.layers for c in w.cells], self.cpus, files_in,
+                                             w.rerun)] = w
+        yield from reused  # every lock is where it belongs by now
+
+    def _collect(self, ref) -> tuple[Work, list[dict] | None]:
+        """A finished (or interrupted) task's summaries, one per run (``None``: its worker died); their files land
+        in the run directories."""
+        w = self.inflight.pop(ref)
+        fds = [self.locks.pop(i) for i in w.index]
         try:
-            ray.init(log_to_driver=False, include_dashboard=False, configure_logging=False, **kw)
-        except (ConnectionError, ValueError, RuntimeError) as e:
-            why = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
-            raise UsageError(f"Ray did not start{f' at --address {address}' if address else ''}: {why}"
-                             + ("; --address auto joins a cluster that `ray start --head` started on this node"
-                                if address == "auto" else "")) from None
-        if not address:
-            mark_session(ray)
-    have = ray.cluster_resources()
-    for what, need in (("CPU", cpus_per_run), ("GPU", gpus_per_run)):
-        if need and have.get(what, 0) < need:  # Ray would wait for them for ever
-            if started:
-                ray.shutdown()
-            raise UsageError(f"each run asks for {need:g} {what}(s) (--{what.lower()}s-per-run), but the Ray cluster "
-                             f"has {have.get(what, 0):g}")
-    remote = ray.remote(num_cpus=cpus_per_run, num_gpus=gpus_per_run, max_retries=1)(_ray_task)
-    out: list[dict | None] = [None] * len(cells)
-    pending = [list(u) for u in units]
-    locks: dict[int, int] = {}
-    inflight: dict[Any, list[int]] = {}
-    with _progress(console) as prog, _ctrl_c() as interrupts:
-        overall = prog.add_task(f"{title} (ray)", total=len(cells), info="")
+            got = self.ray.get(ref)
+        except Exception as e:  # the worker died, or the task raised
+            for fd in fds:
+                os.close(fd)
+            if isinstance(e, _lost(self.ray)):
+                return w, None
+            return w, [_failed(e)] * len(fds)
+        out = []
+        for c, (s, files), fd in zip(w.cells, got, fds, strict=True):
+            try:
+                if "config.yaml" in files:  # the driver's paths, not the worker's temporary out_dir
+                    import yaml
+
+                    used = (yaml.safe_load(files["config.yaml"]) or {}).get("device_used")
+                    files["config.yaml"] = yaml.safe_dump({**c.cfg.as_dict(), "device_used": used},
+                                                          sort_keys=False).encode()
+                _land(c.cfg.run_dir, files, c.cfg.run.keep_checkpoint)
+            except Exception as e:
+                s = _failed(e)
+            finally:
+                os.close(fd)
+            out.append(s)
+        return w, out
+
+    def cancel(self, why: BaseException) -> str | None:
+        self.pending.clear()
+        if not isinstance(why, KeyboardInterrupt):  # an error: the tasks in flight are left to Ray
+            return None
+        self.interrupts[:] = self.interrupts or [1]  # the first Ctrl-C; a second one gives the runs up
+        return self._bring_home()
+
+    def close(self) -> None:
+        for fd in self.locks.values():
+            os.close(fd)
+        self.locks.clear()
+        self.stack.close()
+
+    def _bring_home(self, patience: float = 120.0) -> str:
+        """After Ctrl-C: ask every task in flight to stop (SIGINT in its worker: the run writes its checkpoint
+        and returns), land what comes back within ``patience`` seconds or until a second Ctrl-C
+        (``interrupts`` grows), force-cancel the rest. What happened, in one sentence."""
+        import time
+
+        ray, inflight = self.ray, self.inflight
+        home: list[str] = []
+        lost: list[str] = []  # cancelled before the run took the signal over, or no answer in time
+        for ref in inflight:
+            ray.cancel(ref, force=False)
+        self.listener.say(f"interrupted: bringing home the checkpoints of {len(inflight)} run(s) in flight "
+                          f"(Ctrl-C again to give them up)")
+        deadline = time.monotonic() + patience
         try:
-            while (pending or inflight) and not interrupts:
-                for unit in list(pending):  # submit every unit whose locks we get (all of them)
-                    fds = [lock_run(cells[i].cfg.run_dir, wait=False) for i in unit]
-                    if any(fd is None for fd in fds):
-                        for fd in fds:
-                            if fd is not None:
-                                os.close(fd)
-                        continue
-                    pending.remove(unit)
-                    todo, files_in = [], []
-                    for i, fd in zip(unit, fds):
-                        c = cells[i]
-                        state, summary, why = run_status(c.cfg.run_dir)
-                        if not rerun and ended(state, summary):
-                            os.close(fd)
-                            out[i] = summary
-                            _report(prog, overall, c, summary)
-                            continue
-                        if state == "corrupt":
-                            prog.console.print(f"{c.cfg.run_dir}: {why}; running it again", markup=False,
-                                               highlight=False)
-                        ck = c.cfg.run_dir / CHECKPOINT
-                        files_in.append({CHECKPOINT: ck.read_bytes()} if ck.is_file() and not rerun else {})
-                        todo.append(i)
-                        locks[i] = fd
-                    if todo:
-                        c0 = cells[todo[0]].cfg
-                        ref = remote.remote(c0.task, c0.algo_ref, [cells[i].layers for i in todo], cpus_per_run,
-                                            files_in, rerun)
-                        inflight[ref] = todo
-                if not inflight:
-                    time.sleep(0.5)  # every remaining run is held by another process
-                    continue
+            while inflight and time.monotonic() < deadline and len(self.interrupts) < 2:
                 done, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0)
                 for ref in done:
-                    unit = inflight.pop(ref)
-                    for i, s in zip(unit, _collect(ray, ref, [cells[i] for i in unit], [locks.pop(i) for i in unit])):
-                        out[i] = s
-                        _report(prog, overall, cells[i], s, say_resume=True)
-            if interrupts:
-                raise KeyboardInterrupt
-        except KeyboardInterrupt:  # our handler's flag, or a KeyboardInterrupt off the main thread
-            interrupts[:] = interrupts or [1]  # the first Ctrl-C; a second one gives the runs up
-            raise GridInterrupted(_bring_home(ray, inflight, locks, cells, prog, interrupts)) from None
-        finally:
-            for fd in locks.values():
-                os.close(fd)
-    return out  # type: ignore[return-value]
+                    w, res = self._collect(ref)
+                    for c, s in zip(w.cells, res or [{"status": "failed"}] * len(w.cells)):
+                        (lost if s["status"] == "failed" else home).append(label(c))
+        except KeyboardInterrupt:
+            pass
+        lost += [label(c) for w in inflight.values() for c in w.cells]
+        for ref in inflight:
+            ray.cancel(ref, force=True)
+        inflight.clear()
+        msg = (f"interrupted: {len(home)} run(s) in flight wrote their checkpoints into their run directories"
+               if home else "interrupted")
+        if lost:
+            names = ", ".join(lost[:4]) + (", ..." if len(lost) > 4 else "")
+            msg += f"; what {len(lost)} run(s) did since their last checkpoint is lost ({names})"
+        return msg + "; run the same command again to continue"
 
 
-def _collect(ray, ref, cs: list, lock_fds: list[int]) -> list[dict]:
-    """A finished (or interrupted) task's summaries, one per run; their files land in the run directories."""
-    try:
-        got = ray.get(ref)
-    except Exception as e:  # the worker died twice, or the task raised
-        for fd in lock_fds:
-            os.close(fd)
-        return [{"status": "failed", "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}] * len(cs)
-    out = []
-    for c, (s, files), fd in zip(cs, got, lock_fds, strict=True):
-        try:
-            if "config.yaml" in files:  # the driver's paths, not the worker's temporary out_dir
-                import yaml
+def _failed(e: Exception) -> dict[str, Any]:
+    return {"status": "failed", "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
 
-                used = (yaml.safe_load(files["config.yaml"]) or {}).get("device_used")
-                files["config.yaml"] = yaml.safe_dump({**c.cfg.as_dict(), "device_used": used},
-                                                      sort_keys=False).encode()
-            _land(c.cfg.run_dir, files, c.cfg.run.keep_checkpoint)
-        except Exception as e:
-            s = {"status": "failed", "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
-        finally:
-            os.close(fd)
-        out.append(s)
-    return out
+
+def _lost(ray) -> tuple[type, ...]:
+    """Ray's errors of a task whose worker (or node) died under it, not of the task itself: the driver retries it
+    once (Ray's own retry is off, so that there is one)."""
+    names = ("WorkerCrashedError", "NodeDiedError", "OutOfMemoryError", "LocalRayletDiedError")
+    return tuple(t for n in names if isinstance(t := getattr(ray.exceptions, n, None), type))
 
 
 @contextlib.contextmanager
-def _ctrl_c():
+def ctrl_c_flag():
     """While a Ray grid runs, SIGINT appends to the yielded list instead of raising KeyboardInterrupt
     (main thread only). The driver's loop checks the list between its one-second waits. A
     KeyboardInterrupt raised inside Ray's own code can be swallowed there ("Exception ignored in ..."),
@@ -326,35 +406,3 @@ def _ctrl_c():
         signal.signal(signal.SIGINT, old)
 
 
-def _bring_home(ray, inflight: dict, locks: dict, cells, prog, interrupts: list, patience: float = 120.0) -> str:
-    """After Ctrl-C: ask every task in flight to stop (SIGINT in its worker: the run writes its checkpoint
-    and returns), land what comes back within ``patience`` seconds or until a second Ctrl-C
-    (``interrupts`` grows), force-cancel the rest. What happened, in one sentence."""
-    import time
-
-    home: list[str] = []
-    lost: list[str] = []  # cancelled before the run took the signal over, or no answer in time
-    for ref in inflight:
-        ray.cancel(ref, force=False)
-    prog.console.print(f"interrupted: bringing home the checkpoints of {len(inflight)} run(s) in flight "
-                       f"(Ctrl-C again to give them up)", highlight=False)
-    deadline = time.monotonic() + patience
-    try:
-        while inflight and time.monotonic() < deadline and len(interrupts) < 2:
-            done, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0)
-            for ref in done:
-                unit = inflight.pop(ref)
-                for i, s in zip(unit, _collect(ray, ref, [cells[i] for i in unit], [locks.pop(i) for i in unit])):
-                    (lost if s["status"] == "failed" else home).append(_label(cells[i]))
-    except KeyboardInterrupt:
-        pass
-    lost += [_label(cells[i]) for unit in inflight.values() for i in unit]
-    for ref in inflight:
-        ray.cancel(ref, force=True)
-    inflight.clear()
-    msg = (f"interrupted: {len(home)} run(s) in flight wrote their checkpoints into their run directories"
-           if home else "interrupted")
-    if lost:
-        names = ", ".join(lost[:4]) + (", ..." if len(lost) > 4 else "")
-        msg += f"; what {len(lost)} run(s) did since their last checkpoint is lost ({names})"
-    return msg + "; run the same command again to continue"
