@@ -23,13 +23,12 @@ def restore_runs(runs: Sequence[Any], bt) -> tuple[list[dict[str, Any]], int]:
     """Restore each run's checkpoint into the seed's build ``bt`` in turn (its rows and times into the run):
     ``([each run's batch_state tensors], the iteration)``; :class:`ResumeApart` where they disagree or one is
     not loadable (nothing of a run is changed on disk)."""
-    from ..runs.rundir import CHECKPOINT
-    from ..runs.runner import _load_checkpoint
+    from ..runs.checkpoint import load_checkpoint
 
     view = bt.algo
     states, marks = [], set()
     for run in runs:
-        c, why = _load_checkpoint(run.cfg.run_dir / CHECKPOINT, run.cfg, bt)
+        c, why = load_checkpoint(run.rundir.checkpoint, run.cfg, bt)
         if c is None:
             raise ResumeApart(f"{run.cfg.run_dir.name}: {why}")
         marks.add((bt.ledger.iterations, bt.ledger.rounds, bytes(c["gen"].numpy()), bytes(c["torch_rng"].numpy())))

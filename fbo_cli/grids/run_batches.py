@@ -14,10 +14,11 @@ generator (what each run draws alone) and repeated for the R runs by the oracles
 The ledger is the group's (each run's own is equal to it: the same draws, the same charges).
 The seed groups of a batch run one after the other in the same process.
 
-Each run keeps its own run directory, written as the runner writes a run alone (``config.yaml``,
+A seed group steps in the one run loop (:func:`fbo_cli.runs.loop.run`, :class:`~fbo_cli.runs.loop.Stacked`), the
+loop of a run alone, so each run keeps its own run directory written as a run alone's (``config.yaml``,
 ``metrics.csv`` at every evaluation, checkpoints every ``checkpoint_every`` outer iterations,
-``summary.json`` last, through :func:`fbo_cli.runs.runner.finish`), so reports, resume and ``fbo check`` work
-unchanged above it. A run that diverges (the runner's rule, per run) ends there, its summary is written,
+``summary.json`` last), and reports, resume and ``fbo check`` work
+unchanged above it. A run that diverges (the loop's rule, per run) ends there, its summary is written,
 and its rows leave the batch; the others go on. A run already finished is reused; the runs of one seed that
 hold checkpoints of one iteration resume as a batch (:mod:`fbo_cli.grids.batch_resume`); another with a
 checkpoint, or one whose directory another process holds, runs alone (:func:`fbo_cli.runs.runner.execute`)
@@ -35,20 +36,19 @@ import functools
 import inspect
 import json
 import textwrap
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
 from ..algorithms.batching import says
-from ..algorithms.runs_as_clients import evaluate_runs, finite_runs, keep_runs, show, stacked
+from ..algorithms.runs_as_clients import stacked
 from ..algorithms.seed_runs import SeedsDiffer, stacked_seeds
 from ..errors import UsageError
 from ..runs import checkpoint as ckpt
+from ..runs import loop
 from ..runs.config import RunConfig
 from ..runs.cost import evidence_roots
-from ..runs.rundir import CHECKPOINT, ended, make_dirs, remove_temp_files, run_lock, run_status, write_csv, write_yaml
-from ..runs.schedule import evaluation_due
+from ..runs.loop import Interrupted, Member, Stacked, run_log
+from ..runs.rundir import RunDir, make_dirs
 from .batch_resume import ResumeApart, put_states, restore_runs
 
 AUTO_MAX = 16  # --batch auto: at most this many runs in one batch
@@ -314,16 +314,6 @@ def cost_shares(cells: Sequence, batch: str | int, roots: tuple[Path, ...] | Non
 # execution
 
 
-@dataclass
-class _Run:
-    cfg: RunConfig
-    note: Callable
-    rows: list = field(default_factory=list)
-    train_time: float = 0.0
-    eval_time: float = 0.0
-    summary: dict | None = None
-
-
 def execute_batch(cfgs: Sequence[RunConfig], reuse: bool = True, fresh: bool = False, wait: bool = True,
                   log: Callable[[str], None] | None = None,
                   on_eval: Callable[[int, dict], None] | None = None) -> list[dict]:
@@ -333,13 +323,14 @@ def execute_batch(cfgs: Sequence[RunConfig], reuse: bool = True, fresh: bool = F
     its ``error``; its ``summary.json`` records it) and the others go on. An interruption raises
     (:class:`fbo_cli.runs.runner.Interrupted`) once every run's checkpoint is written."""
     from ..runs.identity import stale_reason
-    from ..runs.runner import Interrupted, RunBusy, _run_log, execute
+    from ..runs.runner import RunBusy, execute
     from .batch_check import refusal
 
     out: list[dict | None] = [None] * len(cfgs)
     alone: list[int] = []
     again: set[int] = set()  # runs of a batch that failed, run again alone
     back: list[int] = []  # runs with a checkpoint
+    dirs: dict[int, RunDir] = {}
     if len(cfgs) == 1 or not all(batchable(c) for c in cfgs):
         alone = list(range(len(cfgs)))
     with contextlib.ExitStack() as held:
@@ -348,14 +339,15 @@ def execute_batch(cfgs: Sequence[RunConfig], reuse: bool = True, fresh: bool = F
             if i in alone:
                 continue
             make_dirs(c.run_dir)
-            if not held.enter_context(run_lock(c.run_dir, wait=False)):
+            rd = dirs[i] = RunDir(c.run_dir)  # its state read once, under the lock
+            if not held.enter_context(rd.lock(wait=False)):
                 alone.append(i)
                 continue
-            state, summary, why = run_status(c.run_dir)
-            if reuse and ended(state, summary) and not stale_reason(c, summary):
-                out[i] = {**summary, "reused": True}
+            st = rd.state()
+            if reuse and st.ended and not stale_reason(c, st.summary):
+                out[i] = {**st.summary, "reused": True}
                 continue
-            if not fresh and (c.run_dir / CHECKPOINT).is_file():  # resumes from its checkpoint: with the runs of
+            if not fresh and rd.checkpoint.is_file():  # resumes from its checkpoint: with the runs of
                 if seeds_batch(c):  # its seed as a batch (batch_resume), alone where the algorithm batches seeds
                     alone.append(i)
                 else:
@@ -374,7 +366,7 @@ def execute_batch(cfgs: Sequence[RunConfig], reuse: bool = True, fresh: bool = F
             # a user's class: its batch shown equal to its runs alone
             if why := refusal([cfgs[i] for i in idx], execute_batch):
                 for i in idx:
-                    with _run_log(cfgs[i].run_dir, log) as note:
+                    with run_log(cfgs[i].run_dir, log) as note:
                         note(f"{cfgs[i].algo}: {why}")
                 alone.extend(idx)
                 continue
@@ -383,18 +375,19 @@ def execute_batch(cfgs: Sequence[RunConfig], reuse: bool = True, fresh: bool = F
             which = f"of seed {seeds[0]}" if len(seeds) == 1 else f"of seeds {', '.join(map(str, seeds))}"
             resume = isinstance(key, tuple)
             for i in idx:
-                note = held.enter_context(_run_log(cfgs[i].run_dir, log))
+                note = held.enter_context(run_log(cfgs[i].run_dir, log))
+                rd = dirs[i]
                 if not resume:
-                    (cfgs[i].run_dir / CHECKPOINT).unlink(missing_ok=True)
+                    rd.drop_checkpoint()
                 note(f"{'resume' if resume else 'start'}: {cfgs[i].task}/{cfgs[i].algo} {cfgs[i].run_id} (in a batch "
                      f"of {len(idx) if resume else len(todo)} runs, {len(idx)} {which} stepped together)", show=False)
-                runs.append(_Run(cfgs[i], note))
+                runs.append(Member(cfgs[i], rd, note=note))
             groups = [(idx, runs)]
             while groups:
                 idx, runs = groups.pop(0)
                 emit = (lambda k, row, idx=idx: on_eval(idx[k], row)) if on_eval else None
                 try:
-                    done = _run_group(runs, emit, resume)
+                    done = run_group(runs, emit, resume)
                 except ResumeApart as e:  # their checkpoints resume alone
                     for run in runs:
                         run.note(f"resumes alone ({e})", show=False)
@@ -406,7 +399,7 @@ def execute_batch(cfgs: Sequence[RunConfig], reuse: bool = True, fresh: bool = F
                         by.setdefault(run.cfg.run.seed, []).append((i, run))
                     for run in runs:  # from round 0 (a checkpoint the seed batch wrote goes)
                         run.note(f"its seeds step one after the other ({e})", show=False)
-                        (run.cfg.run_dir / CHECKPOINT).unlink(missing_ok=True)
+                        run.rundir.drop_checkpoint()
                     groups[:0] = [([i for i, _ in g], [run for _, run in g]) for g in by.values() if len(g) > 1]
                     alone.extend(g[0][0] for g in by.values() if len(g) == 1)
                     continue
@@ -430,31 +423,19 @@ def execute_batch(cfgs: Sequence[RunConfig], reuse: bool = True, fresh: bool = F
     return out  # type: ignore[return-value]
 
 
-def _run_group(runs: list[_Run], on_eval, resume: bool = False) -> list[dict | None]:
-    """Step the runs of one seed group to the end of their budget (:func:`fbo_cli.runs.runner._loop`, run by run); a run
-    still in the batch when a step raised is ``None`` (to run again alone). Runs of one seed share one build (its
-    data, generator and ledger); runs of several seeds (a seed batch) are each built as alone and evaluated each
-    by its own build."""
-    from ..runs.runner import (
-        Interrupted,
-        _save_checkpoint,
-        _Stop,
-        _StopNow,
-        budget_left,
-        build,
-        check_rounds,
-        diverged,
-        finish,
-    )
+def run_group(runs: list[Member], on_eval, resume: bool = False) -> list[dict | None]:
+    """Step the runs of one seed group to the end of their budget: the run loop (:func:`fbo_cli.runs.loop.run`)
+    with the group stacked as one algorithm (:class:`fbo_cli.runs.loop.Stacked`); a run still in the batch when a
+    step raised is ``None`` (to run again alone). Runs of one seed share one build (its data, generator and
+    ledger); runs of several seeds (a seed batch) are each built as alone and evaluated each by its own build."""
+    from ..runs.runner import build
 
-    cfg0 = runs[0].cfg
-    r = cfg0.run
-    for run in runs:
-        remove_temp_files(run.cfg.run_dir)
-        (run.cfg.run_dir / "summary.json").unlink(missing_ok=True)
+    for k, run in enumerate(runs):
+        run.rundir.begin()
         run.rows, run.train_time, run.eval_time = [], 0.0, 0.0
+        run.on_eval = (lambda row, k=k: on_eval(k, row)) if on_eval else None
     seeds = len({run.cfg.run.seed for run in runs}) > 1
-    bts = [build(run.cfg) for run in runs] if seeds else [build(cfg0)] * len(runs)
+    bts = [build(run.cfg) for run in runs] if seeds else [build(runs[0].cfg)] * len(runs)
     bt, view = bts[0], bts[0].algo
     bases = [ckpt.baseline(b.algo) for b in bts] if seeds else [ckpt.baseline(view)] * len(runs)
     hps = [run.cfg.hp for run in runs]
@@ -462,89 +443,7 @@ def _run_group(runs: list[_Run], on_eval, resume: bool = False) -> list[dict | N
     algo = stacked_seeds([b.algo for b in bts], hps) if seeds else stacked(view, hps)
     if back:
         put_states(algo, back[0])
-    led = algo.ledger if seeds else bt.ledger  # the runs' rounds and iterations
     for run in runs:
-        write_yaml(run.cfg.run_dir / "config.yaml", {**run.cfg.as_dict(), "device_used": str(bt.device)})
-    active = list(range(len(runs)))  # the runs still in the batch; position p holds run active[p]
-
-    def evaluate(ks: list[int]) -> dict[int, dict]:
-        t0 = time.perf_counter()
-        if seeds:  # each run by its own build (its data)
-            ms = [evaluate_runs(algo, bts[k].algo, [active.index(k)], [runs[k].cfg.hp])[0] for k in ks]
-        else:
-            ms = evaluate_runs(algo, view, [active.index(k) for k in ks], [runs[k].cfg.hp for k in ks])
-        dt = (time.perf_counter() - t0) / max(len(ks), 1)  # each run's share of the pass
-        rows = {}
-        for k, m in zip(ks, ms, strict=True):
-            run = runs[k]
-            run.eval_time += dt
-            rows[k] = row = {**bts[k].ledger.as_dict(), "train_time": round(run.train_time, 4), **m}
-            run.rows.append(row)
-            write_csv(run.cfg.run_dir / "metrics.csv", run.rows)
-            if on_eval:
-                on_eval(k, row)
-        return rows
-
-    def save(k: int) -> None:
-        run = runs[k]
-        show(algo, bts[k].algo, active.index(k), run.cfg.hp)
-        _save_checkpoint(run.cfg.run_dir / CHECKPOINT, run.cfg, bts[k], bases[k], run.rows, run.train_time,
-                         run.eval_time)
-
-    def end(k: int, status: str, why: str | None = None, failure: Exception | None = None) -> None:
-        run = runs[k]
-        try:
-            run.summary = finish(run.cfg, run.rows, status, why, failure, bts[k].ledger,
-                                 view.rounds_per_iteration(), run.train_time, run.eval_time, bt.device, True,
-                                 resumed=back[1] if back else None, batch_runs=len(runs))
-        except Exception:  # the failure, raised again after its record is written
-            run.summary = {"status": "failed", "error": f"{type(failure).__name__}: {failure}"}
-        run.note(f"end: {status}" + (f" ({why})" if why else "") + f", {led.rounds} rounds", show=False)
-
-    def drop(gone: dict[int, str]) -> None:
-        for k, why in gone.items():
-            end(k, "diverged", why)
-        keep = [p for p, k in enumerate(active) if k not in gone]
-        active[:] = [active[p] for p in keep]
-        if active:
-            keep_runs(algo, keep)
-
-    with _Stop() as stop:
-        try:
-            first = {k: runs[k].rows[0] for k in active} if back else evaluate(list(active))
-            while active and budget_left(r, led, runs[active[0]].train_time):
-                t0, before = time.perf_counter(), led.rounds
-                algo.step()
-                led.iterations += 1
-                check_rounds(view, led, before)
-                ok = finite_runs(algo)
-                dt = (time.perf_counter() - t0) / len(active)  # each run's share of the batch's time
-                for k in active:
-                    runs[k].train_time += dt
-                gone = {k: "the iterate has NaN/inf entries" for p, k in enumerate(active) if not ok[p]}
-                if evaluation_due(r, led, runs[active[0]].rows[-1]["rounds"], view.rounds_per_iteration()):
-                    for k, row in evaluate([k for k in active if k not in gone]).items():
-                        if why := diverged(row, first[k]):
-                            gone[k] = why
-                if gone:
-                    drop(gone)
-                if stop.flag:
-                    for k in active:
-                        save(k)
-                    raise Interrupted(runs[active[0]].cfg.run_dir if active else cfg0.run_dir, led.iterations)
-                if led.iterations % r.checkpoint_every == 0:
-                    for k in active:
-                        save(k)
-            evaluate([k for k in active if runs[k].rows[-1]["iterations"] != led.iterations])
-            for k in list(active):
-                end(k, "done")
-        except (Interrupted, SeedsDiffer):
-            raise
-        except _StopNow:
-            raise Interrupted(cfg0.run_dir, led.iterations, now=True) from None
-        except Exception as e:  # one run's bug or all runs': each run still in the batch runs again alone
-            for k in active:
-                runs[k].note(f"the batch failed ({type(e).__name__}: {e}); this run runs again alone", show=False)
-                (runs[k].cfg.run_dir / CHECKPOINT).unlink(missing_ok=True)
-            return [None if k in active else run.summary for k, run in enumerate(runs)]
-    return [run.summary for run in runs]  # type: ignore[misc]
+        run.rundir.write_config(run.cfg, bt.device)
+    return loop.run(runs, Stacked(algo, view, algo.ledger if seeds else bt.ledger, bts, bases, hps, seeds,
+                                  back[1] if back else None))

@@ -14,19 +14,26 @@ A snapshot is data, never code: tensors, numbers, strings, lists and dicts, load
 ``torch.load(weights_only=True)``. Containers and objects record their class by name
 (``module:qualname``), and :func:`restore` accepts only ``list``, ``tuple`` and classes of
 ``fbo_cli`` itself; anything else is a :class:`ValueError` (a malformed checkpoint).
+
+A run's ``checkpoint.pt`` (:func:`save_checkpoint`, :func:`load_checkpoint`, read and written through
+:class:`fbo_cli.runs.rundir.RunDir`) holds such a snapshot with the generator states, the ledger, the metric rows
+and the timers.
 """
 
 from __future__ import annotations
 
 import importlib
+import io
 import weakref
 from typing import Any
 
 import numpy as np
 import torch
 
+from .. import __version__
 from ..algorithms.base import REBUILT
 from ..data import FederatedData
+from ..files import atomic_write
 from ..sim.federation import Ledger
 from ..tasks.base import Task
 
@@ -152,3 +159,62 @@ def restore(obj: Any, snap: dict[str, Any], device: torch.device) -> None:
 
     for k, e in snap.items():
         setattr(obj, k, dec(e, getattr(obj, k, None)))
+
+
+# --------------------------------------------------------------------------------------------------
+# a run's checkpoint file (``checkpoint.pt``; :meth:`fbo_cli.runs.rundir.RunDir.save_checkpoint` and
+# :meth:`~fbo_cli.runs.rundir.RunDir.load_checkpoint` call these): the snapshot of its algorithm, the generator
+# states, the ledger, the metric rows and the timers
+
+CHECKPOINT_KEYS = {"run_id": str, "fbo": str, "algo": dict, "gen": torch.Tensor, "torch_rng": torch.Tensor,
+                   "ledger": dict, "rows": list, "train_time": (int, float), "eval_time": (int, float)}
+
+
+def code_key(cfg) -> str:
+    """One string for the algorithm's and the task's code (a checkpoint of other code is not resumed)."""
+    import json
+
+    c = cfg.code
+    return json.dumps([c["algorithm"], c["task"]], sort_keys=True)
+
+
+def save_checkpoint(path, cfg, b, base, rows, train_time, eval_time) -> None:
+    """Write run ``cfg``'s checkpoint (``b``: its build, :func:`fbo_cli.runs.runner.build`; ``base``: its
+    :func:`baseline`) to ``path``, atomically."""
+    buf = io.BytesIO()
+    torch.save({"run_id": cfg.run_id, "fbo": __version__, "code": code_key(cfg), "algo": snapshot(b.algo, base),
+                "gen": b.algo.fed.gen.get_state(), "torch_rng": torch.get_rng_state(),
+                "ledger": b.ledger.as_dict(), "rows": rows, "train_time": train_time, "eval_time": eval_time}, buf)
+    atomic_write(path, buf.getvalue())
+
+
+def load_checkpoint(path, cfg, b) -> tuple[dict | None, str]:
+    """(the checkpoint, '') after restoring it into ``b``; (None, why) when it is from another run or
+    version (left alone), or (None, 'malformed: ...') when it is not a checkpoint of ours. Loading
+    executes nothing: ``weights_only=True`` reads tensors and plain containers only."""
+    try:
+        c = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        first = (str(e).splitlines() or [""])[0][:120]  # an empty file's error has no text
+        return None, f"malformed: not a readable fbo checkpoint ({type(e).__name__}: {first})"
+    if not isinstance(c, dict):
+        return None, "malformed: not a mapping"
+    if c.get("run_id") != cfg.run_id or c.get("fbo") != __version__:
+        return None, f"from another run or fbo version (run_id {c.get('run_id')!r}, fbo {c.get('fbo')!r})"
+    if c.get("code", code_key(cfg)) != code_key(cfg):
+        return None, "made by another version of the algorithm's or the task's code"
+    bad = [k for k, t in CHECKPOINT_KEYS.items() if not isinstance(c.get(k), t)]
+    if bad or not all(isinstance(r, dict) for r in c["rows"]):
+        return None, f"malformed: missing or mistyped {', '.join(bad) or 'rows'}"
+    try:
+        restore(b.algo, c["algo"], b.device)
+        b.algo.fed.gen.set_state(c["gen"])
+        torch.set_rng_state(c["torch_rng"])
+        for k, v in c["ledger"].items():
+            if not hasattr(b.ledger, k):
+                raise KeyError(k)
+            setattr(b.ledger, k, v)
+    except Exception as e:  # a shape, a class, a key that does not fit this run's objects
+        what = str(e).splitlines()[0][:120] if str(e) else ""
+        return None, f"malformed: does not fit this run ({type(e).__name__}: {what})"
+    return c, ""

@@ -266,10 +266,14 @@ class RunState(NamedTuple):
 
 
 class RunDir:
-    """One run's directory as an object: its path, its lock and its state (read once: :meth:`state` caches)."""
+    """One run's directory as an object: its path, its lock, its state (read once: :meth:`state` caches) and its
+    files, each written atomically: ``config.yaml``, ``metrics.csv`` (:meth:`append`), ``checkpoint.pt``
+    (:meth:`save_checkpoint`, :meth:`load_checkpoint`: :mod:`fbo_cli.runs.checkpoint`) and the completion record
+    (:meth:`finish`). ``write`` False: a run that leaves no trace (every write is skipped; no checkpoint is read)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, write: bool = True):
         self.path = Path(path)
+        self.write = write
         self._state: RunState | None = None
 
     def __repr__(self) -> str:
@@ -284,6 +288,69 @@ class RunDir:
         if fresh or self._state is None:
             self._state = run_status(self.path)
         return self._state
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.path / CHECKPOINT
+
+    def begin(self) -> None:
+        """An attempt starts (under the lock): what a killed atomic write left goes, and so does the old summary,
+        so that no summary may vouch for this attempt's metrics."""
+        if self.write:
+            make_dirs(self.path)
+            remove_temp_files(self.path)
+            (self.path / "summary.json").unlink(missing_ok=True)
+            self._state = None
+
+    def write_config(self, cfg, device) -> None:
+        if self.write:
+            write_yaml(self.path / "config.yaml", {**cfg.as_dict(), "device_used": str(device)})
+
+    def append(self, rows: list[dict[str, Any]]) -> None:
+        """``metrics.csv`` holding ``rows``, the run's evaluations so far (the last one new)."""
+        if self.write:
+            write_csv(self.path / "metrics.csv", rows)
+
+    def save_checkpoint(self, cfg, b, base, rows, train_time: float, eval_time: float) -> None:
+        """:func:`fbo_cli.runs.checkpoint.save_checkpoint` of run ``cfg`` (``b``: its build, ``base``: its baseline)."""
+        if self.write:
+            from . import checkpoint
+
+            checkpoint.save_checkpoint(self.checkpoint, cfg, b, base, rows, train_time, eval_time)
+
+    def load_checkpoint(self, cfg, b) -> tuple[dict | None, str]:
+        """:func:`fbo_cli.runs.checkpoint.load_checkpoint` into ``b``; a malformed one is moved aside to
+        ``checkpoint.bad`` (so that no later run trips on it again) and the reason says so. (None, '') where
+        there is none."""
+        if not (self.write and self.checkpoint.is_file()):
+            return None, ""
+        from . import checkpoint
+
+        c, why = checkpoint.load_checkpoint(self.checkpoint, cfg, b)
+        if c is None and why.startswith("malformed"):
+            os.replace(self.checkpoint, self.path / "checkpoint.bad")
+            why += f"; moved to {self.path / 'checkpoint.bad'}"
+        return c, why
+
+    def drop_checkpoint(self) -> None:
+        if self.write:
+            self.checkpoint.unlink(missing_ok=True)
+
+    def finish(self, summary: dict[str, Any], rows: list[dict], df: pd.DataFrame, title: str,
+               keep_checkpoint: bool = False) -> dict[str, Any]:
+        """The completion record: the final ``metrics.csv``, ``curves.png``, then ``summary.json`` (last, with the
+        hash of the metrics it summarizes); the checkpoint goes once the run has an ending (:data:`ENDINGS`) unless
+        ``keep_checkpoint`` (a failed run keeps its last good one). Returns ``summary``."""
+        if self.write:
+            write_csv(self.path / "metrics.csv", rows)
+            if rows:
+                plot_run(self.path / "curves.png", df, title, summary["metric"])
+            summary["metrics_sha256"] = file_sha256(self.path / "metrics.csv")
+            write_json(self.path / "summary.json", summary)  # the completion record: last
+            self._state = None
+            if not keep_checkpoint and summary["status"] in ENDINGS:
+                self.drop_checkpoint()
+        return summary
 
 
 def run_status(run_dir: Path) -> RunState:

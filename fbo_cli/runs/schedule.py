@@ -1,5 +1,5 @@
-"""When a run is evaluated: the one rule a run alone (:func:`fbo_cli.runs.runner._loop`) and a run batch
-(:func:`fbo_cli.grids.run_batches._run_group`) both follow, so that every method of a compare can be read on
+"""When a run is evaluated: the one rule of the run loop (:func:`fbo_cli.runs.loop.step_loop`, a run alone and
+the runs of a batch alike), so that every method of a compare can be read on
 one round grid.
 
 Two schedules:

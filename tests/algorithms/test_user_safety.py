@@ -109,7 +109,7 @@ def test_partners_of_a_diverging_or_failing_run_finish(tmp_path):
 
 @pytest.mark.parametrize("src", [MOM, DECLARED], ids=["alone", "batched"])
 def test_a_subclass_with_extra_state_resumes_bit_for_bit(tmp_path, src, stop_after_checkpoint, monkeypatch):
-    import fbo_cli.runs.runner as rn
+    import fbo_cli.runs.checkpoint as rn
     from fbo_cli.grids.run_batches import execute_batch
 
     ref = user(tmp_path, src)
@@ -117,16 +117,16 @@ def test_a_subclass_with_extra_state_resumes_bit_for_bit(tmp_path, src, stop_aft
     whole = [resolve("hyperrep", ref, {**keys, "outer_lr": lr, "out_dir": str(tmp_path / "a")}) for lr in (0.01, 0.02)]
     execute_batch(whole)
     cfgs = [resolve("hyperrep", ref, {**keys, "outer_lr": lr, "out_dir": str(tmp_path / "b")}) for lr in (0.01, 0.02)]
-    real = rn._save_checkpoint
+    real = rn.save_checkpoint
 
     def save_then_die(path, *a):
         real(path, *a)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(rn, "_save_checkpoint", save_then_die)
+    monkeypatch.setattr(rn, "save_checkpoint", save_then_die)
     with pytest.raises(KeyboardInterrupt):
         execute_batch(cfgs)
-    monkeypatch.setattr(rn, "_save_checkpoint", real)
+    monkeypatch.setattr(rn, "save_checkpoint", real)
     again = execute_batch(cfgs)
     assert again[0].get("resumed_from_iteration") == 3
     for w, c in zip(whole, cfgs):

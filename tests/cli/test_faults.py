@@ -299,7 +299,7 @@ def test_a_linked_run_directory_keeps_the_targets_files(tmp_path):
 def test_a_failed_checkpoint_write_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
     import errno
 
-    import fbo_cli.runs.runner as rn
+    import fbo_cli.runs.checkpoint as rn
 
     cfg = _cfg(tmp_path / "out", keep_checkpoint=False)
     real, calls = rn.atomic_write, []

@@ -17,7 +17,8 @@ runner = CliRunner()
 def test_a_signal_after_the_loops_last_look_still_stops_the_command():
     """SIGTERM while a run (or a batch) writes its summaries, after its loop last checked the flag: the
     handler outside the run gets it (fbo tune then ends with exit 130), not the next run's loop nor nobody."""
-    from fbo_cli.runs.runner import STOP, _Stop
+    from fbo_cli.runs.loop import STOP
+    from fbo_cli.runs.loop import Stop as _Stop
 
     def outside(signum, frame):
         raise KeyboardInterrupt
@@ -51,7 +52,7 @@ def test_a_full_disk_under_a_library_or_the_run_log_is_the_message_not_a_traceba
     import typer
 
     from fbo_cli.cli.common import user_errors
-    from fbo_cli.runs.runner import _run_log
+    from fbo_cli.runs.loop import run_log as _run_log
 
     with pytest.raises(typer.Exit) as e, user_errors():
         try:  # matplotlib's PDF writer on a full disk: an AttributeError raised while handling ENOSPC
@@ -172,7 +173,7 @@ def test_tune_dry_run_says_the_waves_and_the_load(tmp_path, monkeypatch):
 
 
 def test_fbo_run_stopped_after_its_loops_last_look_is_exit_130(tmp_path, monkeypatch):
-    import fbo_cli.runs.runner as rn
+    import fbo_cli.runs.loop as rn
 
     def late_signal(*a, **k):  # as if SIGTERM came during the last evaluation: re-delivered when the run ends
         raise KeyboardInterrupt

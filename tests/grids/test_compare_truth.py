@@ -83,12 +83,12 @@ def test_damaged_run_is_redone_not_aggregated(done, tmp_path, damage):
 
 def test_interrupted_rerun_leaves_no_stale_summary(done, tmp_path, monkeypatch):
     p, d, final = done
-    import fbo_cli.runs.runner as rn
+    import fbo_cli.runs.loop as rn
 
     def boom(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(rn, "_loop", boom)
+    monkeypatch.setattr(rn, "step_loop", boom)
     r = compare(p, "--rerun")
     assert r.exit_code == 130, r.output
     monkeypatch.undo()
@@ -98,16 +98,16 @@ def test_interrupted_rerun_leaves_no_stale_summary(done, tmp_path, monkeypatch):
 
 
 def test_failed_and_diverged_are_counted_not_averaged(tmp_path, monkeypatch):
-    import fbo_cli.runs.runner as rn
+    import fbo_cli.runs.loop as rn
 
-    real = rn._loop
+    real = rn.step_loop
 
     def crash_on_bad(algo, *a, **k):  # a run that fails while running (bad input fails before the grid)
         if algo.hp.outer_lr == 0.123:
             raise RuntimeError("a bug in the middle of a run")
         return real(algo, *a, **k)
 
-    monkeypatch.setattr(rn, "_loop", crash_on_bad)
+    monkeypatch.setattr(rn, "step_loop", crash_on_bad)
     p = spec(tmp_path, settings="[{name: ok, set: {}}, {name: bad, set: {outer_lr: 0.123}}, "
                                 "{name: boom, set: {outer_lr: 1.0e+30}}]", seeds="[0, 1]")
     r = compare(p, "--batch", "off")  # the fault is planted in the runner's loop, which a batch does not use
