@@ -5,7 +5,8 @@ modules, climbs (a stay in a higher layer than the stay before it), returns (a s
 RETURNS=1 (default) counts the way back into a caller as a stay, RETURNS=0 counts only entries by a call.
 METHODS=1 also follows what the default walk cannot see, calls through objects: a class's constructor to its
 ``__init__``, ``self.m()`` to the class's own ``m``, and ``x.m()`` to every fbo class method named ``m`` when at
-most four classes define one (an interface's implementations: ``ex.submit`` reaches every executor's ``submit``).
+most four classes of the caller's layer or below define one (an interface's implementations: ``ex.submit`` reaches
+every executor's ``submit``; an object of a layer above can only be a callback handed down, not the way on).
 
     python3 docs/architecture/spec_way.py . fbo_cli.grids.compare.run_experiment
     python3 docs/architecture/spec_way.py <old tree> fbo_cli.compare.run_experiment docs/architecture/move_to_layers.py
@@ -71,7 +72,7 @@ def methods(key, fn):
         own = (m, f"{name.split('.')[0]}.{fn.attr}")
         if own in funcs:
             return [own]
-    ks = by_name.get(fn.attr, [])
+    ks = [k for k in by_name.get(fn.attr, []) if rank(k[0]) >= rank(m)]  # an object of a layer above: a callback
     return ks if len(ks) <= 4 and not fn.attr.startswith("__") else []
 def find(m, name, seen=0):
     """(module, name) where ``name`` of module ``m`` is defined (following re-exports)."""
