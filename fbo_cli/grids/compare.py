@@ -21,13 +21,11 @@ import pandas as pd
 
 from ..errors import UsageError
 from ..runs.collapse import collapsed
-from ..runs.cost import cost_line
-from ..runs.rundir import atomic_write, read_metrics, run_status
+from ..runs.rundir import RunState, atomic_write, read_metrics, run_status
 from ..runs.table import fmt_num, lower_is_better, md_row, read_columns, within_budget
-from ..runs.todo import todo_runs
 from .executors import GridOptions
+from .plan import plan_experiment
 from .plots import plot_experiment, t95  # noqa: F401  (compare's public API)
-from .run_batches import cost_shares
 from .spec import (  # noqa: F401  (load_spec, check_metrics: the public API compare has always had)
     BANDS,
     Cell,
@@ -43,72 +41,58 @@ from .spec import (  # noqa: F401  (load_spec, check_metrics: the public API com
 from .spec_types import AlgorithmEntry, SettingEntry
 
 
-def code_notes(cells: list, stale: dict) -> list[str]:
-    """What the reuse check found about code (:mod:`fbo_cli.runs.identity`): each stale run and why, and how
-    many reused runs were made by other code of fbo's own classes (drift: reported, not rerun)."""
-    from ..runs.identity import changes
-
-    lines = [f"{d}: {why}; it runs again (--accept-code-change keeps it)" for d, why in stale.items()]
-    drift: dict[str, int] = {}
-    seen = set()
-    for c in cells:
-        d = c.cfg.run_dir
-        if d in seen or d in stale:
-            continue
-        seen.add(d)
-        state, s, _ = run_status(d)
-        if state == "finished":
-            for k in changes(c.cfg, s)[1]:
-                drift[k] = drift.get(k, 0) + 1
-    if drift:
-        lines.append(f"{max(drift.values())} finished run(s) reused were made by other code of fbo's built-in classes "
-                     f"({', '.join(k.removeprefix('fbo_cli.') for k in sorted(drift))}): reused, not rerun "
-                     "(`fbo check` tells whether such runs still reproduce; --rerun redoes them)")
-    return lines
-
-
 def dry_run_lines(exp: Experiment, rerun: bool, jobs: int, batch: str | int = "auto") -> list[str]:
-    """``fbo compare --dry-run``: the spec's checks the real run makes before it runs (its metrics are the runs'
-    columns, every (algorithm, setting) builds: :func:`~fbo_cli.grids.spec.check_metrics`), what the reuse check found
-    about code, and how many runs are left and what they cost; runs nothing."""
-    check_metrics(exp)
-    stale: dict = {}
-    todo = todo_runs(exp.cells, rerun, False, stale)
-    from .tune.record import tuned_code_notes
-
-    return ([f"{exp.name}: {line}" for line in code_notes(exp.cells, stale) + tuned_code_notes(exp)]
-            + [f"{exp.name}: {len(exp.cells)} cells; {cost_line(todo, jobs, cost_shares(todo, batch))}"])
+    """``fbo compare --dry-run``: the plan (:func:`~fbo_cli.grids.plan.plan_experiment`: the spec's checks the real
+    run makes before it runs, what the reuse check found about code) and how many runs are left and what they cost;
+    runs nothing and writes nothing (``--accept-code-change`` is a step of the real run)."""
+    plan = plan_experiment(exp, rerun)
+    return ([f"{exp.name}: {line}" for line in plan.notes()]
+            + [f"{exp.name}: {len(exp.cells)} cells; {plan.cost_line(jobs, batch)}"])
 
 
 def run_experiment(exp: Experiment, grid: GridOptions | None = None, rerun: bool = False, no_run: bool = False,
                    console=None, accept_code_change: bool = False) -> Path:
-    """Run the grid's unfinished runs (all of them with ``rerun``), then write the report. Returns the
-    report's folder; ``exp.incomplete`` counts the cells that failed or have no finished run."""
-
-    from .executors import run_cells
-
+    """Run the grid's unfinished runs (all of them with ``rerun``), then write the report: the plan made once
+    (:mod:`fbo_cli.grids.plan`), its runs executed, the report collected from the states the plan and the
+    executors hold. Returns the report's folder; ``exp.incomplete`` counts the cells that failed or have no
+    finished run."""
     grid = grid or GridOptions()
     outdir = exp.out_root / "compare" / exp.name
-    if not no_run:
-        claim_folder(exp, outdir, write=False)
-        check_metrics(exp)
-        claim_folder(exp, outdir)
-        stale: dict = {}
-        todo = todo_runs(exp.cells, rerun, accept_code_change, stale)
-        if console is not None:
-            from .tune.record import tuned_code_notes
-
-            for line in code_notes(exp.cells, stale) + tuned_code_notes(exp):
-                console.print(f"{exp.name}: {line}", highlight=False)
-        if todo and console is not None:
-            console.print(f"{exp.name}: {cost_line(todo, grid.jobs, cost_shares(todo, grid.batch))}", highlight=False)
-        if todo:
-            res = run_cells(todo, grid, console=console, rerun=rerun, title=f"{exp.name}: runs")
-            exp.outcomes.update({c.cfg.run_dir: r for c, r in zip(todo, res)})
+    plan = None if no_run else prepare(exp, outdir, rerun, accept_code_change, grid, console)
+    if plan is not None and plan.todo:
+        execute(exp, plan, grid, rerun, console)
     write_report(exp, outdir, no_run=no_run,  # a corrupt run directory is named with the reason it is not counted
-                 warn=(lambda m: console.print(m, style="yellow", markup=False, highlight=False)) if console else None)
+                 warn=(lambda m: console.print(m, style="yellow", markup=False, highlight=False)) if console else None,
+                 states=plan.states() if plan is not None else None)
     write_command_line(exp, outdir)
     return outdir
+
+
+def prepare(exp: Experiment, outdir: Path, rerun: bool, accept_code_change: bool, grid: GridOptions, console):
+    """Before the runs: the results folder claimed, the plan made (its checks first), a code change accepted where
+    asked (the one step that writes into run folders), and its notes and cost said."""
+    claim_folder(exp, outdir, write=False)
+    plan = plan_experiment(exp, rerun)
+    claim_folder(exp, outdir)
+    if accept_code_change:
+        plan.accept()
+    if console is not None:
+        for line in plan.notes():
+            console.print(f"{exp.name}: {line}", highlight=False)
+        if plan.todo:
+            console.print(f"{exp.name}: {plan.cost_line(grid.jobs, grid.batch)}", highlight=False)
+    return plan
+
+
+def execute(exp: Experiment, plan, grid: GridOptions, rerun: bool, console) -> None:
+    """The plan's runs through the executors (:func:`fbo_cli.grids.executors.run_cells`); their summaries go into
+    ``exp.outcomes`` and the plan (:meth:`~fbo_cli.grids.plan.Plan.record`)."""
+    from .executors import run_cells
+
+    todo = plan.todo
+    res = run_cells(todo, grid, console=console, rerun=rerun, title=f"{exp.name}: runs")
+    exp.outcomes.update({c.cfg.run_dir: r for c, r in zip(todo, res)})
+    plan.record(todo, res)
 
 
 COMMAND_LINE = "command_line.yaml"  # a compare's --set keys and --seeds, beside the table they made
@@ -160,17 +144,22 @@ def command_line(root: Path, name: str) -> tuple[dict, list[int] | None]:
 # Aggregation
 
 
-def collect(exp: Experiment, warn=None) -> tuple[pd.DataFrame, dict[tuple[str, str, int], pd.DataFrame]]:
+def collect(exp: Experiment, warn=None, states: dict[Path, RunState] | None = None
+            ) -> tuple[pd.DataFrame, dict[tuple[str, str, int], pd.DataFrame]]:
     """One row per cell (``status``: done, diverged, collapsed (:mod:`fbo_cli.runs.collapse`, derived from the
     metrics), failed, or ``not run`` for a run without a finished, consistent run directory, with ``corrupt``:
     why, when its files fail their completion record), and the
     metrics of the finished runs. Only a run whose
     ``summary.json`` is the completion record of its ``metrics.csv`` is aggregated; a corrupt run
-    directory is reported through ``warn`` and counted as not run."""
+    directory is reported through ``warn`` and counted as not run. ``states``: the run directories' states this
+    command already holds (:meth:`fbo_cli.grids.plan.Plan.states`); the others are read here, each once."""
     rows, curves = [], {}
+    known = dict(states or {})
     for c in exp.cells:
         d = c.cfg.run_dir
-        state, s, why = run_status(d)
+        if d not in known:
+            known[d] = run_status(d)
+        state, s, why = known[d]
         m = read_metrics(d / "metrics.csv") if state == "finished" else None
         base = {"algorithm": c.algorithm, "setting": c.setting, "seed": c.seed, "algo": c.cfg.algo, "run_dir": str(d)}
         if state == "corrupt" and warn:
@@ -341,10 +330,11 @@ def table_markdown(exp: Experiment, table: pd.DataFrame) -> str:
     return "\n".join(head) + "\n" + _to_markdown(table) + "\n" + tuned_note(exp)
 
 
-def write_report(exp: Experiment, outdir: Path, no_run: bool = False, warn=None, plots: bool = True) -> str:
+def write_report(exp: Experiment, outdir: Path, no_run: bool = False, warn=None, plots: bool = True,
+                 states: dict[Path, RunState] | None = None) -> str:
     """Write the experiment's table, runs and (``plots``) figures into ``outdir``; returns the table's
-    Markdown (without its title)."""
-    runs, curves = collect(exp, warn)
+    Markdown (without its title). ``states``: what :func:`collect` need not read again."""
+    runs, curves = collect(exp, warn, states)
     exp.incomplete = int(runs.status.isin(["failed", "not run"]).sum())
     if no_run and not (runs.status != "not run").any():
         raise UsageError(f"no finished runs for experiment '{exp.name}' (run it without --no-run)")

@@ -100,8 +100,12 @@ def tuning_todo(cells: list[tuple[Cell, dict]], recorded: dict[str, dict], rerun
     """The tuning runs still to run: unfinished (or stale: their user algorithm's code changed, unless
     ``accept``), and not in the recorded tuning (unless ``rerun``, or stale: a recorded score of code that
     changed since is not kept)."""
-    from ...runs.todo import todo_runs
+    from ..plan import make_plan
 
+    plan = make_plan([c for c, _ in cells], rerun)
+    if accept:  # the one step that writes: a stale run kept, its acceptance recorded
+        plan.accept()
     stale = {} if stale is None else stale
-    todo = todo_runs([c for c, _ in cells], rerun, accept, stale)
+    stale.update(plan.stale)
+    todo = plan.todo
     return todo if rerun else [c for c in todo if str(c.cfg.run_dir) not in recorded or c.cfg.run_dir in stale]

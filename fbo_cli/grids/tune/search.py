@@ -37,9 +37,8 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], grid: GridOptio
                algorithms: list[str] | None = None, settings: list[str] | None = None) -> Path:
     """Tune the spec (``algorithms``, ``settings``: only these of it, :func:`fbo_cli.grids.select.select`; the
     record keeps the rest's recorded tuning, :func:`.record.keep_the_rest`) and write its record."""
-    from ...runs.cost import cost_line
     from ..executors import run_cells
-    from ..run_batches import cost_shares
+    from ..plan import todo_cost_line
     from ..select import select
 
     full = load_spec(spec_path, overrides, use_tuned=False)
@@ -66,8 +65,7 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], grid: GridOptio
             for d, why in stale.items():
                 console.print(f"{exp.name}: {d}: {why}; it runs again (--accept-code-change keeps it)", highlight=False)
         if todo and console is not None:
-            console.print(f"{exp.name}: tuning, {cost_line(todo, grid.jobs, cost_shares(todo, grid.batch))}",
-                          highlight=False)
+            console.print(f"{exp.name}: tuning, {todo_cost_line(todo, grid.jobs, grid.batch)}", highlight=False)
         if todo:
             if not checked:
                 # the tuning runs themselves: tune.set may change what they log
@@ -158,8 +156,8 @@ def check_ranking(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], cell
                   table: pd.DataFrame, extended: dict, grid: GridOptions, console=None):
     """The ranking check (:mod:`fbo_cli.grids.tune`): ``(ranking.csv's rows, {"algo | setting": verdict})``, or
     None when every tuning run already had its setting's evaluation budget."""
-    from ...runs.todo import todo_runs
     from ..executors import run_cells
+    from ..plan import make_plan
 
     full = replace(ts, rounds=None)
     at_budget = tune_cells(exp, full, overrides, extended)
@@ -171,7 +169,7 @@ def check_ranking(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], cell
     for (a, s), g in agg[~agg.rejected].groupby(["algorithm", "setting"], sort=False):
         top[(a, s)] = list(g.sort_values("score", ascending=ts.mode == "min", kind="stable").point[:RANKING_TOP])
     pick = [(c, p) for c, p in at_budget if point_name(p) in top.get((c.algorithm, c.setting), [])]
-    todo = todo_runs([c for c, _ in pick], False)
+    todo = make_plan([c for c, _ in pick]).todo
     if todo:
         run_cells(todo, grid, console=console, rerun=False, title=f"{exp.name}: ranking check at the evaluation budget")
     at_full = collect_tuning(pick, full, extended)
