@@ -5,9 +5,9 @@ fixed values, a tuning grid), the settings, the seeds, the paper's numbers (``re
 they were measured on, ``reference_on``), the paper's claims, derived tables and the tuning block.
 :func:`load_spec` validates all of it before anything runs (unknown keys, names, the claims' and
 the reference's shape, each cell's resolved config) with errors that name the file, the key and the
-allowed values, and resolves the cells. This module is the only one that reads a spec's YAML; the records
-beside its results (``tuned.yaml``: what ``fbo tune`` chose; ``settled.yaml``) are read and checked by
-:mod:`fbo_cli.grids.spec_records`, which it calls while loading. ``compare`` runs and aggregates,
+allowed values, and resolves the cells. This module is the only one that reads a spec's YAML, and the records
+beside its results (``tuned.yaml``: what ``fbo tune`` chose; ``settled.yaml``: seeds a settling added), which
+:mod:`fbo_cli.grids.spec_records` checks. ``compare`` runs and aggregates,
 ``tune`` tunes, ``report`` renders: each imports this module, none imports another of them.
 Its parts are typed (:mod:`fbo_cli.grids.spec_types`: rows, claims, the witness, the tune block, the tuned
 choices); the checks that need no file are in :mod:`fbo_cli.grids.spec_checks`.
@@ -43,10 +43,9 @@ from .spec_checks import (  # noqa: F401  (parse_tune, MAX_*: spec's API)
 from .spec_folder import claim_folder, identity  # noqa: F401  (spec's API)
 from .spec_records import (  # noqa: F401  (spec's API: the records beside its results)
     OLD_RECORD,
+    check_settled,
+    check_tuned,
     edge_note,
-    load_settled,
-    load_tuned,
-    settled_path,
     tuned_entry,
     tuned_layer,
 )
@@ -425,6 +424,22 @@ def check_metrics(exp: Experiment, columns: set[str] | None = None) -> None:
                              f"choose from: {', '.join(sorted(columns))}")
     if exp.x not in columns:
         raise UsageError(f"x '{exp.x}' is not a column of task '{exp.task}'s metrics")
+
+
+def settled_path(exp: Experiment) -> Path:
+    return exp.out_root / "compare" / exp.name / "settled.yaml"
+
+
+def load_settled(p: Path) -> dict | None:
+    """A ``settled.yaml``, checked (:func:`~fbo_cli.grids.spec_records.check_settled`), or None."""
+    return check_settled(p, load_config_file(p)) if p.is_file() else None
+
+
+def load_tuned(exp: Experiment) -> Tuned | None:
+    """The ``tuned.yaml`` beside the experiment's results, checked (:func:`~fbo_cli.grids.spec_records.check_tuned`),
+    if any."""
+    p = exp.out_root / "compare" / exp.name / "tuned.yaml"
+    return check_tuned(p, load_config_file(p), exp) if p.is_file() else None
 
 
 def _add_settled(exp: Experiment, where: str, task: str, base: dict, overrides: dict, settled: dict | None) -> None:

@@ -1,33 +1,23 @@
-"""The records a spec's results folder holds beside its tables, read and checked: ``tuned.yaml`` (what ``fbo tune``
-chose, valid only under the tuning procedure that made it) and ``settled.yaml`` (the seeds ``compare --until-settled``
-added). Its own module because these are files a command wrote, not the spec the user wrote
-(:mod:`fbo_cli.grids.spec` reads that one and calls these while loading it)."""
+"""The records a spec's results folder holds beside its tables, checked: ``tuned.yaml`` (what ``fbo tune`` chose,
+valid only under the tuning procedure that made it) and ``settled.yaml`` (the seeds ``compare --until-settled``
+added), and the tuned values a cell's config takes. Its own module because these are files a command wrote, not the
+spec the user wrote; :mod:`fbo_cli.grids.spec` (the one module that reads YAML of a spec's) reads them and calls
+these checks while loading a spec."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import UsageError
-from ..runs.config import load_config_file
 from .spec_checks import MAX_SEEDS, procedure_changes
 from .spec_types import Choice, Tuned
 
-if TYPE_CHECKING:
-    from .spec import Experiment
 
-
-def settled_path(exp: Experiment) -> Path:
-    return exp.out_root / "compare" / exp.name / "settled.yaml"
-
-
-def load_settled(p: Path) -> dict | None:
-    """A ``settled.yaml`` (written by ``compare --until-settled``, :mod:`fbo_cli.grids.settle`), checked: ``added``
-    is a list of ``{setting, algorithms, seeds}``, a setting at most once, and no more seeds in all than a
-    spec may have (``MAX_SEEDS``, the bound of ``--cap``)."""
-    if not p.is_file():
-        return None
-    d = load_config_file(p)
+def check_settled(p: Path, d: dict) -> dict:
+    """A ``settled.yaml`` ``d`` read from ``p`` (written by ``compare --until-settled``, :mod:`fbo_cli.grids.settle`),
+    checked: ``added`` is a list of ``{setting, algorithms, seeds}``, a setting at most once, and no more seeds in
+    all than a spec may have (``MAX_SEEDS``, the bound of ``--cap``)."""
     added = d.get("added")
     ok = isinstance(added, list) and all(
         isinstance(e, dict) and isinstance(e.get("setting"), str) and isinstance(e.get("algorithms"), list)
@@ -48,12 +38,10 @@ def load_settled(p: Path) -> dict | None:
 OLD_RECORD = ("seeds", "rounds", "setting", "grids")
 
 
-def load_tuned(exp: Experiment) -> Tuned | None:
-    """The ``tuned.yaml`` beside the experiment's results, if any."""
-    p = exp.out_root / "compare" / exp.name / "tuned.yaml"
-    if not p.is_file():
-        return None
-    t = load_config_file(p)
+def check_tuned(p: Path, t: dict, exp) -> Tuned:
+    """A ``tuned.yaml`` ``t`` read from ``p`` beside the results of ``exp`` (an
+    :class:`~fbo_cli.grids.spec.Experiment`), checked: its choices' shape and values, and (a spec with a tune
+    block) that it was made by the tuning procedure the spec declares now."""
     chosen = t.get("chosen") or {}
     ok = isinstance(chosen, dict) and all(
         isinstance(per, dict) and all(isinstance(v, dict) for v in per.values()) for per in chosen.values())
