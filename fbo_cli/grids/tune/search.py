@@ -16,7 +16,7 @@ from ...runs.table import fmt_num
 from ..executors import GridOptions
 from ..spec import Cell, Experiment, TuneSpec, check_metrics, claim_folder, load_spec
 from ..spec_types import Choice, chosen_on_disk
-from .grid import confirm_seeds, point_error, tune_cells, tune_spec, tuning_todo
+from .grid import confirm_seeds, point_error, tune_cells, tune_spec, tuning_plan, tuning_todo
 from .record import keep_the_rest, recorded_runs, recorded_tuning, stale_records, write_partial, write_record
 from .rules import (
     RANKING_TOP,
@@ -59,10 +59,10 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], grid: GridOptio
     checked = False
     while True:  # run the grid; while a choice sits at an edge, run one more point beyond it
         cells = tune_cells(exp, ts, overrides, extended, confirm, margin)
-        stale: dict = {}
-        todo = tuning_todo(cells, recorded, rerun, accept_code_change, stale)
+        plan = tuning_plan(cells, rerun, accept_code_change)
+        todo = tuning_todo(cells, recorded, rerun, plan=plan)
         if console is not None:
-            for d, why in stale.items():
+            for d, why in plan.stale.items():
                 console.print(f"{exp.name}: {d}: {why}; it runs again (--accept-code-change keeps it)", highlight=False)
         if todo and console is not None:
             console.print(f"{exp.name}: tuning, {todo_cost_line(todo, grid.jobs, grid.batch)}", highlight=False)
@@ -73,11 +73,11 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], grid: GridOptio
                 checked = True
             # what has run so far, before each batch: a tuning stopped in it resumes from here elsewhere
             claim_folder(exp, outdir)
-            write_partial(outdir, ts, collect_tuning(cells, ts, extended, recorded, margin))
-            run_cells(todo, grid, console=console, rerun=rerun,
-                      title=f"{exp.name}: tuning runs" + (" (grid extensions)" if extended else ""))
+            write_partial(outdir, ts, collect_tuning(cells, ts, extended, recorded, margin, plan.states()))
+            plan.record(todo, run_cells(todo, grid, console=console, rerun=rerun,
+                                        title=f"{exp.name}: tuning runs" + (" (grid extensions)" if extended else "")))
         rerun = False  # a rerun redoes the spec's grid once, not the extensions' earlier runs
-        table = collect_tuning(cells, ts, extended, recorded, margin)
+        table = collect_tuning(cells, ts, extended, recorded, margin, plan.states())
         chosen = choose(table, ts, invalid)
         more = []
         for key, point in extensions(table, chosen, ts, extended, invalid):
@@ -169,10 +169,11 @@ def check_ranking(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], cell
     for (a, s), g in agg[~agg.rejected].groupby(["algorithm", "setting"], sort=False):
         top[(a, s)] = list(g.sort_values("score", ascending=ts.mode == "min", kind="stable").point[:RANKING_TOP])
     pick = [(c, p) for c, p in at_budget if point_name(p) in top.get((c.algorithm, c.setting), [])]
-    todo = make_plan([c for c, _ in pick]).todo
-    if todo:
-        run_cells(todo, grid, console=console, rerun=False, title=f"{exp.name}: ranking check at the evaluation budget")
-    at_full = collect_tuning(pick, full, extended)
+    plan = make_plan([c for c, _ in pick])
+    if todo := plan.todo:
+        plan.record(todo, run_cells(todo, grid, console=console, rerun=False,
+                                    title=f"{exp.name}: ranking check at the evaluation budget"))
+    at_full = collect_tuning(pick, full, extended, states=plan.states())
     rows, verdicts = [], {}
     for (a, s), points in top.items():
         g = at_full[(at_full.algorithm == a) & (at_full.setting == s)]
