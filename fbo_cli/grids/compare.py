@@ -22,7 +22,7 @@ import pandas as pd
 from ..errors import UsageError
 from ..runs.collapse import collapsed
 from ..runs.rundir import RunState, atomic_write, read_metrics, run_status
-from ..runs.table import fmt_num, lower_is_better, md_row, read_columns, within_budget
+from ..runs.table import lower_is_better, read_columns, to_markdown, within_budget
 from .executors import GridOptions
 from .plan import plan_experiment
 from .plots import plot_experiment, t95  # noqa: F401  (compare's public API)
@@ -38,7 +38,7 @@ from .spec import (  # noqa: F401  (load_spec, check_metrics: the public API com
     tuned_entry,
     tuned_layer,
 )
-from .spec_types import AlgorithmEntry, SettingEntry
+from .spec_records import tuned_note, tuning_budget_note  # noqa: F401  (compare's API: the table's tuning notes)
 
 
 def dry_run_lines(exp: Experiment, rerun: bool, jobs: int, batch: str | int = "auto") -> list[str]:
@@ -300,18 +300,10 @@ def summarize(exp: Experiment, runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.Dat
     return pd.DataFrame(out), pd.DataFrame(nums)
 
 
-def _to_markdown(df: pd.DataFrame) -> str:
-    cols = list(df.columns)
-    lines = [md_row(cols), "|" + "|".join("---" for _ in cols) + "|"]
-    for _, r in df.iterrows():
-        lines.append(md_row("" if (isinstance(v, float) and math.isnan(v)) else fmt_num(v) for v in r))
-    return "\n".join(lines)
-
-
 def table_markdown(exp: Experiment, table: pd.DataFrame) -> str:
     """The table's Markdown without its title: what the columns and the rule mean, the table, and how
     the hyperparameters were chosen (``table.md`` is this under the experiment's title)."""
-    low = lower_is_better(exp.metric)
+    low, body = lower_is_better(exp.metric), to_markdown(table)
     head = [f"Task `{exp.task}`, metric `{exp.metric}` "
             + ("(lower is better)" if low else "(a fraction, as in metrics.csv)")
             + f", seeds {exp.seeds}; mean ± standard deviation over seeds. 'final' is the last evaluation within the "
@@ -327,7 +319,7 @@ def table_markdown(exp: Experiment, table: pd.DataFrame) -> str:
               "to "
               "chance level and stayed there to the end), failed runs and runs not run are left "
               "out of them and counted in their columns; a cell without a done run shows '-'.", ""]
-    return "\n".join(head) + "\n" + _to_markdown(table) + "\n" + tuned_note(exp)
+    return "\n".join(head) + "\n" + body + "\n" + tuned_note(exp)
 
 
 def write_report(exp: Experiment, outdir: Path, no_run: bool = False, warn=None, plots: bool = True,
@@ -359,64 +351,6 @@ def write_report(exp: Experiment, outdir: Path, no_run: bool = False, warn=None,
     for xa in exp.x_also:
         plot_experiment(replace(exp, x=xa), curves, outdir / f"curves_{xa}.png", runs)
     return md
-
-
-def tuning_budget_note(exp: Experiment) -> str:
-    """'' when the tuning ran at the evaluation budget; else what the ranking check found, or a warning
-    that says both budgets when there was none."""
-    if not exp.tuned or not isinstance(exp.tuned.get("rounds"), int):
-        return ""
-    budgets = sorted({c.cfg.run.rounds for c in exp.cells})
-    if exp.tuned["rounds"] >= budgets[-1]:
-        return ""
-    head = f"Tuned at {exp.tuned['rounds']} rounds, evaluated at {', '.join(map(str, budgets))}"
-    check = exp.tuned.get("ranking_check")
-    if isinstance(check, dict) and check:
-        failed = [k for k, v in check.items() if not (isinstance(v, dict) and v.get("holds"))]
-        if not failed:
-            return (f"{head}; the ranking check holds: each choice is still the best of its top "
-                    f"{len(next(iter(check.values())).get('top', []))} points at the evaluation budget (ranking.csv).")
-        return (f"**{head}; the ranking check fails for {'; '.join(failed)}**: at the evaluation budget another of "
-                f"the top points scores better than the choice (ranking.csv).")
-    return (f"**{head}**: the ranking of the grid was not checked at the evaluation budget, so a late instability "
-            f"or a late change of order may be missed.")
-
-
-def tuned_note(exp: Experiment) -> str:
-    """What the table's hyperparameters are and how they were chosen (Markdown)."""
-    rows = []
-    for a in map(AlgorithmEntry.of, exp.algorithms):
-        for s in map(SettingEntry.of, exp.settings):
-            vals = tuned_layer(exp.tuned, a.name, s.name)
-            keys = list(a.tune)
-            if vals:
-                edge = tuned_entry(exp.tuned, a.name, s.name).how_chosen()
-                how = "tuned" + (f" ({edge})" if edge else "")
-                rows.append((a.name, s.name, ", ".join(f"{k}={fmt_num(v)}" for k, v in vals.items()), how))
-            elif keys:
-                fixed = {k: v for k, v in a.set.items()}
-                text = ", ".join(f"{k}={fmt_num(v)}" for k, v in fixed.items()) or "defaults"
-                none = tuned_entry(exp.tuned, a.name, s.name).notes.get("none")
-                rows.append((a.name, s.name, text,
-                             f"**not tuned: {none}**; the spec's values stand" if none
-                             else "not tuned yet (run `fbo tune`)"))
-    if not rows:
-        return ""
-    if exp.tuned and exp.tuned.get("setting") and len(exp.settings) > 1:  # tuned once: one row per algorithm
-        per: dict[str, set] = {}
-        for r in rows:
-            per.setdefault(r[0], set()).add(r[2:])
-        if all(len(v) == 1 for v in per.values()):
-            rows = [(a, f"every setting (tuned at {exp.tuned['setting']})", *next(iter(v))) for a, v in per.items()]
-    out = [""]
-    if exp.tuned:
-        out += [f"**Hyperparameters.** Tuned by `fbo tune`: {exp.tuned.get('procedure', '')}."
-                + (f" {short}" if (short := tuning_budget_note(exp)) else ""), ""]
-    else:
-        out += ["**Hyperparameters.**", ""]
-    out += ["| algorithm | setting | values | how chosen |", "|---|---|---|---|"]
-    out += [md_row(r) for r in rows]
-    return "\n".join(out) + "\n"
 
 
 ZOOM_BELOW = 0.15  # a second figure of the last half when the lines' ends span less than this share of the axis

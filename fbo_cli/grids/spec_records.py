@@ -1,6 +1,7 @@
 """The records a spec's results folder holds beside its tables, checked: ``tuned.yaml`` (what ``fbo tune`` chose,
 valid only under the tuning procedure that made it) and ``settled.yaml`` (the seeds ``compare --until-settled``
-added), and the tuned values a cell's config takes. Its own module because these are files a command wrote, not the
+added), the tuned values a cell's config takes, and what the tuning record says under a table (how the
+hyperparameters were chosen). Its own module because these are files a command wrote, not the
 spec the user wrote; :mod:`fbo_cli.grids.spec` (the one module that reads YAML of a spec's) reads them and calls
 these checks while loading a spec."""
 
@@ -10,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..runs.table import fmt_num, md_row
 from .spec_checks import MAX_SEEDS, procedure_changes
-from .spec_types import Choice, Tuned
+from .spec_types import AlgorithmEntry, Choice, SettingEntry, Tuned
 
 
 def check_settled(p: Path, d: dict) -> dict:
@@ -81,3 +83,62 @@ def edge_note(entry: Choice | dict[str, Any]) -> str:
 def tuned_layer(tuned: Tuned | dict | None, algorithm: str, setting: str) -> dict[str, Any]:
     """The chosen values of one (algorithm, setting), notes left out: a config layer."""
     return dict(tuned_entry(tuned, algorithm, setting).values)
+
+
+def tuning_budget_note(exp) -> str:
+    """For the table of ``exp`` (an :class:`~fbo_cli.grids.spec.Experiment`): '' when the tuning ran at the
+    evaluation budget; else what the ranking check found, or a warning that says both budgets when there was none."""
+    if not exp.tuned or not isinstance(exp.tuned.get("rounds"), int):
+        return ""
+    budgets = sorted({c.cfg.run.rounds for c in exp.cells})
+    if exp.tuned["rounds"] >= budgets[-1]:
+        return ""
+    head = f"Tuned at {exp.tuned['rounds']} rounds, evaluated at {', '.join(map(str, budgets))}"
+    check = exp.tuned.get("ranking_check")
+    if isinstance(check, dict) and check:
+        failed = [k for k, v in check.items() if not (isinstance(v, dict) and v.get("holds"))]
+        if not failed:
+            return (f"{head}; the ranking check holds: each choice is still the best of its top "
+                    f"{len(next(iter(check.values())).get('top', []))} points at the evaluation budget (ranking.csv).")
+        return (f"**{head}; the ranking check fails for {'; '.join(failed)}**: at the evaluation budget another of "
+                f"the top points scores better than the choice (ranking.csv).")
+    return (f"**{head}**: the ranking of the grid was not checked at the evaluation budget, so a late instability "
+            f"or a late change of order may be missed.")
+
+
+def tuned_note(exp) -> str:
+    """What the hyperparameters of the table of ``exp`` are and how they were chosen (Markdown, below the table:
+    :func:`fbo_cli.grids.compare.table_markdown`)."""
+    rows = []
+    for a in map(AlgorithmEntry.of, exp.algorithms):
+        for s in map(SettingEntry.of, exp.settings):
+            vals = tuned_layer(exp.tuned, a.name, s.name)
+            keys = list(a.tune)
+            if vals:
+                edge = tuned_entry(exp.tuned, a.name, s.name).how_chosen()
+                how = "tuned" + (f" ({edge})" if edge else "")
+                rows.append((a.name, s.name, ", ".join(f"{k}={fmt_num(v)}" for k, v in vals.items()), how))
+            elif keys:
+                fixed = {k: v for k, v in a.set.items()}
+                text = ", ".join(f"{k}={fmt_num(v)}" for k, v in fixed.items()) or "defaults"
+                none = tuned_entry(exp.tuned, a.name, s.name).notes.get("none")
+                rows.append((a.name, s.name, text,
+                             f"**not tuned: {none}**; the spec's values stand" if none
+                             else "not tuned yet (run `fbo tune`)"))
+    if not rows:
+        return ""
+    if exp.tuned and exp.tuned.get("setting") and len(exp.settings) > 1:  # tuned once: one row per algorithm
+        per: dict[str, set] = {}
+        for r in rows:
+            per.setdefault(r[0], set()).add(r[2:])
+        if all(len(v) == 1 for v in per.values()):
+            rows = [(a, f"every setting (tuned at {exp.tuned['setting']})", *next(iter(v))) for a, v in per.items()]
+    out = [""]
+    if exp.tuned:
+        out += [f"**Hyperparameters.** Tuned by `fbo tune`: {exp.tuned.get('procedure', '')}."
+                + (f" {short}" if (short := tuning_budget_note(exp)) else ""), ""]
+    else:
+        out += ["**Hyperparameters.**", ""]
+    out += ["| algorithm | setting | values | how chosen |", "|---|---|---|---|"]
+    out += [md_row(r) for r in rows]
+    return "\n".join(out) + "\n"
