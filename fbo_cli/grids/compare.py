@@ -21,7 +21,7 @@ import pandas as pd
 
 from ..errors import UsageError
 from ..runs.collapse import collapsed
-from ..runs.rundir import RunState, atomic_write, read_metrics, run_status
+from ..runs.rundir import atomic_write, read_metrics, run_status
 from ..runs.table import lower_is_better, read_columns, to_markdown, within_budget
 from .executors import GridOptions
 from .plan import plan_experiment
@@ -46,6 +46,7 @@ def dry_run_lines(exp: Experiment, rerun: bool, jobs: int, batch: str | int = "a
     run makes before it runs, what the reuse check found about code) and how many runs are left and what they cost;
     runs nothing and writes nothing (``--accept-code-change`` is a step of the real run)."""
     plan = plan_experiment(exp, rerun)
+    exp.states = plan.states()  # a settling look after it (--until-settled) reads no run again
     return ([f"{exp.name}: {line}" for line in plan.notes()]
             + [f"{exp.name}: {len(exp.cells)} cells; {plan.cost_line(jobs, batch)}"])
 
@@ -61,9 +62,9 @@ def run_experiment(exp: Experiment, grid: GridOptions | None = None, rerun: bool
     plan = None if no_run else prepare(exp, outdir, rerun, accept_code_change, grid, console)
     if plan is not None and plan.todo:
         execute(exp, plan, grid, rerun, console)
+    exp.states = plan.states() if plan is not None else {}  # what the report need not read again
     write_report(exp, outdir, no_run=no_run,  # a corrupt run directory is named with the reason it is not counted
-                 warn=(lambda m: console.print(m, style="yellow", markup=False, highlight=False)) if console else None,
-                 states=plan.states() if plan is not None else None)
+                 warn=(lambda m: console.print(m, style="yellow", markup=False, highlight=False)) if console else None)
     write_command_line(exp, outdir)
     return outdir
 
@@ -144,17 +145,17 @@ def command_line(root: Path, name: str) -> tuple[dict, list[int] | None]:
 # Aggregation
 
 
-def collect(exp: Experiment, warn=None, states: dict[Path, RunState] | None = None
-            ) -> tuple[pd.DataFrame, dict[tuple[str, str, int], pd.DataFrame]]:
+def collect(exp: Experiment, warn=None) -> tuple[pd.DataFrame, dict[tuple[str, str, int], pd.DataFrame]]:
     """One row per cell (``status``: done, diverged, collapsed (:mod:`fbo_cli.runs.collapse`, derived from the
     metrics), failed, or ``not run`` for a run without a finished, consistent run directory, with ``corrupt``:
     why, when its files fail their completion record), and the
     metrics of the finished runs. Only a run whose
     ``summary.json`` is the completion record of its ``metrics.csv`` is aggregated; a corrupt run
-    directory is reported through ``warn`` and counted as not run. ``states``: the run directories' states this
-    command already holds (:meth:`fbo_cli.grids.plan.Plan.states`); the others are read here, each once."""
+    directory is reported through ``warn`` and counted as not run. A run directory's state is read once per
+    command: ``exp.states`` holds those the command has (the plan's and the executors',
+    :meth:`fbo_cli.grids.plan.Plan.states`), and the ones read here join them."""
     rows, curves = [], {}
-    known = dict(states or {})
+    known = exp.states
     for c in exp.cells:
         d = c.cfg.run_dir
         if d not in known:
@@ -322,11 +323,10 @@ def table_markdown(exp: Experiment, table: pd.DataFrame) -> str:
     return "\n".join(head) + "\n" + body + "\n" + tuned_note(exp)
 
 
-def write_report(exp: Experiment, outdir: Path, no_run: bool = False, warn=None, plots: bool = True,
-                 states: dict[Path, RunState] | None = None) -> str:
+def write_report(exp: Experiment, outdir: Path, no_run: bool = False, warn=None, plots: bool = True) -> str:
     """Write the experiment's table, runs and (``plots``) figures into ``outdir``; returns the table's
-    Markdown (without its title). ``states``: what :func:`collect` need not read again."""
-    runs, curves = collect(exp, warn, states)
+    Markdown (without its title)."""
+    runs, curves = collect(exp, warn)
     exp.incomplete = int(runs.status.isin(["failed", "not run"]).sum())
     if no_run and not (runs.status != "not run").any():
         raise UsageError(f"no finished runs for experiment '{exp.name}' (run it without --no-run)")

@@ -94,6 +94,7 @@ class Experiment:
     tune: TuneSpec | None = None  # the tune block, parsed (None: the spec has none)
     incomplete: int = 0  # cells failed or not run at the last report
     outcomes: dict[Path, dict] = field(default_factory=dict)  # run_dir -> what run_cells returned this time
+    states: dict[Path, Any] = field(default_factory=dict)  # run_dir -> its RunState as this command read it
     settled: dict | None = None  # settled.yaml: the seeds `compare --until-settled` added
     witness: Witness | None = None  # the paper's own code beside a row (its settings: {setting: witness's})
     attribution: Attribution | None = None  # the share of each row's gap to the paper that one change explains
