@@ -44,10 +44,10 @@ def spec_cost(spec: str | Path, overrides: dict[str, Any], todo: bool = False,
     (:func:`gpu_ratio`; None where no bench case stands for them); ``gpu_lanes_s``: the wall time of the same on one
     GPU shared by ``lanes`` processes (default: the measured fit's, :data:`fbo_cli.runs.cost.GPU_LANES_FIT`) with
     their run batches priced by the CUDA batch bench (:func:`gpu_lanes_time`)."""
+    from ..grids.plan import make_plan
     from ..grids.run_batches import cost_shares
     from ..grids.tune import tune_cells, tune_spec, tuning_estimate
     from ..runs.cost import RUN_STARTUP_S, estimate_cost
-    from ..runs.todo import todo_runs
 
     exp0 = load_spec(spec, overrides, use_tuned=False)
     tcells, est = [], None
@@ -56,12 +56,10 @@ def spec_cost(spec: str | Path, overrides: dict[str, Any], todo: bool = False,
         pairs = tune_cells(exp0, ts, overrides)
         tcells = list({c.cfg.run_dir: c for c, _ in pairs}.values())  # rows that share runs count them once
         if todo:
-            tcells = todo_runs(tcells, False)
+            tcells = make_plan(tcells).todo
         est = tuning_estimate(exp0, ts, overrides, pairs, tcells, batch=batch)
     exp = load_spec(spec, overrides)  # the compared runs at the tuned values, where tuning has run
-    cells = list({c.cfg.run_dir: c for c in exp.cells}.values())
-    if todo:
-        cells = todo_runs(cells, False)
+    cells = make_plan(exp.cells).todo if todo else list({c.cfg.run_dir: c for c in exp.cells}.values())
     secs, unknown = estimate_cost(cells, shares=cost_shares(cells, batch))
     secs += len(cells) * RUN_STARTUP_S
     solo = estimate_cost(cells)[0] + len(cells) * RUN_STARTUP_S + (est["expected_alone_core_s"] if est else 0.0)

@@ -21,13 +21,11 @@ import pandas as pd
 
 from ..errors import UsageError
 from ..runs.collapse import collapsed
-from ..runs.cost import cost_line
 from ..runs.rundir import atomic_write, read_metrics, run_status
-from ..runs.table import fmt_num, lower_is_better, md_row, read_columns, within_budget
-from ..runs.todo import todo_runs
+from ..runs.table import lower_is_better, read_columns, to_markdown, within_budget
 from .executors import GridOptions
+from .plan import plan_experiment
 from .plots import plot_experiment, t95  # noqa: F401  (compare's public API)
-from .run_batches import cost_shares
 from .spec import (  # noqa: F401  (load_spec, check_metrics: the public API compare has always had)
     BANDS,
     Cell,
@@ -40,75 +38,62 @@ from .spec import (  # noqa: F401  (load_spec, check_metrics: the public API com
     tuned_entry,
     tuned_layer,
 )
-from .spec_types import AlgorithmEntry, SettingEntry
-
-
-def code_notes(cells: list, stale: dict) -> list[str]:
-    """What the reuse check found about code (:mod:`fbo_cli.runs.identity`): each stale run and why, and how
-    many reused runs were made by other code of fbo's own classes (drift: reported, not rerun)."""
-    from ..runs.identity import changes
-
-    lines = [f"{d}: {why}; it runs again (--accept-code-change keeps it)" for d, why in stale.items()]
-    drift: dict[str, int] = {}
-    seen = set()
-    for c in cells:
-        d = c.cfg.run_dir
-        if d in seen or d in stale:
-            continue
-        seen.add(d)
-        state, s, _ = run_status(d)
-        if state == "finished":
-            for k in changes(c.cfg, s)[1]:
-                drift[k] = drift.get(k, 0) + 1
-    if drift:
-        lines.append(f"{max(drift.values())} finished run(s) reused were made by other code of fbo's built-in classes "
-                     f"({', '.join(k.removeprefix('fbo_cli.') for k in sorted(drift))}): reused, not rerun "
-                     "(`fbo check` tells whether such runs still reproduce; --rerun redoes them)")
-    return lines
+from .spec_records import tuned_note, tuning_budget_note  # noqa: F401  (compare's API: the table's tuning notes)
 
 
 def dry_run_lines(exp: Experiment, rerun: bool, jobs: int, batch: str | int = "auto") -> list[str]:
-    """``fbo compare --dry-run``: the spec's checks the real run makes before it runs (its metrics are the runs'
-    columns, every (algorithm, setting) builds: :func:`~fbo_cli.grids.spec.check_metrics`), what the reuse check found
-    about code, and how many runs are left and what they cost; runs nothing."""
-    check_metrics(exp)
-    stale: dict = {}
-    todo = todo_runs(exp.cells, rerun, False, stale)
-    from .tune.record import tuned_code_notes
-
-    return ([f"{exp.name}: {line}" for line in code_notes(exp.cells, stale) + tuned_code_notes(exp)]
-            + [f"{exp.name}: {len(exp.cells)} cells; {cost_line(todo, jobs, cost_shares(todo, batch))}"])
+    """``fbo compare --dry-run``: the plan (:func:`~fbo_cli.grids.plan.plan_experiment`: the spec's checks the real
+    run makes before it runs, what the reuse check found about code) and how many runs are left and what they cost;
+    runs nothing and writes nothing (``--accept-code-change`` is a step of the real run)."""
+    plan = plan_experiment(exp, rerun)
+    exp.states = plan.states()  # a settling look after it (--until-settled) reads no run again
+    return ([f"{exp.name}: {line}" for line in plan.notes()]
+            + [f"{exp.name}: {len(exp.cells)} cells; {plan.cost_line(jobs, batch)}"])
 
 
 def run_experiment(exp: Experiment, grid: GridOptions | None = None, rerun: bool = False, no_run: bool = False,
                    console=None, accept_code_change: bool = False) -> Path:
-    """Run the grid's unfinished runs (all of them with ``rerun``), then write the report. Returns the
-    report's folder; ``exp.incomplete`` counts the cells that failed or have no finished run."""
-
-    from .executors import run_cells
-
+    """Run the grid's unfinished runs (all of them with ``rerun``), then write the report: the plan made once
+    (:mod:`fbo_cli.grids.plan`), its runs executed, the report collected from the states the plan and the
+    executors hold. Returns the report's folder; ``exp.incomplete`` counts the cells that failed or have no
+    finished run."""
     grid = grid or GridOptions()
     outdir = exp.out_root / "compare" / exp.name
-    if not no_run:
-        claim_folder(exp, outdir, write=False)
-        check_metrics(exp)
-        claim_folder(exp, outdir)
-        stale: dict = {}
-        todo = todo_runs(exp.cells, rerun, accept_code_change, stale)
-        if console is not None:
-            from .tune.record import tuned_code_notes
-
-            for line in code_notes(exp.cells, stale) + tuned_code_notes(exp):
-                console.print(f"{exp.name}: {line}", highlight=False)
-        if todo and console is not None:
-            console.print(f"{exp.name}: {cost_line(todo, grid.jobs, cost_shares(todo, grid.batch))}", highlight=False)
-        if todo:
-            res = run_cells(todo, grid, console=console, rerun=rerun, title=f"{exp.name}: runs")
-            exp.outcomes.update({c.cfg.run_dir: r for c, r in zip(todo, res)})
+    plan = None if no_run else prepare(exp, outdir, rerun, accept_code_change, grid, console)
+    if plan is not None and plan.todo:
+        execute(exp, plan, grid, rerun, console)
+    exp.states = plan.states() if plan is not None else {}  # what the report need not read again
     write_report(exp, outdir, no_run=no_run,  # a corrupt run directory is named with the reason it is not counted
                  warn=(lambda m: console.print(m, style="yellow", markup=False, highlight=False)) if console else None)
     write_command_line(exp, outdir)
     return outdir
+
+
+def prepare(exp: Experiment, outdir: Path, rerun: bool, accept_code_change: bool, grid: GridOptions, console):
+    """Before the runs: the results folder claimed, the plan made (its checks first), a code change accepted where
+    asked (the one step that writes into run folders), and its notes and cost said."""
+    claim_folder(exp, outdir, write=False)
+    plan = plan_experiment(exp, rerun)
+    claim_folder(exp, outdir)
+    if accept_code_change:
+        plan.accept()
+    if console is not None:
+        for line in plan.notes():
+            console.print(f"{exp.name}: {line}", highlight=False)
+        if plan.todo:
+            console.print(f"{exp.name}: {plan.cost_line(grid.jobs, grid.batch)}", highlight=False)
+    return plan
+
+
+def execute(exp: Experiment, plan, grid: GridOptions, rerun: bool, console) -> None:
+    """The plan's runs through the executors (:func:`fbo_cli.grids.executors.run_cells`); their summaries go into
+    ``exp.outcomes`` and the plan (:meth:`~fbo_cli.grids.plan.Plan.record`)."""
+    from .executors import run_cells
+
+    todo = plan.todo
+    res = run_cells(todo, grid, console=console, rerun=rerun, title=f"{exp.name}: runs")
+    exp.outcomes.update({c.cfg.run_dir: r for c, r in zip(todo, res)})
+    plan.record(todo, res)
 
 
 COMMAND_LINE = "command_line.yaml"  # a compare's --set keys and --seeds, beside the table they made
@@ -166,11 +151,16 @@ def collect(exp: Experiment, warn=None) -> tuple[pd.DataFrame, dict[tuple[str, s
     why, when its files fail their completion record), and the
     metrics of the finished runs. Only a run whose
     ``summary.json`` is the completion record of its ``metrics.csv`` is aggregated; a corrupt run
-    directory is reported through ``warn`` and counted as not run."""
+    directory is reported through ``warn`` and counted as not run. A run directory's state is read once per
+    command: ``exp.states`` holds those the command has (the plan's and the executors',
+    :meth:`fbo_cli.grids.plan.Plan.states`), and the ones read here join them."""
     rows, curves = [], {}
+    known = exp.states
     for c in exp.cells:
         d = c.cfg.run_dir
-        state, s, why = run_status(d)
+        if d not in known:
+            known[d] = run_status(d)
+        state, s, why = known[d]
         m = read_metrics(d / "metrics.csv") if state == "finished" else None
         base = {"algorithm": c.algorithm, "setting": c.setting, "seed": c.seed, "algo": c.cfg.algo, "run_dir": str(d)}
         if state == "corrupt" and warn:
@@ -311,18 +301,10 @@ def summarize(exp: Experiment, runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.Dat
     return pd.DataFrame(out), pd.DataFrame(nums)
 
 
-def _to_markdown(df: pd.DataFrame) -> str:
-    cols = list(df.columns)
-    lines = [md_row(cols), "|" + "|".join("---" for _ in cols) + "|"]
-    for _, r in df.iterrows():
-        lines.append(md_row("" if (isinstance(v, float) and math.isnan(v)) else fmt_num(v) for v in r))
-    return "\n".join(lines)
-
-
 def table_markdown(exp: Experiment, table: pd.DataFrame) -> str:
     """The table's Markdown without its title: what the columns and the rule mean, the table, and how
     the hyperparameters were chosen (``table.md`` is this under the experiment's title)."""
-    low = lower_is_better(exp.metric)
+    low, body = lower_is_better(exp.metric), to_markdown(table)
     head = [f"Task `{exp.task}`, metric `{exp.metric}` "
             + ("(lower is better)" if low else "(a fraction, as in metrics.csv)")
             + f", seeds {exp.seeds}; mean ± standard deviation over seeds. 'final' is the last evaluation within the "
@@ -338,7 +320,7 @@ def table_markdown(exp: Experiment, table: pd.DataFrame) -> str:
               "to "
               "chance level and stayed there to the end), failed runs and runs not run are left "
               "out of them and counted in their columns; a cell without a done run shows '-'.", ""]
-    return "\n".join(head) + "\n" + _to_markdown(table) + "\n" + tuned_note(exp)
+    return "\n".join(head) + "\n" + body + "\n" + tuned_note(exp)
 
 
 def write_report(exp: Experiment, outdir: Path, no_run: bool = False, warn=None, plots: bool = True) -> str:
@@ -369,64 +351,6 @@ def write_report(exp: Experiment, outdir: Path, no_run: bool = False, warn=None,
     for xa in exp.x_also:
         plot_experiment(replace(exp, x=xa), curves, outdir / f"curves_{xa}.png", runs)
     return md
-
-
-def tuning_budget_note(exp: Experiment) -> str:
-    """'' when the tuning ran at the evaluation budget; else what the ranking check found, or a warning
-    that says both budgets when there was none."""
-    if not exp.tuned or not isinstance(exp.tuned.get("rounds"), int):
-        return ""
-    budgets = sorted({c.cfg.run.rounds for c in exp.cells})
-    if exp.tuned["rounds"] >= budgets[-1]:
-        return ""
-    head = f"Tuned at {exp.tuned['rounds']} rounds, evaluated at {', '.join(map(str, budgets))}"
-    check = exp.tuned.get("ranking_check")
-    if isinstance(check, dict) and check:
-        failed = [k for k, v in check.items() if not (isinstance(v, dict) and v.get("holds"))]
-        if not failed:
-            return (f"{head}; the ranking check holds: each choice is still the best of its top "
-                    f"{len(next(iter(check.values())).get('top', []))} points at the evaluation budget (ranking.csv).")
-        return (f"**{head}; the ranking check fails for {'; '.join(failed)}**: at the evaluation budget another of "
-                f"the top points scores better than the choice (ranking.csv).")
-    return (f"**{head}**: the ranking of the grid was not checked at the evaluation budget, so a late instability "
-            f"or a late change of order may be missed.")
-
-
-def tuned_note(exp: Experiment) -> str:
-    """What the table's hyperparameters are and how they were chosen (Markdown)."""
-    rows = []
-    for a in map(AlgorithmEntry.of, exp.algorithms):
-        for s in map(SettingEntry.of, exp.settings):
-            vals = tuned_layer(exp.tuned, a.name, s.name)
-            keys = list(a.tune)
-            if vals:
-                edge = tuned_entry(exp.tuned, a.name, s.name).how_chosen()
-                how = "tuned" + (f" ({edge})" if edge else "")
-                rows.append((a.name, s.name, ", ".join(f"{k}={fmt_num(v)}" for k, v in vals.items()), how))
-            elif keys:
-                fixed = {k: v for k, v in a.set.items()}
-                text = ", ".join(f"{k}={fmt_num(v)}" for k, v in fixed.items()) or "defaults"
-                none = tuned_entry(exp.tuned, a.name, s.name).notes.get("none")
-                rows.append((a.name, s.name, text,
-                             f"**not tuned: {none}**; the spec's values stand" if none
-                             else "not tuned yet (run `fbo tune`)"))
-    if not rows:
-        return ""
-    if exp.tuned and exp.tuned.get("setting") and len(exp.settings) > 1:  # tuned once: one row per algorithm
-        per: dict[str, set] = {}
-        for r in rows:
-            per.setdefault(r[0], set()).add(r[2:])
-        if all(len(v) == 1 for v in per.values()):
-            rows = [(a, f"every setting (tuned at {exp.tuned['setting']})", *next(iter(v))) for a, v in per.items()]
-    out = [""]
-    if exp.tuned:
-        out += [f"**Hyperparameters.** Tuned by `fbo tune`: {exp.tuned.get('procedure', '')}."
-                + (f" {short}" if (short := tuning_budget_note(exp)) else ""), ""]
-    else:
-        out += ["**Hyperparameters.**", ""]
-    out += ["| algorithm | setting | values | how chosen |", "|---|---|---|---|"]
-    out += [md_row(r) for r in rows]
-    return "\n".join(out) + "\n"
 
 
 ZOOM_BELOW = 0.15  # a second figure of the last half when the lines' ends span less than this share of the axis

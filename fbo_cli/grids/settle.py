@@ -128,10 +128,8 @@ def second_look(exp: Experiment, spec: str | Path, overrides: dict[str, Any], ca
                 dry_run: bool = False, batch: str | int = "auto") -> SecondLook:
     """The next look's seeds for the claims still open: planned (:func:`plan`), written to ``settled.yaml`` (not
     in a dry run, which says their cost instead, and what every open claim to the cap would cost) and loaded."""
-    from ..runs.cost import cost_line
-    from ..runs.todo import todo_runs
     from .compare import collect
-    from .run_batches import cost_shares
+    from .plan import make_plan
 
     runs, _ = collect(exp)
     added, why = plan(exp, runs[runs.status != "not run"], cap)
@@ -142,11 +140,10 @@ def second_look(exp: Experiment, spec: str | Path, overrides: dict[str, Any], ca
               for e in added]
     if dry_run:
         more = load_spec(spec, overrides, None, settled={"added": added})
-        todo = todo_runs(more.cells, False)
         worst, _ = plan(exp, runs[runs.status != "not run"], cap, to_cap=True)
-        most = todo_runs(load_spec(spec, overrides, None, settled={"added": worst}).cells, False)
-        return SecondLook(notes, cost=f"until settled, the next look: {cost_line(todo, jobs, cost_shares(todo, batch))}"
+        most = make_plan(load_spec(spec, overrides, None, settled={"added": worst}).cells)
+        return SecondLook(notes, cost=f"until settled, the next look: {make_plan(more.cells).cost_line(jobs, batch)}"
                           f"\nuntil settled, every open claim to the cap ({cap} seeds; at most): "
-                          f"{cost_line(most, jobs, cost_shares(most, batch))}")
+                          f"{most.cost_line(jobs, batch)}")
     write_settled(exp, added, cap)
     return SecondLook(notes, exp=load_spec(spec, overrides, None))

@@ -5,8 +5,9 @@ fixed values, a tuning grid), the settings, the seeds, the paper's numbers (``re
 they were measured on, ``reference_on``), the paper's claims, derived tables and the tuning block.
 :func:`load_spec` validates all of it before anything runs (unknown keys, names, the claims' and
 the reference's shape, each cell's resolved config) with errors that name the file, the key and the
-allowed values, and resolves the cells. This module is the only one that reads a spec's YAML; it
-also reads and validates ``tuned.yaml`` (what ``fbo tune`` chose). ``compare`` runs and aggregates,
+allowed values, and resolves the cells. This module is the only one that reads a spec's YAML, and the records
+beside its results (``tuned.yaml``: what ``fbo tune`` chose; ``settled.yaml``: seeds a settling added), which
+:mod:`fbo_cli.grids.spec_records` checks. ``compare`` runs and aggregates,
 ``tune`` tunes, ``report`` renders: each imports this module, none imports another of them.
 Its parts are typed (:mod:`fbo_cli.grids.spec_types`: rows, claims, the witness, the tune block, the tuned
 choices); the checks that need no file are in :mod:`fbo_cli.grids.spec_checks`.
@@ -40,6 +41,14 @@ from .spec_checks import (  # noqa: F401  (parse_tune, MAX_*: spec's API)
     tuning_procedure,
 )
 from .spec_folder import claim_folder, identity  # noqa: F401  (spec's API)
+from .spec_records import (  # noqa: F401  (spec's API: the records beside its results)
+    OLD_RECORD,
+    check_settled,
+    check_tuned,
+    edge_note,
+    tuned_entry,
+    tuned_layer,
+)
 from .spec_types import AlgorithmEntry, Attribution, Choice, Claim, SettingEntry, Tuned, TuneSpec, Witness  # noqa: F401
 
 BANDS = {"minmax": "min to max over those seeds", "std": "mean ± one standard deviation over those seeds",
@@ -85,6 +94,7 @@ class Experiment:
     tune: TuneSpec | None = None  # the tune block, parsed (None: the spec has none)
     incomplete: int = 0  # cells failed or not run at the last report
     outcomes: dict[Path, dict] = field(default_factory=dict)  # run_dir -> what run_cells returned this time
+    states: dict[Path, Any] = field(default_factory=dict)  # run_dir -> its RunState as this command read it
     settled: dict | None = None  # settled.yaml: the seeds `compare --until-settled` added
     witness: Witness | None = None  # the paper's own code beside a row (its settings: {setting: witness's})
     attribution: Attribution | None = None  # the share of each row's gap to the paper that one change explains
@@ -422,25 +432,15 @@ def settled_path(exp: Experiment) -> Path:
 
 
 def load_settled(p: Path) -> dict | None:
-    """A ``settled.yaml`` (written by ``compare --until-settled``, :mod:`fbo_cli.grids.settle`), checked: ``added``
-    is a list of ``{setting, algorithms, seeds}``, a setting at most once, and no more seeds in all than a
-    spec may have (``MAX_SEEDS``, the bound of ``--cap``)."""
-    if not p.is_file():
-        return None
-    d = load_config_file(p)
-    added = d.get("added")
-    ok = isinstance(added, list) and all(
-        isinstance(e, dict) and isinstance(e.get("setting"), str) and isinstance(e.get("algorithms"), list)
-        and isinstance(e.get("seeds"), list) and all(isinstance(k, int) and 0 <= k < 2**32 for k in e["seeds"])
-        for e in added)
-    if not ok:
-        raise UsageError(f"{p}: 'added' must be a list of {{setting, algorithms, seeds}}; run "
-                         f"`fbo compare --until-settled` again to rewrite it (or delete the file)")
-    seeds = {k for e in added for k in e["seeds"]}
-    if len(seeds) > MAX_SEEDS or len({e["setting"] for e in added}) < len(added):
-        raise UsageError(f"{p}: {len(seeds):,} seeds in {len(added):,} entries; a settled.yaml adds at most "
-                         f"{MAX_SEEDS:,} seeds, each setting once (`fbo compare --until-settled` rewrites it)")
-    return d
+    """A ``settled.yaml``, checked (:func:`~fbo_cli.grids.spec_records.check_settled`), or None."""
+    return check_settled(p, load_config_file(p)) if p.is_file() else None
+
+
+def load_tuned(exp: Experiment) -> Tuned | None:
+    """The ``tuned.yaml`` beside the experiment's results, checked (:func:`~fbo_cli.grids.spec_records.check_tuned`),
+    if any."""
+    p = exp.out_root / "compare" / exp.name / "tuned.yaml"
+    return check_tuned(p, load_config_file(p), exp) if p.is_file() else None
 
 
 def _add_settled(exp: Experiment, where: str, task: str, base: dict, overrides: dict, settled: dict | None) -> None:
@@ -456,54 +456,3 @@ def _add_settled(exp: Experiment, where: str, task: str, base: dict, overrides: 
                     continue  # a setting or algorithm the spec no longer has: its runs stay out
                 exp.cells.append(_cell(exp, where, task, base, overrides, a, s, seed))
 
-
-# what a tuned.yaml written before made_by is checked on: its seeds, budget, setting and grids (the committed
-# evidence holds one whose score was renamed since: adafbio_hyperclean, upper_loss -> heldout_loss)
-OLD_RECORD = ("seeds", "rounds", "setting", "grids")
-
-
-def load_tuned(exp: Experiment) -> Tuned | None:
-    """The ``tuned.yaml`` beside the experiment's results, if any."""
-    p = exp.out_root / "compare" / exp.name / "tuned.yaml"
-    if not p.is_file():
-        return None
-    t = load_config_file(p)
-    chosen = t.get("chosen") or {}
-    ok = isinstance(chosen, dict) and all(
-        isinstance(per, dict) and all(isinstance(v, dict) for v in per.values()) for per in chosen.values())
-    if not ok:
-        raise UsageError(f"{p}: 'chosen' must map algorithm -> setting -> {{key: value}}, got {chosen!r:.120}; "
-                         f"run `fbo tune` again to rewrite it (or delete the file)")
-    if exp.tune is not None:  # a tuning applies only under the procedure that made it
-        made_by = dict(t["made_by"]) if isinstance(t.get("made_by"), dict) else {k: t[k] for k in OLD_RECORD if k in t}
-        if isinstance(made_by.get("grids"), dict):  # rows with a grid only
-            made_by["grids"] = {a: v for a, v in made_by["grids"].items() if v}
-        if changed := procedure_changes(made_by, exp.procedure):
-            raise UsageError(f"{p} was chosen by another tuning procedure than {exp.path or 'the spec'} now declares "
-                             f"({'; '.join(changed)}): its values apply only to the procedure that made them. An "
-                             f"edited spec is tuned again: `fbo tune {exp.path}` (it replaces the file), or delete "
-                             f"the file to run the spec's own values")
-    tuned = Tuned.of(t)
-    for algo, per in tuned.chosen.items():
-        for setting, choice in per.items():
-            for k, v in choice.values.items():
-                if not isinstance(v, (int, float, str, bool)):
-                    raise UsageError(f"{p}: chosen value {algo} / {setting} / {k} must be a number or a word, "
-                                     f"got {v!r}")
-    return tuned
-
-
-def tuned_entry(tuned: Tuned | dict | None, algorithm: str, setting: str) -> Choice:
-    """The choice of one (algorithm, setting) in a ``tuned.yaml``: the setting's own, or the one tuned
-    setting's; its values and its notes (empty when there is none)."""
-    return Tuned.of(tuned).entry(algorithm, setting) if tuned else Choice()
-
-
-def edge_note(entry: Choice | dict[str, Any]) -> str:
-    """How a chosen value relates to its grid's edge, in words ('' when interior)."""
-    return Choice.of(entry).edge_note()
-
-
-def tuned_layer(tuned: Tuned | dict | None, algorithm: str, setting: str) -> dict[str, Any]:
-    """The chosen values of one (algorithm, setting), notes left out: a config layer."""
-    return dict(tuned_entry(tuned, algorithm, setting).values)

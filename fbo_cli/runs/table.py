@@ -23,6 +23,15 @@ def md_row(cells) -> str:
     return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
 
 
+def to_markdown(df: pd.DataFrame) -> str:
+    """A frame as a Markdown table (:func:`md_row` per row, numbers by :func:`fmt_num`, NaN as an empty cell)."""
+    cols = list(df.columns)
+    lines = [md_row(cols), "|" + "|".join("---" for _ in cols) + "|"]
+    for _, r in df.iterrows():
+        lines.append(md_row("" if (isinstance(v, float) and math.isnan(v)) else fmt_num(v) for v in r))
+    return "\n".join(lines)
+
+
 def fmt_num(v: Any) -> str:
     """A number as a person reads it: whole floats as integers (1630, not 1630.0), very large or small
     values in short scientific notation (3e7, 3e-5), others as %g; anything else as str."""

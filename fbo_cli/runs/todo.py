@@ -7,40 +7,66 @@ none of it."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .config import comparable, load_yaml
 from .identity import accepted, stale_reason
-from .rundir import CHECKPOINT, atomic_write, ended, run_lock, run_status, write_json, write_yaml
+from .rundir import CHECKPOINT, RunState, atomic_write, ended, run_lock, run_status, write_json, write_yaml
+
+
+class Verdict(NamedTuple):
+    """What the reuse check says of one run directory, read only (nothing is written): whether it is to run,
+    why it is stale (its user algorithm's code changed since: it runs again unless the change is accepted), and
+    the run of this file's code before an edit (:func:`predecessor`) that accepting the change adopts."""
+
+    todo: bool
+    stale: str | None = None
+    adopt: tuple[Path, dict] | None = None
+
+
+def verdict(cfg, state: RunState, rerun: bool = False) -> Verdict:
+    """The reuse check of the run of ``cfg`` whose directory was read as ``state`` (:class:`RunState`): a query,
+    never a write; accepting a code change is :func:`accept_change`, a step of its own."""
+    if not rerun and not state.ended and state.state != "partial" and (old := predecessor(cfg)):
+        return Verdict(True, stale_reason(cfg, old[1]) or f"stale: run {old[0].name} was made by other code", old)
+    if rerun or not state.ended:
+        return Verdict(True)
+    if why := stale_reason(cfg, state.summary):
+        return Verdict(True, why)
+    return Verdict(False)
+
+
+def accept_change(cfg, state: RunState, v: Verdict) -> RunState:
+    """``--accept-code-change`` for a stale run (``v.stale``): the run of the code before an edit is adopted
+    (:func:`adopt`), or the finished run's summary records the acceptance (:func:`accepted`); returns the run's
+    state after it (its metrics.csv unchanged, so not read again)."""
+    if v.adopt is not None:
+        return RunState("finished", adopt(cfg, *v.adopt), "")
+    s = accepted(cfg, state.summary)
+    write_json(cfg.run_dir / "summary.json", s)
+    return RunState("finished", s, "")
 
 
 def todo_runs(cells: list, rerun: bool = False, accept: bool = False, stale: dict | None = None) -> list:
-    """The cells (objects with ``.cfg``) still to run, one per run directory (two rows of a grid may be
-    the same run): not finished, or finished by code that has changed since (:mod:`fbo_cli.runs.identity`;
-    ``stale`` collects ``{run_dir: why}``), unless ``accept`` (the change is recorded and the run kept)."""
-    todo = {}
+    """The cells (objects with ``.cfg``) still to run, one per run directory (two rows of a grid may be the same
+    run): :func:`verdict` of each (``stale`` collects ``{run_dir: why}``), and with ``accept`` each stale
+    run accepted (:func:`accept_change`) and kept. The old entry point; a grid's commands use
+    :func:`fbo_cli.grids.plan.make_plan`, which reads each directory once and accepts as a step of its own."""
+    todo, seen = [], set()
     for c in cells:
         d = c.cfg.run_dir
-        if d in todo:
+        if d in seen:
             continue
-        state, s, _ = run_status(d)
-        if not rerun and not ended(state, s) and state != "partial" and (old := predecessor(c.cfg)):
-            if accept:  # a user's edit: the run of this file's code before it is adopted
-                adopt(c.cfg, *old)
-                continue
-            todo[d] = c
-            if stale is not None:
-                stale[d] = stale_reason(c.cfg, old[1]) or f"stale: run {old[0].name} was made by other code"
-        elif rerun or not ended(state, s):
-            todo[d] = c
-        elif why := stale_reason(c.cfg, s):
-            if accept:
-                write_json(d / "summary.json", accepted(c.cfg, s))
-            else:
-                todo[d] = c
-                if stale is not None:
-                    stale[d] = why
-    return list(todo.values())
+        seen.add(d)
+        state = run_status(d)
+        v = verdict(c.cfg, state, rerun)
+        if v.stale and accept:
+            accept_change(c.cfg, state, v)
+        elif v.todo:
+            todo.append(c)
+            if v.stale and stale is not None:
+                stale[d] = v.stale
+    return todo
 
 
 _CONFIGS: dict[tuple[Path, int], Any] = {}
@@ -82,10 +108,11 @@ def predecessor(cfg) -> tuple[Path, dict] | None:
     return d, summary
 
 
-def adopt(cfg, old: Path, summary: dict) -> None:
+def adopt(cfg, old: Path, summary: dict) -> dict:
     """``--accept-code-change``: the run ``old`` (:func:`predecessor`) becomes ``cfg``'s, its files copied into
     ``cfg``'s run folder (under its lock) with ``cfg``'s ``config.yaml`` and the acceptance recorded in its summary
-    (:func:`accepted`, and ``adopted_from``); ``old`` stays, so that the code before the edit finds its run again."""
+    (:func:`accepted`, and ``adopted_from``; returned); ``old`` stays, so that the code before the edit finds its
+    run again."""
     new = cfg.run_dir
     with run_lock(new):
         skip = (".lock", CHECKPOINT, "summary.json", "config.yaml")
@@ -93,4 +120,6 @@ def adopt(cfg, old: Path, summary: dict) -> None:
             if f.is_file() and not f.is_symlink() and f.name not in skip:
                 atomic_write(new / f.name, f.read_bytes())
         write_yaml(new / "config.yaml", cfg.as_dict())
-        write_json(new / "summary.json", {**accepted(cfg, summary), "run_id": new.name, "adopted_from": old.name})
+        rec = {**accepted(cfg, summary), "run_id": new.name, "adopted_from": old.name}
+        write_json(new / "summary.json", rec)
+    return rec

@@ -95,13 +95,24 @@ def point_error(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], key: t
     return None
 
 
+def tuning_plan(cells: list[tuple[Cell, dict]], rerun: bool = False, accept: bool = False):
+    """The plan of the tuning runs (:func:`fbo_cli.grids.plan.make_plan`: each run directory read once), with a
+    user's code change accepted where asked (``accept``: the one step that writes, a stale run kept)."""
+    from ..plan import make_plan
+
+    plan = make_plan([c for c, _ in cells], rerun)
+    if accept:
+        plan.accept()
+    return plan
+
+
 def tuning_todo(cells: list[tuple[Cell, dict]], recorded: dict[str, dict], rerun: bool = False,
-                accept: bool = False, stale: dict | None = None) -> list[Cell]:
+                accept: bool = False, stale: dict | None = None, plan=None) -> list[Cell]:
     """The tuning runs still to run: unfinished (or stale: their user algorithm's code changed, unless
     ``accept``), and not in the recorded tuning (unless ``rerun``, or stale: a recorded score of code that
-    changed since is not kept)."""
-    from ...runs.todo import todo_runs
-
+    changed since is not kept). ``plan``: the :func:`tuning_plan` of ``cells`` already made."""
+    plan = plan or tuning_plan(cells, rerun, accept)
     stale = {} if stale is None else stale
-    todo = todo_runs([c for c, _ in cells], rerun, accept, stale)
+    stale.update(plan.stale)
+    todo = plan.todo
     return todo if rerun else [c for c in todo if str(c.cfg.run_dir) not in recorded or c.cfg.run_dir in stale]

@@ -58,17 +58,19 @@ def collapse_reason(m: pd.DataFrame, score: str, metric: str | None, dataset: st
 def collect_tuning(cells: list[tuple[Cell, dict]], ts: TuneSpec,
                    extended: dict[tuple[str, str], list[dict]] | None = None,
                    recorded: dict[str, dict] | None = None,
-                   margin: dict[tuple[str, str], list[dict]] | None = None) -> pd.DataFrame:
+                   margin: dict[tuple[str, str], list[dict]] | None = None,
+                   states: dict | None = None) -> pd.DataFrame:
     """Every tuning run's score and verdict; a run absent here but in ``recorded`` (see
     :func:`recorded_runs`) stands as recorded. A run whose accuracy collapsed (:func:`collapse_reason`)
-    is rejected as ``collapsed``, like one that diverged."""
+    is rejected as ``collapsed``, like one that diverged. ``states``: the run directories' states this command
+    already holds (:meth:`fbo_cli.grids.plan.Plan.states`); the others are read here."""
     from ...runs.rundir import run_status
 
     rows = []
     for c, point in cells:
         extra = point in (extended or {}).get((c.algorithm, c.setting), [])
         probe = point in (margin or {}).get((c.algorithm, c.setting), [])
-        state, s, _ = run_status(c.cfg.run_dir)
+        state, s, _ = (states or {}).get(c.cfg.run_dir) or run_status(c.cfg.run_dir)
         status = (s or {}).get("status", "missing") if state == "finished" else "not run"
         mpath = c.cfg.run_dir / "metrics.csv"
         sc, osc, start = float("nan"), float("nan"), float("nan")

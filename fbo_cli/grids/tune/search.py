@@ -16,7 +16,7 @@ from ...runs.table import fmt_num
 from ..executors import GridOptions
 from ..spec import Cell, Experiment, TuneSpec, check_metrics, claim_folder, load_spec
 from ..spec_types import Choice, chosen_on_disk
-from .grid import confirm_seeds, point_error, tune_cells, tune_spec, tuning_todo
+from .grid import confirm_seeds, point_error, tune_cells, tune_spec, tuning_plan, tuning_todo
 from .record import keep_the_rest, recorded_runs, recorded_tuning, stale_records, write_partial, write_record
 from .rules import (
     RANKING_TOP,
@@ -37,9 +37,8 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], grid: GridOptio
                algorithms: list[str] | None = None, settings: list[str] | None = None) -> Path:
     """Tune the spec (``algorithms``, ``settings``: only these of it, :func:`fbo_cli.grids.select.select`; the
     record keeps the rest's recorded tuning, :func:`.record.keep_the_rest`) and write its record."""
-    from ...runs.cost import cost_line
     from ..executors import run_cells
-    from ..run_batches import cost_shares
+    from ..plan import todo_cost_line
     from ..select import select
 
     full = load_spec(spec_path, overrides, use_tuned=False)
@@ -60,14 +59,13 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], grid: GridOptio
     checked = False
     while True:  # run the grid; while a choice sits at an edge, run one more point beyond it
         cells = tune_cells(exp, ts, overrides, extended, confirm, margin)
-        stale: dict = {}
-        todo = tuning_todo(cells, recorded, rerun, accept_code_change, stale)
+        plan = tuning_plan(cells, rerun, accept_code_change)
+        todo = tuning_todo(cells, recorded, rerun, plan=plan)
         if console is not None:
-            for d, why in stale.items():
+            for d, why in plan.stale.items():
                 console.print(f"{exp.name}: {d}: {why}; it runs again (--accept-code-change keeps it)", highlight=False)
         if todo and console is not None:
-            console.print(f"{exp.name}: tuning, {cost_line(todo, grid.jobs, cost_shares(todo, grid.batch))}",
-                          highlight=False)
+            console.print(f"{exp.name}: tuning, {todo_cost_line(todo, grid.jobs, grid.batch)}", highlight=False)
         if todo:
             if not checked:
                 # the tuning runs themselves: tune.set may change what they log
@@ -75,11 +73,11 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], grid: GridOptio
                 checked = True
             # what has run so far, before each batch: a tuning stopped in it resumes from here elsewhere
             claim_folder(exp, outdir)
-            write_partial(outdir, ts, collect_tuning(cells, ts, extended, recorded, margin))
-            run_cells(todo, grid, console=console, rerun=rerun,
-                      title=f"{exp.name}: tuning runs" + (" (grid extensions)" if extended else ""))
+            write_partial(outdir, ts, collect_tuning(cells, ts, extended, recorded, margin, plan.states()))
+            plan.record(todo, run_cells(todo, grid, console=console, rerun=rerun,
+                                        title=f"{exp.name}: tuning runs" + (" (grid extensions)" if extended else "")))
         rerun = False  # a rerun redoes the spec's grid once, not the extensions' earlier runs
-        table = collect_tuning(cells, ts, extended, recorded, margin)
+        table = collect_tuning(cells, ts, extended, recorded, margin, plan.states())
         chosen = choose(table, ts, invalid)
         more = []
         for key, point in extensions(table, chosen, ts, extended, invalid):
@@ -158,8 +156,8 @@ def check_ranking(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], cell
                   table: pd.DataFrame, extended: dict, grid: GridOptions, console=None):
     """The ranking check (:mod:`fbo_cli.grids.tune`): ``(ranking.csv's rows, {"algo | setting": verdict})``, or
     None when every tuning run already had its setting's evaluation budget."""
-    from ...runs.todo import todo_runs
     from ..executors import run_cells
+    from ..plan import make_plan
 
     full = replace(ts, rounds=None)
     at_budget = tune_cells(exp, full, overrides, extended)
@@ -171,10 +169,11 @@ def check_ranking(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], cell
     for (a, s), g in agg[~agg.rejected].groupby(["algorithm", "setting"], sort=False):
         top[(a, s)] = list(g.sort_values("score", ascending=ts.mode == "min", kind="stable").point[:RANKING_TOP])
     pick = [(c, p) for c, p in at_budget if point_name(p) in top.get((c.algorithm, c.setting), [])]
-    todo = todo_runs([c for c, _ in pick], False)
-    if todo:
-        run_cells(todo, grid, console=console, rerun=False, title=f"{exp.name}: ranking check at the evaluation budget")
-    at_full = collect_tuning(pick, full, extended)
+    plan = make_plan([c for c, _ in pick])
+    if todo := plan.todo:
+        plan.record(todo, run_cells(todo, grid, console=console, rerun=False,
+                                    title=f"{exp.name}: ranking check at the evaluation budget"))
+    at_full = collect_tuning(pick, full, extended, states=plan.states())
     rows, verdicts = [], {}
     for (a, s), points in top.items():
         g = at_full[(at_full.algorithm == a) & (at_full.setting == s)]
