@@ -82,3 +82,26 @@ class ClientRuns(Algorithm):
             for r, ar in enumerate(a.v):
                 op(tv[r], xv[r], alpha=ar)
         return t
+
+    # the old API (before the step was written in the paper's words): kept so that a user's subclass written
+    # against it runs unchanged; new code writes add_/sub_/at_clients
+    def runs_view(self, t: torch.Tensor) -> torch.Tensor:
+        """Client rows ``[K, d]``; in a batch ``[R*K, d]`` as the view ``[R, K, d]``."""
+        return t.unflatten(0, (self.runs, -1)) if self.batched else t
+
+    def rows(self, t: torch.Tensor) -> torch.Tensor:
+        """The client rows of a :meth:`runs_view`: ``[K, d]``; in a batch ``[R, K, d]`` as ``[R*K, d]``."""
+        return t.flatten(0, 1) if self.batched else t
+
+    def glob(self, v: torch.Tensor) -> torch.Tensor:
+        """A global ``[d]`` against :meth:`runs_view` rows; in a batch ``[R, d]`` as ``[R, 1, d]``."""
+        return v.unsqueeze(-2) if self.batched else v
+
+    def axpy(self, t: torch.Tensor, x: torch.Tensor, alpha, sub: bool = False) -> torch.Tensor:
+        """``t += alpha x`` (``sub``: ``-=``) in place on :meth:`runs_view` / :meth:`glob` forms; a Rate run by run."""
+        op = torch.Tensor.sub_ if sub else torch.Tensor.add_
+        if not isinstance(alpha, Rate):
+            return op(t, x, alpha=alpha)
+        for r, a in enumerate(alpha.v):
+            op(t[r], x[r], alpha=a)
+        return t
