@@ -27,8 +27,17 @@ class UsageError(Exception):
     - ``unwritable``: a path fbo may not write (``path``; ``field``: ``blocked``, ``link``, ``not_regular``,
       ``kernel``, ``permission``, ``os`` with the errno as ``value``);
     - ``not_fbos``: a folder fbo would remove files from that fbo did not make (``path``);
-    - ``failed``: an external program fbo ran failed (``value``: its exit status or error);
-    - ``usage``: anything not (yet) given a kind of its own (a subclass such as ``RunBusy`` is told by its class).
+    - ``failed``: an external program fbo ran failed, or a step that found no answer (a tuning whose every point
+      failed, ``--relabel`` choosing otherwise; ``value``: its exit status or error);
+    - ``user_code``: a user's algorithm file or module misbehaved at import (``field``: ``exit`` with the
+      ``sys.exit`` code as ``value``, ``exception`` with the exception's type name, ``guard`` for an ``os._exit``,
+      an exit handler or a change of folder);
+    - ``busy``: a run directory another fbo process holds (``path``; raised as :class:`RunBusy`);
+    - ``usage``: anything not (yet) given a kind of its own.
+
+    In a spec (``bad_spec``, ``unknown``) ``path`` is the spec file and ``field`` its top-level key (``seeds``,
+    ``settings``, ``claims``, ``tune.score``); an error of a cell (a setting's ``tau: 0``) keeps its own kind and
+    field, reworded to say where (:meth:`reworded`).
     """
 
     def __init__(self, message: str = "", *, kind: str = "usage", field: str | None = None,

@@ -137,13 +137,15 @@ def _user_code(where: str):
         raise SystemExit(130)
     if did:  # whatever the code made of what the guard raised
         raise UsageError(f"{where}: {did[0]} at import; fbo's exit status and working folder are its own "
-                         "(nothing was run)")
+                         "(nothing was run)", kind="user_code", field="guard", value=did[0])
     if isinstance(error, UsageError):
         raise error
     if error is not None:
-        what = (f"it called sys.exit({error.code!r})" if isinstance(error, SystemExit) else
+        exited = isinstance(error, SystemExit)
+        what = (f"it called sys.exit({error.code!r})" if exited else
                 f"loading it failed: {type(error).__name__}: {error}")
-        raise UsageError(f"{where}: {what}") from None
+        raise UsageError(f"{where}: {what}", kind="user_code", field="exit" if exited else "exception",
+                         value=error.code if exited else type(error).__name__) from None
 
 
 # fbo's classes a user's code changed at import (``FedNest.outer_lr = ...``): class -> {attribute: the file}. A
@@ -202,7 +204,7 @@ def _load_file(path: Path):
     name = f"fbo_user_{digest}_{''.join(c if c.isalnum() else '_' for c in path.stem)}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
-        raise UsageError(f"{path}: not a Python file fbo can load")
+        raise UsageError(f"{path}: not a Python file fbo can load", kind="bad_value", field="algo", path=path)
     mod = importlib.util.module_from_spec(spec)
     old = sys.modules.get(name)
     sys.modules[name] = mod
@@ -238,12 +240,15 @@ def _algorithm_class(mod, cls_name: str, where: str):
         found = sorted(n for n, v in vars(mod).items() if isinstance(v, type) and issubclass(v, Algorithm)
                        and v.__module__ == mod.__name__)
         raise UsageError(f"{where}: no class '{cls_name}'" + (f"; its algorithms: {', '.join(found)}" if found
-                                                               else "; it defines no Algorithm subclass"))
+                                                               else "; it defines no Algorithm subclass"),
+                         kind="unknown", field="class", value=cls_name)
     if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
         raise UsageError(f"{where}: '{cls_name}' is not a subclass of fbo_cli.algorithms.base.Algorithm "
-                         f"(or of a built-in algorithm such as FedNest)")
+                         f"(or of a built-in algorithm such as FedNest)",
+                         kind="bad_value", field="class", value=cls_name)
     if not cls.tasks:
-        raise UsageError(f"{where}: '{cls_name}' declares no tasks (set `tasks = (\"hyperrep\",)` on the class)")
+        raise UsageError(f"{where}: '{cls_name}' declares no tasks (set `tasks = (\"hyperrep\",)` on the class)",
+                         kind="bad_value", field="tasks", value=cls_name)
     return cls
 
 
@@ -258,14 +263,14 @@ def load_reference(ref: str, base: Path | None = None):
     target, _, cls_name = ref.rpartition(":")
     if not target or not cls_name.isidentifier():
         raise UsageError(f"'{ref}': an algorithm by file is named FILE.py:CLASS "
-                         "(e.g. ./my_algos/decay.py:DecayFedNest)")
+                         "(e.g. ./my_algos/decay.py:DecayFedNest)", kind="bad_value", field="algo", value=ref)
     if target.endswith(".py") or "/" in target or "\\" in target:
         path = Path(target).expanduser()
         if not path.is_absolute():
             path = (base or Path.cwd()) / path
         path = path.resolve()
         if not path.is_file():
-            raise UsageError(f"'{ref}': no file {path}")
+            raise UsageError(f"'{ref}': no file {path}", kind="not_found", field="algo", path=path)
         return _algorithm_class(_load_file(path), cls_name, str(path)), f"{path}:{cls_name}"
     before = _fbo_classes()
     with _user_code(f"'{ref}': module '{target}'"):
@@ -336,7 +341,8 @@ def _in_folder(folder: Path, name: str, broken: dict[str, str]) -> str | None:
     broken.update(bad)
     refs = list(dict.fromkeys(c["ref"] for c in classes if name in c["names"]))  # a class redefined in one file
     if len(refs) > 1:
-        raise UsageError(f"two classes named '{name}' in {folder}: {refs[0]} and {refs[1]} (rename one)")
+        raise UsageError(f"two classes named '{name}' in {folder}: {refs[0]} and {refs[1]} (rename one)",
+                         kind="bad_value", field="algorithm", path=folder, value=name)
     return refs[0] if refs else None
 
 
@@ -376,5 +382,6 @@ def find(name: str, base: Path | None = None):
         return load_reference(ref)
     if broken:  # the name may be in a file that does not parse
         f, why = next(iter(broken.items()))
-        raise UsageError(f"unknown algorithm '{name}'; {f} could not be read ({why})")
+        raise UsageError(f"unknown algorithm '{name}'; {f} could not be read ({why})",
+                         kind="unknown", field="algorithm", path=f, value=name)
     return None

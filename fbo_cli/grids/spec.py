@@ -111,9 +111,10 @@ class Experiment:
 
 def _need(d: dict, key: str, kind, where: str):
     if key not in d:
-        raise UsageError(f"{where}: missing required key '{key}'")
+        raise UsageError(f"{where}: missing required key '{key}'", kind="bad_spec", field=key, path=where)
     if not isinstance(d[key], kind):
-        raise UsageError(f"{where}: '{key}' must be a {kind.__name__ if isinstance(kind, type) else 'list'}")
+        raise UsageError(f"{where}: '{key}' must be a {kind.__name__ if isinstance(kind, type) else 'list'}",
+                         kind="bad_spec", field=key, path=where, value=d[key])
     return d[key]
 
 
@@ -136,7 +137,7 @@ def _index(files: tuple[tuple[str, int, int], ...]) -> tuple[tuple[str, str, int
             continue
         if not isinstance(paper, str) or not isinstance(order, int) or isinstance(order, bool):
             raise UsageError(f"{f}: 'paper' must be a paper's key (a string) and 'order' an integer, "
-                             f"got {paper!r}, {order!r}")
+                             f"got {paper!r}, {order!r}", kind="bad_spec", field="paper", path=f, value=paper)
         out.append((f, paper, order))
     return tuple(sorted(out, key=lambda t: (t[1], t[2], t[0])))
 
@@ -159,46 +160,56 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
              "paper", "order", "witness", "attribution"}
     unknown = set(spec) - known
     if unknown:
-        raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(known))}")
+        raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(known))}",
+                         kind="unknown", field="key", path=where, value=sorted(unknown)[0])
     task = _need(spec, "task", str, where)
     if task not in TASKS:
-        raise UsageError(f"{where}: unknown task '{task}'; choose one of: {', '.join(TASKS)}")
+        raise UsageError(f"{where}: unknown task '{task}'; choose one of: {', '.join(TASKS)}",
+                         kind="unknown", field="task", path=where, value=task)
     algos = _need(spec, "algorithms", list, where)
     if not algos:
-        raise UsageError(f"{where}: 'algorithms' is empty: list at least one algorithm")
+        raise UsageError(f"{where}: 'algorithms' is empty: list at least one algorithm",
+                         kind="bad_spec", field="algorithms", path=where)
     settings = spec.get("settings", [{"name": "default", "set": {}}])
     if not isinstance(settings, list):
-        raise UsageError(f"{where}: 'settings' must be a list")
+        raise UsageError(f"{where}: 'settings' must be a list", kind="bad_spec", field="settings", path=where)
     if not settings:
-        raise UsageError(f"{where}: 'settings' is empty: leave the key out for one default setting, or list some")
+        raise UsageError(f"{where}: 'settings' is empty: leave the key out for one default setting, or list some",
+                         kind="bad_spec", field="settings", path=where)
     metric = spec.get("metric") or TASKS[task].metric
     metrics = spec.get("metrics") or []
     if not isinstance(metric, str) or not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
-        raise UsageError(f"{where}: 'metric' must be a name and 'metrics' a list of names")
+        raise UsageError(f"{where}: 'metric' must be a name and 'metrics' a list of names",
+                         kind="bad_spec", field="metric", path=where)
     target = spec.get("target")
     if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float))
                                or not math.isfinite(target)):
-        raise UsageError(f"{where}: 'target' must be a finite number, got {target!r}")
+        raise UsageError(f"{where}: 'target' must be a finite number, got {target!r}",
+                         kind="bad_spec", field="target", path=where, value=target)
     base = spec.get("base") or {}
     if not isinstance(base, dict):
-        raise UsageError(f"{where}: 'base' must be a mapping")
+        raise UsageError(f"{where}: 'base' must be a mapping", kind="bad_spec", field="base", path=where)
     x = spec.get("x", "rounds")
     x_also = spec.get("x_also") or []
     if not isinstance(x_also, list):
-        raise UsageError(f"{where}: 'x_also' must be a list of x axes, e.g. [samples], got {x_also!r}")
+        raise UsageError(f"{where}: 'x_also' must be a list of x axes, e.g. [samples], got {x_also!r}",
+                         kind="bad_spec", field="x_also", path=where, value=x_also)
     for xa in [x, *x_also]:
         if xa not in X_AXES:
-            raise UsageError(f"{where}: x and x_also must be among {', '.join(X_AXES)}, got '{xa}'")
+            raise UsageError(f"{where}: x and x_also must be among {', '.join(X_AXES)}, got '{xa}'",
+                             kind="bad_spec", field="x", path=where, value=xa)
     seed_list = seeds if seeds is not None else spec.get("seeds", [0])
     if not isinstance(seed_list, list) or not all(isinstance(s, int) for s in seed_list) or not seed_list:
-        raise UsageError(f"{where}: 'seeds' must be a non-empty list of integers")
+        raise UsageError(f"{where}: 'seeds' must be a non-empty list of integers",
+                         kind="bad_spec", field="seeds", path=where)
     if len(seed_list) > MAX_SEEDS:
-        raise UsageError(f"{where}: {len(seed_list):,} seeds; fbo takes at most {MAX_SEEDS:,} per spec")
+        raise UsageError(f"{where}: {len(seed_list):,} seeds; fbo takes at most {MAX_SEEDS:,} per spec",
+                         kind="bad_spec", field="seeds", path=where, value=len(seed_list))
     if any(s < 0 or s >= 2**32 for s in seed_list) or len(set(seed_list)) != len(seed_list):
         raise UsageError(f"{where}: seeds must be distinct integers in [0, 2^32), got {seed_list[:20]}"
-                         + ("..." if len(seed_list) > 20 else ""))
+                         + ("..." if len(seed_list) > 20 else ""), kind="bad_spec", field="seeds", path=where)
     exp = Experiment(
-        name=check_name(spec["name"] if "name" in spec else Path(path).stem, f"{where}: 'name'"),
+        name=check_name(spec["name"] if "name" in spec else Path(path).stem, f"{where}: 'name'", where),
         title=str(spec.get("title", "")), task=task,
         metric=metric, metrics=list(metrics), target=target, x=x, seeds=seed_list, algorithms=[],
         settings=[], reference=spec.get("reference") or {}, base=base, x_also=list(x_also),
@@ -208,17 +219,22 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
     n = len(algos) * len(settings) * len(exp.seeds)
     if n > MAX_CELLS:
         raise UsageError(f"{where}: {len(algos)} algorithms x {len(settings)} settings x {len(exp.seeds)} "
-                         f"seeds = {n:,} runs; fbo takes at most {MAX_CELLS:,} per spec")
+                         f"seeds = {n:,} runs; fbo takes at most {MAX_CELLS:,} per spec",
+                         kind="bad_spec", field="runs", path=where, value=n)
     if exp.paper is not None and not isinstance(exp.paper, str):
-        raise UsageError(f"{where}: 'paper' must be a paper's key (a string), got {exp.paper!r}")
+        raise UsageError(f"{where}: 'paper' must be a paper's key (a string), got {exp.paper!r}",
+                         kind="bad_spec", field="paper", path=where, value=exp.paper)
     if not isinstance(exp.order, int) or isinstance(exp.order, bool):
-        raise UsageError(f"{where}: 'order' must be an integer, got {exp.order!r}")
+        raise UsageError(f"{where}: 'order' must be an integer, got {exp.order!r}",
+                         kind="bad_spec", field="order", path=where, value=exp.order)
     if not isinstance(exp.band, str) or exp.band not in BANDS:
-        raise UsageError(f"{where}: 'band' must be one of {', '.join(BANDS)}, got {exp.band!r}")
+        raise UsageError(f"{where}: 'band' must be one of {', '.join(BANDS)}, got {exp.band!r}",
+                         kind="bad_spec", field="band", path=where, value=exp.band)
     overrides = overrides or {}
     if "algo" in overrides or "task" in overrides:
         raise UsageError("'algo' and 'task' cannot be set with --set in compare: they come from the spec's "
-                         "'algorithms' list and 'task'")
+                         "'algorithms' list and 'task'",
+                         kind="bad_value", field="algo" if "algo" in overrides else "task", value="--set")
     _check_entries(where, algos, {"algo", "name", "set", "tune"}, "algorithm", "algo")
     _user_algorithms(where, algos, Path(path).parent)
     _check_entries(where, settings, {"name", "set"}, "setting", "name")
@@ -228,14 +244,15 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
     check_claims(where, spec.get("claims"), algos, settings)
     derived = spec.get("derived") or []
     if not isinstance(derived, list) or set(derived) - set(DERIVED):
-        raise UsageError(f"{where}: 'derived' must be a list among: {', '.join(DERIVED)}")
+        raise UsageError(f"{where}: 'derived' must be a list among: {', '.join(DERIVED)}",
+                         kind="bad_spec", field="derived", path=where, value=derived)
     exp.out_root = Path(str(overrides.get("out_dir") or base.get("out_dir") or "results"))
     check_path("out_dir", exp.out_root)
     exp.claims = [Claim.of(c) for c in spec.get("claims") or []]
     exp.witness = check_witness(where, spec.get("witness"), algos, settings)
     exp.attribution = check_attribution(where, spec.get("attribution"), algos)
     exp.derived = list(derived)
-    exp.tolerance = nonneg_number(spec.get("tolerance", 0.02), f"{where}: 'tolerance'")
+    exp.tolerance = nonneg_number(spec.get("tolerance", 0.02), f"{where}: 'tolerance'", "tolerance", where)
     if spec.get("tune") is not None:
         exp.tune = parse_tune(spec, exp, where)
         exp.procedure = tuning_procedure(exp, base, overrides)
@@ -260,14 +277,16 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
         if c.cfg.run_dir in seen and seen[c.cfg.run_dir].algorithm != c.algorithm \
                 and not {c.algorithm, seen[c.cfg.run_dir].algorithm} & tuned_rows:
             raise UsageError(f"{where}: algorithms '{seen[c.cfg.run_dir].algorithm}' and '{c.algorithm}' are the same "
-                             f"runs (same algo and settings); remove one")
+                             f"runs (same algo and settings); remove one",
+                             kind="bad_spec", field="algorithms", path=where, value=c.algorithm)
         # an algorithm that ignores a setting's key (one it does not have) runs that setting as another: shown twice
         if c.cfg.run_dir in seen and seen[c.cfg.run_dir].setting != c.setting \
                 and seen[c.cfg.run_dir].algorithm == c.algorithm \
                 and not any(c.algorithm in names for st in (c.setting, seen[c.cfg.run_dir].setting)
                             for names in exp.setting_ignored.get(st, {}).values()):
             raise UsageError(f"{where}: settings '{seen[c.cfg.run_dir].setting}' and '{c.setting}' are the same runs "
-                             f"(they set the same values); remove one")
+                             f"(they set the same values); remove one",
+                             kind="bad_spec", field="settings", path=where, value=c.setting)
         seen[c.cfg.run_dir] = c
     return exp
 
@@ -275,12 +294,13 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, seeds: 
 NAME_CHARS = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
-def check_name(name: Any, what: str) -> str:
+def check_name(name: Any, what: str, path: str | None = None) -> str:
     """A spec's name is data, never a path: one path component of letters, digits, '.', '_' and '-',
     starting with a letter or digit, at most 100 characters (so '/tmp/x', '../y', '.' and lists fail)."""
     if not isinstance(name, str) or not NAME_CHARS.fullmatch(name):
         raise UsageError(f"{what} must be 1-100 characters of letters, digits, '.', '_', '-' starting with a letter "
-                         f"or digit (it names a folder under --out-dir/compare/), got {name!r}")
+                         f"or digit (it names a folder under --out-dir/compare/), got {name!r}",
+                         kind="bad_spec", field="name", path=path, value=name)
     return name
 
 
@@ -288,20 +308,25 @@ def _check_entries(where: str, items: list, allowed: set[str], what: str, key: s
     names: set[str] = set()
     for a in items:
         if not isinstance(a, dict) or key not in a:
-            raise UsageError(f"{where}: each {what} needs a '{key}' key, got {a!r}")
+            raise UsageError(f"{where}: each {what} needs a '{key}' key, got {a!r}",
+                             kind="bad_spec", field=f"{what}s", path=where)
         for k in ("name", key):
             if k in a and not isinstance(a[k], (str, int, float)) or isinstance(a.get(k), bool):
-                raise UsageError(f"{where}: {what} '{k}' must be a single name, got {a[k]!r}")
+                raise UsageError(f"{where}: {what} '{k}' must be a single name, got {a[k]!r}",
+                                 kind="bad_spec", field=f"{what}s", path=where, value=a[k])
         bad = set(a) - allowed
         if bad:
             raise UsageError(f"{where}: {what} {a.get('name', a[key])!r}: unknown key(s) {', '.join(sorted(bad))}; "
-                             f"allowed: {', '.join(sorted(allowed))}")
+                             f"allowed: {', '.join(sorted(allowed))}",
+                             kind="unknown", field="key", path=where, value=sorted(bad)[0])
         if not isinstance(a.get("set") or {}, dict):
-            raise UsageError(f"{where}: {what} {a.get('name', a[key])!r}: 'set' must be a mapping of key: value")
+            raise UsageError(f"{where}: {what} {a.get('name', a[key])!r}: 'set' must be a mapping of key: value",
+                             kind="bad_spec", field=f"{what}s", path=where, value=a.get('name', a[key]))
         a.setdefault("name", a[key])
         a["name"] = str(a["name"])
         if a["name"] in names:
-            raise UsageError(f"{where}: two {what}s are named '{a['name']}'; give each a distinct 'name'")
+            raise UsageError(f"{where}: two {what}s are named '{a['name']}'; give each a distinct 'name'",
+                             kind="bad_spec", field=f"{what}s", path=where, value=a['name'])
         names.add(a["name"])
 
 
@@ -321,7 +346,8 @@ def _ignored_keys(where: str, task: str, algos: list[AlgorithmEntry],
     for k, names in out.items():
         if len(names) == len(algos):
             raise UsageError(f"{where}: {what}{k}: no algorithm of the spec has the key '{k}' "
-                             f"(`fbo show ALGO --task {task}` lists each one's keys)")
+                             f"(`fbo show ALGO --task {task}` lists each one's keys)",
+                             kind="unknown", field="key", path=where, value=k)
     return out
 
 
@@ -338,7 +364,8 @@ def _check_grid_keys(where: str, task: str, algos: list[AlgorithmEntry]) -> None
         bad = sorted(p.strip() for k in a.tune for p in str(k).split(",") if p.strip() not in keys)
         if bad:
             raise UsageError(f"{where}: algorithm '{a.name}': its tune grid sets {', '.join(map(repr, bad))}, "
-                             f"which '{a.algo}' does not have (`fbo show {a.algo} --task {task}` lists its keys)")
+                             f"which '{a.algo}' does not have (`fbo show {a.algo} --task {task}` lists its keys)",
+                             kind="unknown", field="key", path=where, value=bad[0])
 
 
 def _cell(exp: Experiment, where: str, task: str, base: dict, overrides: dict[str, Any], a: AlgorithmEntry, s,
@@ -350,7 +377,7 @@ def _cell(exp: Experiment, where: str, task: str, base: dict, overrides: dict[st
     try:
         cfg = resolve(task, a.algo, *layers)
     except UsageError as e:
-        raise UsageError(f"{where}: algorithm '{a.name}', setting '{s.name}': {e}") from None
+        raise e.reworded(f"{where}: algorithm '{a.name}', setting '{s.name}': {e}") from None
     return Cell(a.name, s.name, seed, cfg, layers)
 
 
@@ -388,13 +415,14 @@ def _user_algorithms(where: str, algos: list, folder: Path) -> None:
 
     for a in algos:
         if not isinstance(a["algo"], str):
-            raise UsageError(f"{where}: algorithm {a['name']!r}: 'algo' must be a name or FILE.py:CLASS")
+            raise UsageError(f"{where}: algorithm {a['name']!r}: 'algo' must be a name or FILE.py:CLASS",
+                             kind="bad_spec", field="algorithms", path=where, value=a['name'])
         if a["algo"] in REGISTRY:
             continue
         try:
             name, _, source = lookup(a["algo"], folder)
         except UsageError as e:
-            raise UsageError(f"{where}: algorithm {a['name']!r}: {e}") from None
+            raise e.reworded(f"{where}: algorithm {a['name']!r}: {e}") from None
         if a["name"] == a["algo"]:  # no display name given: the algorithm's own
             a["name"] = name
         a["algo"], a["algo_name"] = source, name
@@ -417,14 +445,15 @@ def check_metrics(exp: Experiment, columns: set[str] | None = None) -> None:
             try:
                 b = build(c.cfg)
             except UsageError as e:
-                raise UsageError(f"algorithm '{a}', setting '{s}': {e}") from None
+                raise e.reworded(f"algorithm '{a}', setting '{s}': {e}") from None
             columns |= set(Ledger().as_dict()) | {"train_time"} | set(b.algo.evaluate()) | set(b.algo.step_metrics)
     for m in [exp.metric, *exp.metrics]:
         if m not in columns:
             raise UsageError(f"metric '{m}' is not a metric of task '{exp.task}' with these algorithms; "
-                             f"choose from: {', '.join(sorted(columns))}")
+                             f"choose from: {', '.join(sorted(columns))}", kind="unknown", field="metric", value=m)
     if exp.x not in columns:
-        raise UsageError(f"x '{exp.x}' is not a column of task '{exp.task}'s metrics")
+        raise UsageError(f"x '{exp.x}' is not a column of task '{exp.task}'s metrics",
+                         kind="unknown", field="x", value=exp.x)
 
 
 def settled_path(exp: Experiment) -> Path:

@@ -19,10 +19,12 @@ WITNESS_SETTINGS = {  # the public FedNest code's settings (fbo witness): name, 
     "noniid-tau5": ("non-IID, tau=5", ["--outer_tau", "5"])}
 
 
-def nonneg_number(v: Any, what: str) -> float:
-    """A finite number >= 0 (a tolerance, a margin), else a UsageError naming ``what``."""
+def nonneg_number(v: Any, what: str, field: str | None = None, path: str | None = None) -> float:
+    """A finite number >= 0 (a tolerance, a margin), else a UsageError naming ``what`` (a ``bad_spec`` of the
+    spec at ``path``, its entry ``field``)."""
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-        raise UsageError(f"{what} must be a finite number >= 0, got {v!r}")
+        raise UsageError(f"{what} must be a finite number >= 0, got {v!r}",
+                         kind="bad_spec", field=field, path=path, value=v)
     return float(v)
 
 
@@ -43,40 +45,45 @@ def check_claims(where: str, claims: Any, algos: list[AlgorithmEntry], settings:
     names = {a.name for a in algos}
     snames = {s.name for s in settings}
     if not isinstance(claims, list):
-        raise UsageError(f"{where}: 'claims' must be a list of mappings")
+        raise UsageError(f"{where}: 'claims' must be a list of mappings", kind="bad_spec", field="claims", path=where)
     for c in claims:
         keys = {"text", "metric", "better", "than", "mode", "margin", "factor", "settings", "across"}
         if not isinstance(c, dict) or set(c) - keys or not {"text", "metric", "better", "than"} <= set(c):
             raise UsageError(f"{where}: each claim needs text, metric, better, than (optional: mode, margin, factor, "
-                             f"settings or across); got {c!r}")
+                             f"settings or across); got {c!r}", kind="bad_spec", field="claims", path=where)
         for k in ("margin", "factor"):
             v = c.get(k, 1.0)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (
                     k == "factor" and v <= 0):
                 raise UsageError(f"{where}: claim '{c['text']}': '{k}' must be a finite number >= 0 (factor > 0), "
-                                 f"got {v!r}")
+                                 f"got {v!r}", kind="bad_spec", field="claims", path=where, value=c['text'])
         if "factor" in c and (c.get("mode", "max") != "min" or "margin" in c):
             raise UsageError(f"{where}: claim '{c['text']}': 'factor' (better needs at most 1/factor of than's "
-                             f"value) goes with mode: min and no margin")
+                             f"value) goes with mode: min and no margin",
+                             kind="bad_spec", field="claims", path=where, value=c['text'])
         across = c.get("across")
         if across is not None:
             derived = c["metric"] == "I_max"  # its settings are the derived table's K=<K>
             if c.get("settings") or not isinstance(across, list) or not across or not all(
                     isinstance(p, list) and len(p) == 2 and (derived or all(x in snames for x in p)) for p in across):
                 raise UsageError(f"{where}: claim '{c['text']}': 'across' must be a non-empty list of pairs "
-                                 f"[setting, setting] of the spec's settings, without 'settings'; got {across!r}")
+                                 f"[setting, setting] of the spec's settings, without 'settings'; got {across!r}",
+                                 kind="bad_spec", field="claims", path=where, value=c['text'])
         bad = [s for s in c.get("settings") or [] if s not in snames]
         if not isinstance(c.get("settings") or [], list) or bad:
             raise UsageError(f"{where}: claim '{c['text']}': 'settings' must list setting names of the spec; "
-                             f"unknown: {', '.join(map(str, bad))}")
+                             f"unknown: {', '.join(map(str, bad))}",
+                             kind="bad_spec", field="claims", path=where, value=c['text'])
         for side in ("better", "than"):
             if c[side] not in names:
                 raise UsageError(f"{where}: claim '{c['text']}': '{c[side]}' is not an algorithm of the spec; "
-                                 f"choose from: {', '.join(sorted(names))}")
+                                 f"choose from: {', '.join(sorted(names))}",
+                                 kind="bad_spec", field="claims", path=where, value=c['text'])
         if c.get("mode", "max") not in ("min", "max", "equal"):
-            raise UsageError(f"{where}: claim '{c['text']}': mode must be min, max or equal")
+            raise UsageError(f"{where}: claim '{c['text']}': mode must be min, max or equal",
+                             kind="bad_spec", field="claims", path=where, value=c['text'])
         if "margin" in c:
-            nonneg_number(c["margin"], f"{where}: claim '{c['text']}': 'margin'")
+            nonneg_number(c["margin"], f"{where}: claim '{c['text']}': 'margin'", "claims", where)
 
 
 def check_witness(where: str, w: Any, algos: list[AlgorithmEntry], settings: list[SettingEntry]) -> Witness | None:
@@ -92,7 +99,7 @@ def check_witness(where: str, w: Any, algos: list[AlgorithmEntry], settings: lis
     if not ok:
         raise UsageError(f"{where}: 'witness' must be {{algorithm: <an algorithm of the spec>, settings: {{<setting>: "
                          f"one of {', '.join(WITNESS_SETTINGS)}}}, inner_lr: <the public code's --lr>}}; "
-                         f"got {w!r:.200}")
+                         f"got {w!r:.200}", kind="bad_spec", field="witness", path=where)
     return Witness(w["algorithm"], dict(w["settings"]), float(w.get("inner_lr", 0.01)))
 
 
@@ -105,7 +112,8 @@ def check_attribution(where: str, a: Any, algos: list[AlgorithmEntry]) -> Attrib
             and isinstance(a["pairs"], dict) and a["pairs"]
             and all(k in names and v in names for k, v in a["pairs"].items())):
         raise UsageError(f"{where}: 'attribution' must be {{change: <what differs, in words>, pairs: {{<an algorithm "
-                         f"row of the spec>: <the row after the change>}}}}; got {a!r:.200}")
+                         f"row of the spec>: <the row after the change>}}}}; got {a!r:.200}",
+                         kind="bad_spec", field="attribution", path=where)
     return Attribution(a["change"], dict(a["pairs"]))
 
 
@@ -113,19 +121,24 @@ def check_reference(where: str, ref: Any, algos: list[AlgorithmEntry], settings:
     """``reference: {algorithm name: {setting name: {column: number or text}}}``."""
     shape = "reference must map algorithm name -> setting name -> {column: value}"
     if not isinstance(ref, dict):
-        raise UsageError(f"{where}: {shape}, got a {type(ref).__name__}")
+        raise UsageError(f"{where}: {shape}, got a {type(ref).__name__}",
+                         kind="bad_spec", field="reference", path=where)
     anames, snames = {a.name for a in algos}, {s.name for s in settings}
     for a, per in ref.items():
         if a not in anames:
-            raise UsageError(f"{where}: reference names algorithm '{a}', not in the spec ({', '.join(sorted(anames))})")
+            raise UsageError(f"{where}: reference names algorithm '{a}', not in the spec ({', '.join(sorted(anames))})",
+                             kind="bad_spec", field="reference", path=where, value=a)
         if not isinstance(per, dict):
-            raise UsageError(f"{where}: reference['{a}']: {shape}")
+            raise UsageError(f"{where}: reference['{a}']: {shape}",
+                             kind="bad_spec", field="reference", path=where, value=a)
         for sname, cols in per.items():
             if sname not in snames:
                 raise UsageError(f"{where}: reference['{a}'] names setting '{sname}', not in the spec "
-                                 f"({', '.join(sorted(snames))})")
+                                 f"({', '.join(sorted(snames))})",
+                                 kind="bad_spec", field="reference", path=where, value=sname)
             if not isinstance(cols, dict) or not all(isinstance(v, (int, float, str)) for v in cols.values()):
-                raise UsageError(f"{where}: reference['{a}']['{sname}']: {shape}")
+                raise UsageError(f"{where}: reference['{a}']['{sname}']: {shape}",
+                                 kind="bad_spec", field="reference", path=where, value=sname)
 
 
 REFERENCE_ON_KEYS = {"dataset", "target", "model", "metric", "collapse"}
@@ -143,12 +156,13 @@ def check_reference_on(where: str, on: Any) -> dict[str, Any]:
             isinstance(ds, str) or (isinstance(ds, list) and ds and all(isinstance(d, str) for d in ds))):
         raise UsageError(f"{where}: 'reference_on' must be a mapping with 'dataset' (a name, or the list of the "
                          f"settings' datasets) and optional "
-                         f"{', '.join(sorted(REFERENCE_ON_KEYS - {'dataset'}))}), got {on!r}")
+                         f"{', '.join(sorted(REFERENCE_ON_KEYS - {'dataset'}))}), got {on!r}",
+                         kind="bad_spec", field="reference_on", path=where)
     bad = [p for p in on.get("collapse") or [] if not (isinstance(p, list) and len(p) == 2
                                                         and all(isinstance(x, str) for x in p))]
     if bad or not isinstance(on.get("collapse") or [], list):
         raise UsageError(f"{where}: reference_on.collapse must be a list of [algorithm, setting] pairs, got "
-                         f"{on.get('collapse')!r}")
+                         f"{on.get('collapse')!r}", kind="bad_spec", field="reference_on", path=where)
     return dict(on)
 
 
@@ -168,29 +182,38 @@ def parse_tune(spec: dict, exp: Any, where: str) -> TuneSpec:
     """The tune block of ``spec`` for the experiment ``exp`` (its seeds, task, settings and algorithms)."""
     t = spec.get("tune")
     if not isinstance(t, dict):
-        raise UsageError(f"{where}: no 'tune:' block (a mapping); see `fbo tune --help`")
+        raise UsageError(f"{where}: no 'tune:' block (a mapping); see `fbo tune --help`",
+                         kind="bad_spec", field="tune", path=where)
     unknown = set(t) - TUNE_KEYS
     if unknown:
         raise UsageError(f"{where}: unknown key(s) in tune: {', '.join(sorted(unknown))}; "
-                         f"allowed: {', '.join(sorted(TUNE_KEYS))}")
+                         f"allowed: {', '.join(sorted(TUNE_KEYS))}",
+                         kind="unknown", field="key", path=where, value=sorted(unknown)[0])
     seeds = t.get("seeds", [100])
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and 0 <= s < 2**32 for s in seeds):
-        raise UsageError(f"{where}: tune.seeds must be a non-empty list of integers in [0, 2^32)")
+        raise UsageError(f"{where}: tune.seeds must be a non-empty list of integers in [0, 2^32)",
+                         kind="bad_spec", field="tune.seeds", path=where)
     if len(seeds) > MAX_SEEDS:
-        raise UsageError(f"{where}: {len(seeds):,} tuning seeds; fbo takes at most {MAX_SEEDS:,}")
+        raise UsageError(f"{where}: {len(seeds):,} tuning seeds; fbo takes at most {MAX_SEEDS:,}",
+                         kind="bad_spec", field="tune.seeds", path=where, value=len(seeds))
     clash = set(seeds) & set(exp.seeds)
     if clash:
-        raise UsageError(f"{where}: tuning seeds {sorted(clash)} are also evaluation seeds; use disjoint seeds")
+        raise UsageError(f"{where}: tuning seeds {sorted(clash)} are also evaluation seeds; use disjoint seeds",
+                         kind="bad_spec", field="tune.seeds", path=where, value=sorted(clash))
     default_score, default_mode = TASKS[exp.task].tune_metric
     score, mode = t.get("score", default_score), t.get("mode", default_mode)
     if score is not None and not isinstance(score, str):
-        raise UsageError(f"{where}: tune.score must be the name of a validation metric, got {score!r}")
+        raise UsageError(f"{where}: tune.score must be the name of a validation metric, got {score!r}",
+                         kind="bad_spec", field="tune.score", path=where, value=score)
     if not score:
-        raise UsageError(f"{where}: task '{exp.task}' has no default validation score; set tune.score")
+        raise UsageError(f"{where}: task '{exp.task}' has no default validation score; set tune.score",
+                         kind="bad_spec", field="tune.score", path=where)
     if score.startswith("test"):
-        raise UsageError(f"{where}: tune.score '{score}' is a test-set metric; tune on validation data")
+        raise UsageError(f"{where}: tune.score '{score}' is a test-set metric; tune on validation data",
+                         kind="bad_spec", field="tune.score", path=where, value=score)
     if mode not in ("min", "max"):
-        raise UsageError(f"{where}: tune.mode must be min or max, got '{mode}'")
+        raise UsageError(f"{where}: tune.mode must be min or max, got '{mode}'",
+                         kind="bad_spec", field="tune.mode", path=where, value=mode)
     rounds = t.get("rounds", 40)
     tail, tol = t.get("tail", 0.25), t.get("tolerance", 0.05)
     if tol is False or tol == "off":  # no oscillation check (YAML reads a bare off as False)
@@ -198,36 +221,43 @@ def parse_tune(spec: dict, exp: Any, where: str) -> TuneSpec:
     if rounds == "budget":  # each setting at its own evaluation budget (settings with different budgets)
         rounds = None
     elif not isinstance(rounds, int) or rounds < 1:
-        raise UsageError(f"{where}: tune.rounds must be an integer >= 1 or 'budget', got {rounds!r}")
+        raise UsageError(f"{where}: tune.rounds must be an integer >= 1 or 'budget', got {rounds!r}",
+                         kind="bad_spec", field="tune.rounds", path=where, value=rounds)
     if not (isinstance(tail, (int, float)) and 0 < tail <= 1):
-        raise UsageError(f"{where}: tune.tail must be in (0, 1], got {tail!r}")
+        raise UsageError(f"{where}: tune.tail must be in (0, 1], got {tail!r}",
+                         kind="bad_spec", field="tune.tail", path=where, value=tail)
     if not (isinstance(tol, (int, float)) and not isinstance(tol, bool) and tol >= 0) or math.isnan(tol):
-        raise UsageError(f"{where}: tune.tolerance must be a number >= 0 or off, got {tol!r}")
+        raise UsageError(f"{where}: tune.tolerance must be a number >= 0 or off, got {tol!r}",
+                         kind="bad_spec", field="tune.tolerance", path=where, value=tol)
     setting = t.get("setting")
     names = [s.name for s in exp.settings]
     if setting is not None and setting not in names:
-        raise UsageError(f"{where}: tune.setting '{setting}' is not a setting; choose one of: {', '.join(names)}")
+        raise UsageError(f"{where}: tune.setting '{setting}' is not a setting; choose one of: {', '.join(names)}",
+                         kind="bad_spec", field="tune.setting", path=where, value=setting)
     extra = t.get("set") or {}
     if not isinstance(extra, dict):
-        raise UsageError(f"{where}: tune.set must be a mapping")
+        raise UsageError(f"{where}: tune.set must be a mapping", kind="bad_spec", field="tune.set", path=where)
     if score.startswith("heldout"):  # the rows neither level trains on: 10% of each client's unless set
         extra = {"heldout_frac": HELDOUT_FRAC, **extra}
         frac = extra["heldout_frac"]
         if not (isinstance(frac, (int, float)) and not isinstance(frac, bool) and 0 < frac < 1):
             raise UsageError(f"{where}: tune.score '{score}' is the held-out split's: tune.set's heldout_frac "
-                             f"must be in (0, 1), got {frac!r}")
+                             f"must be in (0, 1), got {frac!r}",
+                             kind="bad_spec", field="tune.set", path=where, value=frac)
     grids = {}
     for a in exp.algorithms:
         g = a.tune
         if not isinstance(g, dict) or not all(isinstance(v, list) and v for v in g.values()):
-            raise UsageError(f"{where}: algorithm '{a.name}': tune must map keys to non-empty lists of values")
+            raise UsageError(f"{where}: algorithm '{a.name}': tune must map keys to non-empty lists of values",
+                             kind="bad_spec", field="tune", path=where, value=a.name)
         points = math.prod(len(v) for v in g.values())
         if points * len(seeds) > MAX_CELLS:
             raise UsageError(f"{where}: algorithm '{a.name}': its tuning grid has {points:,} points x "
-                             f"{len(seeds)} seeds; fbo takes at most {MAX_CELLS:,} runs per grid")
+                             f"{len(seeds)} seeds; fbo takes at most {MAX_CELLS:,} runs per grid",
+                             kind="bad_spec", field="tune", path=where, value=a.name)
         grids[a.name] = g
     if not any(grids.values()):
-        raise UsageError(f"{where}: no algorithm declares a 'tune:' grid")
+        raise UsageError(f"{where}: no algorithm declares a 'tune:' grid", kind="bad_spec", field="tune", path=where)
     return TuneSpec(seeds, rounds, score, mode, setting, float(tail), float(tol), extra, grids)
 
 

@@ -27,11 +27,13 @@ def check_settled(p: Path, d: dict) -> dict:
         for e in added)
     if not ok:
         raise UsageError(f"{p}: 'added' must be a list of {{setting, algorithms, seeds}}; run "
-                         f"`fbo compare --until-settled` again to rewrite it (or delete the file)")
+                         f"`fbo compare --until-settled` again to rewrite it (or delete the file)",
+                         kind="bad_spec", field="added", path=p)
     seeds = {k for e in added for k in e["seeds"]}
     if len(seeds) > MAX_SEEDS or len({e["setting"] for e in added}) < len(added):
         raise UsageError(f"{p}: {len(seeds):,} seeds in {len(added):,} entries; a settled.yaml adds at most "
-                         f"{MAX_SEEDS:,} seeds, each setting once (`fbo compare --until-settled` rewrites it)")
+                         f"{MAX_SEEDS:,} seeds, each setting once (`fbo compare --until-settled` rewrites it)",
+                         kind="bad_spec", field="added", path=p, value=len(seeds))
     return d
 
 
@@ -49,7 +51,8 @@ def check_tuned(p: Path, t: dict, exp) -> Tuned:
         isinstance(per, dict) and all(isinstance(v, dict) for v in per.values()) for per in chosen.values())
     if not ok:
         raise UsageError(f"{p}: 'chosen' must map algorithm -> setting -> {{key: value}}, got {chosen!r:.120}; "
-                         f"run `fbo tune` again to rewrite it (or delete the file)")
+                         f"run `fbo tune` again to rewrite it (or delete the file)",
+                         kind="bad_spec", field="chosen", path=p)
     if exp.tune is not None:  # a tuning applies only under the procedure that made it
         made_by = dict(t["made_by"]) if isinstance(t.get("made_by"), dict) else {k: t[k] for k in OLD_RECORD if k in t}
         if isinstance(made_by.get("grids"), dict):  # rows with a grid only
@@ -58,14 +61,14 @@ def check_tuned(p: Path, t: dict, exp) -> Tuned:
             raise UsageError(f"{p} was chosen by another tuning procedure than {exp.path or 'the spec'} now declares "
                              f"({'; '.join(changed)}): its values apply only to the procedure that made them. An "
                              f"edited spec is tuned again: `fbo tune {exp.path}` (it replaces the file), or delete "
-                             f"the file to run the spec's own values")
+                             f"the file to run the spec's own values", kind="bad_spec", field="made_by", path=p)
     tuned = Tuned.of(t)
     for algo, per in tuned.chosen.items():
         for setting, choice in per.items():
             for k, v in choice.values.items():
                 if not isinstance(v, (int, float, str, bool)):
                     raise UsageError(f"{p}: chosen value {algo} / {setting} / {k} must be a number or a word, "
-                                     f"got {v!r}")
+                                     f"got {v!r}", kind="bad_spec", field="chosen", path=p, value=v)
     return tuned
 
 

@@ -37,7 +37,8 @@ def pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise UsageError("device 'cuda' requested but no CUDA device is available; use --device cpu or auto")
+        raise UsageError("device 'cuda' requested but no CUDA device is available; use --device cpu or auto",
+                         kind="unsupported", field="device", value="cuda")
     return torch.device(name)
 
 
@@ -123,7 +124,7 @@ def _execute_locked(cfg: RunConfig, on_eval, reuse: bool, wait: bool, log, fresh
     rd = RunDir(run_dir)
     with rd.lock(wait=wait) as got:
         if not got:
-            raise RunBusy(f"run directory {run_dir} is in use by another fbo process")
+            raise RunBusy(f"run directory {run_dir} is in use by another fbo process", kind="busy", path=run_dir)
         state, summary, why = st = rd.state()
         stale = None
         if reuse and st.ended:

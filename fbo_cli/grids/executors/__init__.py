@@ -66,20 +66,24 @@ class GridOptions:
 
     def __post_init__(self) -> None:
         if self.jobs < 1:
-            raise UsageError(f"--jobs must be >= 1, got {self.jobs}")
+            raise UsageError(f"--jobs must be >= 1, got {self.jobs}", kind="bad_value", field="--jobs", value=self.jobs)
         if self.executor is not None and self.executor not in EXECUTORS:
-            raise UsageError(f"--executor must be one of {', '.join(EXECUTORS)}, got '{self.executor}'")
+            raise UsageError(f"--executor must be one of {', '.join(EXECUTORS)}, got '{self.executor}'",
+                             kind="unknown", field="--executor", value=self.executor)
         if (self.address or self.cpus_per_run != 1 or self.gpus_per_run) and self.executor != "ray":
-            raise UsageError("--address, --cpus-per-run and --gpus-per-run go with --executor ray")
+            raise UsageError("--address, --cpus-per-run and --gpus-per-run go with --executor ray",
+                             kind="unsupported", field="--executor", value=self.executor)
         if self.cpus_per_run < 1 or not self.gpus_per_run >= 0:
             raise UsageError(f"--cpus-per-run must be >= 1 and --gpus-per-run >= 0, got {self.cpus_per_run}, "
-                             f"{self.gpus_per_run}")
+                             f"{self.gpus_per_run}",
+                             kind="bad_value", field="--cpus-per-run" if self.cpus_per_run < 1 else "--gpus-per-run")
         a = self.address
         if a and a != "auto" and not a.startswith("ray://"):
             host, _, port = a.rpartition(":")
             if not host or not port.isdigit() or not 0 < int(port) < 65536:
                 raise UsageError(f"--address must be HOST:PORT (the head node's GCS, e.g. 10.0.0.5:6379), "
-                                 f"ray://HOST:PORT or auto; got '{a}'")
+                                 f"ray://HOST:PORT or auto; got '{a}'",
+                                 kind="bad_value", field="--address", value=self.address)
         from ..run_batches import parse_batch
 
         object.__setattr__(self, "batch", parse_batch(self.batch))

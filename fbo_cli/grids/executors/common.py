@@ -28,7 +28,8 @@ def parse_jobs(jobs: str | int) -> int:
     try:
         return int(s)
     except ValueError:
-        raise UsageError(f"--jobs must be auto or a number of processes; got {jobs!r}") from None
+        raise UsageError(f"--jobs must be auto or a number of processes; got {jobs!r}",
+                         kind="bad_value", field="--jobs", value=jobs) from None
 
 
 class GridInterrupted(KeyboardInterrupt):

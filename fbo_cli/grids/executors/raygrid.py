@@ -22,7 +22,8 @@ def import_ray():
     try:
         import ray
     except ImportError:
-        raise UsageError(f"--executor ray needs Ray, which is not installed: {RAY_HINT}") from None
+        raise UsageError(f"--executor ray needs Ray, which is not installed: {RAY_HINT}",
+                         kind="unsupported", field="--executor", value="ray") from None
     return ray
 
 
@@ -173,10 +174,12 @@ def check_reachable(address: str, timeout: float = 5.0) -> None:
                 head += more
     except (OSError, ValueError) as e:
         raise UsageError(f"--address {address}: no Ray cluster answers there ({e.strerror or e}); start one with "
-                         f"`ray start --head`, or leave --address out for a local Ray") from None
+                         f"`ray start --head`, or leave --address out for a local Ray",
+                         kind="not_found", field="--address", value=address) from None
     if len(head) < 9 or head[3] != 0x04:
         raise UsageError(f"--address {address}: something answers there, but not a Ray cluster's GCS (no gRPC); "
-                         f"the head node's address is what `ray start --head` prints (port 6379 by default)")
+                         f"the head node's address is what `ray start --head` prints (port 6379 by default)",
+                         kind="bad_value", field="--address", value=address)
 
 
 def _auto_address(ray) -> str:
@@ -186,7 +189,8 @@ def _auto_address(ray) -> str:
         found = ray._private.services.get_ray_address_from_environment("auto", None)
     except ConnectionError:
         raise UsageError("--address auto: no Ray cluster runs on this node; start one with `ray start --head`, "
-                         "or leave --address out for a local Ray") from None
+                         "or leave --address out for a local Ray",
+                         kind="not_found", field="--address", value="auto") from None
     except AttributeError:  # another Ray version: let Ray look
         return "auto"
     return found or "auto"
@@ -235,7 +239,7 @@ class Ray(Executor):
                 why = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
                 raise UsageError(f"Ray did not start{f' at --address {address}' if address else ''}: {why}"
                                  + ("; --address auto joins a cluster that `ray start --head` started on this node"
-                                    if address == "auto" else "")) from None
+                                    if address == "auto" else ""), kind="failed", field="ray", value=why) from None
             if not address:
                 mark_session(ray)
         have = ray.cluster_resources()
@@ -244,7 +248,8 @@ class Ray(Executor):
                 if started:
                     ray.shutdown()
                 raise UsageError(f"each run asks for {need:g} {what}(s) (--{what.lower()}s-per-run), but the Ray "
-                                 f"cluster has {have.get(what, 0):g}")
+                                 f"cluster has {have.get(what, 0):g}",
+                                 kind="unsupported", field=f"--{what.lower()}s-per-run", value=need)
         return ray
 
     def submit(self, work: Work) -> None:

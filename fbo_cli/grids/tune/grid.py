@@ -28,7 +28,8 @@ def grid_points(grid: dict[str, list]) -> list[dict[str, Any]]:
 def tune_spec(exp: Experiment) -> TuneSpec:
     """The spec's tune block (parsed and validated by :func:`fbo_cli.grids.spec.load_spec`)."""
     if exp.tune is None:
-        raise UsageError(f"{exp.path}: no 'tune:' block (a mapping); see `fbo tune --help`")
+        raise UsageError(f"{exp.path}: no 'tune:' block (a mapping); see `fbo tune --help`",
+                         kind="bad_spec", field="tune", path=exp.path)
     return exp.tune
 
 
@@ -76,7 +77,7 @@ def tune_cells(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any],
                     try:
                         cfg = resolve(exp.task, a.algo, *layers)
                     except UsageError as e:
-                        raise UsageError(f"algorithm '{a.name}', setting '{s.name}', grid point "
+                        raise e.reworded(f"algorithm '{a.name}', setting '{s.name}', grid point "
                                          f"{point}: {e}") from None
                     cells.append((Cell(a.name, s.name, seed, cfg, layers), point))
     return cells

@@ -146,7 +146,8 @@ def recorded_tuning(exp: Experiment) -> tuple[Path, dict, pd.DataFrame]:
 
     outdir = exp.out_root / "compare" / exp.name
     if not (outdir / "tuned.yaml").is_file() or not (outdir / "tuning.csv").is_file():
-        raise UsageError(f"no tuned.yaml and tuning.csv in {outdir} (run `fbo tune` first)")
+        raise UsageError(f"no tuned.yaml and tuning.csv in {outdir} (run `fbo tune` first)",
+                         kind="not_found", field="tuning", path=outdir)
     table = pd.read_csv(outdir / "tuning.csv", keep_default_na=False, na_values=[""])
     table["reason"] = table["reason"].astype(object).fillna("") if "reason" in table else ""
     if "grid" not in table:  # recorded before extensions were marked: every row a grid point

@@ -47,7 +47,7 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], grid: GridOptio
     exp = select(full, algorithms, settings)
     if subset and ts.setting and ts.setting not in [s.name for s in exp.settings]:
         raise UsageError(f"{full.name} is tuned on setting '{ts.setting}' only (its values serve every setting): "
-                         f"select that one, or no setting")
+                         f"select that one, or no setting", kind="unsupported", field="setting", value=ts.setting)
     outdir = exp.out_root / "compare" / exp.name
     claim_folder(exp, outdir, write=False)
     recorded = {} if rerun else recorded_runs(exp, ts)
@@ -112,7 +112,7 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], grid: GridOptio
                 console.print(f"{exp.name}: {key[0]}, {key[1]}: the choice is at the grid's edge; trying "
                               + ", ".join(f"{k}={fmt_num(v)}" for k, v in point.items()), highlight=False)
     if why := failed_tuning(table, chosen):
-        raise UsageError(f"{exp.name}: {why}")
+        raise UsageError(f"{exp.name}: {why}", kind="failed", field="tuning", value=why)
     if console is not None:
         for line in stale_records(table, recorded):
             console.print(f"{exp.name}: warning: {line}", highlight=False)
@@ -220,7 +220,8 @@ def relabel(spec_path: str | Path, overrides: dict[str, Any]) -> tuple[Path, int
     values = lambda per: {a: {st: Choice.of(c).values for st, c in p.items()} for a, p in per.items()}  # noqa: E731
     if values(chosen) != values(tuned.get("chosen") or {}):
         raise UsageError(f"--relabel: today's rules choose differently from {outdir / 'tuned.yaml'}; "
-                         "re-tune with `fbo tune` instead")
+                         "re-tune with `fbo tune` instead",
+                         kind="failed", field="--relabel", path=outdir / 'tuned.yaml')
     tuned["chosen"] = chosen_on_disk(chosen)
     atomic_write(outdir / "tuning.csv", table.to_csv(index=False))
     write_yaml(outdir / "tuned.yaml", tuned)
@@ -241,7 +242,8 @@ def ranking_only(spec_path: str | Path, overrides: dict[str, Any], grid: GridOpt
     ranking = check_ranking(exp, ts, overrides, [c for c in cells if c[0].seed in ts.seeds],
                             table[~table.grid.isin(VETO_GRIDS)], extended, grid or GridOptions(), console)
     if ranking is None:
-        raise UsageError(f"{exp.name} was tuned at its evaluation budget: there is no ranking to check")
+        raise UsageError(f"{exp.name} was tuned at its evaluation budget: there is no ranking to check",
+                         kind="unsupported", field="--ranking-only")
     atomic_write(outdir / "ranking.csv", ranking[0].to_csv(index=False))
     tuned["ranking_check"] = ranking[1]
     write_yaml(outdir / "tuned.yaml", tuned)
