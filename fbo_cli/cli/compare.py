@@ -67,7 +67,8 @@ def compare(
             try:
                 seed_list = [int(s) for s in seeds.split(",") if s.strip()]
             except ValueError:
-                raise UsageError(f"--seeds expects comma-separated integers, got '{seeds}'") from None
+                raise UsageError(f"--seeds expects comma-separated integers, got '{seeds}'",
+                                 kind="bad_value", field="--seeds", value=seeds) from None
         from ..grids.select import select
 
         exp = select(cmp.load_spec(spec, overrides, seed_list), algorithm, setting)
