@@ -285,12 +285,13 @@ _PROCEDURE_WORDS = {"seeds": "tuning seeds", "rounds": "tuning budget (tune.roun
                     "fixed": "tuned rows' fixed values", "command_line": "--set values", "set": "tune.set"}
 
 
-def procedure_changes(then: dict, now: dict) -> list[str]:
+def procedure_changes(then: dict, now: dict) -> dict[str, str]:
     """The parts of the tuning procedure ``then`` (a ``tuned.yaml``'s ``made_by``, or the flat keys an older one
-    holds) that differ in ``now`` (:func:`tuning_procedure`), each as ``what: was -> now``."""
+    holds) that differ in ``now`` (:func:`tuning_procedure`): ``{key of made_by: 'what: was -> now'}`` (the keys
+    for a program, the words for the user)."""
     import yaml
 
     same = lambda x: yaml.safe_load(yaml.safe_dump(x))  # noqa: E731  (as read back from the file)
     now = same(now)
-    return [f"{_PROCEDURE_WORDS.get(k, 'tune.' + k)}: {then[k]!r:.80} -> {now[k]!r:.80}"
-            for k in now if k in then and same(then[k]) != now[k]]
+    return {k: f"{_PROCEDURE_WORDS.get(k, 'tune.' + k)}: {then[k]!r:.80} -> {now[k]!r:.80}"
+            for k in now if k in then and same(then[k]) != now[k]}

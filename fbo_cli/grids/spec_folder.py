@@ -41,7 +41,7 @@ def claim_folder(exp, outdir: Path, write: bool = True) -> None:
             raise UsageError(f"{outdir} holds the results of {other or 'another spec'}, a different spec with the "
                              f"same name '{exp.name}' (another file): give {here or exp.path or 'this spec'} its own "
                              f"'name:' (or another --out-dir)",
-                             kind="bad_spec", field="name", path=outdir, value=exp.name)
+                             kind="bad_spec", field="name", path=outdir, value=other or None)
         if write and held != mine:
             atomic_write(mark, mine)
         return

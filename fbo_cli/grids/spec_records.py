@@ -59,9 +59,10 @@ def check_tuned(p: Path, t: dict, exp) -> Tuned:
             made_by["grids"] = {a: v for a, v in made_by["grids"].items() if v}
         if changed := procedure_changes(made_by, exp.procedure):
             raise UsageError(f"{p} was chosen by another tuning procedure than {exp.path or 'the spec'} now declares "
-                             f"({'; '.join(changed)}): its values apply only to the procedure that made them. An "
-                             f"edited spec is tuned again: `fbo tune {exp.path}` (it replaces the file), or delete "
-                             f"the file to run the spec's own values", kind="bad_spec", field="made_by", path=p)
+                             f"({'; '.join(changed.values())}): its values apply only to the procedure that made "
+                             f"them. An edited spec is tuned again: `fbo tune {exp.path}` (it replaces the file), "
+                             f"or delete the file to run the spec's own values",
+                             kind="bad_spec", field="made_by", path=p, value=list(changed))
     tuned = Tuned.of(t)
     for algo, per in tuned.chosen.items():
         for setting, choice in per.items():

@@ -5,6 +5,7 @@ import os
 
 import pytest
 import yaml
+from cli_helpers import error_of, fails_with
 from typer.testing import CliRunner
 
 from fbo_cli.cli import app
@@ -40,14 +41,15 @@ def test_tuned_yaml_records_its_procedure_and_is_refused_under_another(tmp_path,
     made_by = yaml.safe_load(tuned.read_text())["made_by"]
     assert made_by["seeds"] == [100] and made_by["base"]["clients"] == 4 and made_by["base"]["rounds"] == 8
     assert load_spec(_spec(tmp_path)).tuned is not None  # the same procedure: applied
-    for edit, says in [({"seeds": "[101]"}, "tuning seeds"), ({"clients": 5}, "base values"),
-                       ({"rounds": 16}, "base values")]:
-        with pytest.raises(UsageError, match=says):
+    for edit, changed in [({"seeds": "[101]"}, ["seeds"]), ({"clients": 5}, ["base"]), ({"rounds": 16}, ["base"])]:
+        with pytest.raises(UsageError) as e:  # refused, naming the parts of the procedure that changed
             load_spec(_spec(tmp_path, **edit))
+        assert (e.value.kind, e.value.field, e.value.value) == ("bad_spec", "made_by", changed)
         r = runner.invoke(app, ["compare", str(_spec(tmp_path, **edit))])
-        assert r.exit_code == 2 and "another tuning procedure" in " ".join(r.output.split()), r.output
-    with pytest.raises(UsageError, match="--set values"):  # the command line's values are part of it too
+        assert fails_with(r, "bad_spec", field="made_by", path=str(tuned), value=changed), r.output
+    with pytest.raises(UsageError) as e:  # the command line's values are part of it too
         load_spec(_spec(tmp_path), {"clients": 5})
+    assert (e.value.field, e.value.value) == ("made_by", ["command_line"])
     assert load_spec(_spec(tmp_path), {"threads": 2}).tuned is not None  # where and how fast: not
 
 
@@ -58,8 +60,9 @@ def test_an_older_tuned_yaml_without_its_procedure_is_checked_on_its_seeds(tmp_p
     (d / "tuned.yaml").write_text(yaml.safe_dump({"seeds": [100], "rounds": "budget", "grids": {"A": {
         "outer_lr": [0.01, 0.1]}}, "chosen": {"A": {"default": {"outer_lr": 0.1}}}}))
     assert load_spec(spec).tuned is not None
-    with pytest.raises(UsageError, match=r"tuning seeds: \[100\] -> \[101\]"):
+    with pytest.raises(UsageError) as e:
         load_spec(_spec(tmp_path, seeds="[101]"))
+    assert (e.value.kind, e.value.field, e.value.value) == ("bad_spec", "made_by", ["seeds"])
 
 
 def test_two_spec_files_of_one_name_in_two_folders_never_share_a_results_folder(tmp_path):
@@ -76,7 +79,9 @@ def test_two_spec_files_of_one_name_in_two_folders_never_share_a_results_folder(
         assert r.exit_code == 0, r.output
         os.chdir(tmp_path / "b")
         r = runner.invoke(app, ["compare", "spec.yaml", "--out-dir", str(out)])
-        assert r.exit_code == 2 and str(tmp_path / "a" / "spec.yaml") in " ".join(r.output.split()), r.output
+        e = error_of(r)  # refused, naming the spec whose folder it is
+        assert (r.exit_code, e.kind, e.field, e.value) == (2, "bad_spec", "name", str(tmp_path / "a" / "spec.yaml")), \
+            r.output
         os.chdir(tmp_path / "a")  # the same file, edited, keeps its folder
         (tmp_path / "a" / "spec.yaml").write_text(text.replace("rounds: 2", "rounds: 3"))
         r = runner.invoke(app, ["compare", "spec.yaml", "--out-dir", str(out)])
