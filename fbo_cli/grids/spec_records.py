@@ -33,7 +33,8 @@ def check_settled(p: Path, d: dict) -> dict:
     if len(seeds) > MAX_SEEDS or len({e["setting"] for e in added}) < len(added):
         raise UsageError(f"{p}: {len(seeds):,} seeds in {len(added):,} entries; a settled.yaml adds at most "
                          f"{MAX_SEEDS:,} seeds, each setting once (`fbo compare --until-settled` rewrites it)",
-                         kind="bad_spec", field="added", path=p, value=len(seeds))
+                         kind="bad_spec",
+                         field="added.seeds" if len(seeds) > MAX_SEEDS else "added.setting", path=p, value=len(seeds))
     return d
 
 
