@@ -31,7 +31,8 @@ class UsageError(Exception):
       failed, ``--relabel`` choosing otherwise; ``value``: its exit status or error);
     - ``user_code``: a user's algorithm file or module misbehaved at import (``field``: ``exit`` with the
       ``sys.exit`` code as ``value``, ``exception`` with the exception's type name, ``guard`` for an ``os._exit``,
-      an exit handler or a change of folder);
+      an exit handler or a change of folder; ``path``: the file), or changed fbo's classes (``patched``, with
+      ``'Class.attr' (changed by FILE)`` as ``value``);
     - ``busy``: a run directory another fbo process holds (``path``; raised as :class:`RunBusy`);
     - ``usage``: anything not (yet) given a kind of its own.
 

@@ -100,12 +100,13 @@ def _guards(did: list):
 
 
 @contextlib.contextmanager
-def _user_code(where: str):
+def _user_code(where: str, path: Path | None = None):
     """Contain the import of a user's code: ``sys.exit``, a ``KeyboardInterrupt`` it raises and any exception
     become a UsageError (exit 2) naming ``where`` and the error, and so do ``os._exit``, an exit handler and a
     change of the working folder (:func:`_guards`), even when the code catches what they raise; ``sys.argv`` is
     the file alone while it runs (an argument parser run at import sees none of fbo's) and fbo's again after. A
-    real Ctrl-C (SIGINT) meanwhile stops fbo with 130 (a second one even when the code swallows the first)."""
+    real Ctrl-C (SIGINT) meanwhile stops fbo with 130 (a second one even when the code swallows the first). The
+    error's kind is ``user_code``, its ``path`` the file (None for a module)."""
     hit = []
     did: list[str] = []
     hard_exit = os._exit  # the real one (the guards replace it)
@@ -137,14 +138,14 @@ def _user_code(where: str):
         raise SystemExit(130)
     if did:  # whatever the code made of what the guard raised
         raise UsageError(f"{where}: {did[0]} at import; fbo's exit status and working folder are its own "
-                         "(nothing was run)", kind="user_code", field="guard", value=did[0])
+                         "(nothing was run)", kind="user_code", field="guard", path=path, value=did[0])
     if isinstance(error, UsageError):
         raise error
     if error is not None:
         exited = isinstance(error, SystemExit)
         what = (f"it called sys.exit({error.code!r})" if exited else
                 f"loading it failed: {type(error).__name__}: {error}")
-        raise UsageError(f"{where}: {what}", kind="user_code", field="exit" if exited else "exception",
+        raise UsageError(f"{where}: {what}", kind="user_code", field="exit" if exited else "exception", path=path,
                          value=error.code if exited else type(error).__name__) from None
 
 
@@ -213,7 +214,7 @@ def _load_file(path: Path):
     sys.path.insert(0, str(path.parent))
     before = _fbo_classes()
     try:
-        with _user_code(str(path)):
+        with _user_code(str(path), path):
             spec.loader.exec_module(mod)
         _record_patches(before, str(path))
         _LOCAL.update({m: Path(v.__file__) for m, v in list(sys.modules.items()) if m != name

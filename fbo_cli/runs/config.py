@@ -146,7 +146,8 @@ class RunConfig:
             if why := patched(self.entry.cls, TASKS[self.task]):
                 raise UsageError(f"a user's code changed fbo's {why} at import: a run of the built-in '{self.algo}' "
                                  "here would be that code's under the built-in's run id; subclass instead "
-                                 "(class Mine(FedNest) with its own outer_lr), or run the built-in without it")
+                                 "(class Mine(FedNest) with its own outer_lr), or run the built-in without it",
+                                 kind="user_code", field="patched", value=why)
         return identity_of(self.as_dict())
 
     @property
@@ -307,15 +308,17 @@ def lookup(algo: str, base: Path | None = None) -> tuple[str, Entry, str]:
     if cls.__module__.startswith("fbo_cli."):
         names = [k for k, e in REGISTRY.items() if e.cls is cls and not e.preset]
         raise UsageError(f"'{algo}' is fbo's own {cls.__name__} (imported there): name it "
-                         + (f"'{names[0]}'" if names else "by its registry name (`fbo list`)"))
+                         + (f"'{names[0]}'" if names else "by its registry name (`fbo list`)"),
+                         kind="bad_value", field="algo", value=algo)
     name = algo_name(cls)
     if name in REGISTRY:
         raise UsageError(f"{source}: its name '{name}' is a built-in algorithm's; set another on the class "
-                         f"(name = \"my-{name}\")")
+                         f"(name = \"my-{name}\")", kind="bad_value", field="name", value=name)
     import re
 
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", name):  # spec.NAME_CHARS: a folder's name
-        raise UsageError(f"{source}: its name {name!r} names a results folder: use letters, digits, '.', '_', '-'")
+        raise UsageError(f"{source}: its name {name!r} names a results folder: use letters, digits, '.', '_', '-'",
+                         kind="bad_value", field="name", value=name)
     return name, Entry(cls, {}, cls.__dict__.get("label") or name), source
 
 

@@ -149,9 +149,10 @@ def test_a_user_file_that_patches_a_built_in_cannot_make_or_reuse_its_runs(tmp_p
     real = FedNest.__dict__.get("outer_lr")
     monkeypatch.setattr(external, "PATCHED", {}, raising=False)
     try:
-        with pytest.raises(UsageError, match=r"FedNest\.outer_lr") as e:
+        with pytest.raises(UsageError) as e:
             [c.cfg.run_id for c in load_spec(tmp_path / "s.yaml").cells]
-        assert "u.py" in str(e.value)
+        assert (e.value.kind, e.value.field) == ("user_code", "patched"), e.value  # refused, naming the change
+        assert e.value.value == f"FedNest.outer_lr (changed by {tmp_path / 'u.py'})", e.value
     finally:
         if real is None:
             del FedNest.outer_lr
