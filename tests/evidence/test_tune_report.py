@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from cli_helpers import error_of, fails_with
 from typer.testing import CliRunner
 
 from fbo_cli.cli import app
@@ -63,12 +64,16 @@ def test_score_is_the_tail_mean_and_oscillation_ignores_the_trend():
 
 
 def test_bad_tune_blocks_are_usage_errors(tmp_path):
-    for tune, what in [("{seeds: [0]}", "also evaluation seeds"), ("{score: test_acc}", "test-set metric"),
-                       ("{mode: up}", "min or max"), ("{setting: nope}", "not a setting"),
-                       ("{bogus: 1}", "unknown key"), ("{tolerance: -1}", "tolerance"),
-                       ("{tolerance: on}", "tolerance")]:
+    for tune, error in [("{seeds: [0]}", ("bad_spec", "tune.seeds", [0])),  # also an evaluation seed
+                        ("{score: test_acc}", ("bad_spec", "tune.score", "test_acc")),  # a test-set metric
+                        ("{mode: up}", ("bad_spec", "tune.mode", "up")),
+                        ("{setting: nope}", ("bad_spec", "tune.setting", "nope")),
+                        ("{bogus: 1}", ("unknown", "key", "bogus")),
+                        ("{tolerance: -1}", ("bad_spec", "tune.tolerance", -1)),
+                        ("{tolerance: on}", ("bad_spec", "tune.tolerance", "on"))]:
         r = runner.invoke(app, ["tune", str(spec(tmp_path, tune=tune))])
-        assert r.exit_code == 2 and what in r.output, (tune, r.output)
+        e = error_of(r)
+        assert r.exit_code == 2 and (e.kind, e.field, e.value) == error, (tune, r.output)
         assert "Traceback" not in r.output
 
 
@@ -107,10 +112,10 @@ def test_compare_before_tune_says_the_values_are_not_tuned(tmp_path):
 def test_bad_claims_and_derived_are_usage_errors(tmp_path):
     claim = '{text: c, metric: final, better: AggITD, than: FedNest, settings: ["nope"]}'
     across = '{text: c, metric: final, better: AggITD, than: AggITD, across: [["iid", "nope"]]}'
-    for extra, what in [(f"claims: [{claim}]", "unknown: nope"), ("derived: [bogus]", "'derived' must be"),
-                        (f"claims: [{across}]", "'across' must be a non-empty list of pairs")]:
+    for extra, field, value in [(f"claims: [{claim}]", "claims", "c"), ("derived: [bogus]", "derived", ["bogus"]),
+                                (f"claims: [{across}]", "claims", "c")]:
         r = runner.invoke(app, ["compare", str(spec(tmp_path, extra=extra)), "--no-run"])
-        assert r.exit_code == 2 and what in " ".join(r.output.split()), (extra, r.output)
+        assert fails_with(r, "bad_spec", field=field, value=value), (extra, r.output)
 
 
 def test_tune_rejects_divergence_chooses_on_validation_and_compare_uses_it(tmp_path):
@@ -263,8 +268,9 @@ def test_relabel_turns_a_never_run_invalid_extension_into_a_valid_range_note(tmp
     assert "8.1 is not valid" in entry["_valid_edge"]
     assert "not run" not in (out / "tuning.csv").read_text()
     write_yaml(out / "tuned.yaml", {"chosen": {"A": {"s": {"c_omega": 0.1}}}})  # a different recorded choice
-    with pytest.raises(Exception, match="choose differently"):
+    with pytest.raises(UsageError) as e:  # today's rules choose differently: refused
         relabel(p, {})
+    assert (e.value.kind, e.value.field) == ("failed", "--relabel")
 
 
 def test_a_choice_next_to_a_rejected_value_is_confirmed_on_more_seeds_or_replaced():
@@ -496,7 +502,7 @@ def test_a_tuned_row_may_share_its_runs_with_the_papers_row(tmp_path):
     table = pd.read_csv(tmp_path / "compare" / "same" / "table.csv")
     assert list(table.algorithm) == ["paper = tuned"] and list(table.seeds) == [1]  # one row names both (issue 37)
     r = runner.invoke(app, ["compare", str(write("[{name: a, algo: aggitd}, {name: b, algo: aggitd}]"))])
-    assert r.exit_code == 2 and "are the same runs" in " ".join(r.output.split())
+    assert fails_with(r, "bad_spec", field="algorithms", value="b"), r.output  # the same runs as a
 
 
 def test_the_summary_lists_the_claims_without_a_verdict_and_why():
