@@ -2,7 +2,7 @@
 
 import pandas as pd
 import pytest
-from cli_helpers import invoke, run
+from cli_helpers import fails_with, invoke, run
 
 
 def test_compare_runs_then_reuses(tmp_path):
@@ -66,4 +66,4 @@ def test_plot_bands_are_chosen_and_checked(tmp_path):
         r = invoke(["compare", str(spec)])
         assert r.exit_code == code, r.output
     assert (tmp_path / "compare" / "bci95" / "curves.png").stat().st_size > 1000
-    assert "'band' must be one of minmax, std, ci95" in " ".join(r.output.split())
+    assert fails_with(r, "bad_spec", field="band", value="bogus"), r.output

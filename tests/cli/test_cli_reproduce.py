@@ -76,4 +76,4 @@ def test_bad_paper_and_jobs_are_usage_errors(tmp_path, monkeypatch):
     r = runner.invoke(app, ["reproduce", "--paper", "nope", "--dry-run"])
     assert fails_with(r, "unknown", field="paper", value="nope"), r.output
     r = runner.invoke(app, ["reproduce", "--jobs", "0", "--dry-run"])
-    assert r.exit_code == 2 and "--jobs must be >= 1" in r.output
+    assert fails_with(r, "bad_value", field="--jobs", value=0), r.output
