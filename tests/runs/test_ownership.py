@@ -144,3 +144,18 @@ def test_folders_merely_named_like_fbos_scratch_survive_clean(tmp_path, monkeypa
         r = runner.invoke(app, ["clean", *args, "--yes"])
         assert r.exit_code == 0, r.output
     assert all(f.read_text() == "mine" for f in kept)
+
+
+def test_a_run_directory_another_holds_is_refused_as_busy_and_kept(tmp_path):
+    """``execute(wait=False)`` on a run directory whose lock another holds: a ``busy`` error naming the folder (the
+    executors tell it by its kind and class), and the folder is left as it was (it is not pruned as empty)."""
+    import pytest
+
+    from fbo_cli.runs.rundir import run_lock
+    from fbo_cli.runs.runner import RunBusy
+
+    cfg = _cfg(tmp_path)
+    cfg.run_dir.mkdir(parents=True)
+    with run_lock(cfg.run_dir), pytest.raises(RunBusy) as e:  # a second open file: its flock is refused
+        execute(cfg, wait=False)
+    assert (e.value.kind, e.value.path) == ("busy", str(cfg.run_dir)) and cfg.run_dir.is_dir()
