@@ -20,9 +20,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import UsageError
-from ..runs.collapse import collapsed
 from ..runs.rundir import atomic_write, read_metrics, run_status
-from ..runs.table import lower_is_better, read_columns, to_markdown, within_budget
+from ..runs.table import lower_is_better, run_row, to_markdown
 from .executors import GridOptions
 from .plan import plan_experiment
 from .plots import plot_experiment, t95  # noqa: F401  (compare's public API)
@@ -146,10 +145,10 @@ def command_line(root: Path, name: str) -> tuple[dict, list[int] | None]:
 
 
 def collect(exp: Experiment, warn=None) -> tuple[pd.DataFrame, dict[tuple[str, str, int], pd.DataFrame]]:
-    """One row per cell (``status``: done, diverged, collapsed (:mod:`fbo_cli.runs.collapse`, derived from the
-    metrics), failed, or ``not run`` for a run without a finished, consistent run directory, with ``corrupt``:
-    why, when its files fail their completion record), and the
-    metrics of the finished runs. Only a run whose
+    """One row per cell (``status``: done, diverged, collapsed (derived from the metrics, a finished run's row is
+    :func:`fbo_cli.runs.table.run_row`), failed, or ``not run`` for a run without a finished, consistent run
+    directory, with ``corrupt``: why, when its files fail their completion record), and the metrics of the
+    finished runs. Only a run whose
     ``summary.json`` is the completion record of its ``metrics.csv`` is aggregated; a corrupt run
     directory is reported through ``warn`` and counted as not run. A run directory's state is read once per
     command: ``exp.states`` holds those the command has (the plan's and the executors',
@@ -177,24 +176,8 @@ def collect(exp: Experiment, warn=None) -> tuple[pd.DataFrame, dict[tuple[str, s
             rows.append({**base, "status": "failed", "error": s.get("error")})
             continue
         curves[(c.algorithm, c.setting, c.seed)] = m
-        within = within_budget(m, c.cfg.run.rounds)
-        status = s["status"]
-        why = collapsed(within[exp.metric], exp.metric, c.cfg.run.dataset) if status == "done" else None
-        row = {**base, "status": "collapsed" if why else status, **({"collapsed_because": why} if why else {}),
-               **read_columns(m, exp.metric, exp.target, c.cfg.run.rounds), "eval_grid": eval_grid(c.cfg, s),
-               "train_time_s": s.get("train_time_s"), "seconds_per_round": s.get("seconds_per_round")}
-        for k in m.columns:
-            if k not in row and m[k].dtype.kind in "fi":
-                row[f"final_{k}" if k in ("rounds", "iterations") else k] = float(within[k].iloc[-1])
-        rows.append(row)
+        rows.append(run_row(m, s, c.cfg.run, exp.metric, exp.target, base))
     return pd.DataFrame(rows), curves
-
-
-def eval_grid(cfg, summary: dict) -> int | None:
-    """The rounds between a run's evaluations: ``eval_rounds`` (one grid for every method), else ``eval_every``
-    times its rounds per outer iteration (each method its own grid; None where its iterations vary)."""
-    rpi = summary.get("rounds_per_iteration")
-    return cfg.run.eval_rounds or (cfg.run.eval_every * rpi if isinstance(rpi, int) else None)
 
 
 def grid_note(exp: Experiment, runs: pd.DataFrame) -> str | None:

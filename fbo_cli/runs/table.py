@@ -1,5 +1,15 @@
 """Results as tables and figures name them: the metrics' and x-axes' labels, a Markdown row, a number as a
-person reads it, and whether (and when) a run reached its target."""
+person reads it, and what a finished run's files say as a row of a table (:func:`run_row`): its columns read
+within its budget, whether (and when) it reached its target, and whether it collapsed.
+
+**Collapse**: a run that fell to chance level and stayed there is not a finished run. A run is collapsed when
+its headline metric, having once risen above chance level, falls to it and stays there at every evaluation to
+the run's end. Chance level: for an accuracy, ``1 / classes + 0.05`` (a constant prediction scores the
+frequency of one class: 0.1135 on MNIST's test set, 0.1124 on its training set); for an AUC, ``0.52`` (a
+constant score gives 0.5). Metrics with no chance level (losses: ZO-HFL's global and server losses) never
+collapse. The status is derived from ``metrics.csv`` wherever runs are read (:func:`run_row`), so the
+committed evidence needs no rewriting; a collapsed run is counted in its own column, left out of means, drawn
+like a diverged run and loses its pair in a claim."""
 
 from __future__ import annotations
 
@@ -103,3 +113,56 @@ def rounds_to_target(df: pd.DataFrame, metric: str, target: float | None, x: str
     if hit.empty:
         return None
     return float(hit.index[0]) if x == "index" else float(hit[x].iloc[0])
+
+
+# --------------------------------------------------------------------------------------------------
+# A run as a row: what the table needs from its metrics and summary, read in one place
+
+
+def run_row(m: pd.DataFrame, summary: dict, run, metric: str, target: float | None,
+            base: dict | None = None) -> dict[str, Any]:
+    """A finished run's row after ``base`` (its metrics ``m``, its ``summary.json``, its run config ``run``): ``status`` (the
+    summary's, or ``collapsed`` with ``collapsed_because`` for a done run whose ``metric`` fell to chance),
+    :func:`read_columns` within its budget, ``eval_grid`` (:func:`eval_grid`), its times, and the last value within
+    the budget of every other numeric column (``final_rounds``, ``final_iterations`` for those two)."""
+    within = within_budget(m, run.rounds)
+    status = summary["status"]
+    why = collapsed(within[metric], metric, run.dataset) if status == "done" else None
+    row = {**(base or {}), "status": "collapsed" if why else status, **({"collapsed_because": why} if why else {}),
+           **read_columns(m, metric, target, run.rounds), "eval_grid": eval_grid(run, summary),
+           "train_time_s": summary.get("train_time_s"), "seconds_per_round": summary.get("seconds_per_round")}
+    for k in m.columns:
+        if k not in row and m[k].dtype.kind in "fi":
+            row[f"final_{k}" if k in ("rounds", "iterations") else k] = float(within[k].iloc[-1])
+    return row
+
+
+def eval_grid(run, summary: dict) -> int | None:
+    """The rounds between a run's evaluations: ``eval_rounds`` (one grid for every method), else ``eval_every``
+    times its rounds per outer iteration (each method its own grid; None where its iterations vary)."""
+    rpi = summary.get("rounds_per_iteration")
+    return run.eval_rounds or (run.eval_every * rpi if isinstance(rpi, int) else None)
+
+
+CLASSES = {"cifar100": 100, "breast-cancer": 2}  # every other dataset here has 10 classes
+MARGIN = {"acc": 0.05, "auc": 0.02}
+
+
+def chance_level(metric: str, dataset: str) -> float | None:
+    """The value at or below which ``metric`` is at chance on ``dataset``; None for metrics without one."""
+    if metric.endswith("_auc"):
+        return 0.5 + MARGIN["auc"]
+    if metric.endswith("_acc"):
+        return 1 / CLASSES.get(dataset, 10) + MARGIN["acc"]
+    return None
+
+
+def collapsed(series: pd.Series, metric: str, dataset: str) -> str | None:
+    """Why the run whose headline metric is ``series`` (one value per evaluation) collapsed, or None."""
+    level = chance_level(metric, dataset)
+    v = series.dropna().astype(float).to_numpy()
+    if level is None or len(v) < 2 or v[-1] > level or not (v > level).any():
+        return None
+    last_above = int((v > level).nonzero()[0][-1])
+    return (f"{metric} fell to chance level (<= {level:.3f}) after evaluation {last_above + 1} of {len(v)} "
+            f"(its best was {v.max():.4f}) and stayed there to the end")

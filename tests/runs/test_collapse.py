@@ -5,7 +5,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fbo_cli.runs.collapse import chance_level, collapsed
+from fbo_cli.runs.table import chance_level, collapsed
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -44,10 +44,10 @@ def score_run(m: pd.DataFrame, score: str, tail: float, budget: int) -> tuple[fl
 
 
 def collapse_reason(m: pd.DataFrame, score: str, metric: str | None, dataset: str) -> str | None:
-    """Why a tuning run collapsed (:mod:`fbo_cli.runs.collapse`: its accuracy or AUC fell to chance level and
+    """Why a tuning run collapsed (:func:`fbo_cli.runs.table.collapsed`: its accuracy or AUC fell to chance level and
     stayed there), judged on the score's own split where it has an accuracy twin (``heldout_loss`` ->
     ``heldout_acc``, ``val_loss`` -> ``val_acc``), else on the run's headline metric; None when it did not."""
-    from ...runs.collapse import chance_level, collapsed
+    from ...runs.table import chance_level, collapsed
 
     for col in (score.replace("_loss", "_acc"), score, metric):
         if col and col in m and chance_level(col, dataset) is not None:
