@@ -121,10 +121,10 @@ def rounds_to_target(df: pd.DataFrame, metric: str, target: float | None, x: str
 
 def run_row(m: pd.DataFrame, summary: dict, run, metric: str, target: float | None,
             base: dict | None = None) -> dict[str, Any]:
-    """A finished run's row after ``base`` (its metrics ``m``, its ``summary.json``, its run config ``run``): ``status`` (the
-    summary's, or ``collapsed`` with ``collapsed_because`` for a done run whose ``metric`` fell to chance),
-    :func:`read_columns` within its budget, ``eval_grid`` (:func:`eval_grid`), its times, and the last value within
-    the budget of every other numeric column (``final_rounds``, ``final_iterations`` for those two)."""
+    """A finished run's row after ``base`` (its metrics ``m``, its ``summary.json``, its run config ``run``):
+    ``status`` (the summary's, or ``collapsed`` with ``collapsed_because`` for a done run whose ``metric`` fell to
+    chance), :func:`read_columns` within its budget, ``eval_grid`` (:func:`eval_grid`), its times, and the last
+    value within the budget of every other numeric column (``final_rounds``, ``final_iterations`` for those two)."""
     within = within_budget(m, run.rounds)
     status = summary["status"]
     why = collapsed(within[metric], metric, run.dataset) if status == "done" else None
