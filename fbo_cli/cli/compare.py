@@ -89,14 +89,12 @@ def compare(
             err.print(f"{spec} has tuning grids but no tuned.yaml yet: these runs use the spec's own "
                       f"values; `fbo tune {spec}` first chooses them on validation data", style="yellow")
         try:
-            outdir = cmp.run_experiment(exp, grid, rerun=rerun, no_run=no_run, console=err,
-                                        accept_code_change=accept_code_change)
+            outdir = _compare(exp, grid, rerun, no_run, accept_code_change)
             taken = 0
             while until_settled and (not looks or taken < looks) \
                     and (more := _settle(exp, spec, overrides, cap, jobs)) is not None:
                 exp, taken = more, taken + 1  # the next look's seeds, run; then look again (at most one pass per look)
-                outdir = cmp.run_experiment(exp, grid, rerun=False, no_run=no_run, console=err,
-                                            accept_code_change=accept_code_change)
+                outdir = _compare(exp, grid, False, no_run, accept_code_change)
         except KeyboardInterrupt as e:
             err.print(interrupted_note(e), style="yellow", highlight=False)
             raise typer.Exit(130) from None
@@ -106,6 +104,15 @@ def compare(
         err.print(f"{exp.incomplete} run(s) failed or did not finish (see the 'failed' and 'not run' "
                   f"columns)", style="red")
         raise typer.Exit(1)
+
+
+def _compare(exp, grid, rerun: bool, no_run: bool, accept_code_change: bool) -> Path:
+    """The command's two steps: the grid's runs (none with ``--no-run``), then the report of what is there."""
+    from ..grids import compare as cmp
+
+    if not no_run:
+        cmp.run_experiment(exp, grid, rerun=rerun, console=err, accept_code_change=accept_code_change)
+    return cmp.report_experiment(exp, no_run=no_run, console=err)
 
 
 def _settle(exp, spec: Path, overrides: dict, cap: int, jobs: int, batch: str | int = "auto", dry_run: bool = False):

@@ -69,7 +69,8 @@ def reproduce(
                     run_tuning(s.spec, {}, grid, console=err)
                 err.print(f"fbo compare {s.spec}", style="bold", highlight=False)
                 exp = cmp.load_spec(s.spec, {})
-                outdir = cmp.run_experiment(exp, grid, console=err)
+                cmp.run_experiment(exp, grid, console=err)
+                outdir = cmp.report_experiment(exp, console=err)
                 out.print(f"written: {outdir}/table.md, table.csv, runs.csv, curves.png", highlight=False)
                 incomplete += exp.incomplete
         except KeyboardInterrupt as e:

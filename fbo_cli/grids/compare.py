@@ -50,22 +50,36 @@ def dry_run_lines(exp: Experiment, rerun: bool, jobs: int, batch: str | int = "a
             + [f"{exp.name}: {len(exp.cells)} cells; {plan.cost_line(jobs, batch)}"])
 
 
-def run_experiment(exp: Experiment, grid: GridOptions | None = None, rerun: bool = False, no_run: bool = False,
-                   console=None, accept_code_change: bool = False) -> Path:
-    """Run the grid's unfinished runs (all of them with ``rerun``), then write the report: the plan made once
-    (:mod:`fbo_cli.grids.plan`), its runs executed, the report collected from the states the plan and the
-    executors hold. Returns the report's folder; ``exp.incomplete`` counts the cells that failed or have no
-    finished run."""
+def run_experiment(exp: Experiment, grid: GridOptions | None = None, rerun: bool = False, console=None,
+                   accept_code_change: bool = False) -> Path:
+    """Run the grid's unfinished runs (all of them with ``rerun``): the plan made once (:mod:`fbo_cli.grids.plan`),
+    its runs executed, and the states the plan and the executors hold kept in ``exp.states`` for the report, which
+    is the command's next step (:func:`report_experiment`: it then reads no run again). Returns the report's
+    folder."""
     grid = grid or GridOptions()
-    outdir = exp.out_root / "compare" / exp.name
-    plan = None if no_run else prepare(exp, outdir, rerun, accept_code_change, grid, console)
-    if plan is not None and plan.todo:
+    outdir = report_dir(exp)
+    plan = prepare(exp, outdir, rerun, accept_code_change, grid, console)
+    if plan.todo:
         execute(exp, plan, grid, rerun, console)
-    exp.states = plan.states() if plan is not None else {}  # what the report need not read again
-    write_report(exp, outdir, no_run=no_run,  # a corrupt run directory is named with the reason it is not counted
+    exp.states = plan.states()  # what the report need not read again
+    return outdir
+
+
+def report_experiment(exp: Experiment, no_run: bool = False, console=None) -> Path:
+    """The report of the grid's runs as they are (after :func:`run_experiment`, or alone: ``--no-run``): the table,
+    runs and figures (:func:`write_report`; a corrupt run directory is named on ``console`` with the reason it is not
+    counted) and the command line's record beside them. Returns its folder; ``exp.incomplete`` counts the cells
+    that failed or have no finished run."""
+    outdir = report_dir(exp)
+    write_report(exp, outdir, no_run=no_run,
                  warn=(lambda m: console.print(m, style="yellow", markup=False, highlight=False)) if console else None)
     write_command_line(exp, outdir)
     return outdir
+
+
+def report_dir(exp: Experiment) -> Path:
+    """Where a compare writes its report: ``<out_root>/compare/<name>``."""
+    return exp.out_root / "compare" / exp.name
 
 
 def prepare(exp: Experiment, outdir: Path, rerun: bool, accept_code_change: bool, grid: GridOptions, console):

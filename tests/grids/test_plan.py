@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fbo_cli.grids.compare import collect, dry_run_lines, run_experiment
+from fbo_cli.grids.compare import collect, dry_run_lines, report_experiment, run_experiment
 from fbo_cli.grids.executors import GridOptions
 from fbo_cli.grids.plan import make_plan
 from fbo_cli.grids.spec import load_spec
@@ -55,12 +55,14 @@ def metrics_files(root: Path) -> list[Path]:
 def test_one_compare_hashes_each_metrics_csv_at_most_once(spec, tmp_path, hashed):
     exp = load_spec(spec)
     run_experiment(exp, GridOptions(jobs=1))  # runs both (each hash: its completion record as it is written)
+    report_experiment(exp)
     files = metrics_files(tmp_path)
     assert len(files) == 2 and exp.incomplete == 0
     assert all(hashed[f] <= 1 for f in files), dict(hashed)
     hashed.clear()
     exp = load_spec(spec)
     run_experiment(exp, GridOptions(jobs=1))  # reuses both: each read once, by the plan
+    report_experiment(exp)
     assert exp.incomplete == 0
     collect(exp)  # a later look in the same command (compare --until-settled's) reads no run again
     assert all(hashed[f] == 1 for f in files), dict(hashed)
@@ -73,7 +75,7 @@ def test_a_summary_that_does_not_match_its_metrics_is_corrupt_once(spec, tmp_pat
     f.write_text(f.read_text() + "\n")  # the completion record no longer holds
     warned = []
     exp = load_spec(spec)
-    run_experiment(exp, GridOptions(jobs=1), no_run=True, console=None)
+    report_experiment(exp, no_run=True)
     runs, _ = collect(exp, warned.append)
     assert (runs.status == "not run").sum() == 1 and runs.corrupt.notna().sum() == 1
     assert len(warned) == 1 and str(f.parent) in warned[0]

@@ -33,7 +33,8 @@ def test_ray_tables_equal_serial(tmp_path, local_ray):
     tables = {}
     for ex in ("serial", "ray"):
         exp = cmp.load_spec(_spec(tmp_path, ex))
-        out = cmp.run_experiment(exp, GridOptions(executor=ex))
+        cmp.run_experiment(exp, GridOptions(executor=ex))
+        out = cmp.report_experiment(exp)
         assert exp.incomplete == 0
         tables[ex] = pd.read_csv(out / "table.csv")
         for c in exp.cells:

@@ -75,7 +75,8 @@ def test_two_node_cluster_equals_serial_and_survives_a_node_loss(tmp_path, two_n
     tables = {}
     for ex in ("serial", "ray"):
         exp = cmp.load_spec(_spec(tmp_path, ex))
-        out = cmp.run_experiment(exp, GridOptions(executor=ex))
+        cmp.run_experiment(exp, GridOptions(executor=ex))
+        out = cmp.report_experiment(exp)
         assert exp.incomplete == 0
         tables[ex] = pd.read_csv(out / "table.csv")
     pd.testing.assert_frame_equal(tables["serial"], tables["ray"])
