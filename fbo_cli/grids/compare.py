@@ -23,13 +23,12 @@ from ..errors import UsageError
 from ..runs.rundir import atomic_write, read_metrics, run_status
 from ..runs.table import lower_is_better, run_row, to_markdown
 from .executors import GridOptions
-from .plan import plan_experiment
+from .plan import check_metrics, plan_experiment  # noqa: F401  (check_metrics: compare's API)
 from .plots import plot_experiment, t95  # noqa: F401  (compare's public API)
-from .spec import (  # noqa: F401  (load_spec, check_metrics: the public API compare has always had)
+from .spec import (  # noqa: F401  (load_spec: the public API compare has always had)
     BANDS,
     Cell,
     Experiment,
-    check_metrics,
     claim_folder,
     edge_note,
     load_spec,

@@ -7,7 +7,9 @@ is shown about code (stale runs, drift of fbo's own classes, a tuning made by ot
 look all ask the plan instead of working these out each their own way. The plan is a query: it writes nothing.
 Accepting a code change (``--accept-code-change``) is :meth:`Plan.accept`, a step its caller takes. After the
 runs, :meth:`Plan.record` takes the executors' summaries, so that the report (:func:`fbo_cli.grids.compare.collect`)
-reads no run directory this command has read before (:meth:`Plan.states`)."""
+reads no run directory this command has read before (:meth:`Plan.states`). The plan's pass starts with the
+spec's checks that need a build (:func:`check_metrics`: every (algorithm, setting) builds, the metrics are its
+columns), so that bad input fails, named, before any run."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..errors import UsageError
 from ..runs.identity import changes
 from ..runs.rundir import ENDINGS, RunDir, RunState
 from ..runs.todo import Verdict, accept_change, verdict
@@ -155,13 +158,40 @@ def make_plan(cells: Sequence, rerun: bool = False, grid_notes: Sequence[str] = 
 def plan_experiment(exp, rerun: bool = False) -> Plan:
     """The plan of an experiment (``fbo compare`` and its ``--dry-run``): the spec's checks the real run makes
     before it runs (its metrics are the runs' columns, every (algorithm, setting) builds:
-    :func:`~fbo_cli.grids.spec.check_metrics`), then :func:`make_plan` of its cells with the note of a tuning made
+    :func:`check_metrics`), then :func:`make_plan` of its cells with the note of a tuning made
     by other code (:func:`~fbo_cli.grids.tune.record.tuned_code_notes`)."""
-    from .spec import check_metrics
     from .tune.record import tuned_code_notes
 
     check_metrics(exp)
     return make_plan(exp.cells, rerun, tuned_code_notes(exp))
+
+
+def check_metrics(exp, columns: set[str] | None = None) -> None:
+    """The spec's ``metric``, ``metrics`` and ``x`` must be columns of the task's ``metrics.csv``. The
+    columns come from ``columns`` or, by default, from one evaluation of the first run of each
+    algorithm at its initial point (cheap: data loading and one evaluation), plus the metrics the
+    algorithm declares that its steps add (``step_metrics``, e.g. ZO-HFL's ``global_loss``)."""
+    if columns is None:
+        from ..runs.runner import build
+        from ..sim.federation import Ledger
+
+        columns = set()
+        # one build of every (algorithm, setting): bad input in any setting fails here, named, before any run,
+        # wherever the setting stands in the grid
+        firsts = {(c.algorithm, c.setting): c for c in reversed(exp.cells)}
+        for (a, s), c in firsts.items():
+            try:
+                b = build(c.cfg)
+            except UsageError as e:
+                raise e.reworded(f"algorithm '{a}', setting '{s}': {e}") from None
+            columns |= set(Ledger().as_dict()) | {"train_time"} | set(b.algo.evaluate()) | set(b.algo.step_metrics)
+    for m in [exp.metric, *exp.metrics]:
+        if m not in columns:
+            raise UsageError(f"metric '{m}' is not a metric of task '{exp.task}' with these algorithms; "
+                             f"choose from: {', '.join(sorted(columns))}", kind="unknown", field="metric", value=m)
+    if exp.x not in columns:
+        raise UsageError(f"x '{exp.x}' is not a column of task '{exp.task}'s metrics",
+                         kind="unknown", field="x", value=exp.x)
 
 
 def todo_cost_line(todo: Sequence, jobs: int, batch: str | int = "auto") -> str:

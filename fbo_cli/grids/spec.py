@@ -428,34 +428,6 @@ def _user_algorithms(where: str, algos: list, folder: Path) -> None:
         a["algo"], a["algo_name"] = source, name
 
 
-def check_metrics(exp: Experiment, columns: set[str] | None = None) -> None:
-    """The spec's ``metric``, ``metrics`` and ``x`` must be columns of the task's ``metrics.csv``. The
-    columns come from ``columns`` or, by default, from one evaluation of the first run of each
-    algorithm at its initial point (cheap: data loading and one evaluation), plus the metrics the
-    algorithm declares that its steps add (``step_metrics``, e.g. ZO-HFL's ``global_loss``)."""
-    if columns is None:
-        from ..runs.runner import build
-        from ..sim.federation import Ledger
-
-        columns = set()
-        # one build of every (algorithm, setting): bad input in any setting fails here, named, before any run,
-        # wherever the setting stands in the grid
-        firsts = {(c.algorithm, c.setting): c for c in reversed(exp.cells)}
-        for (a, s), c in firsts.items():
-            try:
-                b = build(c.cfg)
-            except UsageError as e:
-                raise e.reworded(f"algorithm '{a}', setting '{s}': {e}") from None
-            columns |= set(Ledger().as_dict()) | {"train_time"} | set(b.algo.evaluate()) | set(b.algo.step_metrics)
-    for m in [exp.metric, *exp.metrics]:
-        if m not in columns:
-            raise UsageError(f"metric '{m}' is not a metric of task '{exp.task}' with these algorithms; "
-                             f"choose from: {', '.join(sorted(columns))}", kind="unknown", field="metric", value=m)
-    if exp.x not in columns:
-        raise UsageError(f"x '{exp.x}' is not a column of task '{exp.task}'s metrics",
-                         kind="unknown", field="x", value=exp.x)
-
-
 def settled_path(exp: Experiment) -> Path:
     return exp.out_root / "compare" / exp.name / "settled.yaml"
 

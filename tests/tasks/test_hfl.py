@@ -362,7 +362,8 @@ def test_a_spec_may_name_the_metrics_an_algorithm_adds_after_its_first_step(tmp_
     """Fig. 2's ``global_loss`` (ZO-HFL's own metric, present once clients have reported f2) passes the
     spec check, which evaluates at the initial point; an unknown metric is still refused."""
     from fbo_cli.errors import UsageError
-    from fbo_cli.grids.spec import check_metrics, load_spec
+    from fbo_cli.grids.plan import check_metrics
+    from fbo_cli.grids.spec import load_spec
 
     def spec(metric):
         p = tmp_path / f"{metric}.yaml"

@@ -14,7 +14,8 @@ from ...errors import UsageError
 from ...runs.rundir import atomic_write, write_yaml
 from ...runs.table import fmt_num
 from ..executors import GridOptions
-from ..spec import Cell, Experiment, TuneSpec, check_metrics, claim_folder, load_spec
+from ..plan import check_metrics
+from ..spec import Cell, Experiment, TuneSpec, claim_folder, load_spec
 from ..spec_types import Choice, chosen_on_disk
 from .grid import confirm_seeds, point_error, tune_cells, tune_spec, tuning_plan, tuning_todo
 from .record import keep_the_rest, recorded_runs, recorded_tuning, stale_records, write_partial, write_record
