@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import UsageError
-from ..runs.identity import changes
+from ..runs.identity import changes, user_code
 from ..runs.rundir import ENDINGS, RunDir, RunState
 from ..runs.todo import Verdict, accept_change, verdict
 
@@ -159,11 +159,24 @@ def plan_experiment(exp, rerun: bool = False) -> Plan:
     """The plan of an experiment (``fbo compare`` and its ``--dry-run``): the spec's checks the real run makes
     before it runs (its metrics are the runs' columns, every (algorithm, setting) builds:
     :func:`check_metrics`), then :func:`make_plan` of its cells with the note of a tuning made
-    by other code (:func:`~fbo_cli.grids.tune.record.tuned_code_notes`)."""
-    from .tune.record import tuned_code_notes
-
+    by other code (:func:`tuned_code_notes`)."""
     check_metrics(exp)
     return make_plan(exp.cells, rerun, tuned_code_notes(exp))
+
+
+def tuned_code_notes(exp) -> list[str]:
+    """A warning per user's algorithm whose code changed since ``tuned.yaml`` chose its values (its ``code``, the
+    :func:`~fbo_cli.runs.identity.user_code` of the tuning): the plan's third note about code, after the stale
+    runs and the drift of fbo's own classes (:meth:`Plan.code_notes`)."""
+    then = (exp.tuned or {}).get("code") or {}
+    now = user_code(exp.cells)
+    out = []
+    for a, h in then.items():
+        if isinstance(h, dict) and a in now and h != now[a]:
+            what = ", ".join(sorted(k for k in set(h) | set(now[a]) if h.get(k) != now[a].get(k)))
+            out.append(f"tuned.yaml's choices for {a} were made by other code ({what} changed since the tuning): "
+                       "run `fbo tune` again")
+    return out
 
 
 def check_metrics(exp, columns: set[str] | None = None) -> None:

@@ -217,6 +217,17 @@ def is_user(key: str) -> bool:
     return not key.startswith("fbo_cli.")
 
 
+def user_code(cells) -> dict[str, dict[str, str]]:
+    """``{algorithm: {module.Class: hash}}`` of the users' algorithms among ``cells`` (objects with ``algorithm``
+    and ``cfg``): the code a tuning was made with (``tuned.yaml``'s ``code``), which ``fbo compare`` checks it
+    against (:func:`fbo_cli.grids.plan.tuned_code_notes`)."""
+    out = {}
+    for c in cells:
+        if c.cfg.source and c.algorithm not in out:
+            out[c.algorithm] = {k: v for k, v in class_hashes(c.cfg.entry.cls).items() if is_user(k)}
+    return out
+
+
 def changes(cfg, summary: dict | None) -> tuple[list[str], list[str]]:
     """``(user classes changed, fbo classes changed)`` between a finished run's recorded code (and every code
     accepted since: an acceptance adds to the record, never replaces it) and the code ``cfg`` runs now; both

@@ -14,6 +14,7 @@ import pandas as pd
 
 from ...errors import UsageError
 from ...runs.config import load_yaml
+from ...runs.identity import user_code
 from ...runs.rundir import atomic_write, write_yaml
 from ...runs.table import fmt_num
 from ..spec import Experiment, TuneSpec
@@ -81,7 +82,7 @@ def write_record(exp: Experiment, spec_path: str | Path, ts: TuneSpec, outdir: P
         "margin": {f"{a} | {s}": pts for (a, s), pts in (margin or {}).items()},
         "chosen": chosen_on_disk(chosen),
         "made_by": exp.procedure,  # the procedure these values apply to (load_tuned checks the spec against it)
-        **({"code": user_code(exp)} if user_code(exp) else {}),
+        **({"code": user_code(exp.cells)} if user_code(exp.cells) else {}),
         **({"ranking_check": ranking[1]} if ranking is not None else {})})
     plot_tuning(table, ts, outdir / "tuning.png", exp.title or exp.name, {a.name: a.algo for a in exp.algorithms},
                 chosen)
@@ -114,31 +115,6 @@ def keep_the_rest(exp: Experiment, ts: TuneSpec, table: pd.DataFrame, chosen: di
         ranking = (pd.concat([rows, ranking[0]], ignore_index=True),
                    {**{k: v for k, v in tuned["ranking_check"].items() if theirs(*k.split(" | "))}, **ranking[1]})
     return table, merged, extended, confirm, margin, ranking
-
-
-def user_code(exp: Experiment) -> dict[str, dict[str, str]]:
-    """``{algorithm: {module.Class: hash}}`` of the spec's users' algorithms (:mod:`fbo_cli.runs.identity`): the code
-    a tuning was made with, which ``fbo compare`` checks ``tuned.yaml`` against."""
-    from ...runs.identity import class_hashes, is_user
-
-    out = {}
-    for c in exp.cells:
-        if c.cfg.source and c.algorithm not in out:
-            out[c.algorithm] = {k: v for k, v in class_hashes(c.cfg.entry.cls).items() if is_user(k)}
-    return out
-
-
-def tuned_code_notes(exp: Experiment) -> list[str]:
-    """A warning per user's algorithm whose code changed since ``tuned.yaml`` chose its values."""
-    then = (exp.tuned or {}).get("code") or {}
-    now = user_code(exp)
-    out = []
-    for a, h in then.items():
-        if isinstance(h, dict) and a in now and h != now[a]:
-            what = ", ".join(sorted(k for k in set(h) | set(now[a]) if h.get(k) != now[a].get(k)))
-            out.append(f"tuned.yaml's choices for {a} were made by other code ({what} changed since the tuning): "
-                       "run `fbo tune` again")
-    return out
 
 
 def recorded_tuning(exp: Experiment) -> tuple[Path, dict, pd.DataFrame]:
