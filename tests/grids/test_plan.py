@@ -128,3 +128,12 @@ def test_the_dry_run_says_what_the_run_does(spec, tmp_path):
     plan = make_plan(load_spec(spec).cells, rerun=True)
     assert len(plan.todo) == 2 and not any(e.resumed for e in plan.entries.values())
     assert {e.rounds for e in plan.entries.values()} == {4}
+
+
+def test_the_runs_and_their_report_are_the_commands_two_steps(spec, tmp_path, hashed):
+    exp = load_spec(spec)
+    out = run_experiment(exp, GridOptions(jobs=1))  # the runs only: no table yet
+    assert len(metrics_files(tmp_path)) == 2 and not (out / "table.md").exists()
+    assert report_experiment(exp) == out  # the report, from the states the runs left: no run read again
+    assert (out / "table.md").is_file() and (out / "runs.csv").is_file() and exp.incomplete == 0
+    assert all(n <= 1 for n in hashed.values()), dict(hashed)
