@@ -325,7 +325,8 @@ def write_report(exp: Experiment, outdir: Path, no_run: bool = False, warn=None,
     runs, curves = collect(exp, warn)
     exp.incomplete = int(runs.status.isin(["failed", "not run"]).sum())
     if no_run and not (runs.status != "not run").any():
-        raise UsageError(f"no finished runs for experiment '{exp.name}' (run it without --no-run)")
+        raise UsageError(f"no finished runs for experiment '{exp.name}' (run it without --no-run)", kind="not_found",
+                         field="--no-run")
     if warn and (note := grid_note(exp, runs)):
         warn(note)
     table, numbers = summarize(exp, runs)

@@ -212,7 +212,7 @@ def test_compare_out_dir_under_a_regular_file(tmp_path):
 
 
 def test_no_run_on_empty_results(tmp_path):
-    check(tmp_path, ["compare", str(_spec(tmp_path)), "--no-run"], "run it without --no-run")
+    check(tmp_path, ["compare", str(_spec(tmp_path)), "--no-run"], ("not_found", "--no-run"))
 
 
 @pytest.mark.parametrize("content,error", [(b"", ("bad_spec", "task")), (b"\x00\xff\x80binary", ("bad_yaml", "text"))],
