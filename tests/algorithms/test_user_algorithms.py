@@ -239,13 +239,14 @@ def test_tune_dry_run_counts_what_a_tuning_may_add(folder):
                                    + "tune: {seeds: [100], rounds: 10}\n")
     from fbo_cli.grids.spec import load_spec
     from fbo_cli.grids.tune import CONFIRM_SEEDS, MAX_EXTENSIONS, RANKING_TOP, tune_cells, tune_spec, tuning_estimate
+    from fbo_cli.grids.tune.rules import MARGIN_SEEDS
 
     exp = load_spec(folder / "t.yaml", use_tuned=False)
     ts = tune_spec(exp)
     cells = tune_cells(exp, ts, {})
     e = tuning_estimate(exp, ts, {}, cells, [c for c, _ in cells])
     assert e["grid"] == 2 and e["ranking"] == RANKING_TOP  # 10 tuning rounds < the 30 of the evaluation
-    assert e["largest"] == 2 + MAX_EXTENSIONS + (2 + MAX_EXTENSIONS) * CONFIRM_SEEDS + RANKING_TOP
+    assert e["largest"] == 2 + MAX_EXTENSIONS + (2 + MAX_EXTENSIONS) * CONFIRM_SEEDS + MARGIN_SEEDS + RANKING_TOP
     assert e["grid"] < e["expected"] < e["largest"]
     r = cli("tune", "t.yaml", "--dry-run")
     out = " ".join(r.output.split())

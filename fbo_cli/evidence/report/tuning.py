@@ -8,6 +8,7 @@ import pandas as pd
 
 from ...grids.spec import Experiment
 from ...grids.spec_types import Choice, Tuned
+from ...grids.tune.rules import MARGIN_SEEDS  # a margin counts when shown on this many tuning seeds
 
 
 def tuning_md(sections: list) -> list[str]:  # of .sections.Section (it imports this module)
@@ -141,7 +142,6 @@ def _line(r: pd.DataFrame, vals: dict, k: str, tied: dict) -> pd.DataFrame:
              if others else np.ones(len(r), bool)]
 
 
-MARGIN_SEEDS = 3  # a margin counts when shown on at least this many tuning seeds
 
 
 def unstable_keys(vals: Choice | dict, records: pd.DataFrame | None, algo: str, setting: str,

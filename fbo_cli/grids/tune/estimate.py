@@ -11,7 +11,7 @@ from ...runs.cost import PROCESS_STARTUP_S, RUN_STARTUP_S, parallel
 from ..spec import Cell, Experiment, TuneSpec, load_spec
 from .grid import tune_cells, tune_spec, tuning_todo
 from .record import recorded_runs
-from .rules import CONFIRM_SEEDS, MAX_EXTENSIONS, RANKING_TOP
+from .rules import CONFIRM_SEEDS, MARGIN_SEEDS, MAX_EXTENSIONS, RANKING_TOP
 
 # what the committed tunings (docs/results/compare/*/tuned.yaml, 76 algorithm-setting pairs) ran beyond their
 # grids, per (algorithm, setting): 1.3 extension points and 0.74 confirmed choices on average
@@ -24,7 +24,8 @@ def tuning_estimate(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], ce
     (extensions of a choice at a grid's edge, confirmations of a choice next to a rejected value, the ranking
     check at the evaluation budget): the expected number (from the committed tunings' averages) and the
     largest (every pair extended :data:`MAX_EXTENSIONS` times, every point confirmed once on
-    :data:`CONFIRM_SEEDS` seeds, the ranking check's top :data:`RANKING_TOP` points), with their time: the
+    :data:`CONFIRM_SEEDS` seeds, a margin probe per pair on :data:`MARGIN_SEEDS` seeds or the tuning seeds, the
+    ranking check's top :data:`RANKING_TOP` points), with their time: the
     cost model's seconds per run plus the fixed start-up; the grid's runs in run batches (``batch``,
     :func:`fbo_cli.grids.run_batches.cost_shares`), the runs a tuning adds one by one. Where no run of the grid's kind
     has run here, the runs it adds have no estimate either (counted in ``unknown``)."""
@@ -43,7 +44,8 @@ def tuning_estimate(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], ce
               if ranking else 0.0)
     rank_runs = len(pairs) * RANKING_TOP * n_seeds if ranking else 0
     exp_more = len(pairs) * (EXPECTED_EXTENSIONS * n_seeds + EXPECTED_CONFIRMATIONS * CONFIRM_SEEDS)
-    max_more = sum(MAX_EXTENSIONS * n_seeds + (n + MAX_EXTENSIONS) * CONFIRM_SEEDS for n in per_pair.values())
+    max_more = sum(MAX_EXTENSIONS * n_seeds + (n + MAX_EXTENSIONS) * CONFIRM_SEEDS + max(n_seeds, MARGIN_SEEDS)
+                   for n in per_pair.values())
     todo_s, _ = estimate_cost(todo, shares=cost_shares(todo, batch))
     todo_alone_s = estimate_cost(todo)[0] if batch != "off" else todo_s
     out = {"grid": len(cells), "todo": len(todo), "ranking": rank_runs,

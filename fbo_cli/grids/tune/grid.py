@@ -9,7 +9,7 @@ from ...errors import UsageError
 from ...runs.config import resolve
 from ..spec import Cell, Experiment, TuneSpec, algo_overrides, setting_layer
 from ..spec_types import AlgorithmEntry, SettingEntry
-from .rules import CONFIRM_SEEDS
+from .rules import CONFIRM_SEEDS, MARGIN_SEEDS
 
 
 def grid_points(grid: dict[str, list]) -> list[dict[str, Any]]:
@@ -33,15 +33,26 @@ def tune_spec(exp: Experiment) -> TuneSpec:
     return exp.tune
 
 
-def confirm_seeds(exp: Experiment, ts: TuneSpec) -> list[int]:
-    """The seeds that confirm a choice next to a rejected value: the next ones after the tuning seeds,
-    skipping the evaluation seeds."""
+def next_seeds(exp: Experiment, ts: TuneSpec, n: int) -> list[int]:
+    """The ``n`` seeds after the tuning seeds, skipping the evaluation seeds."""
     out, s = [], max(ts.seeds)
-    while len(out) < CONFIRM_SEEDS:
+    while len(out) < n:
         s += 1
         if s not in exp.seeds and s not in ts.seeds:
             out.append(s)
     return out
+
+
+def confirm_seeds(exp: Experiment, ts: TuneSpec) -> list[int]:
+    """The seeds that confirm a choice next to a rejected value: the next ones after the tuning seeds,
+    skipping the evaluation seeds."""
+    return next_seeds(exp, ts, CONFIRM_SEEDS)
+
+
+def margin_seeds(exp: Experiment, ts: TuneSpec) -> list[int]:
+    """The seeds a margin probe runs on: every tuning seed and, where they are fewer than
+    :data:`MARGIN_SEEDS`, the next seeds (the confirmation seeds first) up to that many."""
+    return list(ts.seeds) + next_seeds(exp, ts, max(0, MARGIN_SEEDS - len(ts.seeds)))
 
 
 def _layers(exp: Experiment, ts: TuneSpec, a: AlgorithmEntry, s: SettingEntry, point: dict, seed: int,
@@ -57,21 +68,22 @@ def tune_cells(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any],
                extended: dict[tuple[str, str], list[dict]] | None = None,
                confirm: dict[tuple[str, str], list[dict]] | None = None,
                margin: dict[tuple[str, str], list[dict]] | None = None) -> list[tuple[Cell, dict]]:
-    """The tuning runs: every grid point, plus the points ``extended`` beyond a grid's edge and the
-    ``margin`` probes (:func:`fbo_cli.grids.tune.rules.margin_probe`), per (algorithm, setting), on every tuning
-    seed; and the points to ``confirm`` on the confirmation seeds."""
+    """The tuning runs: every grid point and the points ``extended`` beyond a grid's edge, per (algorithm,
+    setting), on every tuning seed; the points to ``confirm`` on the confirmation seeds; and the ``margin``
+    probes (:func:`fbo_cli.grids.tune.rules.margin_probe`) on the :func:`margin_seeds`."""
     settings = [s for s in exp.settings if ts.setting is None or s.name == ts.setting]
+    confirming = confirm_seeds(exp, ts) if confirm else []
+    probing = margin_seeds(exp, ts) if margin else []
     cells = []
-    confirming = [(seed, True) for seed in confirm_seeds(exp, ts)] if confirm else []
-    for seed, is_confirmation in [(seed, False) for seed in ts.seeds] + confirming:
+    for seed in list(dict.fromkeys(list(ts.seeds) + confirming + probing)):
         for s in settings:
             for a in exp.algorithms:
                 if not ts.grids[a.name]:  # nothing to choose: the spec's values stand
                     continue
                 key = (a.name, s.name)
-                points = ((confirm or {}).get(key, []) if is_confirmation
-                          else grid_points(ts.grids[a.name]) + (extended or {}).get(key, [])
-                          + (margin or {}).get(key, []))
+                points = ((grid_points(ts.grids[a.name]) + (extended or {}).get(key, []) if seed in ts.seeds else [])
+                          + ((confirm or {}).get(key, []) if seed in confirming else [])
+                          + ((margin or {}).get(key, []) if seed in probing else []))
                 for point in points:
                     layers = _layers(exp, ts, a, s, point, seed, overrides)
                     try:

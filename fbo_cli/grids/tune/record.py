@@ -19,7 +19,7 @@ from ...runs.rundir import atomic_write, write_yaml
 from ...runs.table import fmt_num
 from ..spec import Experiment, TuneSpec
 from ..spec_types import Choice, chosen_on_disk
-from .rules import CONFIRM_SEEDS, MAX_EXTENSIONS, _line
+from .rules import CONFIRM_SEEDS, MARGIN_SEEDS, MAX_EXTENSIONS, _line
 
 PARTIAL = ("tuning.partial.yaml", "tuning.partial.csv")  # an unfinished tuning's record (:mod:`fbo_cli.grids.tune`)
 
@@ -173,7 +173,7 @@ def procedure_text(ts: TuneSpec) -> str:
             f"point diverged or oscillated goes on below its smallest values); a run whose accuracy collapsed to "
             f"chance level is rejected like one that diverged; a choice next to a larger value that diverged, "
             f"oscillated or collapsed stands only if the geometric midpoint between them is stable on every tuning "
-            f"seed (its margin), else the next value inside the stable band is chosen; and a choice next to a "
+            f"seed and the next seeds up to {MARGIN_SEEDS} in all (its margin), else the next value inside the stable band is chosen; and a choice next to a "
             f"rejected value must also survive {CONFIRM_SEEDS} more seeds, else the next best is chosen")
 
 

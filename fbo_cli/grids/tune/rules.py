@@ -19,6 +19,9 @@ MAX_EXTENSIONS = 6  # grid points added beyond one edge of one key, per (algorit
 CONFIRM_SEEDS = 2  # more seeds that a choice next to a rejected value must survive
 
 
+MARGIN_SEEDS = 3  # a margin probe runs on the tuning seeds and, where they are fewer, the next seeds up to this many
+
+
 RANKING_TOP = 3  # the accepted points per (algorithm, setting) that the ranking check runs at the full budget
 
 
@@ -87,7 +90,7 @@ def collect_tuning(cells: list[tuple[Cell, dict]], ts: TuneSpec,
                 status = "collapsed"
         rows.append({"algorithm": c.algorithm, "setting": c.setting, "seed": c.seed,
                      "point": point_name(point), **point,
-                     "grid": ("confirmation" if c.seed not in ts.seeds else "margin" if probe
+                     "grid": ("margin" if probe else "confirmation" if c.seed not in ts.seeds
                               else "extension" if extra else "spec"),
                      "status": status, "score": sc, "start": start, "oscillation": osc,
                      "run_dir": str(c.cfg.run_dir), "recorded": old is not None,
@@ -170,7 +173,8 @@ def choose(df: pd.DataFrame, ts: TuneSpec, invalid: dict[tuple[str, str], list[t
                 notes.setdefault("at_grid_edge", []).append(key)
         notes["searched"] = [searched_note(tried[~tried.grid.isin(VETO_GRIDS)], ts.grids[algo], vals)]
         if probe:
-            state = "stable on every tuning seed" if len(runs) else "not run yet"
+            state = (f"stable on seeds {', '.join(str(s) for s in sorted(runs.seed.unique()))}" if len(runs)
+                     else "not run yet")
             notes["margin"] = [f"{point_name(probe[0])} ({probe[1]}) is {state}"]
         chosen.setdefault(algo, {})[setting] = Choice(vals, {k: (", " if k == "at_grid_edge" else "; ").join(v)
                                                              for k, v in notes.items()})
@@ -182,7 +186,8 @@ def margin_probe(g: pd.DataFrame, grid: dict[str, list], best: dict[str, Any]) -
     (:data:`UNSTABLE`: diverged, oscillates, non-finite, collapsed) sits at the edge of stability, where
     a change of seed or hardware can push it over. It stands only if the geometric midpoint between it
     and that value (every such key moved at once, three significant digits) is stable on every tuning
-    seed; and, as every choice next to a rejected value, on :data:`CONFIRM_SEEDS` more seeds (an integer
+    seed and, where the tuning seeds are fewer than :data:`MARGIN_SEEDS`, on the next seeds up to that many
+    (:func:`fbo_cli.grids.tune.grid.margin_seeds`); and, as every choice next to a rejected value, on :data:`CONFIRM_SEEDS` more seeds (an integer
     key's midpoint is rounded, and not probed where it rounds onto an end). Returns
     (the probe point, what it is) or None when no key's larger neighbour is unstable."""
     point, what = dict(best), []
