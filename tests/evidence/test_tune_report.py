@@ -614,6 +614,10 @@ algorithms: [{{name: A, algo: aggitd, tune: {{outer_lr: {grid}}}}}]
     shutil.rmtree(tmp_path / "hyperrep")  # a fresh machine: only the recorded tuning is there
     r = runner.invoke(app, ["tune", str(p), "--dry-run"])
     assert r.exit_code == 0 and "nothing left to run" in r.output, r.output
+    elsewhere = tmp_path / "docs" / "results"  # the record read under another results root: its runs by their ids
+    shutil.copytree(out, elsewhere / "compare" / "resumed")
+    r = runner.invoke(app, ["tune", str(p), "--out-dir", str(elsewhere), "--dry-run"])
+    assert r.exit_code == 0 and "nothing left to run" in r.output, r.output
     p = write("[0.001, 0.003, 0.01, 0.03]")  # a widened grid: one new point
     r = runner.invoke(app, ["tune", str(p)])
     assert r.exit_code == 0, r.output

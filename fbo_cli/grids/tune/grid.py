@@ -122,10 +122,10 @@ def tuning_plan(cells: list[tuple[Cell, dict]], rerun: bool = False, accept: boo
 def tuning_todo(cells: list[tuple[Cell, dict]], recorded: dict[str, dict], rerun: bool = False,
                 accept: bool = False, stale: dict | None = None, plan=None) -> list[Cell]:
     """The tuning runs still to run: unfinished (or stale: their user algorithm's code changed, unless
-    ``accept``), and not in the recorded tuning (unless ``rerun``, or stale: a recorded score of code that
+    ``accept``), and not in the recorded tuning (by run id, :func:`.record.run_key`; unless ``rerun``, or stale: a recorded score of code that
     changed since is not kept). ``plan``: the :func:`tuning_plan` of ``cells`` already made."""
     plan = plan or tuning_plan(cells, rerun, accept)
     stale = {} if stale is None else stale
     stale.update(plan.stale)
     todo = plan.todo
-    return todo if rerun else [c for c in todo if str(c.cfg.run_dir) not in recorded or c.cfg.run_dir in stale]
+    return todo if rerun else [c for c in todo if c.cfg.run_dir.name not in recorded or c.cfg.run_dir in stale]

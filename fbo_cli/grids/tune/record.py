@@ -28,9 +28,15 @@ def tuning_rule(ts: TuneSpec) -> dict[str, Any]:
     return {"score": ts.score, "tail": ts.tail, "rounds": ts.rounds or "budget"}
 
 
+def run_key(run_dir: str | Path) -> str:
+    """A tuning run's key in a recorded tuning: its run id (the folder's name), whatever the results root it was
+    recorded under (``results/...`` on one machine, ``docs/results/...`` or an absolute path on another)."""
+    return Path(str(run_dir)).name
+
+
 def recorded_runs(exp: Experiment, ts: TuneSpec) -> dict[str, dict]:
     """The runs of this spec's recorded tuning (``<out>/compare/<name>/tuning.csv``, and the record of an
-    unfinished one, ``tuning.partial.csv``) that finished, by run directory, where they were scored by
+    unfinished one, ``tuning.partial.csv``) that finished, by :func:`run_key`, where they were scored by
     today's rule (same score, tail and budget); else nothing."""
 
     outdir = exp.out_root / "compare" / exp.name
@@ -50,7 +56,7 @@ def recorded_runs(exp: Experiment, ts: TuneSpec) -> dict[str, dict]:
         if {k: tuned.get(k) for k in ("score", "tail", "rounds")} != tuning_rule(ts):
             continue
         rows = table[table.status.isin(["done", "diverged", "failed"])]
-        out.update({r["run_dir"]: {k: r[k] for k in keep if k in r} for _, r in rows.iterrows()})
+        out.update({run_key(r["run_dir"]): {k: r[k] for k in keep if k in r} for _, r in rows.iterrows()})
     return out
 
 
@@ -137,7 +143,7 @@ def stale_records(table: pd.DataFrame, recorded: dict[str, dict], rtol: float = 
     record was written. Today's files decide; this says that the two disagreed."""
     out = []
     for _, r in table[~table.recorded.astype(bool)].iterrows():
-        old = recorded.get(r.run_dir)
+        old = recorded.get(run_key(r.run_dir))
         if old is None or not np.isfinite(r.score) or not np.isfinite(old.get("score", np.nan)):
             continue
         if abs(r.score - old["score"]) > rtol * max(abs(r.score), abs(old["score"])):

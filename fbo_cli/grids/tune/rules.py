@@ -78,7 +78,7 @@ def collect_tuning(cells: list[tuple[Cell, dict]], ts: TuneSpec,
         mpath = c.cfg.run_dir / "metrics.csv"
         sc, osc, start = float("nan"), float("nan"), float("nan")
         cost = {"train_time_s": (s or {}).get("train_time_s"), "eval_time_s": (s or {}).get("eval_time_s")}
-        old = (recorded or {}).get(str(c.cfg.run_dir)) if status == "not run" else None
+        old = (recorded or {}).get(c.cfg.run_dir.name) if status == "not run" else None  # by run id (record.run_key)
         if old is not None:
             status, sc, start, osc = old["status"], old["score"], old["start"], old["oscillation"]
             cost = {k: old.get(k) for k in cost}
