@@ -140,6 +140,15 @@ def test_tune_rejects_divergence_chooses_on_validation_and_compare_uses_it(tmp_p
     chosen = tuned["chosen"]["AggITD"]["iid"]
     assert chosen["outer_lr"] == float(best.outer_lr)
     assert margin.empty or "_margin" in chosen  # a margin probe ran only for a choice beside an unstable value
+    if not margin.empty:  # the probe ran on the tuning seed and the next two; a record without them replays so
+        assert sorted(margin.seed) == [100, 101, 102] and chosen["_margin"].endswith("stable on seeds 100, 101, 102")
+        rec = pd.read_csv(out / "tuning.csv")
+        older = (rec.grid == "margin") & (rec.seed != 100)  # as tuned before the probe took 3 seeds
+        for d in rec[older].run_dir:
+            shutil.rmtree(d)
+        rec[~older].to_csv(out / "tuning.csv", index=False)
+        r = runner.invoke(app, ["tune", str(p), "--dry-run"])
+        assert r.exit_code == 0 and "under today's rules it adds 2 run(s) now (2 margin" in " ".join(r.output.split())
     # an edge choice was extended until interior or its neighbour beyond was rejected (named in the note)
     ext = grid[grid.grid == "extension"]
     assert (best.outer_lr in (ok.outer_lr.min(), ok.outer_lr.max())) == bool(chosen.get("_stable_edge")

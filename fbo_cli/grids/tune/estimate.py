@@ -86,13 +86,38 @@ def estimate_text(e: dict[str, Any], jobs: int) -> str:
 
 def dry_run_text(spec_path: str | Path, overrides: dict[str, Any], rerun: bool, jobs: int,
                  batch: str | int = "auto") -> str:
-    """``fbo tune --dry-run``: how many tuning runs are left and what they cost; runs nothing."""
+    """``fbo tune --dry-run``: how many tuning runs are left and what they cost; runs nothing. Where every run so
+    far is finished or recorded, today's rules are replayed on them (:func:`.search.next_wave`) up to the first
+    wave that would run: a tuning recorded under older rules may still add extensions or margin probes."""
+    from ..plan import todo_cost_line
+    from .rules import collect_tuning
+    from .search import next_wave
+
     exp = load_spec(spec_path, overrides, use_tuned=False)
     ts = tune_spec(exp)
+    recorded = {} if rerun else recorded_runs(exp, ts)
+    extended: dict = {}
+    confirm: dict = {}
+    margin: dict = {}
+    invalid: dict = {}
     cells = tune_cells(exp, ts, overrides)
-    todo = tuning_todo(cells, {} if rerun else recorded_runs(exp, ts), rerun)
+    todo = tuning_todo(cells, recorded, rerun)
+    replayed = False
+    while not todo and not rerun:  # everything so far finished or recorded: the rules' next wave
+        table = collect_tuning(cells, ts, extended, recorded, margin)
+        if next_wave(exp, ts, overrides, table, extended, confirm, margin, invalid)[1]:
+            break
+        cells, replayed = tune_cells(exp, ts, overrides, extended, confirm, margin), True
+        todo = tuning_todo(cells, recorded, rerun)
     done = exp.out_root / "compare" / exp.name / "tuned.yaml"
-    if not todo and not rerun and done.is_file():  # a finished tuning adds no run: its extensions are recorded
+    if not todo and not rerun and done.is_file():  # a finished tuning adds no run under today's rules
         return (f"{exp.name} tuning: finished ({done}); nothing left to run (--rerun runs it again; an edit of a "
                 "user's algorithm makes its runs stale and they run again)")
+    if replayed and todo:
+        new = {c.cfg.run_dir for c in todo}
+        kinds = collect_tuning([(c, p) for c, p in cells if c.cfg.run_dir in new], ts, extended, recorded, margin).grid
+        what = ", ".join(f"{n} {k}" for k, n in kinds.value_counts().items())
+        return (f"{exp.name} tuning: its grid is finished or recorded; under today's rules it adds {len(todo)} "
+                f"run(s) now ({what}; {todo_cost_line(todo, jobs, batch)}), and may add more after them")
     return f"{exp.name} tuning: {estimate_text(tuning_estimate(exp, ts, overrides, cells, todo, jobs, batch), jobs)}"
+

@@ -17,7 +17,7 @@ from ..executors import GridOptions
 from ..plan import check_metrics
 from ..spec import Cell, Experiment, TuneSpec, claim_folder, load_spec
 from ..spec_types import Choice, chosen_on_disk
-from .grid import confirm_seeds, point_error, tune_cells, tune_spec, tuning_plan, tuning_todo
+from .grid import confirm_seeds, margin_seeds, point_error, tune_cells, tune_spec, tuning_plan, tuning_todo
 from .record import keep_the_rest, recorded_runs, recorded_tuning, stale_records, write_partial, write_record
 from .rules import (
     RANKING_TOP,
@@ -58,6 +58,7 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], grid: GridOptio
     invalid: dict[tuple[str, str], list[tuple[dict, str]]] = {}  # extensions outside a key's valid range
     grid = grid or GridOptions()
     checked = False
+    say = (lambda m: console.print(m, highlight=False)) if console is not None else (lambda m: None)  # noqa: E731
     while True:  # run the grid; while a choice sits at an edge, run one more point beyond it
         cells = tune_cells(exp, ts, overrides, extended, confirm, margin)
         plan = tuning_plan(cells, rerun, accept_code_change)
@@ -79,39 +80,9 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], grid: GridOptio
                                         title=f"{exp.name}: tuning runs" + (" (grid extensions)" if extended else "")))
         rerun = False  # a rerun redoes the spec's grid once, not the extensions' earlier runs
         table = collect_tuning(cells, ts, extended, recorded, margin, plan.states())
-        chosen = choose(table, ts, invalid)
-        more = []
-        for key, point in extensions(table, chosen, ts, extended, invalid):
-            why = point_error(exp, ts, overrides, key, point)
-            if why:  # beyond the key's valid range (e.g. a momentum weight c alpha^2 > 1): not a grid point
-                invalid.setdefault(key, []).append((point, why))
-            else:
-                more.append((key, point))
-        if not more and any(invalid.values()):
-            chosen = choose(table, ts, invalid)
-        if not more:  # then the margin of a choice next to an unstable value, then its confirmation
-            probes = margin_probes(table, chosen, ts, margin)
-            for key, point in probes:
-                margin.setdefault(key, []).append(point)
-                if console is not None:
-                    console.print(f"{exp.name}: {key[0]}, {key[1]}: the choice is next to an unstable value; "
-                                  f"checking its margin at {point_name(point)}", highlight=False)
-            if probes:
-                continue
-            to_confirm = [(k, p) for k, p in unconfirmed(chosen) if p not in confirm.get(k, [])]
-            if not to_confirm:
-                break
-            for key, point in to_confirm:
-                confirm.setdefault(key, []).append(point)
-                if console is not None:
-                    console.print(f"{exp.name}: {key[0]}, {key[1]}: the choice is next to a rejected value; "
-                                  f"confirming it on seeds {confirm_seeds(exp, ts)}", highlight=False)
-            continue
-        for key, point in more:
-            extended.setdefault(key, []).append(point)
-            if console is not None:
-                console.print(f"{exp.name}: {key[0]}, {key[1]}: the choice is at the grid's edge; trying "
-                              + ", ".join(f"{k}={fmt_num(v)}" for k, v in point.items()), highlight=False)
+        chosen, finished = next_wave(exp, ts, overrides, table, extended, confirm, margin, invalid, say)
+        if finished:
+            break
     if why := failed_tuning(table, chosen):
         raise UsageError(f"{exp.name}: {why}", kind="failed", field="tuning", value=why)
     if console is not None:
@@ -132,6 +103,44 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], grid: GridOptio
     claim_folder(exp, outdir)
     write_record(exp, spec_path, ts, outdir, table, chosen, extended, confirm, extra_seeds, ranking, margin)
     return outdir
+
+
+def next_wave(exp: Experiment, ts: TuneSpec, overrides: dict[str, Any], table: pd.DataFrame,
+              extended: dict, confirm: dict, margin: dict, invalid: dict, say=lambda m: None) -> tuple[dict, bool]:
+    """The tuning's rules after a wave of runs (``table``): ``(chosen, finished)``. Unless finished, the next
+    wave's points are added to ``extended`` (a choice at a grid's edge: one more value beyond it), else to
+    ``margin`` (a choice next to an unstable value: the step between them), else to ``confirm`` (a choice next
+    to a rejected value: more seeds); a point beyond a key's valid range goes to ``invalid``. ``say``: the
+    message for each. :func:`run_tuning` runs the waves; ``fbo tune --dry-run`` replays them on recorded runs."""
+    chosen = choose(table, ts, invalid)
+    more = []
+    for key, point in extensions(table, chosen, ts, extended, invalid):
+        why = point_error(exp, ts, overrides, key, point)
+        if why:  # beyond the key's valid range (e.g. a momentum weight c alpha^2 > 1): not a grid point
+            invalid.setdefault(key, []).append((point, why))
+        else:
+            more.append((key, point))
+    if more:
+        for key, point in more:
+            extended.setdefault(key, []).append(point)
+            say(f"{exp.name}: {key[0]}, {key[1]}: the choice is at the grid's edge; trying "
+                + ", ".join(f"{k}={fmt_num(v)}" for k, v in point.items()))
+        return chosen, False
+    if any(invalid.values()):
+        chosen = choose(table, ts, invalid)
+    probes = margin_probes(table, chosen, ts, margin)  # then the margin of a choice next to an unstable value
+    for key, point in probes:
+        margin.setdefault(key, []).append(point)
+        say(f"{exp.name}: {key[0]}, {key[1]}: the choice is next to an unstable value; checking its margin at "
+            f"{point_name(point)} on seeds {', '.join(map(str, margin_seeds(exp, ts)))}")
+    if probes:
+        return chosen, False
+    to_confirm = [(k, p) for k, p in unconfirmed(chosen) if p not in confirm.get(k, [])]  # then its confirmation
+    for key, point in to_confirm:
+        confirm.setdefault(key, []).append(point)
+        say(f"{exp.name}: {key[0]}, {key[1]}: the choice is next to a rejected value; confirming it on seeds "
+            f"{', '.join(map(str, confirm_seeds(exp, ts)))}")
+    return chosen, not to_confirm
 
 
 def failed_tuning(table: pd.DataFrame, chosen: dict) -> str | None:
