@@ -38,9 +38,9 @@ def check_settled(p: Path, d: dict) -> dict:
     return d
 
 
-# what a tuned.yaml written before made_by is checked on: its seeds, budget, setting and grids (the committed
-# evidence holds one whose score was renamed since: adafbio_hyperclean, upper_loss -> heldout_loss)
-OLD_RECORD = ("seeds", "rounds", "setting", "grids")
+# what a tuned.yaml written before made_by is checked on: its seeds, budget, score and its direction, tail, setting
+# and grids (each is a top-level key of every tuned.yaml)
+OLD_RECORD = ("seeds", "rounds", "score", "mode", "tail", "setting", "grids")
 
 
 def check_tuned(p: Path, t: dict, exp) -> Tuned:

@@ -53,16 +53,22 @@ def test_tuned_yaml_records_its_procedure_and_is_refused_under_another(tmp_path,
     assert load_spec(_spec(tmp_path), {"threads": 2}).tuned is not None  # where and how fast: not
 
 
-def test_an_older_tuned_yaml_without_its_procedure_is_checked_on_its_seeds(tmp_path):
+def test_an_older_tuned_yaml_without_its_procedure_is_checked_on_its_seeds_and_score(tmp_path):
     spec = _spec(tmp_path)
     d = tmp_path / "out" / "compare" / "tp"
     d.mkdir(parents=True)
-    (d / "tuned.yaml").write_text(yaml.safe_dump({"seeds": [100], "rounds": "budget", "grids": {"A": {
-        "outer_lr": [0.01, 0.1]}}, "chosen": {"A": {"default": {"outer_lr": 0.1}}}}))
+    old = {"seeds": [100], "rounds": "budget", "score": "heldout_loss", "mode": "min", "tail": 0.25,
+           "grids": {"A": {"outer_lr": [0.01, 0.1]}}, "chosen": {"A": {"default": {"outer_lr": 0.1}}}}
+    (d / "tuned.yaml").write_text(yaml.safe_dump(old))
     assert load_spec(spec).tuned is not None
     with pytest.raises(UsageError) as e:
         load_spec(_spec(tmp_path, seeds="[101]"))
     assert (e.value.kind, e.value.field, e.value.value) == ("bad_spec", "made_by", ["seeds"])
+    # tuned on another score (the fit split's upper_loss) than the spec's (the held-out default): refused
+    (d / "tuned.yaml").write_text(yaml.safe_dump({**old, "score": "upper_loss"}))
+    with pytest.raises(UsageError) as e:
+        load_spec(_spec(tmp_path))
+    assert (e.value.kind, e.value.field, e.value.value) == ("bad_spec", "made_by", ["score"])
 
 
 def test_two_spec_files_of_one_name_in_two_folders_never_share_a_results_folder(tmp_path):
