@@ -168,10 +168,12 @@ class Choice(Mapping):
         return "; ".join(out)
 
     def how_chosen(self) -> str:
-        """The edge note and what was searched along each key (``searched``: every value tried, and those tried
-        through the choice), in words."""
-        searched = self.notes.get("searched")
-        return "; ".join(x for x in (self.edge_note(), f"searched: {searched}" if searched else "") if x)
+        """The edge note, the margin probe beside an unstable value (``margin``: where and on which seeds it ran)
+        and what was searched along each key (``searched``: every value tried, and those tried through the
+        choice), in words."""
+        searched, margin = self.notes.get("searched"), self.notes.get("margin")
+        return "; ".join(x for x in (self.edge_note(), f"margin: {margin}" if margin else "",
+                                     f"searched: {searched}" if searched else "") if x)
 
 
 @dataclass

@@ -122,6 +122,7 @@ def test_a_margin_probe_runs_on_at_least_three_seeds_and_any_of_them_vetoes(tmp_
     assert sorted(m.seed) == [100, 101, 102] and set(table[table.grid == "confirmation"].seed) == {101, 102}
     c = choose(table, ts)["A"]["s"]
     assert c["outer_lr"] == 0.1 and c["_margin"].endswith("is stable on seeds 100, 101, 102")
+    assert "margin: outer_lr=0.316 (between the choice and outer_lr=1" in c.how_chosen()  # the report's words
     table = collected(102)  # the probe diverges on the third seed only
     assert list(table[(table.grid == "margin") & (table.seed == 102)].status) == ["diverged"]
     c = choose(table, ts)["A"]["s"]
