@@ -179,8 +179,8 @@ def procedure_text(ts: TuneSpec) -> str:
             f"point diverged or oscillated goes on below its smallest values); a run whose accuracy collapsed to "
             f"chance level is rejected like one that diverged; a choice next to a larger value that diverged, "
             f"oscillated or collapsed stands only if the geometric midpoint between them is stable on every tuning "
-            f"seed and the next seeds up to {MARGIN_SEEDS} in all (its margin), else the next value inside the stable band is chosen; and a choice next to a "
-            f"rejected value must also survive {CONFIRM_SEEDS} more seeds, else the next best is chosen")
+            f"seed and the next seeds up to {MARGIN_SEEDS} in all (its margin), else the next value inside the "
+            f"stable band is chosen; and a choice next to a rejected value must also survive {CONFIRM_SEEDS} more seeds, else the next best is chosen")
 
 
 def plot_tuning(df: pd.DataFrame, ts: TuneSpec, path: Path, title: str, algo_of: dict | None = None,

@@ -187,8 +187,9 @@ def margin_probe(g: pd.DataFrame, grid: dict[str, list], best: dict[str, Any]) -
     a change of seed or hardware can push it over. It stands only if the geometric midpoint between it
     and that value (every such key moved at once, three significant digits) is stable on every tuning
     seed and, where the tuning seeds are fewer than :data:`MARGIN_SEEDS`, on the next seeds up to that many
-    (:func:`fbo_cli.grids.tune.grid.margin_seeds`); and, as every choice next to a rejected value, on :data:`CONFIRM_SEEDS` more seeds (an integer
-    key's midpoint is rounded, and not probed where it rounds onto an end). Returns
+    (:func:`fbo_cli.grids.tune.grid.margin_seeds`); and, as every choice next to a rejected value, on
+    :data:`CONFIRM_SEEDS` more seeds (an integer key's midpoint is rounded, and not probed where it rounds onto an
+    end). Returns
     (the probe point, what it is) or None when no key's larger neighbour is unstable."""
     point, what = dict(best), []
     for key, v, nxt, side in _edges(g, grid, best):
