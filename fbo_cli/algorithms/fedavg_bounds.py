@@ -63,7 +63,7 @@ class FedAvgBound(BilevelAlgorithm):
     def __init__(self, task, hp, fed):
         if not hasattr(task, "noisy"):
             raise UsageError("the FedAvg bounds need the hyperclean task's noise mask",
-                             kind="unsupported", field="task", value=task.name)
+                             kind="unsupported", field="task", value=getattr(task, "name", None))
         super().__init__(task, hp, fed)
         if hp.data == "clean":
             self.x = torch.where(task.noisy, -10.0, 10.0).to(self.x.dtype)
