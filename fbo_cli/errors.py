@@ -40,7 +40,8 @@ class UsageError(Exception):
     - ``needs_yes``: a step that would remove much, or what may be the user's own, asks for ``--yes`` (``field``:
       the option, ``--prune``; ``value``: how many it would remove);
     - ``busy``: a run directory another fbo process holds (``path``; raised as :class:`RunBusy`);
-    - ``usage``: anything not (yet) given a kind of its own.
+    - ``usage``: the default, which no raise in fbo_cli relies on (``tests/test_architecture.py`` refuses a
+      ``UsageError(...)`` without ``kind=``; an explicit ``kind="usage"`` says why in a comment).
 
     In a spec (``bad_spec``, ``unknown``) ``path`` is the spec file and ``field`` its top-level key (``seeds``,
     ``settings``, ``claims``, ``tune.score``); an error of a cell (a setting's ``tau: 0``) keeps its own kind and

@@ -4,7 +4,9 @@
 (``config`` reads run configs for ``fbo run --config``), and every ``UsageError`` names its kind."""
 
 import ast
+import io
 import re
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -129,13 +131,14 @@ def _kindless(source: str, where: str = "") -> list[str]:
     from fbo_cli.errors import UsageError
 
     listed = set(re.findall(r"^\s*- ``(\w+)``:", UsageError.__doc__, re.M))
-    lines = source.splitlines()
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    comments = {t.start[0] for t in tokens if t.type == tokenize.COMMENT}
     bad = []
     for n in ast.walk(ast.parse(source)):
         if not (isinstance(n, ast.Call) and getattr(n.func, "id", getattr(n.func, "attr", None)) == "UsageError"):
             continue
         kind = next((k.value for k in n.keywords if k.arg == "kind"), None)
-        said = "#" in "\n".join(lines[n.lineno - 1:n.end_lineno])
+        said = any(n.lineno <= c <= n.end_lineno for c in comments)
         if kind is None or (isinstance(kind, ast.Constant) and (kind.value not in listed or
                                                                  (kind.value == "usage" and not said))):
             bad.append(f"{where}:{n.lineno}")
@@ -153,7 +156,7 @@ def test_a_kindless_usage_error_is_found():
     src = ("raise UsageError('a')\n"
            "raise errors.UsageError('b', field='x')\n"
            "raise UsageError('c', kind='no_such_kind')\n"
-           "raise UsageError('d', kind='usage')\n"
+           "raise UsageError('d # not a comment', kind='usage')\n"
            "raise UsageError('e', kind='bad_value', field='x')\n"
            "raise UsageError('f', kind='usage')  # why: nothing else fits\n")
     assert _kindless(src) == [":1", ":2", ":3", ":4"]
