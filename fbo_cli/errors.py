@@ -22,6 +22,9 @@ class UsageError(Exception):
       (``path``, ``field``: the entry at fault);
     - ``not_found``: a file or folder that is not there (``path``);
     - ``unreadable``: a file the system will not read (``path``; ``value``: the errno);
+    - ``corrupt``: a data or results file the system reads whose content is not what fbo expects (a truncated idx
+      file, a dataset file that is damaged or not the dataset's own, a runs table without its columns; ``path``;
+      ``field``: ``dataset`` with its name as ``value``, ``sha256`` with the digest found, ``columns``);
     - ``bad_path``: a path the file system cannot hold or fbo may not change, met anywhere in a command (``path``;
       ``value``: the errno: ENAMETOOLONG, ELOOP, EACCES, EPERM);
     - ``unwritable``: a path fbo may not write (``path``; ``field``: ``blocked``, ``link``, ``not_regular``,
@@ -33,8 +36,12 @@ class UsageError(Exception):
       ``sys.exit`` code as ``value``, ``exception`` with the exception's type name, ``guard`` for an ``os._exit``,
       an exit handler or a change of folder; ``path``: the file), or changed fbo's classes (``patched``, with
       ``'Class.attr' (changed by FILE)`` as ``value``);
+    - ``missing``: a required argument or option not given (``field``: ``TASK``, ``--algo``);
+    - ``needs_yes``: a step that would remove much, or what may be the user's own, asks for ``--yes`` (``field``:
+      the option, ``--prune``; ``value``: how many it would remove);
     - ``busy``: a run directory another fbo process holds (``path``; raised as :class:`RunBusy`);
-    - ``usage``: anything not (yet) given a kind of its own.
+    - ``usage``: the default, which no raise in fbo_cli relies on (``tests/test_architecture.py`` refuses a
+      ``UsageError(...)`` without ``kind=``; an explicit ``kind="usage"`` says why in a comment).
 
     In a spec (``bad_spec``, ``unknown``) ``path`` is the spec file and ``field`` its top-level key (``seeds``,
     ``settings``, ``claims``, ``tune.score``); an error of a cell (a setting's ``tau: 0``) keeps its own kind and

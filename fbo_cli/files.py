@@ -181,7 +181,8 @@ def temp_folder(kind: str, parent: Path | None = None) -> Path:
         with os.fdopen(fd, "w") as f:
             f.write(_token(os.getpid(), started_at(os.getpid())))
     except OSError as e:
-        raise UsageError(f"cannot create a scratch folder in {short(where)}: {e.strerror or e}") from None
+        raise UsageError(f"cannot create a scratch folder in {short(where)}: {e.strerror or e}",
+                         kind="unwritable", field="os", path=where, value=e.errno) from None
     return d
 
 

@@ -1,9 +1,12 @@
 """The package's shape: its layers (folders) import only downwards, no import cycle inside ``fbo_cli``
 (module-level or deferred imports alike),
-``compare`` and ``tune`` do not import each other, and only ``spec`` reads an experiment spec's YAML
-(``config`` reads run configs for ``fbo run --config``)."""
+``compare`` and ``tune`` do not import each other, only ``spec`` reads an experiment spec's YAML
+(``config`` reads run configs for ``fbo run --config``), and every ``UsageError`` names its kind."""
 
 import ast
+import io
+import re
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -119,3 +122,41 @@ def test_the_tests_mirror_the_layers():
     tests = Path(__file__).parent
     assert {p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "__"))} <= set(LAYERS)
     assert [p.name for p in tests.glob("test_*.py")] == ["test_architecture.py"]
+
+
+def _kindless(source: str, where: str = "") -> list[str]:
+    """``UsageError(...)`` calls in ``source`` that give no ``kind=`` (the default ``usage`` tells a caller
+    nothing), or an explicit ``kind="usage"`` with no comment in the call's lines saying why, or a kind the
+    class's docstring does not list: what a test or a recovering caller cannot tell apart by kind."""
+    from fbo_cli.errors import UsageError
+
+    listed = set(re.findall(r"^\s*- ``(\w+)``:", UsageError.__doc__, re.M))
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    comments = {t.start[0] for t in tokens if t.type == tokenize.COMMENT}
+    bad = []
+    for n in ast.walk(ast.parse(source)):
+        if not (isinstance(n, ast.Call) and getattr(n.func, "id", getattr(n.func, "attr", None)) == "UsageError"):
+            continue
+        kind = next((k.value for k in n.keywords if k.arg == "kind"), None)
+        said = any(n.lineno <= c <= n.end_lineno for c in comments)
+        if kind is None or (isinstance(kind, ast.Constant) and (kind.value not in listed or
+                                                                 (kind.value == "usage" and not said))):
+            bad.append(f"{where}:{n.lineno}")
+    return bad
+
+
+def test_every_usage_error_names_its_kind():
+    bad = [b for f in sorted(ROOT.rglob("*.py")) for b in _kindless(f.read_text(), str(f.relative_to(ROOT)))]
+    assert bad == [], f"UsageError(...) without a listed kind= (errors.py's docstring lists them): {bad}"
+
+
+def test_a_kindless_usage_error_is_found():
+    """The check itself: no kind, an unlisted kind and an unexplained ``usage`` are found; a listed kind and a
+    ``usage`` with its reason are not."""
+    src = ("raise UsageError('a')\n"
+           "raise errors.UsageError('b', field='x')\n"
+           "raise UsageError('c', kind='no_such_kind')\n"
+           "raise UsageError('d # not a comment', kind='usage')\n"
+           "raise UsageError('e', kind='bad_value', field='x')\n"
+           "raise UsageError('f', kind='usage')  # why: nothing else fits\n")
+    assert _kindless(src) == [":1", ":2", ":3", ":4"]

@@ -37,11 +37,12 @@ class ClientStateAlgorithm(Algorithm):
     def __init__(self, task, hp, fed):
         if fed.participation < 1.0:
             raise UsageError(f"'{self.name}' runs every client in every round (the paper samples no "
-                             f"clients): set participation=1 (got {fed.participation})")
+                             f"clients): set participation=1 (got {fed.participation})",
+                             kind="unsupported", field="participation", value=fed.participation)
         local = bool(getattr(task, "local_lower", False))
         if self.needs_local_lower and not local:
             raise UsageError(f"'{self.name}' solves a lower level per client (FedBiO eq. 5): run it with "
-                             f"lower=local (per-client heads)")
+                             f"lower=local (per-client heads)", kind="unsupported", field="lower", value="global")
         super().__init__(task, hp, fed)
         self.local = local
         data = fed.data

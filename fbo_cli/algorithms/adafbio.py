@@ -121,7 +121,8 @@ class AdaFBiO(ClientStateAlgorithm):
 
     def __init__(self, task, hp, fed):
         if hp.rho_floor <= 0 and hp.adaptive != "none":
-            raise UsageError(f"rho_floor must be > 0, got {hp.rho_floor}")
+            raise UsageError(f"rho_floor must be > 0, got {hp.rho_floor}",
+                             kind="bad_value", field="rho_floor", value=hp.rho_floor)
         super().__init__(task, hp, fed)
         self.v: torch.Tensor | None = None
         self.w: torch.Tensor | None = None

@@ -195,7 +195,8 @@ class BilevelAlgorithm(Algorithm):
         if getattr(task, "local_lower", False):
             raise UsageError(f"'{self.name}' solves a global lower level (one shared y); this task has "
                              f"a lower level per client (lower=local): use lower=global, or an algorithm "
-                             f"for local lower levels (fedbio-local, fedbioacc-local, adafbio)")
+                             f"for local lower levels (fedbio-local, fedbioacc-local, adafbio)",
+                             kind="unsupported", field="lower", value="local")
         super().__init__(task, hp, fed)
         self.x, self.y = task.init(fed.gen)
 

@@ -148,7 +148,8 @@ class CodaPlus(ClientRuns):
         pre = task.preset
         self.dual_grad = hp.dual_grad or pre["dual_grad"]
         if self.dual_grad not in ("autograd", "closed_form"):
-            raise UsageError(f"dual_grad must be autograd or closed_form; got '{self.dual_grad}'")
+            raise UsageError(f"dual_grad must be autograd or closed_form; got '{self.dual_grad}'",
+                             kind="bad_value", field="dual_grad", value=self.dual_grad)
         self.out_rule = hp.stage_output
         if self.out_rule == "paper":
             self.out_rule = "random_round" if self.scaffold else "average"

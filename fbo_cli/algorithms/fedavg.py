@@ -116,7 +116,8 @@ class Scaffold(FedAvg):
     def __init__(self, task, hp, fed):
         super().__init__(task, hp, fed)
         if hp.mu_prox:
-            raise UsageError("scaffold takes no mu_prox (set it to 0)")
+            raise UsageError("scaffold takes no mu_prox (set it to 0)",
+                             kind="unsupported", field="mu_prox", value=hp.mu_prox)
         n = task.m + (1 if hp.server_client else 0)
         self.c = torch.zeros_like(self.x)
         self.ci = torch.zeros(n, task.d, dtype=self.x.dtype, device=self.x.device)

@@ -62,7 +62,8 @@ class FedAvgBound(BilevelAlgorithm):
 
     def __init__(self, task, hp, fed):
         if not hasattr(task, "noisy"):
-            raise UsageError("the FedAvg bounds need the hyperclean task's noise mask")
+            raise UsageError("the FedAvg bounds need the hyperclean task's noise mask",
+                             kind="unsupported", field="task", value=getattr(task, "name", None))
         super().__init__(task, hp, fed)
         if hp.data == "clean":
             self.x = torch.where(task.noisy, -10.0, 10.0).to(self.x.dtype)

@@ -104,7 +104,8 @@ class _GlobalLowerBase(BilevelAlgorithm):
         check_schedule(hp.schedule, hp.delta, hp.u0)
         if getattr(task, "local_lower", False):
             raise UsageError(f"'{self.name}' solves problem (1) with a global lower level; "
-                             f"for per-client heads (lower: local) use '{self.name}-local'")
+                             f"for per-client heads (lower: local) use '{self.name}-local'",
+                             kind="unsupported", field="lower", value="local")
         super().__init__(task, hp, fed)
         self.u = torch.zeros_like(self.y)  # u_1 = 0
         self.t = 1  # the paper's iteration counter t (for α_t)
@@ -235,7 +236,8 @@ class FedBiOAcc(_GlobalLowerBase):
             c = getattr(hp, key)
             if c * a1 * a1 > 1:
                 raise UsageError(f"'{key}' * alpha_1^2 = {c * a1 * a1:.3g} > 1: the momentum weight "
-                                 f"1 - c alpha_t^2 must lie in [0, 1] (lower {key} or delta)")
+                                 f"1 - c alpha_t^2 must lie in [0, 1] (lower {key} or delta)",
+                                 kind="bad_value", field=key, value=c)
 
     def __init__(self, task, hp, fed):
         super().__init__(task, hp, fed)

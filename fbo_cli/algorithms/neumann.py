@@ -83,7 +83,7 @@ def neumann_hypergrad(f, g, x: torch.Tensor, y: torch.Tensor, bf: dict, bj: dict
             charge("hvps", n)
         s = K * step * v
     else:
-        raise UsageError(f"neumann must be sum or random; got '{mode}'")
+        raise UsageError(f"neumann must be sum or random; got '{mode}'", kind="bad_value", field="neumann", value=mode)
     charge("jvps", M)
     return gx - og.cross(x, y, bj, s)
 

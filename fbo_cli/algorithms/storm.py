@@ -34,16 +34,19 @@ def step_factor(kind: str, t: int, delta: float, u0: float) -> float:
         return float(delta)
     if kind == "cbrt":
         return float(delta) / (float(u0) + t) ** (1.0 / 3.0)
-    raise UsageError(f"schedule must be one of {', '.join(SCHEDULES)}; got '{kind}'")
+    raise UsageError(f"schedule must be one of {', '.join(SCHEDULES)}; got '{kind}'",
+                     kind="bad_value", field="schedule", value=kind)
 
 
 def check_schedule(kind: str, delta: float, u0: float) -> None:
     if kind not in SCHEDULES:
-        raise UsageError(f"schedule must be one of {', '.join(SCHEDULES)}; got '{kind}'")
+        raise UsageError(f"schedule must be one of {', '.join(SCHEDULES)}; got '{kind}'",
+                         kind="bad_value", field="schedule", value=kind)
     if delta <= 0:
-        raise UsageError(f"delta (the step-size factor α) must be > 0, got {delta}")
+        raise UsageError(f"delta (the step-size factor α) must be > 0, got {delta}",
+                         kind="bad_value", field="delta", value=delta)
     if kind == "cbrt" and u0 + 1 <= 0:
-        raise UsageError(f"u0 must be > -1 for the cbrt schedule, got {u0}")
+        raise UsageError(f"u0 must be > -1 for the cbrt schedule, got {u0}", kind="bad_value", field="u0", value=u0)
 
 
 # --------------------------------------------------------------------------------------------------

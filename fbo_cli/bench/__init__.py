@@ -98,7 +98,7 @@ class BenchOptions:
                              value=self.rounds)
         if self.public_fednest and not (Path(self.public_fednest) / "main_hr.py").is_file():
             raise UsageError(f"--public-fednest: no main_hr.py in {self.public_fednest} (a checkout of "
-                             "mc-nya/FedNest?)")
+                             "mc-nya/FedNest?)", kind="not_found", field="--public-fednest", path=self.public_fednest)
 
 
 def main(o: BenchOptions) -> None:

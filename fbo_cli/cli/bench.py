@@ -54,7 +54,8 @@ def bench(
                 import torch
 
                 if not torch.cuda.is_available():
-                    raise UsageError("--device cuda: no CUDA device here")
+                    raise UsageError("--device cuda: no CUDA device here",
+                                     kind="unsupported", field="--device", value="cuda")
         where = out_dir or Path("results/bench/cuda" if device == "cuda" else "results/bench")
         if calls:
             from ..bench.batch import calls_main

@@ -46,7 +46,7 @@ def report(
     with user_errors():
         if partial and md == Path("docs/results.md"):
             raise UsageError("--spec writes a partial report; it does not replace the full report docs/results.md "
-                             "(leave --md out, or name another file)")
+                             "(leave --md out, or name another file)", kind="unsupported", field="--md", path=md)
         if collect is not None:
             if not collect.is_dir():
                 raise UsageError(f"--collect: no results folder at {collect}", kind="not_found", field="--collect",

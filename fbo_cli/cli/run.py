@@ -82,7 +82,7 @@ def run(
                 import tensorboard as _  # noqa: F401
             except ImportError:
                 raise UsageError("--tensorboard needs the tensorboard package: "
-                                 "pip install -e '.[tensorboard]'") from None
+                                 "pip install -e '.[tensorboard]'", kind="unsupported", field="--tensorboard") from None
         task, algo, file_layer = config_layer(load_config_file(config) if config else {}, task, algo)
         cli_layer = {k: v for k, v in dict(
             dataset=dataset, partition=partition, clients=clients, participation=participation, alpha=alpha,
@@ -173,12 +173,14 @@ def config_layer(data: dict[str, Any], task: str | None, algo: str | None) -> tu
     task = task or data.get("task")
     if not task:
         raise UsageError("give the TASK (e.g. `fbo run hyperrep --algo aggitd`), or --config with a run's "
-                         "config.yaml")
+                         "config.yaml", kind="missing", field="TASK")
     if data.get("task") and data["task"] != task:
-        raise UsageError(f"the config file is for task '{data['task']}', not '{task}'")
+        raise UsageError(f"the config file is for task '{data['task']}', not '{task}'",
+                         kind="unsupported", field="task", value=task)
     algo = algo or data.get("algo_source") or data.get("algo")
     if not algo:
-        raise UsageError("--algo is required (see `fbo list`), or --config with a run's config.yaml")
+        raise UsageError("--algo is required (see `fbo list`), or --config with a run's config.yaml",
+                         kind="missing", field="--algo")
     layer = flatten_run_config(data)
     layer.pop("task", None)
     theirs = layer.pop("algo", None)

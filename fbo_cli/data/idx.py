@@ -23,18 +23,21 @@ def read_idx(path: str | Path) -> np.ndarray:
     try:
         raw = path.read_bytes()
     except OSError as e:
-        raise UsageError(f"{path}: cannot read ({e.strerror or e})") from None
+        raise UsageError(f"{path}: cannot read ({e.strerror or e})",
+                         kind="unreadable", path=path, value=e.errno) from None
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _DTYPES:
-        raise UsageError(f"{path}: not an idx file ({len(raw)} bytes; an idx file starts with 00 00 <type> <ndim>)")
+        raise UsageError(f"{path}: not an idx file ({len(raw)} bytes; an idx file starts with 00 00 <type> <ndim>)",
+                         kind="corrupt", path=path)
     dtype, ndim = _DTYPES[raw[2]], raw[3]
     head = 4 + 4 * ndim
     if ndim == 0 or len(raw) < head:
-        raise UsageError(f"{path}: truncated idx header ({len(raw)} bytes, {ndim} dimensions)")
+        raise UsageError(f"{path}: truncated idx header ({len(raw)} bytes, {ndim} dimensions)",
+                         kind="corrupt", path=path)
     shape = struct.unpack(f">{ndim}I", raw[4:head])
     n = int(np.prod(shape)) * dtype.itemsize
     if len(raw) - head != n:
         raise UsageError(f"{path}: idx header says shape {shape} ({n} bytes of data), the file holds "
-                         f"{len(raw) - head} (truncated or corrupt)")
+                         f"{len(raw) - head} (truncated or corrupt)", kind="corrupt", path=path)
     return np.frombuffer(raw, dtype=dtype, offset=head).reshape(shape).astype(dtype.newbyteorder("="))
 
 

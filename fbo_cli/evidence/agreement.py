@@ -69,7 +69,7 @@ def compare(specs: list[str], ours: Path, theirs: Path) -> list[Compared]:
     rows = []
     for spec in specs:
         if not Path(spec).is_file():
-            raise UsageError(f"spec not found: {spec}")
+            raise UsageError(f"spec not found: {spec}", kind="not_found", field="spec", path=spec)
         exp, a = _runs(spec, ours)
         _, b = _runs(spec, theirs)
         common = set(a.run_id) & set(b.run_id)

@@ -154,7 +154,8 @@ def rerun_cell(p: Pick, runs: Path) -> Cell:
     cfg = resolve(p.cell.cfg.task, p.cell.cfg.algo_ref, *layers)
     rest = lambda c: {k: v for k, v in c.as_dict().items() if k not in ("out_dir", "device")}
     if Path(cfg.run.out_dir).resolve() == Path(p.cell.cfg.run.out_dir).resolve() or rest(cfg) != rest(p.cell.cfg):
-        raise UsageError(f"--out {runs}: the rerun of {p.cell.cfg.run_dir} would not be a separate copy of it")
+        raise UsageError(f"--out {runs}: the rerun of {p.cell.cfg.run_dir} would not be a separate copy of it",
+                         kind="bad_value", field="--out", path=runs)
     return dataclasses.replace(p.cell, cfg=cfg, layers=layers)
 
 
@@ -293,10 +294,11 @@ def write(rows: list[dict[str, Any]], out: Path, rtol: float, atol: float, comma
 
 def check_args(minutes: float | None, rtol: float, atol: float) -> None:
     if minutes is not None and not (math.isfinite(minutes) and minutes > 0):
-        raise UsageError(f"--minutes must be a positive number of core-minutes, got {minutes}")
+        raise UsageError(f"--minutes must be a positive number of core-minutes, got {minutes}",
+                         kind="bad_value", field="--minutes", value=minutes)
     for name, v in (("--rtol", rtol), ("--atol", atol)):
         if not (math.isfinite(v) and v >= 0):
-            raise UsageError(f"{name} must be >= 0, got {v}")
+            raise UsageError(f"{name} must be >= 0, got {v}", kind="bad_value", field=name, value=v)
 
 
 @dataclasses.dataclass
@@ -324,12 +326,14 @@ def plan(specs: list[Path] | None, minutes: float | None, jobs: int, evidence: P
     if jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {jobs}", kind="bad_value", field="--jobs", value=jobs)
     if not evidence.is_dir():
-        raise UsageError(f"--from {evidence}: no such folder (the committed evidence is docs/results)")
+        raise UsageError(f"--from {evidence}: no such folder (the committed evidence is docs/results)",
+                         kind="not_found", field="--from", path=evidence)
     if (out / "runs").resolve() == evidence.resolve():
-        raise UsageError(f"--out {out}: the reruns would land in the evidence ({evidence}); choose another folder")
+        raise UsageError(f"--out {out}: the reruns would land in the evidence ({evidence}); choose another folder",
+                         kind="bad_value", field="--out", path=out)
     for s in specs or []:
         if not s.is_file():
-            raise UsageError(f"{s}: no such spec file")
+            raise UsageError(f"{s}: no such spec file", kind="not_found", field="spec", path=s)
     spec_list = list(specs) if specs else reproduction_specs()
     unusable: list = []
     picks = committed_runs(spec_list, evidence, unusable)
@@ -337,7 +341,8 @@ def plan(specs: list[Path] | None, minutes: float | None, jobs: int, evidence: P
         if warn is not None:
             warn(f"evidence run not usable: {d} ({why})")
     if not picks:
-        raise UsageError(f"no finished run of {'these specs' if specs else 'the report'} under {evidence}")
+        raise UsageError(f"no finished run of {'these specs' if specs else 'the report'} under {evidence}",
+                         kind="not_found", field="runs", path=evidence)
     chosen = select(picks, minutes, batch)
     secs = sum(p.secs for p in chosen)
     units = group_batches([p.cell.cfg for p in chosen], batch)
@@ -348,7 +353,8 @@ def plan(specs: list[Path] | None, minutes: float | None, jobs: int, evidence: P
             f"wall time with {jobs} job{'s' if jobs > 1 else ''})")
     if not chosen:
         raise UsageError(f"no committed run fits in {minutes:g} core-minutes; the cheapest takes about "
-                         f"{min(p.secs for p in picks) / 60:.0f}: raise --minutes")
+                         f"{min(p.secs for p in picks) / 60:.0f}: raise --minutes",
+                         kind="bad_value", field="--minutes", value=minutes)
     return Plan(picks, chosen, unusable, what, batch)
 
 

@@ -21,17 +21,20 @@ def to_tensorboard(run_dir: Path) -> Path:
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
-        raise UsageError("TensorBoard export needs the tensorboard package: pip install -e '.[tensorboard]'") from None
+        raise UsageError("TensorBoard export needs the tensorboard package: pip install -e '.[tensorboard]'",
+                         kind="unsupported", field="tensorboard") from None
     df = read_metrics(Path(run_dir) / "metrics.csv")
     if df is None or df.empty:
-        raise UsageError(f"{run_dir}: no readable metrics.csv to export")
+        raise UsageError(f"{run_dir}: no readable metrics.csv to export", kind="not_found", field="run", path=run_dir)
     out = Path(run_dir) / "tensorboard"
     if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise UsageError(f"{out} is a link or a file, not fbo's TensorBoard folder: move it away first")
+        raise UsageError(f"{out} is a link or a file, not fbo's TensorBoard folder: move it away first",
+                         kind="unwritable", field="link" if out.is_symlink() else "blocked", path=out)
     if out.is_dir():  # an earlier export: only its event files go
         if any(not p.name.startswith("events.out.tfevents.") or not p.is_file() or p.is_symlink()
                for p in out.iterdir()):
-            raise UsageError(f"{out} holds files other than TensorBoard's event files: move them away first")
+            raise UsageError(f"{out} holds files other than TensorBoard's event files: move them away first",
+                             kind="not_fbos", path=out)
         shutil.rmtree(out)
     w = SummaryWriter(log_dir=str(out))
     try:

@@ -202,7 +202,8 @@ def parse_batch(batch: str | int) -> str | int:
     except ValueError:
         r = 0
     if r < 1:
-        raise UsageError(f"--batch must be auto, off or a positive number of runs; got {batch!r}")
+        raise UsageError(f"--batch must be auto, off or a positive number of runs; got {batch!r}",
+                         kind="bad_value", field="--batch", value=batch)
     return r
 
 

@@ -63,8 +63,8 @@ def open_lock(run_dir: Path) -> int:
     try:
         fd = os.open(run_dir / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
     except OSError as e:
-        raise UsageError(f"cannot open {run_dir / '.lock'}: {e.strerror or e} (a symbolic link, or not writable)"
-                         ) from None
+        raise UsageError(f"cannot open {run_dir / '.lock'}: {e.strerror or e} (a symbolic link, or not writable)",
+                         kind="unwritable", field="os", path=run_dir / ".lock", value=e.errno) from None
     if os.fstat(fd).st_size == 0:  # fbo's record that it made this lock (fbo clean removes only such locks)
         os.pwrite(fd, LOCK_TOKEN, 0)
     return fd

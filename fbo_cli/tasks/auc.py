@@ -143,19 +143,25 @@ class AUC(Task):
     @classmethod
     def check_params(cls, p: "AUC.Params") -> None:
         if p.preset not in PRESETS:
-            raise UsageError(f"preset must be one of {', '.join(PRESETS)}; got '{p.preset}'")
+            raise UsageError(f"preset must be one of {', '.join(PRESETS)}; got '{p.preset}'",
+                             kind="bad_value", field="preset", value=p.preset)
         pre = PRESETS[p.preset]
         if (p.loss or pre["loss"]) not in ("square", "aucm"):
-            raise UsageError(f"loss must be square or aucm; got '{p.loss or pre['loss']}'")
+            raise UsageError(f"loss must be square or aucm; got '{p.loss or pre['loss']}'",
+                             kind="bad_value", field="loss", value=p.loss or pre["loss"])
         constraint = p.dual_constraint or pre["dual_constraint"]
         if constraint not in ("none", "nonneg"):
-            raise UsageError(f"dual_constraint must be none or nonneg; got '{constraint}'")
+            raise UsageError(f"dual_constraint must be none or nonneg; got '{constraint}'",
+                             kind="bad_value", field="dual_constraint", value=constraint)
         if not 0.0 < p.imratio < 1.0:
-            raise UsageError(f"imratio must be in (0, 1), got {p.imratio}")
+            raise UsageError(f"imratio must be in (0, 1), got {p.imratio}",
+                             kind="bad_value", field="imratio", value=p.imratio)
         if p.model not in ("auto", "mlp", "cnn", "resnet20"):
-            raise UsageError(f"model must be one of auto, mlp, cnn, resnet20; got '{p.model}'")
+            raise UsageError(f"model must be one of auto, mlp, cnn, resnet20; got '{p.model}'",
+                             kind="bad_value", field="model", value=p.model)
         if p.model == "resnet20" and any(width % p.norm_groups for width in (16, 32, 64)):
-            raise UsageError(f"norm_groups must divide 16, 32 and 64; got {p.norm_groups}")
+            raise UsageError(f"norm_groups must divide 16, 32 and 64; got {p.norm_groups}",
+                             kind="bad_value", field="norm_groups", value=p.norm_groups)
 
     def __init__(self, params: "AUC.Params", data):
         super().__init__(params, data)
@@ -171,7 +177,8 @@ class AUC(Task):
     def _build_data(self, data) -> None:
         C = data.num_classes
         if C < 2:
-            raise UsageError("the auc task needs a dataset with at least 2 classes")
+            raise UsageError("the auc task needs a dataset with at least 2 classes",
+                             kind="unsupported", field="dataset", value=data.dataset.name)
         seed = int(data.spec.get("seed", 0)) if hasattr(data, "spec") else 0
         ypool = data.y.cpu().numpy()
         pos_pool = ypool >= C // 2
@@ -196,12 +203,13 @@ class AUC(Task):
                                                             data.train_mask.cpu().numpy())]
             self.val_rows = torch.as_tensor(np.concatenate(val), device=data.X.device)
             if len(self.val_rows) == 0 or len(np.unique(ypool[np.concatenate(val)] >= C // 2)) < 2:
-                raise UsageError("holdout: the clients' validation parts hold fewer than two classes; raise val_frac")
+                raise UsageError("holdout: the clients' validation parts hold fewer than two classes; raise val_frac",
+                                 kind="bad_value", field="val_frac")
         else:
             rows = [np.sort(r[keep[r]]) for r in rows]
         if min(len(r) for r in rows) == 0:
             raise UsageError("after the imbalance subsampling some client holds no training example; "
-                             "use fewer clients or a larger imratio")
+                             "use fewer clients or a larger imratio", kind="bad_value", field="clients/imratio")
         width = max(len(r) for r in rows)
         idx = np.zeros((len(rows), width), dtype=np.int64)
         mask = np.zeros((len(rows), width), dtype=bool)
@@ -219,7 +227,8 @@ class AUC(Task):
         self.p_pos = float(pos_pool[allrows].mean())  # the global p
         self.client_p = [float(pos_pool[r].mean()) for r in rows]
         if not 0.0 < self.p_pos < 1.0:
-            raise UsageError(f"the training data holds only one class (p = {self.p_pos}); check the dataset")
+            raise UsageError(f"the training data holds only one class (p = {self.p_pos}); check the dataset",
+                             kind="unsupported", field="dataset", value=data.dataset.name)
 
     def batch(self, pos: torch.Tensor, valid: torch.Tensor) -> Batch:
         """Minibatch of positions ``pos [K, B]`` into each client's rows (``valid`` False on padding):
@@ -241,10 +250,11 @@ class AUC(Task):
             else:
                 kind = "mlp"
         if kind not in ("mlp", "cnn", "resnet20"):
-            raise UsageError(f"model must be one of auto, mlp, cnn, resnet20; got '{kind}'")
+            raise UsageError(f"model must be one of auto, mlp, cnn, resnet20; got '{kind}'",
+                             kind="bad_value", field="model", value=kind)
         if kind in ("cnn", "resnet20") and (len(shape) != 3 or shape[1] < 8):
             raise UsageError(f"model '{kind}' needs image data; dataset '{self.data.dataset.name}' "
-                             f"has shape {shape}")
+                             f"has shape {shape}", kind="unsupported", field="model", value=kind)
         self.model_kind = kind
         self.norm_names: list[str] = []
         if kind == "mlp":
@@ -262,7 +272,8 @@ class AUC(Task):
             c = shape[0]
             for width in (16, 32, 64):
                 if width % p.norm_groups:
-                    raise UsageError(f"norm_groups must divide 16, 32 and 64; got {p.norm_groups}")
+                    raise UsageError(f"norm_groups must divide 16, 32 and 64; got {p.norm_groups}",
+                                     kind="bad_value", field="norm_groups", value=p.norm_groups)
             sh = [("conv0", (16, c, 3, 3)), ("gn0w", (16,)), ("gn0b", (16,))]
             cin = 16
             for si, width in enumerate((16, 32, 64)):

@@ -84,18 +84,25 @@ class HFL(Task):
     @classmethod
     def check_params(cls, p: "HFL.Params") -> None:
         if p.client_weighting not in ("data", "uniform"):
-            raise UsageError(f"client_weighting must be one of data, uniform; got '{p.client_weighting}'")
+            raise UsageError(f"client_weighting must be one of data, uniform; got '{p.client_weighting}'",
+                             kind="bad_value", field="client_weighting", value=p.client_weighting)
         if p.local_constraint not in ("none", "ball"):
-            raise UsageError(f"local_constraint must be one of none, ball; got '{p.local_constraint}'")
+            raise UsageError(f"local_constraint must be one of none, ball; got '{p.local_constraint}'",
+                             kind="bad_value", field="local_constraint", value=p.local_constraint)
         if p.features not in ("unit", "raw", "standard"):
-            raise UsageError(f"features must be one of unit, raw, standard; got '{p.features}'")
+            raise UsageError(f"features must be one of unit, raw, standard; got '{p.features}'",
+                             kind="bad_value", field="features", value=p.features)
         if p.pretrain_steps > 0 and (p.pretrain_lr <= 0 or p.pretrain_batch < 1):
             raise UsageError(f"server pre-training needs pretrain_lr > 0 and pretrain_batch >= 1; "
-                             f"got {p.pretrain_lr}, {p.pretrain_batch}")
+                             f"got {p.pretrain_lr}, {p.pretrain_batch}",
+                             kind="bad_value", field="pretrain_lr" if p.pretrain_lr <= 0 else "pretrain_batch",
+                             value=p.pretrain_lr if p.pretrain_lr <= 0 else p.pretrain_batch)
         if p.mu <= 0:
-            raise UsageError(f"mu must be > 0 (the lower level is μ-strongly convex), got {p.mu}")
+            raise UsageError(f"mu must be > 0 (the lower level is μ-strongly convex), got {p.mu}",
+                             kind="bad_value", field="mu", value=p.mu)
         if p.local_constraint == "ball" and p.radius <= 0:
-            raise UsageError(f"radius must be > 0 with local_constraint=ball, got {p.radius}")
+            raise UsageError(f"radius must be > 0 with local_constraint=ball, got {p.radius}",
+                             kind="bad_value", field="radius", value=p.radius)
 
     def __init__(self, params: "HFL.Params", data):
         super().__init__(params, data)

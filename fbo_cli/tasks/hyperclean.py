@@ -73,14 +73,14 @@ class HyperClean(BilevelTask):
     @classmethod
     def check_params(cls, p: "HyperClean.Params") -> None:
         if not 0.0 <= p.noise < 1.0:
-            raise UsageError(f"noise must be in [0, 1), got {p.noise}")
+            raise UsageError(f"noise must be in [0, 1), got {p.noise}", kind="bad_value", field="noise", value=p.noise)
 
     def __init__(self, params: "HyperClean.Params", data):
         super().__init__(params, data)
         p = params
         if "noisy" in data.extra or "xpos" in data.extra:
             raise UsageError("this FederatedData already carries a hyper-cleaning noise mask; "
-                             "build a fresh one")
+                             "build a fresh one", kind="unsupported", field="data")
         C, D = data.num_classes, math.prod(data.dataset.shape)
         self.ly = Layout([("w", (C, D)), ("b", (C,))])
         dev = data.X.device

@@ -109,24 +109,30 @@ class HyperRep(HeadClosedForms, BilevelTask):
     @classmethod
     def check_params(cls, p: "HyperRep.Params") -> None:
         if p.model not in ("mlp", "cnn"):
-            raise UsageError(f"model must be one of mlp, cnn; got '{p.model}'")
+            raise UsageError(f"model must be one of mlp, cnn; got '{p.model}'",
+                             kind="bad_value", field="model", value=p.model)
         if p.reg not in ("norm", "l2", "none"):
-            raise UsageError(f"reg must be one of norm, l2, none; got '{p.reg}'")
+            raise UsageError(f"reg must be one of norm, l2, none; got '{p.reg}'",
+                             kind="bad_value", field="reg", value=p.reg)
         if not 0.0 <= p.dropout < 1.0:
-            raise UsageError(f"dropout must be in [0, 1), got {p.dropout}")
+            raise UsageError(f"dropout must be in [0, 1), got {p.dropout}",
+                             kind="bad_value", field="dropout", value=p.dropout)
         if p.lower not in ("global", "local"):
-            raise UsageError(f"lower must be one of global, local; got '{p.lower}'")
+            raise UsageError(f"lower must be one of global, local; got '{p.lower}'",
+                             kind="bad_value", field="lower", value=p.lower)
         if p.test_on not in ("auto", "pooled", "clients"):
-            raise UsageError(f"test_on must be one of auto, pooled, clients; got '{p.test_on}'")
+            raise UsageError(f"test_on must be one of auto, pooled, clients; got '{p.test_on}'",
+                             kind="bad_value", field="test_on", value=p.test_on)
         if p.test_on == "pooled" and p.lower == "local":
-            raise UsageError("test_on=pooled needs lower=global: each head is scored on its own client")
+            raise UsageError("test_on=pooled needs lower=global: each head is scored on its own client",
+                             kind="unsupported", field="test_on", value="pooled")
         eval_on = tuple(e.strip() for e in p.eval.split(","))
         if any(e not in EVAL_SPLITS for e in eval_on) or len(set(eval_on)) < len(eval_on):
             raise UsageError(f"eval must be a comma-separated list of {', '.join(EVAL_SPLITS)} (each once); "
                              f"got '{p.eval}'", kind="bad_value", field="eval", value=p.eval)
         if "train" in eval_on and p.lower == "local":
             raise UsageError("eval=train scores one global head on the whole training set; lower=local has a "
-                             "head per client")
+                             "head per client", kind="unsupported", field="eval", value=p.eval)
 
     def __init__(self, params: "HyperRep.Params", data):
         super().__init__(params, data)
@@ -145,7 +151,8 @@ class HyperRep(HeadClosedForms, BilevelTask):
             self.ly = Layout([("w2", (C, p.hidden)), ("b2", (C,))])
         else:
             if len(shape) != 3 or shape[1] < 8:
-                raise UsageError(f"the cnn model needs image data; dataset '{data.dataset.name}' has shape {shape}")
+                raise UsageError(f"the cnn model needs image data; dataset '{data.dataset.name}' has shape {shape}",
+                                 kind="unsupported", field="model", value="cnn")
             c, h, _ = shape
             self.pad = 2 if h == 28 else 0
             s = ((h + 2 * self.pad - 4) // 2 - 4) // 2

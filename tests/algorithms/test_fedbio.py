@@ -209,13 +209,16 @@ M_HC = 4
 
 
 def test_usage_errors():
-    with pytest.raises(UsageError, match="c_nu"):
+    with pytest.raises(UsageError) as e:
         _hc("fedbioacc", c_nu=2.0)
-    with pytest.raises(UsageError, match="schedule"):
+    assert (e.value.kind, e.value.field) == ("bad_value", "c_nu")
+    with pytest.raises(UsageError) as e:
         _hc("fedbio", schedule="linear")
-    with pytest.raises(UsageError, match="global lower level"):
+    assert (e.value.kind, e.value.field, e.value.value) == ("bad_value", "schedule", "linear")
+    with pytest.raises(UsageError) as e:  # a global lower level: not for per-client heads
         build(resolve("hyperrep", "fedbio", {"dataset": "digits", "clients": 4, "lower": "local",
                                              "threads": 1}))
+    assert (e.value.kind, e.value.field, e.value.value) == ("unsupported", "lower", "local")
 
 
 def test_noise_detection_f1_well_above_chance():

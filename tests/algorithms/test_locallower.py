@@ -94,14 +94,13 @@ def test_hyperrep_local_heads_and_personalized_accuracy():
 
 
 def test_global_algorithms_refuse_local_heads_and_bad_values():
-    with pytest.raises(UsageError, match="lower=global"):
-        _hyperrep("aggitd")
-    with pytest.raises(UsageError, match="lower"):
-        _hyperrep("fedbio-local", lower="personal")
-    with pytest.raises(UsageError, match="lower=local"):
-        _hyperrep("fedbio-local", lower="global")
-    with pytest.raises(UsageError, match="participation=1"):
-        _hyperrep("fedbioacc-local", participation=0.5)
+    for algo, over, error in (("aggitd", {}, ("unsupported", "lower", "local")),
+                              ("fedbio-local", {"lower": "personal"}, ("bad_value", "lower", "personal")),
+                              ("fedbio-local", {"lower": "global"}, ("unsupported", "lower", "global")),
+                              ("fedbioacc-local", {"participation": 0.5}, ("unsupported", "participation", 0.5))):
+        with pytest.raises(UsageError) as e:
+            _hyperrep(algo, **over)
+        assert (e.value.kind, e.value.field, e.value.value) == error, (algo, over, e.value)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -92,7 +92,7 @@ def test_algorithm_not_made_for_the_task(tmp_path):
 
 
 def test_algorithm_not_made_for_the_config(tmp_path):
-    check(tmp_path, [*RUN, "--out-dir", str(tmp_path / "out"), "--lower", "local"], "lower=local")
+    check(tmp_path, [*RUN, "--out-dir", str(tmp_path / "out"), "--lower", "local"], ("unsupported", "lower", "local"))
 
 
 def test_out_dir_under_a_regular_file(tmp_path):

@@ -4,6 +4,7 @@ exactly, and the evidence is never written to."""
 import hashlib
 import json
 
+from cli_helpers import fails_with
 from typer.testing import CliRunner
 
 from fbo_cli.cli import app
@@ -96,14 +97,16 @@ def test_check_recomputes_finals_from_metrics_and_names_unusable_evidence(tmp_pa
 
 def test_check_refuses_bad_input_without_a_traceback(tmp_path):
     (tmp_path / "runs").mkdir()
-    for args, what in ((["check", "--minutes", "0"], "--minutes must be a positive"),
-                       (["check", "--from", str(tmp_path / "none")], "no such folder"),
-                       (["check", str(tmp_path / "missing.yaml")], "no such spec file"),
-                       (["check", "--rtol", "-1"], "--rtol must be >= 0"),
-                       (["check", "--from", str(tmp_path / "runs"), "--out", str(tmp_path), "--dry-run"],
-                        "would land in the evidence")):
+    for args, kind, fields in ((["check", "--minutes", "0"], "bad_value", {"field": "--minutes"}),
+                               (["check", "--from", str(tmp_path / "none")], "not_found",
+                                {"field": "--from", "path": str(tmp_path / "none")}),
+                               (["check", str(tmp_path / "missing.yaml")], "not_found",
+                                {"field": "spec", "path": str(tmp_path / "missing.yaml")}),
+                               (["check", "--rtol", "-1"], "bad_value", {"field": "--rtol", "value": -1}),
+                               (["check", "--from", str(tmp_path / "runs"), "--out", str(tmp_path), "--dry-run"],
+                                "bad_value", {"field": "--out", "path": str(tmp_path)})):  # into the evidence
         r = runner.invoke(app, args)
-        assert r.exit_code == 2 and what in " ".join(r.output.split()) and "Traceback" not in r.output, (args, r.output)
+        assert fails_with(r, kind, **fields) and "Traceback" not in r.output, (args, r.output)
 
 
 def test_a_long_runs_grown_rounding_is_a_drift_and_a_real_change_is_not(tmp_path):

@@ -73,8 +73,9 @@ def test_the_report_never_replaces_a_figures_folder_it_did_not_write(tmp_path):
     mine = tmp_path / "r-figures"
     mine.mkdir()
     (mine / "thesis.pdf").write_text("mine")
-    with pytest.raises(UsageError, match="not a figures folder fbo wrote"):
+    with pytest.raises(UsageError) as e:
         build_report(tmp_path, tmp_path / "r.md", tmp_path / "r.html", specs=["experiments/quick_mnist5k.yaml"])
+    assert (e.value.kind, e.value.path) == ("not_fbos", str(mine))
     assert (mine / "thesis.pdf").read_text() == "mine"
 
 

@@ -2,6 +2,7 @@
 
 import os
 
+from cli_helpers import fails_with
 from typer.testing import CliRunner
 
 from fbo_cli.cli import app
@@ -75,7 +76,7 @@ def test_prune_from_a_folder_without_the_specs_removes_nothing(tmp_path, monkeyp
     here.mkdir()
     monkeypatch.chdir(here)
     r = runner.invoke(app, ["report", "--from", str(ev), "--prune", "--yes", "--md", "x.md", "--html", "x.html"])
-    assert r.exit_code == 2 and "cannot read the reproduction specs" in " ".join(r.output.split()), r.output
+    assert fails_with(r, "not_found", field="specs"), r.output  # cannot read the reproduction specs
     assert all(p.is_file() for p in runs) and not os.path.exists("x.md")
 
 

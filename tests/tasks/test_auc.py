@@ -347,12 +347,10 @@ def test_imax_table(tmp_path):
 
 
 def test_bad_input_is_a_usage_error():
-    with pytest.raises(UsageError, match="preset"):
-        make(preset="nope")
-    with pytest.raises(UsageError, match="imratio"):
-        make(imratio=1.5)
-    with pytest.raises(UsageError, match="stage_output"):
-        make(stage_output="best")
+    for key, value in (("preset", "nope"), ("imratio", 1.5), ("stage_output", "best")):
+        with pytest.raises(UsageError) as e:
+            make(**{key: value})
+        assert (e.value.kind, e.value.field, e.value.value) == ("bad_value", key, value)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -70,7 +70,8 @@ def build_report(root: Path, md_path: Path, html_path: Path, command: str = "fbo
     figdir = html_path.parent / ("figures" if not specs else f"{html_path.stem}-figures")
     if figdir.is_symlink() or (figdir.exists() and not (figdir / FIGURES_MARK).is_file()):
         raise UsageError(f"{figdir} exists and is not a figures folder fbo wrote (no {FIGURES_MARK} in it): the "
-                         f"report replaces that folder, so move it away or write the report elsewhere (--html)")
+                         f"report replaces that folder, so move it away or write the report elsewhere (--html)",
+                         kind="not_fbos", path=figdir)
     work = temp_folder("report")  # a killed report leaves these to `fbo clean`
     make_dirs(html_path.parent)
     fresh = temp_folder("figures", html_path.parent)

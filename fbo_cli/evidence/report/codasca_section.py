@@ -95,21 +95,23 @@ def imax_table(compare_dir: str | Path, delta: float = 0.01,
 
     d = Path(compare_dir)
     if not (d / "runs.csv").is_file():
-        raise UsageError(f"no runs.csv in {d}; run the compare spec first")
+        raise UsageError(f"no runs.csv in {d}; run the compare spec first", kind="not_found", path=d)
     try:
         runs = pd.read_csv(d / "runs.csv")
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError):
-        raise UsageError(f"{d / 'runs.csv'} is not a runs table of `fbo compare`") from None
+        raise UsageError(f"{d / 'runs.csv'} is not a runs table of `fbo compare`",
+                         kind="corrupt", path=d / "runs.csv") from None
     need = {"algorithm", "setting", "final"} - set(runs.columns)
     if need:
         raise UsageError(f"{d / 'runs.csv'} has no column(s) {', '.join(sorted(need))}: not a runs table of "
-                         f"`fbo compare`")
+                         f"`fbo compare`", kind="corrupt", field="columns", path=d / "runs.csv", value=sorted(need))
     runs = _with_keys(runs)
     runs = runs[runs.status == "done"] if "status" in runs else runs
     runs = runs.dropna(subset=["I", "K"])
     if runs.empty:
         raise UsageError(f"{d / 'runs.csv'}: no finished run with a window I and a client count K (a CODASCA "
-                         f"Figure 1 grid, experiments/codasca_fig1_*.yaml)")
+                         f"Figure 1 grid, experiments/codasca_fig1_*.yaml)",
+                         kind="not_found", field="runs", path=d / "runs.csv")
     agg = runs.groupby(["algorithm", "K", "I"])["final"].agg(["mean", "std", "count"]).reset_index()
     rows = []
     for (algo, K), g in agg.groupby(["algorithm", "K"]):

@@ -130,7 +130,8 @@ def prune_evidence(evidence: Path, papers=PAPERS, remove: bool = False, yes: boo
         if not paper.specs or unread:
             raise UsageError(f"cannot read the reproduction specs of paper '{paper.key}' ("
                              + (f"no file {unread[0]}" if unread else "no experiments/*.yaml names it here")
-                             + f"; run fbo report from the repository root): nothing under {evidence} is pruned")
+                             + f"; run fbo report from the repository root): nothing under {evidence} is pruned",
+                             kind="not_found", field="specs", path=unread[0] if unread else None, value=paper.key)
         for spec in paper.specs:
             exp = load_spec(spec, {"out_dir": str(evidence)})
             keep.update(c.cfg.run_dir for c in exp.cells)
@@ -147,13 +148,15 @@ def prune_evidence(evidence: Path, papers=PAPERS, remove: bool = False, yes: boo
         if len(stale) > PRUNE_SHARE * len(runs) and not yes:
             raise UsageError(f"--prune would remove {len(stale)} of the {len(runs)} runs under {evidence} (more "
                              f"than {PRUNE_SHARE:.0%}; e.g. {stale[0]}): nothing removed. `fbo report --collect "
-                             f"...` without --prune lists them; add --yes to remove them all")
+                             f"...` without --prune lists them; add --yes to remove them all",
+                             kind="needs_yes", field="--prune", path=evidence, value=len(stale))
         theirs = collected(evidence)
         own = [d for d in stale if str(d.relative_to(evidence)) not in theirs]
         if own and not yes:
             raise UsageError(f"--prune would remove {len(own)} finished run(s) under {evidence} that `fbo report "
                              f"--collect` did not bring there (your own? e.g. {own[0]}): nothing removed. Move them "
-                             f"elsewhere, or add --yes to remove them too")
+                             f"elsewhere, or add --yes to remove them too",
+                             kind="needs_yes", field="--prune", path=evidence, value=len(own))
         for d in stale:
             remove_run(d)
         for f in partial:

@@ -70,10 +70,11 @@ def draw(name: str, root: Path, out_dir: Path, formats=ps.FORMATS, evidence: Evi
     else:
         for s in fig.specs:
             if not Path(s).is_file():
-                raise UsageError(f"{name}: spec not found: {s}")
+                raise UsageError(f"{name}: spec not found: {s}", kind="not_found", field="spec", path=s)
         loaded = [ev(s) for s in fig.specs]
         if not any((runs.status == "done").any() for _, runs, _ in loaded):
-            raise UsageError(f"{name}: no finished runs under {root} for {', '.join(fig.specs)}")
+            raise UsageError(f"{name}: no finished runs under {root} for {', '.join(fig.specs)}",
+                             kind="not_found", field="runs", path=root)
         kinds: dict[str, Callable] = {"curves": _curves, "codasca": codasca_fig1, "dots": table_dots,
                                       "noise": noise_figure}
         inputs = tuple((repr(exp), runs, curves) for exp, runs, curves in loaded)
@@ -296,7 +297,7 @@ def _partition(fig: PaperFigure, root: Path, path: Path, formats):
     files = [root / c for c in COUNTS if (root / c).is_file()]
     if not files:
         raise UsageError(f"zohfl-fig1: no client x class counts under {root}/figures (`fbo figure zohfl-fig1 "
-                         f"mnist` builds them from the data)")
+                         f"mnist` builds them from the data)", kind="not_found", path=root / "figures")
     f, axes = ps.subplots(1, len(files), panel_h=2.6)
     for ax, p in zip(axes[0], files, strict=True):
         draw_partition(ax, pd.read_csv(p).drop(columns="client").to_numpy())
