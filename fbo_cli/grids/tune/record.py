@@ -180,7 +180,8 @@ def procedure_text(ts: TuneSpec) -> str:
             f"chance level is rejected like one that diverged; a choice next to a larger value that diverged, "
             f"oscillated or collapsed stands only if the geometric midpoint between them is stable on every tuning "
             f"seed and the next seeds up to {MARGIN_SEEDS} in all (its margin), else the next value inside the "
-            f"stable band is chosen; and a choice next to a rejected value must also survive {CONFIRM_SEEDS} more seeds, else the next best is chosen")
+            f"stable band is chosen; and a choice next to a rejected value must also survive {CONFIRM_SEEDS} more "
+            f"seeds, else the next best is chosen")
 
 
 def plot_tuning(df: pd.DataFrame, ts: TuneSpec, path: Path, title: str, algo_of: dict | None = None,
