@@ -123,7 +123,8 @@ def tuning_todo(cells: list[tuple[Cell, dict]], recorded: dict[str, dict], rerun
                 accept: bool = False, stale: dict | None = None, plan=None) -> list[Cell]:
     """The tuning runs still to run: unfinished (or stale: their user algorithm's code changed, unless
     ``accept``), and not in the recorded tuning (by run id, :func:`.record.run_key`; unless ``rerun``, or
-    stale: a recorded score of code that changed since is not kept). ``plan``: the :func:`tuning_plan` of ``cells`` already made."""
+    stale: a recorded score of code that changed since is not kept). ``plan``: the :func:`tuning_plan` of
+    ``cells`` already made."""
     plan = plan or tuning_plan(cells, rerun, accept)
     stale = {} if stale is None else stale
     stale.update(plan.stale)
