@@ -385,7 +385,7 @@ def more_inputs(o: Path, env: dict) -> None:
 
     cfg = resolve("hyperrep", "aggitd", {"dataset": "digits", "clients": 4, "threads": 1, "max_iters": 4,
                                          "rounds": 10**6, "checkpoint_every": 2, "out_dir": str(o / "ck")})
-    import fbo_cli.runs.runner as rn
+    import fbo_cli.runs.checkpoint as rn  # the checkpoint's writer
 
     real_w, n = rn.atomic_write, []
 
@@ -567,19 +567,19 @@ def more_inputs(o: Path, env: dict) -> None:
     (zd / "checkpoint.pt").write_bytes(b"")
     case("a 0-byte checkpoint.pt", run_args, code=0)
     case("... and the rerun after it", run_args, code=0)
-    import logging
+    import fbo_cli.runs.loop as loop  # run.log's handler, a class of its own (patching logging's misses it)
 
-    real_fh = logging.FileHandler
+    real_fh = loop.LogFile
     (zd / "summary.json").unlink()
 
-    def denied(*a, **k):
+    def denied(*a, **k):  # as a run directory we may not write to, which chmod cannot make for root
         raise PermissionError(errno.EACCES, "Permission denied")
 
-    logging.FileHandler = denied
+    loop.LogFile = denied
     try:
         case("a rerun into an existing unwritable run directory", run_args, says="Permission denied")
     finally:
-        logging.FileHandler = real_fh
+        loop.LogFile = real_fh
     # 12. smaller
     tq = spec("tq2", extra="tune: {seeds: [100]}\n", algos="[{name: A, algo: aggitd, tune: {outer_lr: [0.5, 5]}}]")
     (o / "tq" / "compare" / "tq2").mkdir(parents=True)
