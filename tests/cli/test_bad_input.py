@@ -306,6 +306,36 @@ def test_a_port_that_answers_but_is_not_ray(tmp_path):
     srv.close()
 
 
+@pytest.mark.parametrize("cmd", ["compare", "tune"])
+def test_a_grid_at_a_port_that_answers_but_is_not_ray_writes_nothing(tmp_path, cmd):
+    """The whole command, not only the check: exit 2 on a ``bad_value`` of ``--address`` before Ray connects
+    (Ray itself would wait for ever on a server that is not its GCS) and before the grid writes anything: no
+    results root marked, no spec folder claimed (a later spec file of that name found it taken). A local socket
+    server answers."""
+    import socket
+    import threading
+
+    pytest.importorskip("ray")
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+
+    def answer():
+        c, _ = srv.accept()
+        c.recv(100)
+        c.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+        c.close()
+
+    threading.Thread(target=answer, daemon=True).start()
+    p = tmp_path / "s.yaml"
+    p.write_text(SPEC.format(extra="tune: {seeds: [100]}").replace("algo: aggitd",
+                                                                    "algo: aggitd, tune: {outer_lr: [0.5, 5]}"))
+    address = f"127.0.0.1:{srv.getsockname()[1]}"
+    check(tmp_path, [cmd, str(p), "--executor", "ray", "--address", address, "--out-dir", str(tmp_path / "out")],
+          ("bad_value", "--address", address))
+    srv.close()
+
+
 def test_cost_jobs_must_be_positive(tmp_path):
     p = tmp_path / "s.yaml"
     p.write_text(SPEC.format(extra=""))
