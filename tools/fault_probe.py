@@ -74,6 +74,8 @@ def case(what: str, args: list[str], code: int = 2, says: str = "", out: Path | 
         why.append(f"wrote {outside}")
     if out is not None and (left := stray(out)):
         why.append(f"left {left[:2]}")
+    if why:  # what it said, to tell fbo's fault from the probe's (another check answering first)
+        why.append(f"said: {text[-240:]!r}")
     results.append((what, not why, "; ".join(why)))
 
 
@@ -385,7 +387,7 @@ def more_inputs(o: Path, env: dict) -> None:
 
     cfg = resolve("hyperrep", "aggitd", {"dataset": "digits", "clients": 4, "threads": 1, "max_iters": 4,
                                          "rounds": 10**6, "checkpoint_every": 2, "out_dir": str(o / "ck")})
-    import fbo_cli.runs.runner as rn
+    import fbo_cli.runs.checkpoint as rn  # the checkpoint's writer
 
     real_w, n = rn.atomic_write, []
 
@@ -549,8 +551,10 @@ def more_inputs(o: Path, env: dict) -> None:
 
         threading.Thread(target=answer, daemon=True).start()
         t = time.time()
+        # its own --out-dir: in o/e, --address auto above left spec-N.yaml's folder for the name 'p', which
+        # refuses this spec file (another file of that name) before Ray is reached
         case("--address at a port that answers but is not Ray", ["compare", str(spec()), "--executor", "ray",
-             "--address", f"127.0.0.1:{srv.getsockname()[1]}", "--out-dir", str(o / "e")], says="not a Ray cluster")
+             "--address", f"127.0.0.1:{srv.getsockname()[1]}", "--out-dir", str(o / "nr")], says="not a Ray cluster")
         check("... answered within 30 s", time.time() - t < 30, f"{time.time() - t:.0f} s")
         srv.close()
     except ImportError:
@@ -567,19 +571,19 @@ def more_inputs(o: Path, env: dict) -> None:
     (zd / "checkpoint.pt").write_bytes(b"")
     case("a 0-byte checkpoint.pt", run_args, code=0)
     case("... and the rerun after it", run_args, code=0)
-    import logging
+    import fbo_cli.runs.loop as loop  # run.log's handler, a class of its own (patching logging's misses it)
 
-    real_fh = logging.FileHandler
+    real_fh = loop.LogFile
     (zd / "summary.json").unlink()
 
-    def denied(*a, **k):
+    def denied(*a, **k):  # as a run directory we may not write to, which chmod cannot make for root
         raise PermissionError(errno.EACCES, "Permission denied")
 
-    logging.FileHandler = denied
+    loop.LogFile = denied
     try:
         case("a rerun into an existing unwritable run directory", run_args, says="Permission denied")
     finally:
-        logging.FileHandler = real_fh
+        loop.LogFile = real_fh
     # 12. smaller
     tq = spec("tq2", extra="tune: {seeds: [100]}\n", algos="[{name: A, algo: aggitd, tune: {outer_lr: [0.5, 5]}}]")
     (o / "tq" / "compare" / "tq2").mkdir(parents=True)

@@ -86,6 +86,8 @@ def prepare(exp: Experiment, outdir: Path, rerun: bool, accept_code_change: bool
     asked (the one step that writes into run folders), and its notes and cost said."""
     claim_folder(exp, outdir, write=False)
     plan = plan_experiment(exp, rerun)
+    if plan.todo:
+        grid.check_cluster()
     claim_folder(exp, outdir)
     if accept_code_change:
         plan.accept()

@@ -145,8 +145,9 @@ def run_log(run_dir, log: Callable[[str], None] | None):
     try:
         handler = LogFile(run_dir / "run.log", encoding="utf-8")
     except OSError as e:  # an existing run directory we may not write to
-        raise UsageError(f"cannot write {run_dir / 'run.log'}: {e.strerror or e}",
-                         kind="unwritable", field="os", path=run_dir / "run.log", value=e.errno) from None
+        raise UsageError(f"cannot write {run_dir / 'run.log'}: {e.strerror or e}", kind="unwritable",
+                         field="permission" if isinstance(e, PermissionError) else "os", path=run_dir / "run.log",
+                         value=e.errno) from None
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
     logger.addHandler(handler)
 

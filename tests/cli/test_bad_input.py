@@ -283,7 +283,8 @@ def test_a_malformed_ray_address(tmp_path, address):
           "--address must be HOST:PORT")
 
 
-def test_a_port_that_answers_but_is_not_ray(tmp_path):
+def _not_ray_server():
+    """A local server that answers once, as a web server would: something listens, but not Ray's GCS."""
     import socket
     import threading
 
@@ -298,11 +299,32 @@ def test_a_port_that_answers_but_is_not_ray(tmp_path):
         c.close()
 
     threading.Thread(target=answer, daemon=True).start()
+    return srv
+
+
+def test_a_port_that_answers_but_is_not_ray(tmp_path):
     from fbo_cli.errors import UsageError
     from fbo_cli.grids.executors.raygrid import check_reachable
 
+    srv = _not_ray_server()
     with pytest.raises(UsageError, match="not a Ray cluster"):
         check_reachable(f"127.0.0.1:{srv.getsockname()[1]}")
+    srv.close()
+
+
+@pytest.mark.parametrize("cmd", ["compare", "tune"])
+def test_a_grid_at_a_port_that_answers_but_is_not_ray_writes_nothing(tmp_path, cmd):
+    """The whole command, not only the check: exit 2 on a ``bad_value`` of ``--address`` before Ray connects
+    (Ray itself would wait for ever on a server that is not its GCS) and before the grid writes anything: no
+    results root marked, no spec folder claimed (a later spec file of that name found it taken)."""
+    pytest.importorskip("ray")
+    srv = _not_ray_server()
+    p = tmp_path / "s.yaml"
+    p.write_text(SPEC.format(extra="tune: {seeds: [100]}").replace("algo: aggitd",
+                                                                    "algo: aggitd, tune: {outer_lr: [0.5, 5]}"))
+    address = f"127.0.0.1:{srv.getsockname()[1]}"
+    check(tmp_path, [cmd, str(p), "--executor", "ray", "--address", address, "--out-dir", str(tmp_path / "out")],
+          ("bad_value", "--address", address))
     srv.close()
 
 

@@ -366,3 +366,25 @@ def test_a_second_ctrl_c_stops_inside_a_long_outer_iteration(tmp_path, monkeypat
         execute(cfg)
     ck = torch.load(cfg.run_dir / CHECKPOINT, weights_only=True)
     assert ck["ledger"]["iterations"] == 2  # the last whole iteration's checkpoint, not a half-updated state
+
+
+def test_a_run_directory_whose_run_log_cannot_be_opened_is_bad_input(tmp_path, monkeypatch):
+    """A rerun into an existing run directory we may not write to (root ignores chmod, so the open is denied
+    here): exit 2 on an ``unwritable`` error naming run.log, not a traceback or a run without its log."""
+    import errno
+
+    import fbo_cli.runs.loop as loop
+
+    args = ["run", "hyperrep", "--algo", "aggitd", "--dataset", "digits", "--rounds", "4", "--set", "clients=4",
+            "--out-dir", str(tmp_path / "out"), "--quiet"]
+    assert runner.invoke(app, args).exit_code == 0
+    run_dir = next((tmp_path / "out").glob("hyperrep/aggitd/*"))
+    (run_dir / "summary.json").unlink()  # not finished: the rerun opens its log
+
+    def denied(*a, **k):
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(loop, "LogFile", denied)
+    r = runner.invoke(app, args)
+    assert fails_with(r, "unwritable", field="permission", path=str(run_dir / "run.log")), r.output
+    assert (run_dir / "metrics.csv").is_file() and not (run_dir / "summary.json").exists()

@@ -90,6 +90,18 @@ class GridOptions:
         if self.executor == "ray":
             import_ray()
 
+    def check_cluster(self) -> None:
+        """The cluster of ``--address`` answers as Ray: called once a grid has runs to do and before it writes
+        anything (its spec's folder claimed, a partial tuning), so that a wrong address leaves no trace (a later
+        spec file of that name would otherwise find the folder taken). A Ray already started here is joined as
+        is, and ``ray://`` is left to Ray."""
+        if self.executor == "ray" and self.address and not self.address.startswith("ray://"):
+            from .raygrid import checked_address
+
+            ray = import_ray()
+            if not ray.is_initialized():
+                checked_address(ray, self.address)
+
     @property
     def runner(self) -> str:
         """The executor that runs the grid: the one named, else serial for one job and processes for more."""

@@ -196,6 +196,16 @@ def _auto_address(ray) -> str:
     return found or "auto"
 
 
+def checked_address(ray, address: str | None) -> str | None:
+    """The cluster address Ray is to join (``auto`` looked up), a UsageError where nothing or not Ray answers
+    there: the executor's check when it starts, and :meth:`GridOptions.check_cluster`'s before a grid writes."""
+    if address == "auto":
+        address = _auto_address(ray)
+    if address and not address.startswith("ray://"):
+        check_reachable(address)
+    return address
+
+
 class Ray(Executor):
     """Each work a Ray task (``cpus``/``gpus`` each) on a local Ray started on demand (``jobs`` runs at a time) or
     the cluster at ``address``. The driver holds the runs' locks while their task is in flight (a run another
@@ -224,10 +234,7 @@ class Ray(Executor):
         address, console = self.address, self.console
         started = not ray.is_initialized()
         if started:  # a local Ray (--jobs runs at a time when > 1), or the cluster at --address
-            if address == "auto":
-                address = _auto_address(ray)
-            if address and not address.startswith("ray://"):
-                check_reachable(address)
+            address = checked_address(ray, address)
             if not address and (reaped := reap_orphaned_ray()) and console is not None:
                 console.print(f"reaped {len(reaped)} Ray process(es) ({sum(r for *_, r in reaped) // 1024} MB) left "
                               f"by an earlier local Ray whose driver was killed: "

@@ -72,6 +72,7 @@ def run_tuning(spec_path: str | Path, overrides: dict[str, Any], grid: GridOptio
             if not checked:
                 # the tuning runs themselves: tune.set may change what they log
                 check_metrics(replace(exp, cells=[c for c, _ in cells], metrics=[ts.score]))
+                grid.check_cluster()
                 checked = True
             # what has run so far, before each batch: a tuning stopped in it resumes from here elsewhere
             claim_folder(exp, outdir)
