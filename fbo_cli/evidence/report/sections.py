@@ -92,7 +92,7 @@ def build_section(spec: str, root: Path, work: Path, figdir: Path | None = None,
     if figdir is not None and not any(spec in f.specs and f.kind in ("curves", "codasca") for f in FIGURES):
         sec.figures = section_figures(exp, runs, curves, figdir)
     sec.compute = compute_line(runs, root / "compare" / exp.name / "tuning.csv")
-    derived = {}
+    derived, read_across = {}, {}
     if "imax" in exp.derived:
         from .codasca_section import imax_per_seed, imax_table, windows
 
@@ -100,6 +100,9 @@ def build_section(spec: str, root: Path, work: Path, figdir: Path | None = None,
         sec.derived_md = (out / "imax.md").read_text().replace("# I_max", "**I_max**", 1)
         derived["I_max"] = (imax_per_seed(runs, windows(exp.settings)),
                             [f"K={k}" for k in sorted(windows(exp.settings), reverse=True)])
+        read_across = {f"K={k}": [st.name for st in exp.settings
+                                  if str((st.set or {}).get("clients")) == str(k) and "I" in (st.set or {})]
+                       for k in windows(exp.settings)}  # the window settings each K's I_max is read across
     from .tuning import tuning_records
 
     records = tuning_records(exp)
@@ -110,7 +113,7 @@ def build_section(spec: str, root: Path, work: Path, figdir: Path | None = None,
         pairs = claim.across or [[s, None] for s in names if not claim.settings or s in claim.settings]
         for s, t in pairs:  # across: one setting against another, seed by seed
             v = priced(rounds_verdict(table, claim, s, t, len(exp.seeds), exact)._replace(tuning=basis),
-                       table, claim, s, t)
+                       runs if exact else table, claim, s, t, read_across if exact else None)
             v = unmargined(exp, claim, [s] if t is None else [s, t], v, records)
             if basis and (waiting := untuned(exp, claim, [s] if t is None else [s, t])):
                 v = Verdict("no data", f"not tuned yet: {waiting} (run `fbo tune`); the claim is about tuned steps",
