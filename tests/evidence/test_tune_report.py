@@ -770,3 +770,22 @@ def test_prune_under_its_share_never_removes_a_users_own_finished_run_without_ye
         prune_evidence(ev, papers=reg, remove=True)
     assert (mine / "summary.json").is_file()
     assert prune_evidence(ev, papers=reg, remove=True, yes=True) == [mine] and not mine.exists()
+
+
+def test_prune_keeps_a_retuning_under_way_and_lists_a_finished_tunings_leftover(tmp_path):
+    from fbo_cli.evidence.report import Paper
+
+    p = spec(tmp_path, seeds="[0]")
+    ev = tmp_path / "evidence"
+    here = ev / "compare" / "t"
+    here.mkdir(parents=True)
+    (ev / ".fbo-results").write_text("")
+    (here / "tuned.yaml").write_text(yaml.safe_dump({"seeds": [100], "chosen": {}}))
+    rows = lambda ids: pd.DataFrame({"run_dir": [f"results/hyperrep/aggitd/{i}" for i in ids]})  # noqa: E731
+    rows(["a", "b"]).to_csv(here / "tuning.csv", index=False)
+    (here / "tuning.partial.yaml").write_text("score: heldout_loss\n")
+    reg = (Paper("t", "T", "", given=(str(p),)),)
+    rows(["a", "b", "c"]).to_csv(here / "tuning.partial.csv", index=False)  # c: a margin probe not yet recorded
+    assert prune_evidence(ev, papers=reg) == []  # a re-tuning under way: fbo tune resumes from it
+    rows(["docs/results/a", "b"]).to_csv(here / "tuning.partial.csv", index=False)  # all in the finished record
+    assert prune_evidence(ev, papers=reg) == [here / "tuning.partial.yaml", here / "tuning.partial.csv"]

@@ -111,9 +111,27 @@ def collect_evidence(results: Path, evidence: Path, papers=PAPERS, refused: list
 PRUNE_SHARE = 0.2
 
 
+def _finished_partial(here: Path, evidence: Path) -> bool:
+    """Whether the partial tuning record in ``here`` is what the finished tuning beside it left: every run it holds
+    is in that tuning's ``tuning.csv`` (by run id). A partial holding runs the record lacks is a re-tuning under
+    way (e.g. margin probes stopped before they finished), which ``fbo tune`` resumes from: not a leftover."""
+    import pandas as pd
+
+    ids = {}
+    for f in ("tuning.partial.csv", "tuning.csv"):
+        if not _plain(here / f, evidence):
+            return f == "tuning.partial.csv"  # no partial table: the yaml alone is a leftover
+        try:
+            ids[f] = {Path(str(d)).name for d in pd.read_csv(here / f, usecols=["run_dir"]).run_dir.dropna()}
+        except (OSError, ValueError):
+            return False
+    return ids["tuning.partial.csv"] <= ids["tuning.csv"]
+
+
 def prune_evidence(evidence: Path, papers=PAPERS, remove: bool = False, yes: bool = False) -> list[Path]:
     """The run directories under ``evidence`` that no reproduction spec refers to any more (e.g. runs with
-    step sizes a later tuning replaced), and the partial tuning records of tunings that finished; removed
+    step sizes a later tuning replaced), and the partial tuning records of tunings that finished
+    (:func:`_finished_partial`: not a re-tuning under way); removed
     only with ``remove``, and then only inside a results root fbo made (``.fbo-results``), never through a
     symbolic link, and only fbo's own: a run directory with its completion record (its own files go, and the
     folder when that empties it), a ``tuning.partial.*`` beside its ``tuned.yaml``. Returns them.
@@ -136,7 +154,7 @@ def prune_evidence(evidence: Path, papers=PAPERS, remove: bool = False, yes: boo
             exp = load_spec(spec, {"out_dir": str(evidence)})
             keep.update(c.cfg.run_dir for c in exp.cells)
             here = evidence / "compare" / exp.name
-            if _plain(here / "tuned.yaml", evidence):
+            if _plain(here / "tuned.yaml", evidence) and _finished_partial(here, evidence):
                 partial += [here / f for f in SPEC_FILES if f.startswith("tuning.partial")
                             and _plain(here / f, evidence)]
     runs = [c.parent for c in sorted(evidence.glob("*/*/*/summary.json"))]
