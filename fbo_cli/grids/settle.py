@@ -11,8 +11,8 @@ The design, fixed before any look (:mod:`fbo_cli.grids.verdicts`, and the report
 3. For each claim and setting still open at its last look reached, the two algorithms it compares get seeds
    up to the **next look** in the settings it pairs: the spec's seeds, then the next integers. Nothing else is
    run: a setting whose claims are decided keeps its seeds. A claim open at the cap is *inconclusive*.
-   Claims on derived quantities (CODASCA's I_max) are not extended: their seeds are those of every window,
-   which this procedure does not add.
+   A claim on a quantity read across settings (CODASCA's I_max at a client count K, :mod:`fbo_cli.grids.derived`)
+   gets its seeds in every setting it is read across (every window I of that K), for both algorithms.
 
 The added seeds are written to ``<out>/compare/<name>/settled.yaml`` (``{cap, looks, alpha, added: [{setting,
 algorithms, seeds}]}``), which :func:`fbo_cli.grids.spec.load_spec` reads like ``tuned.yaml``: the extra cells
@@ -42,21 +42,26 @@ def plan(exp: Experiment, runs, cap: int = CAP, to_cap: bool = False) -> tuple[l
     if cap <= len(exp.seeds):
         raise UsageError(f"--cap {cap}: the spec already has {len(exp.seeds)} seeds; the cap must be larger",
                          kind="bad_value", field="--cap", value=cap)
+    from .derived import derived_tables
+
     need: dict[str, dict] = {}
     why = []
     names = [s.name for s in exp.settings]
+    derived = derived_tables(exp, runs)
     for claim in exp.claims:
-        if claim.metric not in runs.columns:
-            continue  # a derived quantity (I_max): not extended
-        pairs = claim.across or [(s, None) for s in names if not claim.settings or s in claim.settings]
+        table, setting_names, read_across = derived.get(claim.metric, (runs, names, None))
+        if claim.metric not in table.columns:
+            continue
+        pairs = claim.across or [(s, None) for s in setting_names if not claim.settings or s in claim.settings]
         for s, t in pairs:
-            v = rounds_verdict(runs, claim, s, t, first=len(exp.seeds), cap=cap)
+            v = rounds_verdict(table, claim, s, t, first=len(exp.seeds), cap=cap, exact=read_across is not None)
             if v.verdict == "inconclusive" and v.more:
                 target = cap if to_cap else v.n + v.more
-                for side, where in ((claim.better, s), (claim.than, t or s)):
-                    e = need.setdefault(where, {"algorithms": set(), "seeds": 0})
-                    e["algorithms"].add(side)
-                    e["seeds"] = max(e["seeds"], target)
+                for side, at in ((claim.better, s), (claim.than, t or s)):
+                    for where in (read_across or {}).get(at, [at]):  # a derived quantity: every setting it reads
+                        e = need.setdefault(where, {"algorithms": set(), "seeds": 0})
+                        e["algorithms"].add(side)
+                        e["seeds"] = max(e["seeds"], target)
                 why.append(f"{claim.text} ({s}{f' vs {t}' if t else ''}: {v.interval}, {v.n} seeds; "
                            f"look {v.look + 1} needs {target})")
     order = {n: i for i, n in enumerate(names)}

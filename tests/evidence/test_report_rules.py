@@ -176,4 +176,4 @@ def test_an_open_verdict_names_its_next_look_seeds_and_core_minutes(monkeypatch)
     monkeypatch.setattr(control, "minutes_per_pair", lambda runs, sides: seen.append(sides) or 4.0)
     detail = control.priced(v, runs, c, "K=16", None, {"K=16": ["K=16, I=1", "K=16, I=64"]}).detail
     assert seen[-1] == [("A", "K=16, I=1"), ("A", "K=16, I=64"), ("B", "K=16, I=1"), ("B", "K=16, I=64")]
-    assert "3 more seeds on every window it is read across" in detail and "--until-settled` does not" in detail
+    assert "open at look 1, 3 more seeds in every setting it is read across, 12.0 core-minutes" in detail

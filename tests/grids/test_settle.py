@@ -61,3 +61,25 @@ def test_looks_takes_one_look_at_a_time(tmp_path):
     assert r.exit_code == 0, r.output
     settled = yaml.safe_load((tmp_path / "compare" / "s" / "settled.yaml").read_text())
     assert settled["added"] == [{"setting": "iid", "algorithms": ["AggITD", "FedNest"], "seeds": [2]}]
+
+
+def test_a_claim_on_a_quantity_read_across_settings_gets_seeds_in_every_setting_it_reads():
+    """CODASCA's I_max at K = 4 is read across every window I of K = 4: its next look adds seeds to all of them."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from fbo_cli.grids.settle import plan
+    from fbo_cli.grids.spec_types import Claim, SettingEntry
+
+    windows = (1, 8, 32)
+    settings = [SettingEntry(f"K=4, I={i}", {"clients": 4, "I": i}) for i in windows]
+    auc = {"A": (0.9, 0.85, 0.8), "B": (0.9, 0.9, 0.85)}  # I_max 1 against 8 on every seed
+    runs = pd.DataFrame([{"algorithm": a, "setting": f"K=4, I={i}", "seed": k, "status": "done", "final": f}
+                         for a in auc for i, f in zip(windows, auc[a]) for k in range(3)])
+    exp = SimpleNamespace(settings=settings, seeds=[0, 1, 2], settled=None, derived=["imax"],
+                          algorithms=[SimpleNamespace(name="A"), SimpleNamespace(name="B")],
+                          claims=[Claim(text="B tolerates a larger window", metric="I_max", better="B", than="A")])
+    added, why = plan(exp, runs)
+    assert added == [{"setting": s.name, "algorithms": ["A", "B"], "seeds": [3, 4, 5]} for s in settings]
+    assert len(why) == 1 and why[0].startswith("B tolerates a larger window (K=4")

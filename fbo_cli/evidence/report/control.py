@@ -62,16 +62,15 @@ def priced(v, runs: pd.DataFrame, claim, setting: str, than_setting: str | None,
            windows: dict[str, list[str]] | None = None):
     """An open verdict (``v.more`` seeds to its next look) with its price in its detail: "open at look k, n more
     seeds, m core-minutes" (from its runs' own timings). ``windows``: for a quantity read across settings (I_max
-    at K=16: every window's runs), the settings each of its setting names stands for; each seed then costs a run
-    of every one of them, and `--until-settled` does not add it (:mod:`fbo_cli.grids.settle`), which it says."""
+    at K=16: every window's runs), the settings each of its setting names stands for: each seed then costs a run
+    of every one of them (`--until-settled` adds it to them all, :mod:`fbo_cli.grids.settle`), which it says."""
     if v.verdict != "inconclusive" or not v.more:
         return v
     sides = [(claim.better, setting), (claim.than, than_setting or setting)]
     where = ""
     if windows is not None:
         sides = [(a, w) for a, st in sides for w in windows.get(st, [])]
-        where = (" on every window it is read across (`fbo compare --until-settled` does not add seeds to a "
-                 "quantity read across settings: the spec's seeds do)")
+        where = " in every setting it is read across"
     m = minutes_per_pair(runs, sides) if sides else None
     cost = f"{v.more * m:.1f} core-minutes" if m is not None else "core-minutes unknown (no timed run)"
     said = f"open at look {v.look}, {v.more} more seed{'s' * (v.more > 1)}{where}, {cost}"

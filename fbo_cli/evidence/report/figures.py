@@ -197,9 +197,9 @@ def noise_figure(fig: PaperFigure, loaded, path: Path, formats):
 
 
 def _with_window(runs: pd.DataFrame) -> pd.DataFrame:
-    from .codasca_section import _with_keys
+    from ...grids.derived import with_keys
 
-    return _with_keys(runs)
+    return with_keys(runs)
 
 
 def codasca_fig1(fig: PaperFigure, loaded, path: Path, formats, delta: float = 0.01):

@@ -11,6 +11,7 @@ import pandas as pd
 
 from ...errors import UsageError
 from ...grids.compare import write_report
+from ...grids.derived import derived_tables
 from ...grids.resolution import rounds_verdict
 from ...grids.spec import Experiment, tuned_entry
 from ...grids.verdicts import Verdict, paper_rows, paper_tolerance, run_summaries, tuning_basis
@@ -92,28 +93,23 @@ def build_section(spec: str, root: Path, work: Path, figdir: Path | None = None,
     if figdir is not None and not any(spec in f.specs and f.kind in ("curves", "codasca") for f in FIGURES):
         sec.figures = section_figures(exp, runs, curves, figdir)
     sec.compute = compute_line(runs, root / "compare" / exp.name / "tuning.csv")
-    derived, read_across = {}, {}
+    derived = derived_tables(exp, runs)  # quantities read across settings (I_max): their tables
     if "imax" in exp.derived:
-        from .codasca_section import imax_per_seed, imax_table, windows
+        from .codasca_section import imax_table, windows
 
         imax_table(out, expected=windows(exp.settings), plot=False)
         sec.derived_md = (out / "imax.md").read_text().replace("# I_max", "**I_max**", 1)
-        derived["I_max"] = (imax_per_seed(runs, windows(exp.settings)),
-                            [f"K={k}" for k in sorted(windows(exp.settings), reverse=True)])
-        read_across = {f"K={k}": [st.name for st in exp.settings
-                                  if str((st.set or {}).get("clients")) == str(k) and "I" in (st.set or {})]
-                       for k in windows(exp.settings)}  # the window settings each K's I_max is read across
     from .tuning import tuning_records
 
     records = tuning_records(exp)
     for claim in exp.claims:
-        table, names = derived.get(claim.metric, (runs, [s.name for s in exp.settings]))
+        table, names, read_across = derived.get(claim.metric, (runs, [s.name for s in exp.settings], None))
         exact = claim.metric in derived  # a derived quantity is grid-valued (I_max): the exact test
         basis = tuning_basis(exp, claim)
         pairs = claim.across or [[s, None] for s in names if not claim.settings or s in claim.settings]
         for s, t in pairs:  # across: one setting against another, seed by seed
             v = priced(rounds_verdict(table, claim, s, t, len(exp.seeds), exact)._replace(tuning=basis),
-                       runs if exact else table, claim, s, t, read_across if exact else None)
+                       runs if exact else table, claim, s, t, read_across)
             v = unmargined(exp, claim, [s] if t is None else [s, t], v, records)
             if basis and (waiting := untuned(exp, claim, [s] if t is None else [s, t])):
                 v = Verdict("no data", f"not tuned yet: {waiting} (run `fbo tune`); the claim is about tuned steps",
