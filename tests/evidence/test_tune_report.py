@@ -789,3 +789,35 @@ def test_prune_keeps_a_retuning_under_way_and_lists_a_finished_tunings_leftover(
     assert prune_evidence(ev, papers=reg) == []  # a re-tuning under way: fbo tune resumes from it
     rows(["docs/results/a", "b"]).to_csv(here / "tuning.partial.csv", index=False)  # all in the finished record
     assert prune_evidence(ev, papers=reg) == [here / "tuning.partial.yaml", here / "tuning.partial.csv"]
+
+
+def test_collect_never_puts_back_an_older_tuning_or_fewer_settled_seeds(tmp_path):
+    from fbo_cli.evidence.report import Paper
+
+    p = spec(tmp_path, seeds="[0]")
+    reg = (Paper("t", "T", "", given=(str(p),)),)
+    src, ev = tmp_path / "compare" / "t", tmp_path / "evidence" / "compare" / "t"
+    src.mkdir(parents=True)
+    ev.mkdir(parents=True)
+    rows = lambda ids: pd.DataFrame({"run_dir": [f"results/hyperrep/aggitd/{i}" for i in ids]})  # noqa: E731
+    settled = lambda seeds: yaml.safe_dump({"added": [{"setting": "iid", "algorithms": ["AggITD"],  # noqa: E731
+                                                       "seeds": seeds}]})
+    # the evidence holds a later tuning (a margin probe more) and a later look than the results being collected
+    rows(["a", "b", "c"]).to_csv(ev / "tuning.csv", index=False)
+    (ev / "tuned.yaml").write_text("chosen: {AggITD: {iid: {outer_lr: 0.01}}}\n")
+    (ev / "settled.yaml").write_text(settled([1, 2, 3, 4, 5]))
+    rows(["a", "b"]).to_csv(src / "tuning.csv", index=False)
+    (src / "tuned.yaml").write_text("chosen: {AggITD: {iid: {outer_lr: 0.03}}}\n")
+    (src / "settled.yaml").write_text(settled([1, 2]))
+    before = {f: (ev / f).read_bytes() for f in ("tuning.csv", "tuned.yaml", "settled.yaml")}
+    refused = []
+    collect_evidence(tmp_path, tmp_path / "evidence", papers=reg, refused=refused)
+    assert {f: (ev / f).read_bytes() for f in before} == before  # kept, each named
+    assert sorted(Path(r).name for r, _ in refused) == ["settled.yaml", "tuned.yaml", "tuning.csv"]
+    # a record that holds all the evidence's holds (the next look, a tuning with more runs) replaces it
+    rows(["a", "b", "c", "d"]).to_csv(src / "tuning.csv", index=False)
+    (src / "settled.yaml").write_text(settled([1, 2, 3, 4, 5, 6, 7]))
+    refused = []
+    collect_evidence(tmp_path, tmp_path / "evidence", papers=reg, refused=refused)
+    assert refused == [] and (ev / "tuned.yaml").read_text() == (src / "tuned.yaml").read_text()
+    assert (ev / "settled.yaml").read_text() == settled([1, 2, 3, 4, 5, 6, 7])

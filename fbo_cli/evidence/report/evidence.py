@@ -58,13 +58,51 @@ def collected(evidence: Path) -> set[str]:
         return set()
 
 
+def _ids(d: Path, f: str, root: Path) -> set | None:
+    """What a spec's record holds, to tell an older record from a newer one: the run ids of a tuning table
+    (``tuning.csv``, ``tuning.partial.csv``), the (setting, algorithm, seed) cells a ``settled.yaml`` added; None
+    where the file is not there or not readable."""
+    import pandas as pd
+    import yaml
+
+    if not _plain(d / f, root):
+        return None
+    try:
+        if f == "settled.yaml":
+            added = (yaml.safe_load((d / f).read_text()) or {}).get("added") or []
+            return {(e["setting"], a, k) for e in added for a in e["algorithms"] for k in e["seeds"]}
+        return {Path(str(x)).name for x in pd.read_csv(d / f, usecols=["run_dir"]).run_dir.dropna()}
+    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError):
+        return None
+
+
+def _older_record(here: Path, there: Path, f: str, results: Path, evidence: Path) -> str:
+    """Why ``here / f`` (a spec's tuning or settling record in the results being collected) must not replace the
+    differing ``there / f`` in the evidence ('' where it may): a record replaces another only when it holds all
+    that one holds (its tuning table's runs, its settled cells), so that collecting from an older results root
+    never puts back an older tuning or fewer seeds."""
+    if not _plain(here / f, results) or not _plain(there / f, evidence):
+        return ""
+    if (here / f).read_bytes() == (there / f).read_bytes():
+        return ""
+    table = "settled.yaml" if f == "settled.yaml" else (
+        "tuning.partial.csv" if f.startswith("tuning.partial") else "tuning.csv")
+    new, old = _ids(here, table, results), _ids(there, table, evidence)
+    if old is None or (new is not None and new >= old):  # nothing there to lose, or all of it here
+        return ""
+    return (f"the evidence's {f} holds what this one lacks ({table}: {len(old or ())} entries there, "
+            f"{len(new or ())} here, not a superset): kept; remove it from the evidence to replace it")
+
+
 def collect_evidence(results: Path, evidence: Path, papers=PAPERS, refused: list | None = None) -> int:
     """Copy every finished reproduction run's compact files (and each spec's tuning record) from
     ``results`` into ``evidence`` (same layout); returns the number of runs copied. Only runs whose
     completion record holds (:func:`fbo_cli.runs.rundir.run_status`: summary.json's ``metrics_sha256`` is that of
     metrics.csv, and the summary names this run) and whose files are plain files are copied; nothing is
-    read or written through a symbolic link, and nothing is removed. The runs refused (finished-looking, but
-    failing those checks) are appended to ``refused`` as ``(path, why)``."""
+    read or written through a symbolic link, and nothing is removed. A spec's record (``tuned.yaml``,
+    ``tuning.csv``, ``settled.yaml``, ...) replaces the evidence's only when it holds all the evidence's holds
+    (:func:`_older_record`). The runs and records refused (finished-looking, but failing those checks) are
+    appended to ``refused`` as ``(path, why)``."""
     n = 0
     claim_root(evidence)
     refused = refused if refused is not None else []
@@ -93,9 +131,12 @@ def collect_evidence(results: Path, evidence: Path, papers=PAPERS, refused: list
                     atomic_write(dst / f, data[f])
                 brought.add(str(dst.relative_to(evidence)))
                 n += 1
-            here = results / "compare" / exp.name
+            here, there = results / "compare" / exp.name, evidence / "compare" / exp.name
             for f in SPEC_FILES:
-                _copy(here / f, results, evidence / "compare" / exp.name / f, evidence)
+                if why := _older_record(here, there, f, results, evidence):
+                    refused.append((here / f, why))
+                else:
+                    _copy(here / f, results, there / f, evidence)
     if brought != collected(evidence):
         atomic_write(evidence / COLLECTED, "".join(f"{d}\n" for d in sorted(brought)))
     for paper in papers:  # count tables written by `fbo figure` (ZO-HFL Fig. 1)
