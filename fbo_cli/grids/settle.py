@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from ..errors import UsageError
+from .derived import derived_tables
 from .resolution import rounds_verdict
 from .spec import Experiment, load_settled, load_spec, settled_path  # noqa: F401  (settle's API)
 from .verdicts import CAP, look_alphas, looks
@@ -42,8 +43,6 @@ def plan(exp: Experiment, runs, cap: int = CAP, to_cap: bool = False) -> tuple[l
     if cap <= len(exp.seeds):
         raise UsageError(f"--cap {cap}: the spec already has {len(exp.seeds)} seeds; the cap must be larger",
                          kind="bad_value", field="--cap", value=cap)
-    from .derived import derived_tables
-
     need: dict[str, dict] = {}
     why = []
     names = [s.name for s in exp.settings]

@@ -156,17 +156,10 @@ def _finished_partial(here: Path, evidence: Path) -> bool:
     """Whether the partial tuning record in ``here`` is what the finished tuning beside it left: every run it holds
     is in that tuning's ``tuning.csv`` (by run id). A partial holding runs the record lacks is a re-tuning under
     way (e.g. margin probes stopped before they finished), which ``fbo tune`` resumes from: not a leftover."""
-    import pandas as pd
-
-    ids = {}
-    for f in ("tuning.partial.csv", "tuning.csv"):
-        if not _plain(here / f, evidence):
-            return f == "tuning.partial.csv"  # no partial table: the yaml alone is a leftover
-        try:
-            ids[f] = {Path(str(d)).name for d in pd.read_csv(here / f, usecols=["run_dir"]).run_dir.dropna()}
-        except (OSError, ValueError):
-            return False
-    return ids["tuning.partial.csv"] <= ids["tuning.csv"]
+    if not _plain(here / "tuning.partial.csv", evidence):
+        return True  # no partial table: the yaml alone is a leftover
+    partial, done = _ids(here, "tuning.partial.csv", evidence), _ids(here, "tuning.csv", evidence)
+    return partial is not None and done is not None and partial <= done
 
 
 def prune_evidence(evidence: Path, papers=PAPERS, remove: bool = False, yes: bool = False) -> list[Path]:
